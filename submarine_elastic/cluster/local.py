@@ -1,0 +1,627 @@
+"""A real Hadoop YARN pseudo-cluster on loopback: ZooKeeper, a ResourceManager with the YARN
+Services API, and N NodeManagers, each its own JVM started from the Maven-resolved jars.
+
+Layout of the cluster directory (``SUBMARINE_CLUSTER_DIR``)::
+
+    cluster.json          the spec and the daemons started (pid + start time), written by ``up``
+    conf/<daemon>/        per-daemon Hadoop configuration: docker/hadoop/conf plus the overrides below
+    logs/<daemon>.log     each daemon's log; logs/<daemon>.out its stdout/stderr
+    zk/ nm-<i>/local nm-<i>/logs   data and container directories
+
+The configuration files under ``docker/hadoop/conf`` are shared with the docker-compose cluster;
+this module overrides only what differs on one host: addresses and ports, directories, node size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import requests
+
+from submarine_elastic import env
+from submarine_elastic.cluster.api import (
+    ClusterAlreadyUpError,
+    ClusterNotUpError,
+    ClusterSpec,
+    ClusterStatus,
+    Daemon,
+    DaemonStartError,
+    NodeInfo,
+    PortInUseError,
+    PrerequisiteError,
+    ServiceSummary,
+)
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+RM_MAIN = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
+NM_MAIN = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"
+ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+# Hadoop 3.4.x predates Java 17: Guice, Jersey 1 and Hadoop's own reflection need these packages
+# opened, in every daemon and in the service ApplicationMaster (yarn.service.am.java.opts).
+JAVA17_OPENS = [
+    f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
+    for pkg in (
+        "java.lang", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
+        "java.util.concurrent", "java.util.concurrent.atomic", "java.util.regex", "java.util.zip",
+        "java.math", "java.text", "java.time", "sun.nio.ch", "sun.nio.cs", "sun.security.util",
+        "sun.security.x509", "jdk.internal.misc",
+    )
+] + [
+    "--add-exports=java.base/sun.net.dns=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
+]
+# Small heaps and a quick-start JIT: the whole cluster shares two cores with the training jobs.
+JVM_LEAN = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true"]
+AM_JAVA_OPTS = " ".join(["-Xmx256m", *JVM_LEAN, *JAVA17_OPENS])
+
+STATE_FILE = "cluster.json"
+CONF_FILES = ("core-site.xml", "yarn-site.xml", "capacity-scheduler.xml", "log4j.properties")
+
+
+class LocalCluster:
+    """Starts, stops and inspects the pseudo-cluster kept in ``cluster_dir``.
+
+    Args:
+        cluster_dir: state directory (default ``env.cluster_dir()``).
+        hadoop_lib: directory of the Hadoop jars (default ``env.hadoop_lib()``).
+        conf_template: the shared configuration files (default ``env.hadoop_conf_template()``).
+    """
+
+    def __init__(
+        self,
+        cluster_dir: Path | None = None,
+        *,
+        hadoop_lib: Path | None = None,
+        conf_template: Path | None = None,
+    ) -> None:
+        self.dir = (cluster_dir or env.cluster_dir()).resolve()
+        self.lib = (hadoop_lib or env.hadoop_lib()).resolve()
+        self.conf_template = (conf_template or env.hadoop_conf_template()).resolve()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / STATE_FILE
+
+    def _read_state(self) -> tuple[ClusterSpec, list[Daemon]] | None:
+        try:
+            raw = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        spec = ClusterSpec(**raw["spec"])
+        daemons = [
+            Daemon(d["name"], int(d["pid"]), int(d["start_ticks"]), Path(d["log"])) for d in raw["daemons"]
+        ]
+        return spec, daemons
+
+    def _write_state(self, spec: ClusterSpec, daemons: list[Daemon]) -> None:
+        raw = {
+            "spec": dataclasses.asdict(spec),
+            "rm_url": spec.rm_url,
+            "daemons": [{**dataclasses.asdict(d), "log": str(d.log)} for d in daemons],
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(raw, indent=2))
+        tmp.replace(self.state_file)
+
+    def spec(self) -> ClusterSpec:
+        """The spec of the cluster recorded in the directory.
+
+        Raises:
+            ClusterNotUpError: nothing is recorded there.
+        """
+        state = self._read_state()
+        if state is None:
+            raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
+        return state[0]
+
+    def running_daemons(self) -> list[Daemon]:
+        """Recorded daemons whose process still runs."""
+        state = self._read_state()
+        return [d for d in state[1] if _alive(d)] if state else []
+
+    # ------------------------------------------------------------------ up
+
+    def up(self, spec: ClusterSpec, *, timeout: float = 180.0, progress: Progress | None = None) -> str:
+        """Start ZooKeeper, the RM and the NMs; block until every NM is RUNNING in the RM.
+
+        Blocks for up to ``timeout`` seconds per phase (ZooKeeper, RM, NMs). On any failure every
+        process started so far is stopped again, so nothing is left half-started.
+
+        Returns:
+            The RM web address.
+
+        Raises:
+            ClusterAlreadyUpError: daemons recorded in ``cluster_dir`` still run.
+            PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
+            PortInUseError: a port of ``spec`` is taken.
+            DaemonStartError: a daemon exited early or did not get ready in time (with its log tail).
+        """
+        say = progress or (lambda _msg: None)
+        alive = self.running_daemons()
+        if alive:
+            pids = ", ".join(f"{d.name}={d.pid}" for d in alive)
+            raise ClusterAlreadyUpError(
+                f"a cluster is already up in {self.dir} ({pids}); run `submarine cluster down` first"
+            )
+        java = self._check_prerequisites()
+        for port, role in sorted(spec.all_ports().items()):
+            if not _port_free(spec.host, port):
+                raise PortInUseError(port, role)
+
+        if self.dir.exists():
+            # A stale directory from a cluster that died: clear leftovers, then start afresh.
+            self._kill_orphans()
+            for sub in ("conf", "zk", "logs", "tmp", "yarn-services") + tuple(
+                f"nm-{i}" for i in range(64)
+            ):
+                shutil.rmtree(self.dir / sub, ignore_errors=True)
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+
+        tarball = self._dependency_tarball(say)
+        started: list[Daemon] = []
+        try:
+            say(f"starting ZooKeeper on {spec.host}:{spec.zk_port}")
+            started.append(self._start_zookeeper(java, spec))
+            self._write_state(spec, started)
+            _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, started[-1], "did not answer 'ruok'")
+
+            say(f"starting ResourceManager (web {spec.rm_url})")
+            self._write_conf("rm", spec, tarball)
+            started.append(self._start_daemon(java, "rm", RM_MAIN, "512m", spec, rm=True))
+            self._write_state(spec, started)
+            _wait(lambda: _rm_started(spec.rm_url), timeout, started[-1], "did not answer on its web address")
+
+            say(f"starting {spec.nodes} NodeManagers")
+            nm_daemons = []
+            for i in range(spec.nodes):
+                self._write_conf(f"nm-{i}", spec, tarball, node=i)
+                nm_daemons.append(self._start_daemon(java, f"nm-{i}", NM_MAIN, "256m", spec))
+                started.append(nm_daemons[-1])
+                self._write_state(spec, started)
+            self._wait_nodes(spec, nm_daemons, timeout, say)
+        except BaseException:
+            say("start failed; stopping what was started")
+            self._stop(started)
+            self.state_file.unlink(missing_ok=True)
+            raise
+        say(f"cluster up: ResourceManager at {spec.rm_url}")
+        return spec.rm_url
+
+    def _check_prerequisites(self) -> str:
+        java = shutil.which("java", path=_java_path())
+        if java is None:
+            raise PrerequisiteError("Java 17 is required but 'java' is not on PATH (nor in JAVA_HOME)")
+        if not self.lib.is_dir() or not any(self.lib.glob("hadoop-yarn-server-resourcemanager-*.jar")):
+            raise PrerequisiteError(
+                f"the Hadoop jars are missing from {self.lib}; run scripts/install.sh "
+                f"(needs Maven) or set SUBMARINE_HADOOP_LIB"
+            )
+        missing = [f for f in CONF_FILES if not (self.conf_template / f).is_file()]
+        if missing:
+            raise PrerequisiteError(f"configuration template {self.conf_template} lacks {', '.join(missing)}")
+        return java
+
+    def _dependency_tarball(self, say: Progress) -> Path:
+        """The service AM's jars as one archive (``yarn.service.framework.path``).
+
+        Without it the RM uploads every jar separately for each service it starts. Built once
+        next to the jars and reused while the jar directory is unchanged.
+        """
+        tarball = self.lib.parent / "service-dep.tar.gz"
+        jars = sorted(self.lib.glob("*.jar"))
+        newest = max(j.stat().st_mtime for j in jars)
+        if tarball.is_file() and tarball.stat().st_mtime >= newest:
+            return tarball
+        say(f"packing {len(jars)} jars for the service ApplicationMaster into {tarball}")
+        tmp = tarball.with_suffix(".tmp")
+        with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+            for jar in jars:
+                tar.add(jar, arcname=jar.name)
+        tmp.replace(tarball)
+        return tarball
+
+    def _write_conf(self, name: str, spec: ClusterSpec, tarball: Path, node: int | None = None) -> Path:
+        conf = self.dir / "conf" / name
+        conf.mkdir(parents=True, exist_ok=True)
+        for f in CONF_FILES:
+            shutil.copyfile(self.conf_template / f, conf / f)
+        host = spec.host
+        core = {
+            "hadoop.registry.zk.quorum": f"{host}:{spec.zk_port}",
+            "hadoop.tmp.dir": str(self.dir / "tmp"),
+        }
+        yarn = {
+            "yarn.resourcemanager.hostname": host,
+            **{k: f"{host}:{p}" for k, p in spec.rm_ports().items()},
+            "yarn.service.base.path": str(self.dir / "yarn-services"),
+            "yarn.service.framework.path": f"file://{tarball}",
+            "yarn.service.am.java.opts": AM_JAVA_OPTS,
+            "yarn.nodemanager.resource.memory-mb": str(spec.node_memory_mb),
+            "yarn.nodemanager.resource.cpu-vcores": str(spec.node_vcores),
+            "yarn.scheduler.maximum-allocation-mb": str(spec.node_memory_mb),
+            "yarn.scheduler.maximum-allocation-vcores": str(spec.node_vcores),
+        }
+        if node is not None:
+            nm_dir = self.dir / f"nm-{node}"
+            yarn.update({k: f"{host}:{p}" for k, p in spec.nm_ports(node).items()})
+            yarn.update(
+                {
+                    "yarn.nodemanager.hostname": host,
+                    "yarn.nodemanager.local-dirs": str(nm_dir / "local"),
+                    "yarn.nodemanager.log-dirs": str(nm_dir / "logs"),
+                    "yarn.nodemanager.recovery.dir": str(nm_dir / "recovery"),
+                }
+            )
+        _override_xml(conf / "core-site.xml", core)
+        _override_xml(conf / "yarn-site.xml", yarn)
+        return conf
+
+    def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
+        conf = self.dir / "conf" / "zk"
+        conf.mkdir(parents=True, exist_ok=True)
+        (self.dir / "zk").mkdir(exist_ok=True)
+        template = (self.conf_template / "zoo.cfg").read_text()
+        lines = [
+            line for line in template.splitlines()
+            if not line.startswith(("dataDir=", "clientPort=", "clientPortAddress="))
+        ]
+        lines += [f"dataDir={self.dir / 'zk'}", f"clientPort={spec.zk_port}", f"clientPortAddress={spec.host}"]
+        (conf / "zoo.cfg").write_text("\n".join(lines) + "\n")
+        shutil.copyfile(self.conf_template / "log4j.properties", conf / "log4j.properties")
+        cmd = [
+            java, "-Xmx128m", *JVM_LEAN, *self._log_props("zk", conf),
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp", f"{conf}:{self.lib}/*", ZK_MAIN, str(conf / "zoo.cfg"),
+        ]
+        return self._spawn("zk", cmd, env=None)
+
+    def _start_daemon(
+        self, java: str, name: str, main: str, heap: str, spec: ClusterSpec, *, rm: bool = False
+    ) -> Daemon:
+        conf = self.dir / "conf" / name
+        cmd = [java, f"-Xmx{heap}", *JVM_LEAN, *JAVA17_OPENS, *self._log_props(name, conf)]
+        if rm:
+            # Where the services API finds the AM's jars when no framework tarball is usable.
+            cmd.append(f"-Dservice.libdir={self.lib}")
+        cmd += ["-cp", f"{conf}:{self.lib}/*", main]
+        daemon_env = {
+            "HADOOP_CONF_DIR": str(conf),
+            "JAVA_HOME": _java_home(java),
+            "HADOOP_YARN_HOME": str(self.lib.parent),
+            "HADOOP_COMMON_HOME": str(self.lib.parent),
+        }
+        return self._spawn(name, cmd, env=daemon_env)
+
+    def _log_props(self, name: str, conf: Path) -> list[str]:
+        logs = self.dir / "logs"
+        return [
+            f"-Dsubmarine.cluster.dir={self.dir}",
+            f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+            f"-Dhadoop.log.dir={logs}",
+            f"-Dhadoop.log.file={name}.log",
+            f"-Dyarn.log.dir={logs}",
+            f"-Dyarn.log.file={name}.log",
+            "-Dhadoop.root.logger=INFO,RFA",
+            "-Dzookeeper.root.logger=INFO,RFA",
+            f"-Dzookeeper.log.dir={logs}",
+            f"-Dzookeeper.log.file={name}.log",
+        ]
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None) -> Daemon:
+        out = self.dir / "logs" / f"{name}.out"
+        proc_env = dict(os.environ)
+        proc_env.update(env or {})
+        with out.open("wb") as stdout:
+            proc = subprocess.Popen(
+                cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.dir, env=proc_env, start_new_session=True,
+            )
+        log.info("started %s pid %d", name, proc.pid)
+        daemon = Daemon(name, proc.pid, _start_ticks(proc.pid), self.dir / "logs" / f"{name}.log")
+        _CHILDREN[proc.pid] = proc
+        return daemon
+
+    def _wait_nodes(self, spec: ClusterSpec, nms: list[Daemon], timeout: float, say: Progress) -> None:
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while True:
+            for d in nms:
+                if not _alive(d):
+                    raise DaemonStartError(d.name, "exited before registering", d.log, _tail(d))
+            running = [n for n in _rm_nodes(spec.rm_url) if n.state == "RUNNING"]
+            if len(running) != seen:
+                seen = len(running)
+                say(f"{seen}/{spec.nodes} NodeManagers RUNNING")
+            if len(running) >= spec.nodes:
+                return
+            if time.monotonic() > deadline:
+                registered = {n.node_id for n in running}
+                missing = [d for i, d in enumerate(nms) if f"{spec.host}:{spec.nm_ports(i)['yarn.nodemanager.address']}"
+                           not in registered]
+                worst = missing[0] if missing else nms[0]
+                raise DaemonStartError(
+                    worst.name, f"did not register with the ResourceManager within {timeout:.0f} s",
+                    worst.log, _tail(worst),
+                )
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------------ down
+
+    def down(self, *, progress: Progress | None = None) -> list[Daemon]:
+        """Stop exactly the daemons ``up`` recorded, then any container process they left behind.
+
+        NMs first (they stop their containers), then the RM, then ZooKeeper; each gets SIGTERM and
+        10 s before SIGKILL. Blocks until every process is gone.
+
+        Returns:
+            The daemons that were stopped.
+
+        Raises:
+            ClusterNotUpError: nothing is recorded in the cluster directory.
+        """
+        say = progress or (lambda _msg: None)
+        state = self._read_state()
+        if state is None:
+            raise ClusterNotUpError(f"no cluster in {self.dir}")
+        _spec, daemons = state
+        alive = [d for d in daemons if _alive(d)]
+        say(f"stopping {', '.join(d.name for d in alive) or 'nothing (all daemons already exited)'}")
+        self._stop(daemons)
+        orphans = self._kill_orphans()
+        if orphans:
+            say(f"stopped {len(orphans)} leftover container processes")
+        self.state_file.unlink(missing_ok=True)
+        return alive
+
+    def _stop(self, daemons: Iterable[Daemon]) -> None:
+        order = {"zk": 2, "rm": 1}
+        for d in sorted(daemons, key=lambda d: order.get(d.name, 0)):
+            _terminate(d, grace=10.0)
+
+    def _kill_orphans(self) -> list[int]:
+        """Kill processes that still live in this cluster's directories (containers, service AMs)."""
+        marker = str(self.dir)
+        victims = [pid for pid in _all_pids() if pid != os.getpid() and _refers_to(pid, marker)]
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in victims:
+            _wait_gone(pid, 5.0)
+        return victims
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> ClusterStatus:
+        """The recorded daemons (and whether each runs), nodes, capacity and running yarn services.
+
+        Blocks for at most a few seconds (HTTP timeouts to the RM). An RM that does not answer is
+        reported in ``rm_error``, not raised.
+
+        Raises:
+            ClusterNotUpError: nothing is recorded in the cluster directory.
+        """
+        state = self._read_state()
+        if state is None:
+            raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
+        spec, daemons = state
+        result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons])
+        try:
+            metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics")["clusterMetrics"]
+            apps = _get_json(
+                f"{spec.rm_url}/ws/v1/cluster/apps",
+                params={"applicationTypes": "yarn-service", "states": "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"},
+            )
+            nodes = _rm_nodes(spec.rm_url)
+        except requests.RequestException as exc:
+            return dataclasses.replace(result, rm_error=f"ResourceManager at {spec.rm_url} not answering: {exc}")
+        services = [
+            ServiceSummary(
+                name=a["name"], app_id=a["id"], state=a["state"],
+                allocated_memory_mb=int(a.get("allocatedMB", 0)), containers=int(a.get("runningContainers", 0)),
+            )
+            for a in ((apps.get("apps") or {}).get("app") or [])
+        ]
+        return dataclasses.replace(
+            result,
+            nodes=nodes,
+            services=sorted(services, key=lambda s: s.name),
+            total_memory_mb=int(metrics["totalMB"]),
+            allocated_memory_mb=int(metrics["allocatedMB"]),
+            total_vcores=int(metrics["totalVirtualCores"]),
+            allocated_vcores=int(metrics["allocatedVirtualCores"]),
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _java_path() -> str:
+    home = os.environ.get("JAVA_HOME")
+    path = os.environ.get("PATH", "")
+    return f"{home}/bin:{path}" if home else path
+
+
+def _java_home(java: str) -> str:
+    return os.environ.get("JAVA_HOME") or str(Path(java).resolve().parent.parent)
+
+
+def _override_xml(path: Path, values: dict[str, str]) -> None:
+    tree = ET.parse(path)
+    root = tree.getroot()
+    existing = {p.findtext("name"): p for p in root.findall("property")}
+    for key, value in values.items():
+        prop = existing.get(key)
+        if prop is None:
+            prop = ET.SubElement(root, "property")
+            ET.SubElement(prop, "name").text = key
+            ET.SubElement(prop, "value")
+        value_el = prop.find("value")
+        if value_el is None:
+            value_el = ET.SubElement(prop, "value")
+        value_el.text = value
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the JVM servers do: a port in TIME_WAIT after a previous cluster is free to bind.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _start_ticks(pid: int) -> int:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or -1."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(d: Daemon) -> bool:
+    child = _CHILDREN.get(d.pid)
+    if child is not None and child.poll() is not None:
+        return False
+    ticks = _start_ticks(d.pid)
+    if ticks < 0 or ticks != d.start_ticks:
+        return False
+    try:
+        state = Path(f"/proc/{d.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _terminate(d: Daemon, grace: float) -> None:
+    if not _alive(d):
+        _reap(d.pid)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(d.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(d) and time.monotonic() < deadline:
+        _reap(d.pid)
+        time.sleep(0.1)
+    if _alive(d):
+        log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", d.name, d.pid, grace)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(d.pid, signal.SIGKILL)
+        _wait_gone(d.pid, 5.0)
+    _reap(d.pid)
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        _CHILDREN.pop(pid, None)
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.05)
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _refers_to(pid: int, marker: str) -> bool:
+    """Whether a process runs in, was started from, or was given a path inside ``marker``."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        if os.readlink(proc / "cwd").startswith(marker):
+            return True
+        if marker.encode() in (proc / "cmdline").read_bytes():
+            return True
+        return marker.encode() in (proc / "environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _tail(d: Daemon, lines: int = 25) -> str:
+    chunks = []
+    for path in (d.log, d.log.with_suffix(".out")):
+        try:
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            continue
+        if text:
+            chunks.append("\n".join(text))
+    return "\n".join(chunks) or "(no log output)"
+
+
+def _wait(ready: Callable[[], bool], timeout: float, daemon: Daemon, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not _alive(daemon):
+            raise DaemonStartError(daemon.name, "exited during start", daemon.log, _tail(daemon))
+        if time.monotonic() > deadline:
+            raise DaemonStartError(daemon.name, f"{what} within {timeout:.0f} s", daemon.log, _tail(daemon))
+        time.sleep(0.3)
+
+
+def _zk_ok(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as s:
+            s.sendall(b"ruok")
+            return s.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+def _get_json(url: str, params: dict[str, str] | None = None) -> dict:
+    resp = requests.get(url, params=params, timeout=5.0, headers={"Accept": "application/json"})
+    resp.raise_for_status()
+    return resp.json()
+
+
+def _rm_started(rm_url: str) -> bool:
+    try:
+        info = _get_json(f"{rm_url}/ws/v1/cluster/info")["clusterInfo"]
+    except (requests.RequestException, KeyError, ValueError):
+        return False
+    return info.get("state") == "STARTED"
+
+
+def _rm_nodes(rm_url: str) -> list[NodeInfo]:
+    try:
+        raw = _get_json(f"{rm_url}/ws/v1/cluster/nodes")
+    except requests.RequestException:
+        return []
+    nodes = (raw.get("nodes") or {}).get("node") or []
+    return [
+        NodeInfo(
+            node_id=n["id"], state=n["state"],
+            used_memory_mb=int(n.get("usedMemoryMB", 0)), available_memory_mb=int(n.get("availMemoryMB", 0)),
+            used_vcores=int(n.get("usedVirtualCores", 0)), available_vcores=int(n.get("availableVirtualCores", 0)),
+            containers=int(n.get("numContainers", 0)),
+        )
+        for n in nodes
+    ]
