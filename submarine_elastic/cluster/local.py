@@ -354,9 +354,9 @@ class LocalCluster:
             if len(running) >= spec.nodes:
                 return
             if time.monotonic() > deadline:
-                registered = {n.node_id for n in running}
-                missing = [d for i, d in enumerate(nms) if f"{spec.host}:{spec.nm_ports(i)['yarn.nodemanager.address']}"
-                           not in registered]
+                # Node ids are "<resolved host>:<NM port>"; the port tells which NM is missing.
+                ports = {n.node_id.rsplit(":", 1)[-1] for n in running}
+                missing = [d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports]
                 worst = missing[0] if missing else nms[0]
                 raise DaemonStartError(
                     worst.name, f"did not register with the ResourceManager within {timeout:.0f} s",
@@ -393,9 +393,14 @@ class LocalCluster:
         return alive
 
     def _stop(self, daemons: Iterable[Daemon]) -> None:
-        order = {"zk": 2, "rm": 1}
-        for d in sorted(daemons, key=lambda d: order.get(d.name, 0)):
-            _terminate(d, grace=10.0)
+        """NodeManagers together (each stops its containers), then the RM, then ZooKeeper."""
+        by_name = list(daemons)
+        for wave in (
+            [d for d in by_name if d.name not in ("rm", "zk")],
+            [d for d in by_name if d.name == "rm"],
+            [d for d in by_name if d.name == "zk"],
+        ):
+            _terminate(wave, grace=15.0)
 
     def _kill_orphans(self) -> list[int]:
         """Kill processes that still live in this cluster's directories (containers, service AMs)."""
@@ -517,22 +522,22 @@ def _alive(d: Daemon) -> bool:
     return state != "Z"
 
 
-def _terminate(d: Daemon, grace: float) -> None:
-    if not _alive(d):
-        _reap(d.pid)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(d.pid, signal.SIGTERM)
+def _terminate(daemons: list[Daemon], grace: float) -> None:
+    """SIGTERM every daemon, wait up to ``grace`` seconds for all, then SIGKILL the rest."""
+    for d in daemons:
+        if _alive(d):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(d.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _alive(d) and time.monotonic() < deadline:
-        _reap(d.pid)
+    while any(_alive(d) for d in daemons) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(d):
-        log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", d.name, d.pid, grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(d.pid, signal.SIGKILL)
-        _wait_gone(d.pid, 5.0)
-    _reap(d.pid)
+    for d in daemons:
+        if _alive(d):
+            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", d.name, d.pid, grace)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(d.pid, signal.SIGKILL)
+            _wait_gone(d.pid, 5.0)
+        _reap(d.pid)
 
 
 def _reap(pid: int) -> None:

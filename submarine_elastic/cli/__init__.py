@@ -1,0 +1,1 @@
+"""The ``submarine`` command line (click + rich)."""

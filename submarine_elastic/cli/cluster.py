@@ -1,0 +1,102 @@
+"""``submarine cluster up|down|status``: the local Hadoop YARN pseudo-cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _cluster(cluster_dir: Path | None) -> LocalCluster:
+    return LocalCluster(cluster_dir)
+
+
+def _progress(msg: str) -> None:
+    err.print(f"[dim]•[/dim] {msg}")
+
+
+dir_option = click.option(
+    "--cluster-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="State directory of the cluster [default: $SUBMARINE_CLUSTER_DIR or ~/.submarine-elastic/cluster].",
+)
+
+
+@click.group()
+def cluster() -> None:
+    """Start, stop and inspect the local Hadoop YARN pseudo-cluster."""
+
+
+@cluster.command()
+@dir_option
+@click.option("--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True,
+              help="Number of NodeManagers.")
+@click.option("--node-memory-mb", type=click.IntRange(min=512), default=4096, show_default=True,
+              help="Memory each NodeManager offers to containers.")
+@click.option("--node-vcores", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Virtual cores each NodeManager offers to containers.")
+@click.option("--port-base", type=click.IntRange(min=1024, max=65000), default=18000, show_default=True,
+              help="Ports are base+offset: ZooKeeper base+181, RM web base+88, NM i base+100+10i.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True,
+              help="Seconds to wait for each daemon to get ready.")
+def up(cluster_dir: Path | None, nodes: int, node_memory_mb: int, node_vcores: int, port_base: int,
+       timeout: float) -> None:
+    """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback."""
+    spec = ClusterSpec(nodes=nodes, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
+    try:
+        url = _cluster(cluster_dir).up(spec, timeout=timeout, progress=_progress)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)
+
+
+@cluster.command()
+@dir_option
+def down(cluster_dir: Path | None) -> None:
+    """Stop exactly the daemons `up` started, and any container they left behind."""
+    try:
+        stopped = _cluster(cluster_dir).down(progress=_progress)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"stopped {len(stopped)} daemons")
+
+
+@cluster.command()
+@dir_option
+def status(cluster_dir: Path | None) -> None:
+    """Show the daemons, the nodes, capacity used and free, and the YARN services running."""
+    try:
+        st = _cluster(cluster_dir).status()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    daemons = Table(title=f"daemons (ResourceManager {st.rm_url})")
+    for col in ("daemon", "pid", "running", "log"):
+        daemons.add_column(col)
+    for d, alive in st.daemons:
+        daemons.add_row(d.name, str(d.pid), "[green]yes[/green]" if alive else "[red]no[/red]", str(d.log))
+    console.print(daemons)
+    if st.rm_error:
+        raise click.ClickException(st.rm_error)
+    nodes = Table(title="nodes")
+    for col in ("node", "state", "containers", "memory used/free MB", "vcores used/free"):
+        nodes.add_column(col)
+    for n in st.nodes:
+        nodes.add_row(n.node_id, n.state, str(n.containers), f"{n.used_memory_mb}/{n.available_memory_mb}",
+                      f"{n.used_vcores}/{n.available_vcores}")
+    console.print(nodes)
+    console.print(
+        f"capacity: memory {st.allocated_memory_mb}/{st.total_memory_mb} MB used, "
+        f"vcores {st.allocated_vcores}/{st.total_vcores} used"
+    )
+    services = Table(title="yarn services")
+    for col in ("name", "application", "state", "containers", "memory MB"):
+        services.add_column(col)
+    for s in st.services:
+        services.add_row(s.name, s.app_id, s.state, str(s.containers), str(s.allocated_memory_mb))
+    console.print(services if st.services else "no yarn services running")

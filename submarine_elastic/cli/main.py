@@ -1,0 +1,30 @@
+"""Entry point of the ``submarine`` command: one click group, a sub-group per area."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+
+from submarine_elastic import __version__
+from submarine_elastic.cli.cluster import cluster
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="submarine")
+@click.option("-v", "--verbose", count=True, help="More log output (-v: info, -vv: debug).")
+def cli(verbose: int) -> None:
+    """Elastic TensorFlow training on Hadoop YARN."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(
+        level=level, format="%(message)s", handlers=[RichHandler(console=Console(stderr=True), show_path=False)]
+    )
+
+
+cli.add_command(cluster)
+
+
+def main() -> None:
+    cli(prog_name="submarine")
