@@ -23,7 +23,9 @@ def _progress(msg: str) -> None:
 
 
 dir_option = click.option(
-    "--cluster-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--cluster-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
     help="State directory of the cluster [default: $SUBMARINE_CLUSTER_DIR or ~/.submarine-elastic/cluster].",
 )
 
@@ -35,18 +37,40 @@ def cluster() -> None:
 
 @cluster.command()
 @dir_option
-@click.option("--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True,
-              help="Number of NodeManagers.")
-@click.option("--node-memory-mb", type=click.IntRange(min=512), default=4096, show_default=True,
-              help="Memory each NodeManager offers to containers.")
-@click.option("--node-vcores", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Virtual cores each NodeManager offers to containers.")
-@click.option("--port-base", type=click.IntRange(min=1024, max=65000), default=18000, show_default=True,
-              help="Ports are base+offset: ZooKeeper base+181, RM web base+88, NM i base+100+10i.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True,
-              help="Seconds to wait for each daemon to get ready.")
-def up(cluster_dir: Path | None, nodes: int, node_memory_mb: int, node_vcores: int, port_base: int,
-       timeout: float) -> None:
+@click.option(
+    "--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True, help="Number of NodeManagers."
+)
+@click.option(
+    "--node-memory-mb",
+    type=click.IntRange(min=512),
+    default=4096,
+    show_default=True,
+    help="Memory each NodeManager offers to containers.",
+)
+@click.option(
+    "--node-vcores",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Virtual cores each NodeManager offers to containers.",
+)
+@click.option(
+    "--port-base",
+    type=click.IntRange(min=1024, max=65000),
+    default=18000,
+    show_default=True,
+    help="Ports are base+offset: ZooKeeper base+181, RM web base+88, NM i base+100+10i.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=180,
+    show_default=True,
+    help="Seconds to wait for each daemon to get ready.",
+)
+def up(
+    cluster_dir: Path | None, nodes: int, node_memory_mb: int, node_vcores: int, port_base: int, timeout: float
+) -> None:
     """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback."""
     spec = ClusterSpec(nodes=nodes, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
     try:
@@ -87,8 +111,13 @@ def status(cluster_dir: Path | None) -> None:
     for col in ("node", "state", "containers", "memory used/free MB", "vcores used/free"):
         nodes.add_column(col)
     for n in st.nodes:
-        nodes.add_row(n.node_id, n.state, str(n.containers), f"{n.used_memory_mb}/{n.available_memory_mb}",
-                      f"{n.used_vcores}/{n.available_vcores}")
+        nodes.add_row(
+            n.node_id,
+            n.state,
+            str(n.containers),
+            f"{n.used_memory_mb}/{n.available_memory_mb}",
+            f"{n.used_vcores}/{n.available_vcores}",
+        )
     console.print(nodes)
     console.print(
         f"capacity: memory {st.allocated_memory_mb}/{st.total_memory_mb} MB used, "

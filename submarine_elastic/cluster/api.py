@@ -19,8 +19,7 @@ class PortInUseError(ClusterError):
 
     def __init__(self, port: int, role: str) -> None:
         super().__init__(
-            f"port {port} ({role}) is already in use on 127.0.0.1; stop what holds it "
-            f"or choose another --port-base"
+            f"port {port} ({role}) is already in use on 127.0.0.1; stop what holds it or choose another --port-base"
         )
         self.port = port
         self.role = role

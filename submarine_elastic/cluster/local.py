@@ -58,10 +58,24 @@ ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 JAVA17_OPENS = [
     f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
     for pkg in (
-        "java.lang", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
-        "java.util.concurrent", "java.util.concurrent.atomic", "java.util.regex", "java.util.zip",
-        "java.math", "java.text", "java.time", "sun.nio.ch", "sun.nio.cs", "sun.security.util",
-        "sun.security.x509", "jdk.internal.misc",
+        "java.lang",
+        "java.lang.reflect",
+        "java.io",
+        "java.net",
+        "java.nio",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+        "java.util.regex",
+        "java.util.zip",
+        "java.math",
+        "java.text",
+        "java.time",
+        "sun.nio.ch",
+        "sun.nio.cs",
+        "sun.security.util",
+        "sun.security.x509",
+        "jdk.internal.misc",
     )
 ] + [
     "--add-exports=java.base/sun.net.dns=ALL-UNNAMED",
@@ -107,9 +121,7 @@ class LocalCluster:
         except FileNotFoundError:
             return None
         spec = ClusterSpec(**raw["spec"])
-        daemons = [
-            Daemon(d["name"], int(d["pid"]), int(d["start_ticks"]), Path(d["log"])) for d in raw["daemons"]
-        ]
+        daemons = [Daemon(d["name"], int(d["pid"]), int(d["start_ticks"]), Path(d["log"])) for d in raw["daemons"]]
         return spec, daemons
 
     def _write_state(self, spec: ClusterSpec, daemons: list[Daemon]) -> None:
@@ -170,9 +182,7 @@ class LocalCluster:
         if self.dir.exists():
             # A stale directory from a cluster that died: clear leftovers, then start afresh.
             self._kill_orphans()
-            for sub in ("conf", "zk", "logs", "tmp", "yarn-services") + tuple(
-                f"nm-{i}" for i in range(64)
-            ):
+            for sub in ("conf", "zk", "logs", "tmp", "yarn-services") + tuple(f"nm-{i}" for i in range(64)):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -281,16 +291,23 @@ class LocalCluster:
         (self.dir / "zk").mkdir(exist_ok=True)
         template = (self.conf_template / "zoo.cfg").read_text()
         lines = [
-            line for line in template.splitlines()
+            line
+            for line in template.splitlines()
             if not line.startswith(("dataDir=", "clientPort=", "clientPortAddress="))
         ]
         lines += [f"dataDir={self.dir / 'zk'}", f"clientPort={spec.zk_port}", f"clientPortAddress={spec.host}"]
         (conf / "zoo.cfg").write_text("\n".join(lines) + "\n")
         shutil.copyfile(self.conf_template / "log4j.properties", conf / "log4j.properties")
         cmd = [
-            java, "-Xmx128m", *JVM_LEAN, *self._log_props("zk", conf),
+            java,
+            "-Xmx128m",
+            *JVM_LEAN,
+            *self._log_props("zk", conf),
             "-Dzookeeper.admin.enableServer=false",
-            "-cp", f"{conf}:{self.lib}/*", ZK_MAIN, str(conf / "zoo.cfg"),
+            "-cp",
+            f"{conf}:{self.lib}/*",
+            ZK_MAIN,
+            str(conf / "zoo.cfg"),
         ]
         return self._spawn("zk", cmd, env=None)
 
@@ -332,8 +349,13 @@ class LocalCluster:
         proc_env.update(env or {})
         with out.open("wb") as stdout:
             proc = subprocess.Popen(
-                cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.dir, env=proc_env, start_new_session=True,
+                cmd,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.dir,
+                env=proc_env,
+                start_new_session=True,
             )
         log.info("started %s pid %d", name, proc.pid)
         daemon = Daemon(name, proc.pid, _start_ticks(proc.pid), self.dir / "logs" / f"{name}.log")
@@ -356,11 +378,15 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 # Node ids are "<resolved host>:<NM port>"; the port tells which NM is missing.
                 ports = {n.node_id.rsplit(":", 1)[-1] for n in running}
-                missing = [d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports]
+                missing = [
+                    d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports
+                ]
                 worst = missing[0] if missing else nms[0]
                 raise DaemonStartError(
-                    worst.name, f"did not register with the ResourceManager within {timeout:.0f} s",
-                    worst.log, _tail(worst),
+                    worst.name,
+                    f"did not register with the ResourceManager within {timeout:.0f} s",
+                    worst.log,
+                    _tail(worst),
                 )
             time.sleep(0.5)
 
@@ -440,8 +466,11 @@ class LocalCluster:
             return dataclasses.replace(result, rm_error=f"ResourceManager at {spec.rm_url} not answering: {exc}")
         services = [
             ServiceSummary(
-                name=a["name"], app_id=a["id"], state=a["state"],
-                allocated_memory_mb=int(a.get("allocatedMB", 0)), containers=int(a.get("runningContainers", 0)),
+                name=a["name"],
+                app_id=a["id"],
+                state=a["state"],
+                allocated_memory_mb=int(a.get("allocatedMB", 0)),
+                containers=int(a.get("runningContainers", 0)),
             )
             for a in ((apps.get("apps") or {}).get("app") or [])
         ]
@@ -623,9 +652,12 @@ def _rm_nodes(rm_url: str) -> list[NodeInfo]:
     nodes = (raw.get("nodes") or {}).get("node") or []
     return [
         NodeInfo(
-            node_id=n["id"], state=n["state"],
-            used_memory_mb=int(n.get("usedMemoryMB", 0)), available_memory_mb=int(n.get("availMemoryMB", 0)),
-            used_vcores=int(n.get("usedVirtualCores", 0)), available_vcores=int(n.get("availableVirtualCores", 0)),
+            node_id=n["id"],
+            state=n["state"],
+            used_memory_mb=int(n.get("usedMemoryMB", 0)),
+            available_memory_mb=int(n.get("availMemoryMB", 0)),
+            used_vcores=int(n.get("usedVirtualCores", 0)),
+            available_vcores=int(n.get("availableVirtualCores", 0)),
             containers=int(n.get("numContainers", 0)),
         )
         for n in nodes
