@@ -1,0 +1,503 @@
+"""The YARN package's interface: its errors and the value types read back from the ResourceManager.
+
+Everything here is plain data. The HTTP client (:mod:`.client`) builds these objects from the
+RM's JSON; the spec models that are *sent* live in :mod:`.spec`.
+
+Errors form one tree under :class:`YarnError`. Each carries the HTTP status (when the RM answered)
+and the RM's ``diagnostics`` text, which the services API puts into every error body.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+__all__ = [
+    "AppSummary",
+    "ComponentNotFoundError",
+    "ComponentState",
+    "ComponentStatus",
+    "ContainerState",
+    "ContainerStatus",
+    "InvalidSpecError",
+    "KerberosUnavailableError",
+    "RMUnreachableError",
+    "ReconcileResult",
+    "ServiceAlreadyExistsError",
+    "ServiceBackend",
+    "ServiceFailedError",
+    "ServiceNotFoundError",
+    "ServiceState",
+    "ServiceStateError",
+    "ServiceStatus",
+    "YarnAuthError",
+    "YarnError",
+    "YarnRequestError",
+    "YarnTimeoutError",
+    "instance_number",
+]
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class YarnError(Exception):
+    """Base of every error raised by :mod:`submarine_elastic.yarn`.
+
+    Attributes:
+        status_code: HTTP status the RM answered with, or None when it did not answer.
+        diagnostics: the ``diagnostics`` text of the RM's answer, or None.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, diagnostics: str | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+        self.diagnostics = diagnostics
+
+
+class RMUnreachableError(YarnError):
+    """The ResourceManager could not be reached, or answered 502/503/504, after all retries."""
+
+
+class YarnTimeoutError(YarnError):
+    """A wait ran out of time. The message names what was awaited and the last state seen.
+
+    Attributes:
+        last_state: the last :class:`ServiceStatus` (or other value) read before giving up, if any.
+    """
+
+    def __init__(self, message: str, *, last_state: object = None):
+        super().__init__(message)
+        self.last_state = last_state
+
+
+class InvalidSpecError(YarnError, ValueError):
+    """A service spec was rejected, locally (pydantic) or by the RM (HTTP 400 with diagnostics).
+
+    Attributes:
+        fields: dotted paths of the offending fields (``components.0.resource.memory``); empty when
+            the RM rejected the spec, since it only sends text.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fields: Sequence[str] = (),
+        status_code: int | None = None,
+        diagnostics: str | None = None,
+    ):
+        super().__init__(message, status_code=status_code, diagnostics=diagnostics)
+        self.fields = tuple(fields)
+
+
+class YarnAuthError(YarnError):
+    """The RM refused the caller (401/403), or the requested authentication cannot be set up."""
+
+
+class KerberosUnavailableError(YarnAuthError):
+    """``auth="kerberos"`` was asked for but ``requests-gssapi`` is not installed."""
+
+
+class ServiceNotFoundError(YarnError):
+    """The RM does not know a service of that name."""
+
+
+class ComponentNotFoundError(YarnError):
+    """The service exists but has no component of that name."""
+
+
+class ServiceAlreadyExistsError(YarnError):
+    """A service of that name already exists (``POST`` of a taken name)."""
+
+
+class ServiceStateError(YarnError):
+    """The request conflicts with the service's current state (not running, still running, ...)."""
+
+
+class ServiceFailedError(YarnError):
+    """While waiting for a service, it reached a terminal state (FAILED, STOPPED, SUCCEEDED).
+
+    Attributes:
+        last_state: the :class:`ServiceStatus` that showed the terminal state.
+    """
+
+    def __init__(self, message: str, *, last_state: ServiceStatus | None = None):
+        super().__init__(message)
+        self.last_state = last_state
+
+
+class YarnRequestError(YarnError):
+    """The RM answered with an error that no narrower class describes."""
+
+
+# --------------------------------------------------------------------------------------------- states
+
+
+class ServiceState(StrEnum):
+    """``ServiceState`` of the YARN services API."""
+
+    ACCEPTED = "ACCEPTED"
+    STARTED = "STARTED"
+    STABLE = "STABLE"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    FLEX = "FLEX"
+    UPGRADING = "UPGRADING"
+    UPGRADING_AUTO_FINALIZE = "UPGRADING_AUTO_FINALIZE"
+    EXPRESS_UPGRADING = "EXPRESS_UPGRADING"
+    SUCCEEDED = "SUCCEEDED"
+    CANCEL_UPGRADING = "CANCEL_UPGRADING"
+
+
+#: Service states after which a service will not become STABLE on its own.
+TERMINAL_SERVICE_STATES = frozenset({ServiceState.STOPPED, ServiceState.FAILED, ServiceState.SUCCEEDED})
+
+
+class ComponentState(StrEnum):
+    """``ComponentState`` of the YARN services API."""
+
+    INIT = "INIT"
+    FLEXING = "FLEXING"
+    STABLE = "STABLE"
+    NEEDS_UPGRADE = "NEEDS_UPGRADE"
+    UPGRADING = "UPGRADING"
+    CANCEL_UPGRADING = "CANCEL_UPGRADING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class ContainerState(StrEnum):
+    """``ContainerState`` of the YARN services API. Only READY counts as a usable worker."""
+
+    RUNNING_BUT_UNREADY = "RUNNING_BUT_UNREADY"
+    READY = "READY"
+    STOPPED = "STOPPED"
+    NEEDS_UPGRADE = "NEEDS_UPGRADE"
+    UPGRADING = "UPGRADING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    FAILED_UPGRADE = "FAILED_UPGRADE"
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _state(enum: type[_E], raw: object) -> _E | str | None:
+    """The enum member for ``raw``; a value this client does not know stays a plain string."""
+    if raw is None:
+        return None
+    text = str(raw)
+    try:
+        return enum(text)
+    except ValueError:
+        return text
+
+
+_INSTANCE_SUFFIX = re.compile(r"-(\d+)$")
+
+
+def instance_number(component_instance_name: str) -> int:
+    """The ``i`` of a component instance name ``<component>-<i>`` (``worker-12`` -> 12).
+
+    Raises:
+        ValueError: the name does not end in ``-<digits>``.
+    """
+    match = _INSTANCE_SUFFIX.search(component_instance_name)
+    if match is None:
+        raise ValueError(f"component instance name {component_instance_name!r} does not end in -<number>")
+    return int(match.group(1))
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """One container of a running component, as ``GET /app/v1/services/{name}`` reports it."""
+
+    id: str
+    state: ContainerState | str | None
+    component_instance_name: str
+    hostname: str | None = None
+    ip: str | None = None
+    bare_host: str | None = None
+    launch_time_ms: int | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True when YARN's readiness check passed (state READY)."""
+        return self.state == ContainerState.READY
+
+    @property
+    def instance_number(self) -> int:
+        """The ``i`` of ``<component>-<i>``; ``-1`` when the name has no number."""
+        try:
+            return instance_number(self.component_instance_name)
+        except ValueError:
+            return -1
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ContainerStatus:
+        """Build from one element of ``components[].containers[]``."""
+        # Hadoop before YARN-7565 wrote component_name; later versions component_instance_name.
+        name = data.get("component_instance_name") or data.get("component_name") or ""
+        return cls(
+            id=str(data.get("id", "")),
+            state=_state(ContainerState, data.get("state")),
+            component_instance_name=str(name),
+            hostname=_opt_str(data.get("hostname")),
+            ip=_opt_str(data.get("ip")),
+            bare_host=_opt_str(data.get("bare_host")),
+            launch_time_ms=_opt_int(data.get("launch_time")),
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One component of a service: its desired size and its containers."""
+
+    name: str
+    state: ComponentState | str | None
+    number_of_containers: int | None
+    containers: tuple[ContainerStatus, ...] = ()
+    restart_policy: str | None = None
+
+    @property
+    def ready_containers(self) -> tuple[ContainerStatus, ...]:
+        """READY containers sorted by instance number (``worker-0``, ``worker-1``, ...)."""
+        ready = (c for c in self.containers if c.ready)
+        return tuple(sorted(ready, key=lambda c: (c.instance_number, c.component_instance_name)))
+
+    @property
+    def ready_count(self) -> int:
+        """How many containers are READY."""
+        return sum(1 for c in self.containers if c.ready)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ComponentStatus:
+        """Build from one element of ``components[]``."""
+        containers = data.get("containers") or ()
+        return cls(
+            name=str(data.get("name", "")),
+            state=_state(ComponentState, data.get("state")),
+            number_of_containers=_opt_int(data.get("number_of_containers")),
+            containers=tuple(ContainerStatus.from_json(c) for c in containers if isinstance(c, Mapping)),
+            restart_policy=_opt_str(data.get("restart_policy")),
+        )
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """A service as ``GET /app/v1/services/{name}`` reports it.
+
+    Before the service's AM runs (state ACCEPTED) or after it stopped, the RM returns the name and
+    state only, so ``components`` is empty then.
+    """
+
+    name: str
+    state: ServiceState | str | None
+    id: str | None = None
+    version: str | None = None
+    lifetime: int | None = None
+    number_of_running_containers: int | None = None
+    components: tuple[ComponentStatus, ...] = ()
+    diagnostics: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def component(self, name: str) -> ComponentStatus | None:
+        """The component called ``name``, or None."""
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        return None
+
+    @property
+    def is_terminal(self) -> bool:
+        """True in STOPPED, FAILED or SUCCEEDED: the service will not become STABLE by itself."""
+        return self.state in TERMINAL_SERVICE_STATES
+
+    @property
+    def is_ready(self) -> bool:
+        """True when the service is STABLE, or running with every component's desired containers READY."""
+        if self.state == ServiceState.STABLE:
+            return True
+        if self.state not in (ServiceState.STARTED, ServiceState.FLEX) or not self.components:
+            return False
+        return all(c.ready_count >= (c.number_of_containers or 0) for c in self.components)
+
+    def describe(self) -> str:
+        """A one-line summary for messages: state and READY/desired per component."""
+        parts = [f"{c.name} {c.ready_count}/{c.number_of_containers} READY" for c in self.components]
+        detail = f" ({', '.join(parts)})" if parts else ""
+        return f"service {self.name!r} state={self.state}{detail}"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServiceStatus:
+        """Build from the body of ``GET /app/v1/services/{name}``."""
+        components = data.get("components") or ()
+        return cls(
+            name=str(data.get("name", "")),
+            state=_state(ServiceState, data.get("state")),
+            id=_opt_str(data.get("id")),
+            version=_opt_str(data.get("version")),
+            lifetime=_opt_int(data.get("lifetime")),
+            number_of_running_containers=_opt_int(data.get("number_of_running_containers")),
+            components=tuple(ComponentStatus.from_json(c) for c in components if isinstance(c, Mapping)),
+            diagnostics=_opt_str(data.get("diagnostics")),
+            raw=dict(data),
+        )
+
+
+@dataclass(frozen=True)
+class AppSummary:
+    """One YARN application from ``/ws/v1/cluster/apps?applicationTypes=yarn-service``.
+
+    ``state`` is the YARN *application* state (NEW ... ACCEPTED, RUNNING, FINISHED, FAILED, KILLED),
+    not the service state; a yarn-service application is named after its service.
+    """
+
+    id: str
+    name: str
+    state: str
+    user: str | None = None
+    queue: str | None = None
+    final_status: str | None = None
+    application_type: str | None = None
+    tags: tuple[str, ...] = ()
+    progress: float | None = None
+    started_time_ms: int | None = None
+    finished_time_ms: int | None = None
+    running_containers: int | None = None
+    allocated_mb: int | None = None
+    allocated_vcores: int | None = None
+    tracking_url: str | None = None
+    diagnostics: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AppSummary:
+        """Build from one element of ``apps.app[]`` of the RM's cluster REST API."""
+        raw_tags = data.get("applicationTags") or ""
+        tags = tuple(t.strip() for t in str(raw_tags).split(",") if t.strip())
+        progress = data.get("progress")
+        return cls(
+            id=str(data.get("id", "")),
+            name=str(data.get("name", "")),
+            state=str(data.get("state", "")),
+            user=_opt_str(data.get("user")),
+            queue=_opt_str(data.get("queue")),
+            final_status=_opt_str(data.get("finalStatus")),
+            application_type=_opt_str(data.get("applicationType")),
+            tags=tags,
+            progress=float(progress) if isinstance(progress, int | float) else None,
+            started_time_ms=_opt_int(data.get("startedTime")),
+            finished_time_ms=_opt_int(data.get("finishedTime")),
+            running_containers=_opt_int(data.get("runningContainers")),
+            allocated_mb=_opt_int(data.get("allocatedMB")),
+            allocated_vcores=_opt_int(data.get("allocatedVCores")),
+            tracking_url=_opt_str(data.get("trackingUrl")),
+            diagnostics=_opt_str(data.get("diagnostics")) or None,
+        )
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """What :meth:`YarnServiceClient.reconcile` found; failures are data here, never raised.
+
+    Attributes:
+        service, component: what was reconciled.
+        target: the READY count asked for.
+        desired: the component's ``number_of_containers`` as the RM last reported it (None if unknown).
+        ready: how many containers were READY at the last read.
+        ready_instances: their instance names, sorted by instance number.
+        service_state: the service state at the last read.
+        converged: True when ``ready == target == desired``.
+        flexed: True when reconcile had to (re)send the flex because the RM's desired count differed.
+        error: the error that stopped reconciliation (timeout, RM unreachable, not found, ...), or None.
+        elapsed_s: seconds spent.
+    """
+
+    service: str
+    component: str
+    target: int
+    desired: int | None
+    ready: int
+    ready_instances: tuple[str, ...]
+    service_state: ServiceState | str | None
+    converged: bool
+    flexed: bool = False
+    error: YarnError | None = None
+    elapsed_s: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------- backend
+
+
+class ServiceBackend(ABC):
+    """The declarative cluster-control surface the elastic controller needs from a cluster.
+
+    Say the target (:meth:`set_target`), read the state (:meth:`status`, :meth:`ready_instances`),
+    reconcile (:meth:`reconcile`). :class:`~submarine_elastic.yarn.client.YarnServiceClient` is the
+    YARN implementation; a simulator or a test may provide another.
+    """
+
+    @abstractmethod
+    def status(self, name: str) -> ServiceStatus:
+        """Read the service's current state. Blocks for one request.
+
+        Raises:
+            ServiceNotFoundError: no such service.
+            RMUnreachableError: the cluster did not answer.
+            YarnError: any other failure.
+        """
+
+    @abstractmethod
+    def set_target(self, name: str, component: str, n: int) -> None:
+        """Record ``n`` as the desired size of ``component`` and ask the cluster for it.
+
+        Blocks for one request.
+
+        Raises:
+            ValueError: ``n`` is negative.
+            ServiceNotFoundError, ComponentNotFoundError: no such service or component.
+            ServiceStateError: the service cannot be resized in its current state.
+            RMUnreachableError: the cluster did not answer.
+            YarnError: any other failure.
+        """
+
+    @abstractmethod
+    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
+        """Drive ``component`` towards ``n`` READY instances and report; blocks at most ``timeout`` seconds.
+
+        Never raises :class:`YarnError`: failures are returned in :attr:`ReconcileResult.error`.
+
+        Raises:
+            ValueError: no target given nor recorded, or a negative target or timeout.
+        """
+
+    @abstractmethod
+    def ready_instances(self, name: str, component: str) -> list[ContainerStatus]:
+        """READY instances of ``component``, sorted by instance number. Blocks for one request.
+
+        Raises:
+            ServiceNotFoundError, ComponentNotFoundError: no such service or component.
+            RMUnreachableError: the cluster did not answer.
+            YarnError: any other failure.
+        """

@@ -1,0 +1,904 @@
+"""HTTP client of the YARN Services REST API (``/app/v1/services``) and the RM's application list.
+
+What the ResourceManager answers (read from ``ApiServer`` and ``ServiceClient`` of Hadoop 3.x):
+
+============================================  =====================================================
+request                                       answer
+============================================  =====================================================
+``POST /app/v1/services``                     202 ``{"diagnostics": "Application ID: ...", "state":
+                                              "ACCEPTED", "uri": ...}``; 400 when the spec fails
+                                              ``ServiceApiUtil`` validation; 500 ``"Service name X is
+                                              already taken."`` for an existing name; 500 for other
+                                              failures (HDFS, submission, resource above the maximum)
+``GET /app/v1/services/{name}``               200 the service; 404 ``"Service X not found"``
+``PUT .../{name}/components/{comp}``          200 ``"Updating component (c) size from a to b"``; 400
+                                              for a missing/negative count; 500 for anything the
+                                              RM's service client throws (unknown service or
+                                              component, service not RUNNING)
+``PUT /app/v1/services/{name}``               STOPPED: 200, 400 ``"... is already stopped"``;
+                                              STARTED: 200, 400 when already running; decommission:
+                                              202; 404 unknown service; 204 when nothing to do
+``DELETE /app/v1/services/{name}``            200 ``"Successfully destroyed service X"`` (stops it
+                                              first, synchronously); 400 ``"Service X doesn't
+                                              exist"``
+============================================  =====================================================
+
+Errors are JSON ``{"diagnostics": "..."}``; the text goes into every :class:`YarnError` raised here.
+Where the status code alone is ambiguous (the RM uses 500 for permanent failures too), the client
+reads the service's state back to pick the narrow error.
+
+Retries: urllib3 ``Retry`` on the session, with backoff, for connection errors and 502/503/504, and
+only for idempotent methods (GET, PUT, DELETE). 500 is *not* retried: the services API uses it for
+permanent failures ("already taken", unknown component, service not running), so a retry would only
+delay the error. See :func:`build_session` for why POST is never retried once it may have been sent.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+from urllib.parse import quote, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from .. import env
+from .api import (
+    AppSummary,
+    ComponentNotFoundError,
+    ContainerStatus,
+    InvalidSpecError,
+    KerberosUnavailableError,
+    ReconcileResult,
+    RMUnreachableError,
+    ServiceAlreadyExistsError,
+    ServiceBackend,
+    ServiceFailedError,
+    ServiceNotFoundError,
+    ServiceState,
+    ServiceStateError,
+    ServiceStatus,
+    YarnAuthError,
+    YarnError,
+    YarnRequestError,
+    YarnTimeoutError,
+    instance_number,
+)
+from .spec import NAME_PATTERN, Service
+
+__all__ = [
+    "DEFAULT_HTTP_TIMEOUT",
+    "IDEMPOTENT_METHODS",
+    "LIVE_APP_STATES",
+    "RETRY_STATUSES",
+    "YarnServiceClient",
+    "build_session",
+]
+
+logger = logging.getLogger(__name__)
+
+#: (connect, read) seconds for one HTTP request. DELETE stops the service synchronously, which the
+#: RM bounds at about 10 s before it kills the application, so the read timeout stays well above that.
+DEFAULT_HTTP_TIMEOUT: tuple[float, float] = (5.0, 60.0)
+#: Methods whose repetition cannot change the outcome; only these are retried after being sent.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+#: Gateway / unavailable answers (a proxy, a restarting or standby RM). Not 500: see the module doc.
+RETRY_STATUSES = (502, 503, 504)
+#: YARN application states of a live application (``ServiceClient.liveStates``).
+LIVE_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+
+_SERVICES = "/app/v1/services"
+_APPS = "/ws/v1/cluster/apps"
+_RUNNING_STATES = frozenset({ServiceState.STARTED, ServiceState.STABLE, ServiceState.FLEX})
+_APP_ID = re.compile(r"application_\d+_\d+")
+#: reconcile re-sends a flex that the RM has not taken up after this many polls.
+_REFLEX_AFTER_POLLS = 10
+
+_T = TypeVar("_T")
+_YE = TypeVar("_YE", bound=YarnError)
+
+
+def _narrow(cls: type[_YE], message: str, cause: YarnError) -> _YE:
+    """A narrower error that keeps the RM's status code and diagnostics of ``cause``."""
+    return cls(message, status_code=cause.status_code, diagnostics=cause.diagnostics)
+
+
+def build_session(*, retries: int = 3, backoff: float = 0.5, backoff_max: float = 10.0) -> requests.Session:
+    """A :class:`requests.Session` with the client's retry policy mounted for http and https.
+
+    Why POST is never retried once it may have been sent: ``POST /app/v1/services`` submits a YARN
+    application. If the connection drops after the request left, the RM may have created the
+    service; a blind retry would then fail with "already taken" (hiding the success) or, after a
+    concurrent destroy, create it twice. urllib3 retries a method outside ``allowed_methods`` only
+    on *connect* errors (``ConnectTimeoutError``, ``NewConnectionError``), raised before a byte of
+    the request is written, which is safe; read errors and retryable statuses are not retried for
+    POST. GET, PUT (flex to N, state STOPPED/STARTED, decommission a named instance) and DELETE
+    give the same end state when repeated, so they are retried on both. Blocks for nothing.
+
+    Raises:
+        ValueError: a negative ``retries``, ``backoff`` or ``backoff_max``.
+    """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    if backoff < 0 or backoff_max < 0:
+        raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff} and {backoff_max}")
+    retry = Retry(
+        total=None,
+        connect=retries,
+        read=retries,
+        status=retries,
+        other=0,
+        allowed_methods=IDEMPOTENT_METHODS,
+        status_forcelist=RETRY_STATUSES,
+        backoff_factor=backoff,
+        backoff_max=backoff_max,
+        raise_on_status=False,
+        respect_retry_after_header=True,
+    )
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _kerberos_auth() -> requests.auth.AuthBase:
+    try:
+        import requests_gssapi  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise KerberosUnavailableError(
+            "auth='kerberos' needs the requests-gssapi package: pip install 'submarine-elastic[kerberos]'"
+        ) from exc
+    # OPTIONAL: Hadoop's SPNEGO filter does not always send a mutual-auth token back.
+    auth: requests.auth.AuthBase = requests_gssapi.HTTPSPNEGOAuth(mutual_authentication=requests_gssapi.OPTIONAL)
+    return auth
+
+
+def _check_name(value: str, kind: str) -> str:
+    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+        raise ValueError(f"{kind} name {value!r} must match [a-z][a-z0-9-]*")
+    return value
+
+
+def _check_count(n: int, what: str = "n") -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{what} must be an int >= 0, got {n!r}")
+    return n
+
+
+def _check_timeout(timeout: float) -> float:
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+    return float(timeout)
+
+
+def _diagnostics(resp: requests.Response) -> tuple[str | None, bool]:
+    """The error text of an RM answer, and whether the body was JSON (the API's own answer)."""
+    try:
+        data = resp.json()
+    except ValueError:
+        text = resp.text.strip()
+        return (text[:500] or None), False
+    if isinstance(data, dict):
+        if data.get("diagnostics") is not None:
+            return str(data["diagnostics"]), True
+        remote = data.get("RemoteException")  # errors of the /ws/v1 cluster API
+        if isinstance(remote, dict) and remote.get("message") is not None:
+            return str(remote["message"]), True
+        return None, True
+    return None, True
+
+
+def _was_retried(resp: requests.Response) -> bool:
+    """True when urllib3 sent this request more than once: an earlier attempt may have been applied."""
+    retries = getattr(resp.raw, "retries", None)
+    return bool(getattr(retries, "history", ()))
+
+
+class YarnServiceClient(ServiceBackend):
+    """Client of one ResourceManager's YARN Services API.
+
+    Every method blocks for one HTTP request (plus urllib3's retries, each bounded by ``timeout``)
+    unless it says it waits; every wait has a timeout and raises :class:`YarnTimeoutError` naming
+    what it waited for and the last state seen. Waits poll every ``poll_interval`` seconds using the
+    injected ``clock`` and ``sleep``.
+
+    Targets recorded by :meth:`set_target` are guarded by a lock; HTTP goes through one shared
+    ``requests.Session``, so give each thread that polls at a high rate its own client.
+
+    Args:
+        rm_url: ResourceManager web address, e.g. ``http://localhost:8088``.
+        user: user for simple auth, sent as ``user.name`` on every request; default
+            :func:`submarine_elastic.env.yarn_user`. Ignored with kerberos.
+        auth: ``"simple"`` or ``"kerberos"`` (SPNEGO via requests-gssapi); default
+            :func:`submarine_elastic.env.yarn_auth`.
+        session: the HTTP edge. When None, :func:`build_session` makes one with ``retries`` and
+            ``backoff``; an injected session is used as given (its own retry policy, if any).
+        timeout: seconds for one HTTP request, or (connect, read).
+        retries: retries of an idempotent request on connection errors and 502/503/504.
+        backoff: urllib3 ``backoff_factor``: sleeps of backoff * 2**(n-1) seconds between retries.
+        poll_interval: seconds between reads while waiting.
+        clock, sleep: monotonic time source and sleep used by waits (inject fakes in tests).
+
+    Raises:
+        ValueError: a bad ``rm_url``, ``auth``, ``retries``, ``backoff``, ``timeout`` or ``poll_interval``.
+        KerberosUnavailableError: ``auth="kerberos"`` without requests-gssapi installed.
+    """
+
+    def __init__(
+        self,
+        rm_url: str,
+        *,
+        user: str | None = None,
+        auth: Literal["simple", "kerberos"] | str | None = None,
+        session: requests.Session | None = None,
+        timeout: float | tuple[float, float] = DEFAULT_HTTP_TIMEOUT,
+        retries: int = 3,
+        backoff: float = 0.5,
+        poll_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        parts = urlsplit(rm_url or "")
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"rm_url must be an http(s) URL such as http://localhost:8088, got {rm_url!r}")
+        mode = (auth if auth is not None else env.yarn_auth()).lower()
+        if mode not in ("simple", "kerberos"):
+            raise ValueError(f"auth must be 'simple' or 'kerberos', got {auth!r}")
+        timeouts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        if len(timeouts) != 2 or any(t <= 0 for t in timeouts):
+            raise ValueError(f"timeout must be > 0 seconds (or a (connect, read) pair), got {timeout!r}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
+
+        self.rm_url = rm_url.rstrip("/")
+        self.auth_mode = mode
+        self.user: str | None = None
+        self._auth: requests.auth.AuthBase | None = None
+        if mode == "kerberos":
+            self._auth = _kerberos_auth()
+        else:
+            self.user = user if user is not None else env.yarn_user()
+        self._owns_session = session is None
+        self._session = session if session is not None else build_session(retries=retries, backoff=backoff)
+        self._timeout = (float(timeouts[0]), float(timeouts[1]))
+        self._retries = retries
+        self._poll_interval = float(poll_interval)
+        self._clock = clock
+        self._sleep = sleep
+        self._targets: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, default_url: str | None = None, **kwargs: Any) -> YarnServiceClient:
+        """A client for ``SUBMARINE_RM_URL`` (else ``default_url``); other settings as in the constructor.
+
+        Raises:
+            ValueError: neither ``SUBMARINE_RM_URL`` nor ``default_url`` is set, or a bad argument.
+            KerberosUnavailableError: as the constructor.
+        """
+        url = env.rm_url() or default_url
+        if url is None:
+            raise ValueError("no ResourceManager address: set SUBMARINE_RM_URL or pass default_url")
+        return cls(url, **kwargs)
+
+    def close(self) -> None:
+        """Close the HTTP session if this client created it."""
+        if self._owns_session:
+            self._session.close()
+
+    def __enter__(self) -> YarnServiceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ HTTP edge
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+    ) -> requests.Response:
+        """Send one request (with the session's retries) and return whatever the RM answered.
+
+        Raises:
+            RMUnreachableError: no connection or a timeout, after the retries.
+            YarnRequestError: any other transport failure.
+        """
+        url = self.rm_url + path
+        query = dict(params or {})
+        if self.user is not None:
+            query["user.name"] = self.user
+        logger.debug("%s %s params=%s body=%s", method, url, query, body)
+        try:
+            return self._session.request(
+                method,
+                url,
+                params=query,
+                json=body,
+                timeout=self._timeout,
+                auth=self._auth,
+                headers={"Accept": "application/json"},
+            )
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            maybe = ""
+            if method not in IDEMPOTENT_METHODS:
+                maybe = " (the RM may have applied it: read the state back)"
+            raise RMUnreachableError(
+                f"{method} {path}: ResourceManager at {self.rm_url} unreachable: {exc}{maybe}"
+            ) from exc
+        except requests.RequestException as exc:
+            raise YarnRequestError(f"{method} {path}: request failed: {exc}") from exc
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        ok: Iterable[int] = (200,),
+    ) -> requests.Response:
+        """Send one request; return the response if its status is in ``ok``, else raise.
+
+        Raises:
+            RMUnreachableError: no connection, a timeout, or 502/503/504 after the retries.
+            YarnAuthError: 401 or 403.
+            ServiceNotFoundError: 404 with the API's JSON body.
+            YarnRequestError: any other status not in ``ok``; callers refine it.
+        """
+        resp = self._send(method, path, params=params, body=body)
+        if resp.status_code in set(ok):
+            return resp
+        raise self._error(method, path, resp)
+
+    def _error(self, method: str, path: str, resp: requests.Response) -> YarnError:
+        status = resp.status_code
+        diag, is_json = _diagnostics(resp)
+        where = f"{method} {path} -> HTTP {status}"
+        text = f": {diag}" if diag else ""
+        if status in (401, 403):
+            return YarnAuthError(f"{where}, access denied{text}", status_code=status, diagnostics=diag)
+        if status in RETRY_STATUSES:
+            retried = f" after {self._retries} retries" if method in IDEMPOTENT_METHODS else ""
+            return RMUnreachableError(
+                f"{where}{retried}: ResourceManager unavailable{text}", status_code=status, diagnostics=diag
+            )
+        if status == 404:
+            if is_json:
+                return ServiceNotFoundError(f"{where}{text}", status_code=status, diagnostics=diag)
+            return YarnRequestError(
+                f"{where} without the services API's JSON answer; is yarn.webapp.api-service.enable=true "
+                f"on the RM?{text}",
+                status_code=status,
+                diagnostics=diag,
+            )
+        return YarnRequestError(f"{where}{text}", status_code=status, diagnostics=diag)
+
+    @staticmethod
+    def _service_path(name: str) -> str:
+        return f"{_SERVICES}/{quote(_check_name(name, 'service'), safe='')}"
+
+    # -------------------------------------------------------------------------------------- reading
+
+    def hadoop_version(self) -> str:
+        """The RM's Hadoop build version (``GET /app/v1/services/version``); a cheap liveness probe.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        resp = self._request("GET", f"{_SERVICES}/version")
+        try:
+            return str(resp.json().get("hadoop_version", "")).strip()
+        except (ValueError, AttributeError) as exc:
+            raise YarnRequestError(f"GET {_SERVICES}/version: unexpected answer {resp.text[:200]!r}") from exc
+
+    def status(self, name: str) -> ServiceStatus:
+        """The service as the RM reports it (``GET /app/v1/services/{name}``). Blocks for one request.
+
+        Raises:
+            ValueError: ``name`` is not a valid service name.
+            ServiceNotFoundError: the RM does not know the service.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        path = self._service_path(name)
+        resp = self._request("GET", path)
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise YarnRequestError(f"GET {path}: answer is not JSON: {resp.text[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise YarnRequestError(f"GET {path}: expected a JSON object, got {type(data).__name__}")
+        return ServiceStatus.from_json(data)
+
+    def list(
+        self, states: Sequence[str] | None = LIVE_APP_STATES, *, user: str | None = None
+    ) -> builtins.list[AppSummary]:
+        """yarn-service applications known to the RM (``/ws/v1/cluster/apps?applicationTypes=yarn-service``).
+
+        The services API has no list call; the RM's application list is the source. Blocks for one request.
+
+        Args:
+            states: YARN application states to include (default: the live ones); None for all.
+            user: only applications of this user.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        params = {"applicationTypes": "yarn-service"}
+        if states:
+            params["states"] = ",".join(s.upper() for s in states)
+        if user:
+            params["user"] = user
+        resp = self._request("GET", _APPS, params=params)
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise YarnRequestError(f"GET {_APPS}: answer is not JSON: {resp.text[:200]!r}") from exc
+        apps = (data.get("apps") or {}) if isinstance(data, dict) else {}
+        items = apps.get("app") or [] if isinstance(apps, dict) else []
+        summaries = [AppSummary.from_json(a) for a in items if isinstance(a, Mapping)]
+        return sorted(summaries, key=lambda a: (a.name, a.id))
+
+    def ready_instances(self, name: str, component: str) -> builtins.list[ContainerStatus]:
+        """READY containers of ``component``, sorted by instance number (worker-0, worker-1, ...).
+
+        Empty while the service's AM is not running yet. Blocks for one request.
+
+        Raises:
+            ValueError: an invalid service or component name.
+            ServiceNotFoundError: no such service.
+            ComponentNotFoundError: the running service has no such component.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_name(component, "component")
+        status = self.status(name)
+        comp = status.component(component)
+        if comp is None:
+            if status.components:
+                raise ComponentNotFoundError(
+                    f"service {name!r} has no component {component!r} "
+                    f"(has {', '.join(c.name for c in status.components)})"
+                )
+            return []
+        return list(comp.ready_containers)
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def create(self, spec: Service | Mapping[str, Any], *, wait: bool = True, timeout: float = 600.0) -> ServiceStatus:
+        """Create (submit) a service; with ``wait``, block until it is ready or ``timeout`` seconds pass.
+
+        Ready means STABLE, or running with every component's desired containers READY. The POST is
+        sent once and never retried after it may have reached the RM.
+
+        Returns:
+            The status once ready; without ``wait``, the RM's acceptance (state ACCEPTED, ``id`` the
+            application id).
+
+        Raises:
+            InvalidSpecError: the spec is invalid (checked locally first; else the RM's diagnostics).
+            ServiceAlreadyExistsError: a service of that name exists.
+            ServiceFailedError: while waiting, the service stopped or failed.
+            YarnTimeoutError: not ready within ``timeout``.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_timeout(timeout)
+        service = spec if isinstance(spec, Service) else Service.from_dict(spec)
+        try:
+            resp = self._request("POST", _SERVICES, body=service.to_dict(), ok=range(200, 300))
+        except YarnRequestError as exc:
+            raise self._create_error(service.name, exc) from exc
+        diag, _ = _diagnostics(resp)
+        match = _APP_ID.search(diag or "")
+        logger.info("created service %s (%s)", service.name, diag)
+        if wait:
+            return self.wait_until_ready(service.name, timeout=timeout)
+        return ServiceStatus(
+            name=service.name,
+            state=ServiceState.ACCEPTED,
+            id=match.group(0) if match else None,
+            version=service.version,
+            diagnostics=diag,
+        )
+
+    @staticmethod
+    def _create_error(name: str, exc: YarnRequestError) -> YarnError:
+        diag = exc.diagnostics or ""
+        lowered = diag.lower()
+        if exc.status_code == 400 or "larger than configured max" in lowered:
+            return _narrow(InvalidSpecError, f"the RM rejected the spec of service {name!r}: {diag}", exc)
+        if "already taken" in lowered or "already exists" in lowered:
+            return _narrow(ServiceAlreadyExistsError, f"service {name!r} already exists: {diag}", exc)
+        return exc
+
+    def flex(self, name: str, component: str, n: int) -> None:
+        """Ask for ``n`` containers of ``component`` (``PUT .../components/{component}``); does not wait.
+
+        On scale-in YARN removes the highest-numbered instances. Blocks for one request (retried:
+        setting a count is idempotent).
+
+        Raises:
+            ValueError: a negative ``n`` or an invalid name.
+            ServiceNotFoundError, ComponentNotFoundError: no such service or component.
+            ServiceStateError: the service is not running (e.g. still ACCEPTED, or stopped).
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_count(n)
+        path = f"{self._service_path(name)}/components/{quote(_check_name(component, 'component'), safe='')}"
+        try:
+            self._request("PUT", path, body={"number_of_containers": n}, ok=(200, 202, 204))
+        except YarnRequestError as exc:
+            raise self._classify(name, component, exc, action="flex") from exc
+        logger.info("flexed %s/%s to %d", name, component, n)
+
+    def decommission(
+        self,
+        name: str,
+        component: str,
+        instances: Sequence[str],
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+    ) -> None:
+        """Remove the named instances (``worker-1``) of ``component``; YARN lowers its count by as many.
+
+        ``PUT /app/v1/services/{name}`` with ``decommissioned_instances``. With ``wait``, blocks until
+        none of the instances is listed any more, at most ``timeout`` seconds.
+
+        Raises:
+            ValueError: no instances, or one that is not ``<component>-<number>``.
+            ServiceNotFoundError, ComponentNotFoundError: no such service or component.
+            ServiceStateError: the service is not running.
+            YarnTimeoutError: with ``wait``, an instance is still listed after ``timeout``.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_name(component, "component")
+        _check_timeout(timeout)
+        names = list(dict.fromkeys(instances))
+        if not names:
+            raise ValueError("instances must name at least one component instance")
+        for inst in names:
+            if not isinstance(inst, str) or not inst.startswith(f"{component}-"):
+                raise ValueError(f"instance {inst!r} is not an instance of component {component!r}")
+            instance_number(inst)
+        body = {"components": [{"name": component, "decommissioned_instances": names}]}
+        try:
+            self._request("PUT", self._service_path(name), body=body, ok=(200, 202, 204))
+        except YarnRequestError as exc:
+            raise self._classify(name, component, exc, action="decommission") from exc
+        logger.info("decommissioned %s from %s/%s", names, name, component)
+        if wait:
+
+            def gone() -> tuple[bool, ServiceStatus]:
+                status = self.status(name)
+                comp = status.component(component)
+                listed = {c.component_instance_name for c in comp.containers} if comp else set()
+                return not listed.intersection(names), status
+
+            self._wait(f"instances {names} of service {name!r} to be removed", gone, timeout)
+
+    def stop(self, name: str, *, wait: bool = True, timeout: float = 120.0) -> None:
+        """Stop the service, keeping its definition (``PUT {"state": "STOPPED"}``).
+
+        Stopping a stopped service is not an error. With ``wait``, blocks until the RM reports it
+        STOPPED (or FAILED/SUCCEEDED), at most ``timeout`` seconds.
+
+        Raises:
+            ServiceNotFoundError: no such service.
+            ServiceStateError: the RM refused and the service is not stopped.
+            YarnTimeoutError: with ``wait``, still not stopped after ``timeout``.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_timeout(timeout)
+        path = self._service_path(name)
+        try:
+            self._request("PUT", path, body={"state": "STOPPED"}, ok=(200, 202, 204))
+        except YarnRequestError as exc:
+            current = self._status_or_none(name)
+            if current is None:
+                raise _narrow(ServiceNotFoundError, f"cannot stop service {name!r}: not found", exc) from exc
+            if not current.is_terminal:
+                message = f"cannot stop {current.describe()}: {exc.diagnostics or exc}"
+                raise _narrow(ServiceStateError, message, exc) from exc
+        if wait:
+
+            def stopped() -> tuple[bool, ServiceStatus]:
+                status = self.status(name)
+                return status.is_terminal, status
+
+            self._wait(f"service {name!r} to stop", stopped, timeout)
+
+    def start(self, name: str, *, wait: bool = True, timeout: float = 600.0) -> ServiceStatus:
+        """Start a stopped service again (``PUT {"state": "STARTED"}``).
+
+        Starting a running service is not an error. With ``wait``, blocks until it is ready (as
+        :meth:`create`), at most ``timeout`` seconds.
+
+        Returns:
+            The status once ready, or the status read right after the request without ``wait``.
+
+        Raises:
+            ServiceNotFoundError: no such service.
+            ServiceStateError: the RM refused to start it and it is not running.
+            ServiceFailedError: while waiting, the service stopped or failed.
+            YarnTimeoutError: with ``wait``, not ready within ``timeout``.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_timeout(timeout)
+        path = self._service_path(name)
+        try:
+            self._request("PUT", path, body={"state": "STARTED"}, ok=(200, 202, 204))
+        except YarnRequestError as exc:
+            current = self._status_or_none(name)
+            if current is None:
+                raise _narrow(ServiceNotFoundError, f"cannot start service {name!r}: not found", exc) from exc
+            if current.is_terminal or current.state is None:
+                message = f"cannot start {current.describe()}: {exc.diagnostics or exc}"
+                raise _narrow(ServiceStateError, message, exc) from exc
+        if wait:
+            return self.wait_until_ready(name, timeout=timeout)
+        return self.status(name)
+
+    def destroy(self, name: str, *, wait: bool = True, timeout: float = 120.0, missing_ok: bool = False) -> None:
+        """Stop the service if needed and delete it and its definition (``DELETE``).
+
+        With ``wait``, blocks until ``GET`` answers 404 and the RM lists no live application of that
+        name, at most ``timeout`` seconds.
+
+        A DELETE that urllib3 had to resend may find its own earlier attempt already done; that
+        "doesn't exist" answer counts as success.
+
+        Raises:
+            ServiceNotFoundError: no such service, unless ``missing_ok``.
+            ServiceStateError: the RM could not stop it ("still running").
+            YarnTimeoutError: with ``wait``, still present after ``timeout``.
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        _check_timeout(timeout)
+        path = self._service_path(name)
+        resp = self._send("DELETE", path)
+        if resp.status_code not in (200, 202, 204):
+            error = self._error("DELETE", path, resp)
+            diag = (error.diagnostics or "").lower()
+            missing = ("doesn't exist", "does not exist", "not found")
+            not_found = isinstance(error, ServiceNotFoundError) or (
+                resp.status_code == 400 and any(m in diag for m in missing)
+            )
+            if not not_found:
+                if resp.status_code == 400:
+                    message = f"cannot destroy service {name!r}: {error.diagnostics or error}"
+                    raise _narrow(ServiceStateError, message, error)
+                raise error
+            if not (missing_ok or _was_retried(resp)):
+                message = f"cannot destroy service {name!r}: not found ({error.diagnostics or error})"
+                raise _narrow(ServiceNotFoundError, message, error)
+        logger.info("destroyed service %s", name)
+        if wait:
+
+            def gone() -> tuple[bool, object]:
+                try:
+                    status = self.status(name)
+                except ServiceNotFoundError:
+                    live = [a for a in self.list() if a.name == name]
+                    return not live, live or "GET answers 404"
+                return False, status
+
+            self._wait(f"service {name!r} to be gone", gone, timeout)
+
+    # ------------------------------------------------------------------------------------ declarative
+
+    def set_target(self, name: str, component: str, n: int) -> None:
+        """Record ``n`` as the target of ``component`` and flex to it; :meth:`reconcile` keeps it there.
+
+        Blocks for one request.
+
+        Raises:
+            As :meth:`flex`.
+        """
+        _check_count(n)
+        _check_name(name, "service")
+        _check_name(component, "component")
+        with self._lock:
+            self._targets[(name, component)] = n
+        self.flex(name, component, n)
+
+    def target(self, name: str, component: str) -> int | None:
+        """The target last given to :meth:`set_target` or :meth:`reconcile`, or None."""
+        with self._lock:
+            return self._targets.get((name, component))
+
+    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float = 300.0) -> ReconcileResult:
+        """Read the state back until ``component`` has exactly ``n`` READY containers (at most ``timeout`` s).
+
+        ``n`` defaults to the recorded target (and, when given, becomes it). If the RM's desired
+        count differs from the target while the service runs, the flex is sent again (a lost PUT, an
+        AM restart). Converged means desired == READY == listed containers == target.
+
+        Never raises :class:`YarnError`: a timeout, an unreachable RM or a missing service comes back
+        in :attr:`ReconcileResult.error`, so a controller loop can poll it from any thread.
+
+        Raises:
+            ValueError: no target given nor recorded; a negative target or timeout; an invalid name.
+        """
+        _check_name(name, "service")
+        _check_name(component, "component")
+        _check_timeout(timeout)
+        with self._lock:
+            if n is not None:
+                self._targets[(name, component)] = _check_count(n)
+            target = self._targets.get((name, component))
+        if target is None:
+            raise ValueError(f"no target for {name}/{component}: pass n or call set_target first")
+
+        start = self._clock()
+        deadline = start + timeout
+        flexed = False
+        polls_since_flex = _REFLEX_AFTER_POLLS
+        last: ServiceStatus | None = None
+        transient: YarnError | None = None
+
+        def result(converged: bool, error: YarnError | None) -> ReconcileResult:
+            comp = last.component(component) if last is not None else None
+            ready = comp.ready_containers if comp is not None else ()
+            return ReconcileResult(
+                service=name,
+                component=component,
+                target=target,
+                desired=comp.number_of_containers if comp is not None else None,
+                ready=len(ready),
+                ready_instances=tuple(c.component_instance_name for c in ready),
+                service_state=last.state if last is not None else None,
+                converged=converged,
+                flexed=flexed,
+                error=error,
+                elapsed_s=self._clock() - start,
+            )
+
+        while True:
+            try:
+                last = self.status(name)
+                transient = None
+                comp = last.component(component)
+                if comp is None and last.components:
+                    missing = ComponentNotFoundError(f"service {name!r} has no component {component!r}")
+                    return result(False, missing)
+                if last.is_terminal:
+                    return result(False, ServiceStateError(f"cannot reconcile: {last.describe()}"))
+                if comp is not None:
+                    settled = comp.ready_count == target == len(comp.containers)
+                    if settled and comp.number_of_containers == target:
+                        return result(True, None)
+                    polls_since_flex += 1
+                    if (
+                        comp.number_of_containers != target
+                        and last.state in _RUNNING_STATES
+                        and polls_since_flex >= _REFLEX_AFTER_POLLS
+                    ):
+                        self.flex(name, component, target)
+                        flexed = True
+                        polls_since_flex = 0
+            except (RMUnreachableError, ServiceStateError, YarnRequestError) as exc:
+                transient = exc
+            except YarnError as exc:
+                return result(False, exc)
+            if self._clock() >= deadline:
+                seen = last.describe() if last is not None else "nothing read"
+                why = f"; last error: {transient}" if transient is not None else ""
+                return result(
+                    False,
+                    YarnTimeoutError(
+                        f"timed out after {timeout:g}s waiting for {target} READY {component} containers of "
+                        f"service {name!r}; last state: {seen}{why}",
+                        last_state=last,
+                    ),
+                )
+            self._sleep(min(self._poll_interval, max(0.0, deadline - self._clock())))
+
+    # ------------------------------------------------------------------------------------------ waits
+
+    def wait_until_ready(self, name: str, *, timeout: float = 600.0) -> ServiceStatus:
+        """Block until the service is STABLE or all desired containers are READY, at most ``timeout`` s.
+
+        Raises:
+            ServiceFailedError: the service reached STOPPED, FAILED or SUCCEEDED.
+            YarnTimeoutError: not ready in time (the message has the last state seen).
+            ServiceNotFoundError, YarnAuthError, YarnRequestError: as :meth:`status`; an unreachable
+                RM is retried until the timeout.
+        """
+        _check_timeout(timeout)
+
+        def ready() -> tuple[bool, ServiceStatus]:
+            status = self.status(name)
+            if status.is_terminal:
+                raise ServiceFailedError(f"{status.describe()} while waiting for it to become ready", last_state=status)
+            return status.is_ready, status
+
+        return self._wait(f"service {name!r} to become ready (STABLE)", ready, timeout)
+
+    def wait_for_ready(
+        self, name: str, component: str, n: int, *, timeout: float = 300.0
+    ) -> builtins.list[ContainerStatus]:
+        """Block until exactly ``n`` containers of ``component`` are READY (and no others listed).
+
+        Returns:
+            The READY containers, sorted by instance number.
+
+        Raises:
+            ValueError: a negative ``n`` or ``timeout``.
+            YarnTimeoutError: not reached within ``timeout``.
+            ServiceNotFoundError, ComponentNotFoundError, YarnAuthError, YarnRequestError: as
+                :meth:`ready_instances`; an unreachable RM is retried until the timeout.
+        """
+        _check_count(n)
+        _check_timeout(timeout)
+
+        def count() -> tuple[bool, ServiceStatus]:
+            status = self.status(name)
+            comp = status.component(component)
+            if comp is None and status.components:
+                raise ComponentNotFoundError(f"service {name!r} has no component {component!r}")
+            done = comp is not None and comp.ready_count == n == len(comp.containers)
+            return done, status
+
+        status = self._wait(f"{n} READY {component} containers of service {name!r}", count, timeout)
+        comp = status.component(component)
+        return list(comp.ready_containers) if comp is not None else []
+
+    def _wait(self, what: str, probe: Callable[[], tuple[bool, _T]], timeout: float) -> _T:
+        """Call ``probe`` every poll interval until it says done; an unreachable RM counts as not done."""
+        deadline = self._clock() + timeout
+        last: object = None
+        last_error: YarnError | None = None
+        while True:
+            try:
+                done, value = probe()
+                last, last_error = value, None
+                if done:
+                    return value
+            except RMUnreachableError as exc:
+                last_error = exc
+            if self._clock() >= deadline:
+                seen = last.describe() if isinstance(last, ServiceStatus) else repr(last)
+                why = f"; last error: {last_error}" if last_error is not None else ""
+                message = f"timed out after {timeout:g}s waiting for {what}; last state: {seen}{why}"
+                raise YarnTimeoutError(message, last_state=last)
+            self._sleep(min(self._poll_interval, max(0.0, deadline - self._clock())))
+
+    # --------------------------------------------------------------------------------------- helpers
+
+    def _status_or_none(self, name: str) -> ServiceStatus | None:
+        try:
+            return self.status(name)
+        except ServiceNotFoundError:
+            return None
+
+    def _classify(self, name: str, component: str, exc: YarnRequestError, *, action: str) -> YarnError:
+        """Pick the narrow error for a failed flex/decommission by reading the service back.
+
+        The RM answers 500 both for an unknown service/component and for a service that is not
+        running, so the status code alone cannot tell them apart.
+        """
+        said = f"; RM said: {exc.diagnostics}" if exc.diagnostics else ""
+        try:
+            status = self.status(name)
+        except ServiceNotFoundError:
+            return _narrow(ServiceNotFoundError, f"cannot {action} service {name!r}: not found{said}", exc)
+        except YarnError:
+            return exc
+        if status.components and status.component(component) is None:
+            message = f"cannot {action}: service {name!r} has no component {component!r}{said}"
+            return _narrow(ComponentNotFoundError, message, exc)
+        if status.state not in _RUNNING_STATES:
+            message = f"cannot {action} {status.describe()}: it is not running{said}"
+            return _narrow(ServiceStateError, message, exc)
+        return exc
