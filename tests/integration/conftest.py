@@ -1,0 +1,54 @@
+"""Integration tests run against a real pseudo-cluster, started once per test session.
+
+It uses its own directory and port base (``SUBMARINE_TEST_PORT_BASE``, default 19000), so it does
+not collide with a cluster the developer has up on the default ports.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+
+PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
+
+
+@pytest.fixture(scope="session")
+def cluster_spec() -> ClusterSpec:
+    return ClusterSpec(nodes=2, node_memory_mb=4096, node_vcores=4, port_base=PORT_BASE)
+
+
+@pytest.fixture(scope="session")
+def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_spec: ClusterSpec) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    cluster.up(cluster_spec, timeout=240)
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def processes_under(path: Path) -> list[int]:
+    """Pids of processes whose cwd, command line or environment mention ``path``."""
+    marker = str(path.resolve()).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if (
+                os.readlink(proc / "cwd").encode().startswith(marker)
+                or marker in (proc / "cmdline").read_bytes()
+                or marker in (proc / "environ").read_bytes()
+            ):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

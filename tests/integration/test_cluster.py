@@ -1,0 +1,114 @@
+"""`submarine cluster up|down|status` against real ZooKeeper, ResourceManager and NodeManager JVMs."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from submarine_elastic.cluster import (
+    ClusterAlreadyUpError,
+    ClusterNotUpError,
+    ClusterSpec,
+    DaemonStartError,
+    LocalCluster,
+    PortInUseError,
+)
+from submarine_elastic.env import hadoop_conf_template
+from tests.integration.conftest import PORT_BASE, processes_under
+
+pytestmark = pytest.mark.integration
+
+
+def test_status_shows_every_node_running_with_its_capacity(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec):
+    st = yarn_cluster.status()
+    assert st.rm_error is None
+    assert {d.name for d, alive in st.daemons if alive} == {"zk", "rm", "nm-0", "nm-1"}
+    assert [n.state for n in st.nodes] == ["RUNNING", "RUNNING"]
+    assert st.total_memory_mb == 2 * cluster_spec.node_memory_mb
+    assert st.total_vcores == 2 * cluster_spec.node_vcores
+    ports = sorted(int(n.node_id.rsplit(":", 1)[1]) for n in st.nodes)
+    assert ports == [cluster_spec.nm_ports(0)["yarn.nodemanager.address"], cluster_spec.nm_ports(1)["yarn.nodemanager.address"]]
+
+
+def test_services_api_is_enabled(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec):
+    resp = requests.get(f"{cluster_spec.rm_url}/app/v1/services/version", params={"user.name": "test"}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["hadoop_version"].startswith("3.4.2 ")
+
+
+def test_up_twice_is_refused_and_keeps_the_running_cluster(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec):
+    before = [d.pid for d in yarn_cluster.running_daemons()]
+    with pytest.raises(ClusterAlreadyUpError, match="already up"):
+        yarn_cluster.up(cluster_spec)
+    assert [d.pid for d in yarn_cluster.running_daemons()] == before
+
+
+def test_a_taken_port_is_named_and_nothing_starts(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path):
+    other = LocalCluster(tmp_path / "other")
+    with pytest.raises(PortInUseError) as err:
+        other.up(cluster_spec)
+    assert err.value.role == cluster_spec.all_ports()[err.value.port]
+    assert f"port {err.value.port} ({err.value.role})" in str(err.value)
+    assert other.running_daemons() == []
+    assert processes_under(tmp_path / "other") == []
+
+
+def test_a_node_that_never_registers_fails_with_its_log_and_leaves_nothing(tmp_path: Path):
+    broken = tmp_path / "conf"
+    shutil.copytree(hadoop_conf_template(), broken)
+    yarn_site = broken / "yarn-site.xml"
+    yarn_site.write_text(
+        yarn_site.read_text().replace(
+            "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor", "org.example.NoSuchExecutor"
+        )
+    )
+    cluster = LocalCluster(tmp_path / "cluster", conf_template=broken)
+    with pytest.raises(DaemonStartError) as err:
+        cluster.up(ClusterSpec(nodes=1, port_base=PORT_BASE + 500), timeout=120)
+    assert err.value.daemon == "nm-0"
+    assert "NoSuchExecutor" in err.value.log_tail
+    assert processes_under(tmp_path / "cluster") == []
+    with pytest.raises(ClusterNotUpError):
+        cluster.status()
+
+
+def test_down_stops_daemons_and_the_containers_they_ran(tmp_path: Path):
+    spec = ClusterSpec(nodes=1, port_base=PORT_BASE + 700)
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.up(spec, timeout=240)
+    try:
+        daemon_pids = {d.pid for d in cluster.running_daemons()}
+        service = {
+            "name": "orphan-check",
+            "version": "1",
+            "components": [
+                {
+                    "name": "worker",
+                    "number_of_containers": 1,
+                    "launch_command": "sleep 600",
+                    "resource": {"cpus": 1, "memory": "256"},
+                    "restart_policy": "ALWAYS",
+                }
+            ],
+        }
+        url = f"{spec.rm_url}/app/v1/services"
+        resp = requests.post(url, json=service, params={"user.name": "test"}, timeout=30)
+        assert resp.status_code == 202, resp.text
+        deadline = time.monotonic() + 180
+        ready: list[dict] = []
+        while time.monotonic() < deadline and not ready:
+            status = requests.get(f"{url}/orphan-check", params={"user.name": "test"}, timeout=10).json()
+            for comp in status.get("components", []):
+                ready = [c for c in comp.get("containers", []) if c["state"] == "READY"]
+            time.sleep(0.5)
+        assert ready, f"the worker container never became READY: {status}"
+        assert set(processes_under(tmp_path / "cluster")) - daemon_pids, "no container process found"
+    finally:
+        stopped = cluster.down()
+    assert {d.pid for d in stopped} == daemon_pids
+    assert processes_under(tmp_path / "cluster") == []
+    assert not cluster.state_file.exists()

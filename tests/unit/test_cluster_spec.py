@@ -1,0 +1,115 @@
+"""The pseudo-cluster's pure parts: port layout, spec validation, config overrides, refusals."""
+
+from __future__ import annotations
+
+import os
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.cluster import (
+    ClusterAlreadyUpError,
+    ClusterNotUpError,
+    ClusterSpec,
+    LocalCluster,
+    PortInUseError,
+    PrerequisiteError,
+)
+from submarine_elastic.cluster.api import Daemon
+from submarine_elastic.cluster.local import _override_xml, _start_ticks
+from submarine_elastic.env import hadoop_conf_template
+
+
+def test_ports_are_distinct_and_follow_the_base():
+    spec = ClusterSpec(nodes=3, port_base=20000)
+    ports = spec.all_ports()
+    assert len(ports) == 1 + 5 + 3 * 3
+    assert spec.zk_port == 20181
+    assert spec.rm_url == "http://127.0.0.1:20088"
+    assert spec.nm_ports(2) == {
+        "yarn.nodemanager.address": 20120,
+        "yarn.nodemanager.localizer.address": 20121,
+        "yarn.nodemanager.webapp.address": 20122,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"nodes": 0}, "nodes"), ({"node_memory_mb": 100}, "node_memory_mb"), ({"node_vcores": 0}, "node_vcores"),
+     ({"port_base": 80}, "port_base"), ({"port_base": 65500}, "port_base")],
+)
+def test_bad_specs_name_the_field(kwargs: dict, field: str):
+    with pytest.raises(ValueError, match=field):
+        ClusterSpec(**kwargs)
+
+
+def test_override_replaces_and_adds_properties(tmp_path: Path):
+    path = tmp_path / "yarn-site.xml"
+    path.write_text(
+        "<configuration><property><name>a</name><value>1</value></property>"
+        "<property><name>b</name><value>2</value></property></configuration>"
+    )
+    _override_xml(path, {"a": "10", "c": "30"})
+    props = {p.findtext("name"): p.findtext("value") for p in ET.parse(path).getroot()}
+    assert props == {"a": "10", "b": "2", "c": "30"}
+
+
+def test_shipped_templates_enable_the_services_api():
+    props = {
+        p.findtext("name"): p.findtext("value")
+        for p in ET.parse(hadoop_conf_template() / "yarn-site.xml").getroot()
+    }
+    assert props["yarn.webapp.api-service.enable"] == "true"
+    assert props["yarn.nodemanager.container-executor.class"].endswith("DefaultContainerExecutor")
+
+
+@pytest.fixture()
+def fake_lib(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "hadoop-yarn-server-resourcemanager-3.4.2.jar").write_bytes(b"")
+    return lib
+
+
+def test_missing_jars_are_a_prerequisite_error(tmp_path: Path):
+    cluster = LocalCluster(tmp_path / "c", hadoop_lib=tmp_path / "nothing-here")
+    with pytest.raises(PrerequisiteError, match="install.sh"):
+        cluster.up(ClusterSpec(port_base=21000))
+
+
+def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path, fake_lib: Path):
+    spec = ClusterSpec(nodes=1, port_base=21000)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", spec.rm_web_port))
+        holder.listen()
+        with pytest.raises(PortInUseError, match=str(spec.rm_web_port)) as err:
+            LocalCluster(tmp_path / "c", hadoop_lib=fake_lib).up(spec)
+    assert "webapp" in err.value.role
+    assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+def test_up_refuses_while_a_recorded_daemon_runs(tmp_path: Path, fake_lib: Path):
+    cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
+    cluster.dir.mkdir(parents=True)
+    me = Daemon("rm", os.getpid(), _start_ticks(os.getpid()), tmp_path / "rm.log")
+    cluster._write_state(ClusterSpec(), [me])
+    with pytest.raises(ClusterAlreadyUpError, match=f"rm={os.getpid()}"):
+        cluster.up(ClusterSpec())
+
+
+def test_a_recycled_pid_is_not_taken_for_a_daemon(tmp_path: Path):
+    cluster = LocalCluster(tmp_path / "c")
+    cluster.dir.mkdir(parents=True)
+    stale = Daemon("rm", os.getpid(), _start_ticks(os.getpid()) - 1, tmp_path / "rm.log")
+    cluster._write_state(ClusterSpec(), [stale])
+    assert cluster.running_daemons() == []
+
+
+def test_status_and_down_without_a_cluster(tmp_path: Path):
+    cluster = LocalCluster(tmp_path / "none")
+    with pytest.raises(ClusterNotUpError):
+        cluster.status()
+    with pytest.raises(ClusterNotUpError):
+        cluster.down()
