@@ -31,7 +31,10 @@ def test_status_shows_every_node_running_with_its_capacity(yarn_cluster: LocalCl
     assert st.total_memory_mb == 2 * cluster_spec.node_memory_mb
     assert st.total_vcores == 2 * cluster_spec.node_vcores
     ports = sorted(int(n.node_id.rsplit(":", 1)[1]) for n in st.nodes)
-    assert ports == [cluster_spec.nm_ports(0)["yarn.nodemanager.address"], cluster_spec.nm_ports(1)["yarn.nodemanager.address"]]
+    assert ports == [
+        cluster_spec.nm_ports(0)["yarn.nodemanager.address"],
+        cluster_spec.nm_ports(1)["yarn.nodemanager.address"],
+    ]
 
 
 def test_services_api_is_enabled(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec):
@@ -47,7 +50,9 @@ def test_up_twice_is_refused_and_keeps_the_running_cluster(yarn_cluster: LocalCl
     assert [d.pid for d in yarn_cluster.running_daemons()] == before
 
 
-def test_a_taken_port_is_named_and_nothing_starts(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path):
+def test_a_taken_port_is_named_and_nothing_starts(
+    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path
+):
     other = LocalCluster(tmp_path / "other")
     with pytest.raises(PortInUseError) as err:
         other.up(cluster_spec)

@@ -37,8 +37,13 @@ def test_ports_are_distinct_and_follow_the_base():
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"nodes": 0}, "nodes"), ({"node_memory_mb": 100}, "node_memory_mb"), ({"node_vcores": 0}, "node_vcores"),
-     ({"port_base": 80}, "port_base"), ({"port_base": 65500}, "port_base")],
+    [
+        ({"nodes": 0}, "nodes"),
+        ({"node_memory_mb": 100}, "node_memory_mb"),
+        ({"node_vcores": 0}, "node_vcores"),
+        ({"port_base": 80}, "port_base"),
+        ({"port_base": 65500}, "port_base"),
+    ],
 )
 def test_bad_specs_name_the_field(kwargs: dict, field: str):
     with pytest.raises(ValueError, match=field):
@@ -58,8 +63,7 @@ def test_override_replaces_and_adds_properties(tmp_path: Path):
 
 def test_shipped_templates_enable_the_services_api():
     props = {
-        p.findtext("name"): p.findtext("value")
-        for p in ET.parse(hadoop_conf_template() / "yarn-site.xml").getroot()
+        p.findtext("name"): p.findtext("value") for p in ET.parse(hadoop_conf_template() / "yarn-site.xml").getroot()
     }
     assert props["yarn.webapp.api-service.enable"] == "true"
     assert props["yarn.nodemanager.container-executor.class"].endswith("DefaultContainerExecutor")
