@@ -95,6 +95,20 @@ def _not_blank(value: str) -> str:
 
 
 NonEmptyStr = Annotated[str, Field(strict=True), AfterValidator(_not_blank)]
+
+
+def _shell_safe(value: str) -> str:
+    # The NodeManager runs it as `exec /bin/bash -c "<launch_command> 1>stdout 2>stderr"` without
+    # escaping, so a double quote ends the string early and the container dies with a syntax error.
+    if '"' in value:
+        raise ValueError(
+            "must not contain double quotes: YARN wraps it in bash -c \"...\" unescaped; "
+            "use single quotes or put the command in a script"
+        )
+    return value
+
+
+LaunchCommand = Annotated[str, Field(strict=True), AfterValidator(_not_blank), AfterValidator(_shell_safe)]
 StrMap = dict[Annotated[str, Field(strict=True)], Annotated[str, Field(strict=True)]]
 
 
@@ -254,7 +268,7 @@ class Component(_Model):
 
     name: ComponentName
     number_of_containers: Annotated[StrictInt, Field(ge=0)]
-    launch_command: NonEmptyStr | None = None
+    launch_command: LaunchCommand | None = None
     artifact: Artifact | None = None
     resource: Resource | None = None
     configuration: Configuration | None = None

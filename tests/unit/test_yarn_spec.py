@@ -255,3 +255,17 @@ def test_names_yarn_rejects_are_rejected_naming_the_field(name: str) -> None:
         assert Service.from_dict(data).name == name
     else:
         assert rejected(data).fields == ("name",)
+
+
+def test_a_double_quote_in_launch_command_is_rejected_naming_the_field():
+    from submarine_elastic.yarn import Component, InvalidSpecError, Service
+
+    with pytest.raises(InvalidSpecError, match=r"components\.0\.launch_command.*double quotes"):
+        Service.from_dict(
+            {
+                "name": "svc",
+                "version": "1",
+                "components": [{"name": "worker", "number_of_containers": 1, "launch_command": 'echo "hi"'}],
+            }
+        )
+    assert Component(name="worker", number_of_containers=1, launch_command="echo 'hi'").launch_command == "echo 'hi'"
