@@ -319,7 +319,8 @@ class YarnServiceClient(ServiceBackend):
         query = dict(params or {})
         if self.user is not None:
             query["user.name"] = self.user
-        logger.debug("%s %s params=%s body=%s", method, url, query, body)
+        # Never the body: a service spec's environment may carry tokens.
+        logger.debug("%s %s params=%s", method, url, query)
         try:
             return self._session.request(
                 method,
