@@ -1,0 +1,564 @@
+"""The policy package's interface: the snapshot a policy reads, the decisions it returns, the two
+policy levels and the errors.
+
+Everything a policy needs arrives in a :class:`Snapshot`; nothing here reads a clock, a file or the
+network, so the same policy objects run in the live controller and in the trace-driven simulator and
+give the same answers for the same snapshots. Time is ``Snapshot.now``, in seconds on whatever clock
+the caller uses (wall clock live, simulated time offline); only differences of times matter.
+
+Two levels:
+
+* a :class:`JobPolicy` says what one job would like (its target worker count, optionally batch size,
+  learning rate and workers to replace), with a one-line reason;
+* a :class:`ClusterArbiter` says who gets what when the jobs together want more than the cluster has.
+
+:class:`~submarine_elastic.policy.engine.PolicyEngine` runs both, contains their failures and applies
+the anti-flapping rules. History a policy needs between calls either comes in the snapshot (throughput
+by world size, loss window, step times) or lives in the policy's :meth:`PolicyBase.state_dict`, which
+must be JSON-serialisable so a controller can persist it and lose nothing on a restart.
+
+Value types check their arguments when built and raise :class:`InvalidSnapshotError` or
+:class:`InvalidDecisionError` naming the bad value. Mappings given to them are copied; treat the copies
+as read-only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "Allocation",
+    "ClusterArbiter",
+    "Decision",
+    "InvalidDecisionError",
+    "InvalidSnapshotError",
+    "JobMetrics",
+    "JobPolicy",
+    "JobView",
+    "NotAPolicyError",
+    "PolicyAttributeError",
+    "PolicyBase",
+    "PolicyConfigError",
+    "PolicyError",
+    "PolicyLoadError",
+    "PolicyNotFoundError",
+    "PolicyStateError",
+    "Refusal",
+    "Request",
+    "Snapshot",
+    "Throughput",
+]
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class PolicyError(Exception):
+    """Base of every error raised by :mod:`submarine_elastic.policy`."""
+
+
+class InvalidSnapshotError(PolicyError, ValueError):
+    """A :class:`Snapshot`, :class:`JobView`, :class:`JobMetrics` or :class:`Throughput` was built from a
+    bad value (negative count, NaN, duplicate job id, ...). The message names the value."""
+
+
+class InvalidDecisionError(PolicyError, ValueError):
+    """A :class:`Decision`, :class:`Allocation` or :class:`Request` was built from a bad value. Raised
+    inside a policy, it is contained by the engine like any other policy failure."""
+
+
+class PolicyConfigError(PolicyError, ValueError):
+    """A policy, arbiter or engine was constructed with a bad parameter; the message names it."""
+
+
+class PolicyStateError(PolicyError, ValueError):
+    """``load_state_dict`` was given state this policy cannot read (wrong shape or version)."""
+
+
+class PolicyLoadError(PolicyError):
+    """A policy named by ``module:Class`` or by entry-point name could not be loaded.
+
+    Attributes:
+        spec: the name or ``module:Class`` string that was asked for.
+    """
+
+    def __init__(self, message: str, *, spec: str) -> None:
+        super().__init__(message)
+        self.spec = spec
+
+
+class PolicyNotFoundError(PolicyLoadError, LookupError):
+    """No entry point of that name, or the module of ``module:Class`` cannot be imported."""
+
+
+class PolicyAttributeError(PolicyLoadError, AttributeError):
+    """The module imported but has no attribute of that name."""
+
+
+class NotAPolicyError(PolicyLoadError, TypeError):
+    """The object found is not a :class:`JobPolicy` or :class:`ClusterArbiter` subclass (or not the
+    kind that was asked for)."""
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+#: A worker instance name as YARN writes it (``worker-3``); generous on purpose.
+_INSTANCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_count(err: type[PolicyError], name: str, value: object, *, minimum: int = 0) -> None:
+    if not _is_int(value) or value < minimum:  # type: ignore[operator]
+        raise err(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_finite(err: type[PolicyError], name: str, value: object, *, positive: bool = False) -> None:
+    if not _is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise err(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:  # type: ignore[operator]
+        raise err(f"{name} must be > 0, got {value!r}")
+    if not positive and value < 0:  # type: ignore[operator]
+        raise err(f"{name} must be >= 0, got {value!r}")
+
+
+def _check_reason(err: type[PolicyError], reason: object) -> None:
+    if not isinstance(reason, str) or not reason.strip():
+        raise err(f"reason must be a non-empty string, got {reason!r}")
+    if "\n" in reason or "\r" in reason:
+        raise err(f"reason must be one line, got {reason!r}")
+
+
+# --------------------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Aggregate throughput of a job measured at one world size.
+
+    Attributes:
+        samples_per_second: samples per second of the whole job (all workers together), >= 0.
+        steps: how many training steps the measurement covers; policies that probe wait for enough
+            of them before trusting the figure.
+    """
+
+    samples_per_second: float
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        _check_finite(InvalidSnapshotError, "samples_per_second", self.samples_per_second)
+        _check_count(InvalidSnapshotError, "steps", self.steps)
+
+
+@dataclass(frozen=True)
+class JobMetrics:
+    """What a job's training has reported, as far as policies care. Every field may be unknown.
+
+    Attributes:
+        step: the last global step reported (0 before the first report).
+        throughput: measured throughput by world size, for every size the job has run at so far.
+        step_times: recent step times in seconds per worker instance name (``worker-0``), oldest first.
+        loss_window: recent loss values, oldest first, evenly spaced in steps (one per metrics window).
+        gradient_noise_scale: the gradient noise scale B_noise (in samples), when the hook reports it.
+        batch_size: the current global batch size, in samples.
+        learning_rate: the current learning rate.
+        remaining_samples: samples left until the job is done, when known (deadline policies need it).
+    """
+
+    step: int = 0
+    throughput: Mapping[int, Throughput] = field(default_factory=dict, hash=False)
+    step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
+    loss_window: tuple[float, ...] = ()
+    gradient_noise_scale: float | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    remaining_samples: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_count(InvalidSnapshotError, "step", self.step)
+        if not isinstance(self.throughput, Mapping):
+            raise InvalidSnapshotError(f"throughput must map world size to Throughput, got {self.throughput!r}")
+        throughput: dict[int, Throughput] = {}
+        for size, value in self.throughput.items():
+            _check_count(InvalidSnapshotError, "throughput world size", size, minimum=1)
+            if not isinstance(value, Throughput):
+                raise InvalidSnapshotError(f"throughput[{size}] must be a Throughput, got {value!r}")
+            throughput[size] = value
+        object.__setattr__(self, "throughput", dict(sorted(throughput.items())))
+        if not isinstance(self.step_times, Mapping):
+            raise InvalidSnapshotError(f"step_times must map instance name to times, got {self.step_times!r}")
+        step_times: dict[str, tuple[float, ...]] = {}
+        for name, times in self.step_times.items():
+            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+                raise InvalidSnapshotError(f"step_times key must be a worker instance name, got {name!r}")
+            if isinstance(times, str | bytes) or not isinstance(times, Sequence):
+                raise InvalidSnapshotError(f"step_times[{name!r}] must be a sequence of seconds, got {times!r}")
+            for t in times:
+                _check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
+            step_times[name] = tuple(float(t) for t in times)
+        object.__setattr__(self, "step_times", dict(sorted(step_times.items())))
+        if isinstance(self.loss_window, str | bytes) or not isinstance(self.loss_window, Sequence):
+            raise InvalidSnapshotError(f"loss_window must be a sequence of numbers, got {self.loss_window!r}")
+        for loss in self.loss_window:
+            if not _is_number(loss) or not math.isfinite(loss):
+                raise InvalidSnapshotError(f"loss_window entries must be finite numbers, got {loss!r}")
+        object.__setattr__(self, "loss_window", tuple(float(x) for x in self.loss_window))
+        if self.gradient_noise_scale is not None:
+            _check_finite(InvalidSnapshotError, "gradient_noise_scale", self.gradient_noise_scale)
+        if self.batch_size is not None:
+            _check_count(InvalidSnapshotError, "batch_size", self.batch_size, minimum=1)
+        if self.learning_rate is not None:
+            _check_finite(InvalidSnapshotError, "learning_rate", self.learning_rate, positive=True)
+        if self.remaining_samples is not None:
+            _check_finite(InvalidSnapshotError, "remaining_samples", self.remaining_samples)
+
+    @property
+    def loss_trend(self) -> float | None:
+        """Least-squares slope of :attr:`loss_window` per window entry; None with fewer than 2 entries."""
+        n = len(self.loss_window)
+        if n < 2:
+            return None
+        mean_x = (n - 1) / 2
+        mean_y = sum(self.loss_window) / n
+        num = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(self.loss_window))
+        den = sum((i - mean_x) ** 2 for i in range(n))
+        return num / den
+
+    def samples_per_second(self, world_size: int) -> float | None:
+        """Measured aggregate throughput at ``world_size``, or None if the job never ran at that size."""
+        measured = self.throughput.get(world_size)
+        return None if measured is None else measured.samples_per_second
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as the policies see it.
+
+    Attributes:
+        job_id: the job's name (its YARN service name).
+        min_workers: the fewest workers the job may run with (>= 1).
+        max_workers: the most workers the job may run with (>= min_workers).
+        elastic: whether the job can change size while it runs. A job that is not elastic runs at
+            exactly ``min_workers``, which must then equal ``max_workers``.
+        current_workers: workers running now (READY).
+        pending_workers: workers asked for and not READY yet; counted against capacity. A job that
+            has neither current nor pending workers is waiting to start.
+        submitted_at: when the job arrived (``Snapshot.now`` clock).
+        last_resize_at: when the job's worker set last changed (resize or replacement), or None.
+        instances: names of the job's running worker instances (``worker-0``, ...), when known.
+        metrics: what its training has reported.
+    """
+
+    job_id: str
+    min_workers: int
+    max_workers: int
+    elastic: bool = True
+    current_workers: int = 0
+    pending_workers: int = 0
+    submitted_at: float = 0.0
+    last_resize_at: float | None = None
+    instances: tuple[str, ...] = ()
+    metrics: JobMetrics = field(default_factory=JobMetrics)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str) or not self.job_id:
+            raise InvalidSnapshotError(f"job_id must be a non-empty string, got {self.job_id!r}")
+        _check_count(InvalidSnapshotError, f"{self.job_id}: min_workers", self.min_workers, minimum=1)
+        _check_count(InvalidSnapshotError, f"{self.job_id}: max_workers", self.max_workers, minimum=1)
+        if self.max_workers < self.min_workers:
+            raise InvalidSnapshotError(
+                f"{self.job_id}: max_workers ({self.max_workers}) is below min_workers ({self.min_workers})"
+            )
+        if not isinstance(self.elastic, bool):
+            raise InvalidSnapshotError(f"{self.job_id}: elastic must be a bool, got {self.elastic!r}")
+        if not self.elastic and self.min_workers != self.max_workers:
+            raise InvalidSnapshotError(
+                f"{self.job_id}: a job that is not elastic needs min_workers == max_workers, "
+                f"got {self.min_workers} and {self.max_workers}"
+            )
+        _check_count(InvalidSnapshotError, f"{self.job_id}: current_workers", self.current_workers)
+        _check_count(InvalidSnapshotError, f"{self.job_id}: pending_workers", self.pending_workers)
+        if not _is_number(self.submitted_at) or not math.isfinite(self.submitted_at):
+            raise InvalidSnapshotError(f"{self.job_id}: submitted_at must be finite, got {self.submitted_at!r}")
+        if self.last_resize_at is not None and (
+            not _is_number(self.last_resize_at) or not math.isfinite(self.last_resize_at)
+        ):
+            raise InvalidSnapshotError(
+                f"{self.job_id}: last_resize_at must be a finite number or None, got {self.last_resize_at!r}"
+            )
+        if isinstance(self.instances, str) or not isinstance(self.instances, Sequence):
+            raise InvalidSnapshotError(f"{self.job_id}: instances must be a sequence of names, got {self.instances!r}")
+        for name in self.instances:
+            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+                raise InvalidSnapshotError(f"{self.job_id}: bad instance name {name!r}")
+        object.__setattr__(self, "instances", tuple(self.instances))
+        if not isinstance(self.metrics, JobMetrics):
+            raise InvalidSnapshotError(f"{self.job_id}: metrics must be a JobMetrics, got {self.metrics!r}")
+
+    @property
+    def holding(self) -> int:
+        """Workers the job holds against capacity: current plus pending."""
+        return self.current_workers + self.pending_workers
+
+    @property
+    def waiting(self) -> bool:
+        """True while the job holds fewer than ``min_workers`` (not started yet, or lost workers)."""
+        return self.holding < self.min_workers
+
+    @property
+    def known_instances(self) -> frozenset[str]:
+        """Instance names the snapshot knows for this job: :attr:`instances` plus those with step times."""
+        return frozenset(self.instances) | frozenset(self.metrics.step_times)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole input of one policy round.
+
+    Attributes:
+        now: the current time, seconds (the only clock policies see).
+        capacity: worker slots of the cluster in total.
+        free: worker slots free now, after every job in :attr:`jobs` and every application the policies
+            do not manage (someone else's) took theirs.
+        jobs: the jobs the policies manage, in the caller's order; job ids are unique.
+    """
+
+    now: float
+    capacity: int
+    free: int
+    jobs: tuple[JobView, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.now) or not math.isfinite(self.now):
+            raise InvalidSnapshotError(f"now must be a finite number, got {self.now!r}")
+        _check_count(InvalidSnapshotError, "capacity", self.capacity)
+        _check_count(InvalidSnapshotError, "free", self.free)
+        if self.free > self.capacity:
+            raise InvalidSnapshotError(f"free ({self.free}) exceeds capacity ({self.capacity})")
+        if isinstance(self.jobs, str) or not isinstance(self.jobs, Sequence):
+            raise InvalidSnapshotError(f"jobs must be a sequence of JobView, got {self.jobs!r}")
+        seen: set[str] = set()
+        for job in self.jobs:
+            if not isinstance(job, JobView):
+                raise InvalidSnapshotError(f"jobs must hold JobView objects, got {job!r}")
+            if job.job_id in seen:
+                raise InvalidSnapshotError(f"job id {job.job_id!r} appears twice")
+            seen.add(job.job_id)
+        object.__setattr__(self, "jobs", tuple(self.jobs))
+
+    @property
+    def available(self) -> int:
+        """Slots the managed jobs may hold in total: what they hold now plus what is free, at most
+        :attr:`capacity` (a racy snapshot can count a pending container twice)."""
+        return min(self.capacity, self.free + sum(job.holding for job in self.jobs))
+
+    def job(self, job_id: str) -> JobView | None:
+        """The job with that id, or None."""
+        for job in self.jobs:
+            if job.job_id == job_id:
+                return job
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What should change for one job.
+
+    Attributes:
+        job_id: the job it is about.
+        target_workers: the worker count the job should have (holding, when only other fields change).
+        reason: one line a person can read in the job's timeline.
+        batch_size: a new global batch size, or None to leave it.
+        learning_rate: a new learning rate, or None to leave it.
+        replace: worker instances to decommission and replace by fresh ones (size unchanged by this).
+    """
+
+    job_id: str
+    target_workers: int
+    reason: str
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    replace: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str) or not self.job_id:
+            raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
+        _check_count(InvalidDecisionError, f"{self.job_id}: target_workers", self.target_workers)
+        _check_reason(InvalidDecisionError, self.reason)
+        if self.batch_size is not None:
+            _check_count(InvalidDecisionError, f"{self.job_id}: batch_size", self.batch_size, minimum=1)
+        if self.learning_rate is not None:
+            _check_finite(InvalidDecisionError, f"{self.job_id}: learning_rate", self.learning_rate, positive=True)
+        if isinstance(self.replace, str) or not isinstance(self.replace, Sequence):
+            raise InvalidDecisionError(f"{self.job_id}: replace must be a sequence of names, got {self.replace!r}")
+        for name in self.replace:
+            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+                raise InvalidDecisionError(f"{self.job_id}: bad instance name in replace: {name!r}")
+        if len(set(self.replace)) != len(self.replace):
+            raise InvalidDecisionError(f"{self.job_id}: replace names an instance twice: {self.replace!r}")
+        object.__setattr__(self, "replace", tuple(self.replace))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A policy output the engine did not apply, and why. The job it names keeps its size.
+
+    Attributes:
+        job_id: the job the refused output was about, or None when the whole round of a policy was
+            refused (it raised).
+        source: the policy's name (``JobPolicy.name`` / ``ClusterArbiter.name``) or ``engine``.
+        reason: one line saying what was wrong.
+    """
+
+    job_id: str | None
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the engine hands an arbiter for one job: the job policy's wish after containment and the
+    anti-flapping rules.
+
+    Attributes:
+        job: the job.
+        desired: the size its job policy would like, within ``[min_workers, max_workers]``.
+        settled: True while the job is in its cooldown: an arbiter should leave it at its holding,
+            except to shrink it (never below ``min_workers``) so that a waiting job can start.
+        reason: the job policy's reason for ``desired``.
+    """
+
+    job: JobView
+    desired: int
+    settled: bool
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, JobView):
+            raise InvalidDecisionError(f"job must be a JobView, got {self.job!r}")
+        _check_count(InvalidDecisionError, f"{self.job.job_id}: desired", self.desired)
+        if not self.job.min_workers <= self.desired <= self.job.max_workers:
+            raise InvalidDecisionError(
+                f"{self.job.job_id}: desired {self.desired} is outside [{self.job.min_workers}, {self.job.max_workers}]"
+            )
+        _check_reason(InvalidDecisionError, self.reason)
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    @property
+    def holding(self) -> int:
+        return self.job.holding
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """An arbiter's answer for one job: the worker count it gets, and why (one line)."""
+
+    job_id: str
+    workers: int
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str) or not self.job_id:
+            raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
+        _check_count(InvalidDecisionError, f"{self.job_id}: workers", self.workers)
+        _check_reason(InvalidDecisionError, self.reason)
+
+
+# ---------------------------------------------------------------------------------------- interfaces
+
+
+class PolicyBase(ABC):  # noqa: B024 - no abstract method of its own; the two subclasses add them
+    """What job policies and arbiters share: a name and serialisable state.
+
+    ``name`` is the entry-point name the policy is registered under (``scaling-efficiency``); it
+    appears in logs and in :class:`Refusal`. Policies must be deterministic: the same sequence of
+    snapshots (and the same loaded state) gives the same outputs.
+    """
+
+    name: ClassVar[str] = ""
+
+    @property
+    def display_name(self) -> str:
+        """``name``, or the class name when a user policy sets none."""
+        return self.name or type(self).__name__
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the policy remembers between rounds, as JSON-serialisable data.
+
+        The default holds nothing. Does not block.
+        """
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (possibly from another process).
+
+        Raises:
+            PolicyStateError: ``state`` is not something this policy wrote.
+        """
+        if not isinstance(state, Mapping):
+            raise PolicyStateError(f"{self.display_name}: state must be a mapping, got {state!r}")
+        if state:
+            raise PolicyStateError(f"{self.display_name}: keeps no state, got keys {sorted(state)}")
+
+
+class JobPolicy(PolicyBase):
+    """What one job would like. Subclasses implement :meth:`propose`; the hooks are optional.
+
+    The engine calls, per round and per job: :meth:`before_train` the first time it sees the job,
+    :meth:`on_resize` when the job's running worker count changed since the last round,
+    :meth:`after_step` when the job reported new steps, then :meth:`propose` (elastic jobs only), and
+    :meth:`after_train` once the job has left the snapshot. An exception from any of them is contained:
+    logged, recorded as a :class:`Refusal`, and the job keeps its size.
+    """
+
+    def before_train(self, job: JobView, snapshot: Snapshot) -> None:
+        """The job appeared for the first time (arrived, or the engine restarted without its state)."""
+
+    def after_step(self, job: JobView, snapshot: Snapshot) -> None:
+        """The job reported a new metrics window (``job.metrics.step`` advanced)."""
+
+    def on_resize(self, job: JobView, previous_workers: int, snapshot: Snapshot) -> None:
+        """The job's running worker count changed from ``previous_workers`` to ``job.current_workers``."""
+
+    def after_train(self, job_id: str, snapshot: Snapshot) -> None:
+        """The job left the snapshot (finished, killed or failed). Drop what you kept for it."""
+
+    @abstractmethod
+    def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
+        """What this job would like now.
+
+        Return None for "no opinion" (the job keeps its size, or gets its minimum while waiting), or a
+        :class:`Decision` for ``job.job_id`` whose ``target_workers`` lies within
+        ``[job.min_workers, job.max_workers]``. Capacity is the arbiter's concern, not the job policy's.
+        Must not block.
+        """
+
+
+class ClusterArbiter(PolicyBase):
+    """Who gets what when the jobs together want more than the cluster has."""
+
+    @abstractmethod
+    def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
+        """Split ``snapshot.available`` slots among the jobs of ``requests``.
+
+        Return an :class:`Allocation` for each job whose size should change (a job left out keeps its
+        holding). Rules the engine enforces, refusing any allocation that breaks them: every job is
+        known; a job ends within ``[min_workers, max_workers]`` or keeps its holding (a waiting job may
+        stay at 0); a job that is not elastic only goes from waiting to its fixed size; a settled job
+        does not grow, and shrinks only in a round in which a waiting job starts; the total is at most
+        ``snapshot.available``. Must not block.
+        """
