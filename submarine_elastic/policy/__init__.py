@@ -27,11 +27,17 @@ from .api import (
     Snapshot,
     Throughput,
 )
+from .basic import GreedyPolicy, StaticPolicy
+from .engine import DEFAULT_COOLDOWN_S, PolicyEngine
+from .fair_share import FairShareArbiter
 
 __all__ = [
+    "DEFAULT_COOLDOWN_S",
     "Allocation",
     "ClusterArbiter",
     "Decision",
+    "FairShareArbiter",
+    "GreedyPolicy",
     "InvalidDecisionError",
     "InvalidSnapshotError",
     "JobMetrics",
@@ -41,6 +47,7 @@ __all__ = [
     "PolicyAttributeError",
     "PolicyBase",
     "PolicyConfigError",
+    "PolicyEngine",
     "PolicyError",
     "PolicyLoadError",
     "PolicyNotFoundError",
@@ -48,5 +55,6 @@ __all__ = [
     "Refusal",
     "Request",
     "Snapshot",
+    "StaticPolicy",
     "Throughput",
 ]
