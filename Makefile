@@ -16,7 +16,7 @@ test: install lint
 	$(PY) -m pytest
 
 lint:
-	$(VENV)/bin/ruff check submarine_elastic tf_hooks tests benchmarks
+	$(VENV)/bin/ruff check submarine_elastic tf_hooks tests benchmarks examples
 	$(VENV)/bin/mypy
 
 unit: install

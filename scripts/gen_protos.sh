@@ -17,7 +17,7 @@ GRPCIO_TOOLS_VERSION=1.71.2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 OUT=$ROOT
-PROTOS=(submarine_elastic/metrics/proto/metrics.proto)
+PROTOS=(submarine_elastic/metrics/proto/metrics.proto submarine_elastic/elastic/proto/elastic.proto)
 
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -20,6 +20,14 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_METRICS_EVERY_N`` | training | report every N-th step (default 1) |
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
+| ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
+| ``SUBMARINE_DRIVER_PORT`` | job | port of the job driver's control plane (agents attach, ``job flex`` resizes) |
+| ``SUBMARINE_JOB_TOKEN`` | job | bearer token of the job driver's control plane |
+| ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``) |
+| ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
+| ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
+| ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
+| ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
 """
 
 from __future__ import annotations
@@ -124,3 +132,68 @@ def job_id() -> str | None:
 def worker_instance() -> str:
     """This worker's instance name (``SUBMARINE_WORKER_INSTANCE``, else the host name)."""
     return _get("SUBMARINE_WORKER_INSTANCE") or socket.gethostname()
+
+
+def pollux_data_dir() -> Path:
+    """The Pollux (OSDI 2021) traces and workloads the simulator replays (``SUBMARINE_POLLUX_DATA``).
+
+    The default is ``shared/data/pollux`` beside the repository checkout (``<repo>/../shared``), where CI
+    clones the shared data.
+    """
+    value = _get("SUBMARINE_POLLUX_DATA")
+    return Path(value).expanduser() if value else _REPO_ROOT.parent / "shared" / "data" / "pollux"
+
+
+def agent_fd() -> int | None:
+    """The socket to the worker agent (``SUBMARINE_AGENT_FD``), or None outside an agent.
+
+    Raises:
+        ValueError: the variable is set but not a file descriptor number.
+    """
+    value = _get("SUBMARINE_AGENT_FD")
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"SUBMARINE_AGENT_FD must be a file descriptor number, got {value!r}")
+    return int(value)
+
+
+def driver_port() -> int | None:
+    """Port of the job driver's control plane (``SUBMARINE_DRIVER_PORT``)."""
+    value = _get("SUBMARINE_DRIVER_PORT")
+    return int(value) if value else None
+
+
+def job_token() -> str | None:
+    """Token of the job driver's control plane (``SUBMARINE_JOB_TOKEN`` or ``..._TOKEN_FILE``)."""
+    value = _get("SUBMARINE_JOB_TOKEN")
+    if value:
+        return value
+    path = _get("SUBMARINE_JOB_TOKEN_FILE")
+    return Path(path).expanduser().read_text().strip() if path else None
+
+
+def worker_limits() -> tuple[int, int, int]:
+    """``(num, min, max)`` workers of the job (``SUBMARINE_NUM_WORKERS`` / ``_MIN_`` / ``_MAX_``).
+
+    Raises:
+        ValueError: a value is missing or not a positive integer.
+    """
+    values = []
+    for name in ("SUBMARINE_NUM_WORKERS", "SUBMARINE_MIN_WORKERS", "SUBMARINE_MAX_WORKERS"):
+        value = _get(name)
+        if value is None or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        values.append(int(value))
+    return values[0], values[1], values[2]
+
+
+def workdir() -> Path | None:
+    """Directory the worker agent runs the training command in (``SUBMARINE_WORKDIR``)."""
+    value = _get("SUBMARINE_WORKDIR")
+    return Path(value) if value else None
+
+
+def gloo_iface() -> str | None:
+    """Network interface Gloo uses (``SUBMARINE_GLOO_IFACE``)."""
+    return _get("SUBMARINE_GLOO_IFACE")

@@ -10,6 +10,7 @@ from rich.logging import RichHandler
 
 from submarine_elastic import __version__
 from submarine_elastic.cli.cluster import cluster
+from submarine_elastic.cli.job import job
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,6 +25,7 @@ def cli(verbose: int) -> None:
 
 
 cli.add_command(cluster)
+cli.add_command(job)
 
 
 def main() -> None:

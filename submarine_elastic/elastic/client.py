@@ -1,0 +1,105 @@
+"""Talking to a running job: its YARN service and its driver's control plane (flex, status)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import grpc
+
+from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
+from submarine_elastic.elastic.locate import driver_address
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.yarn import YarnServiceClient
+
+JOBS_DIR = Path.home() / ".submarine-elastic" / "jobs"
+
+
+def save_token(job: str, token: str) -> Path:
+    """Keep a job's control token for later ``job flex|show`` calls (file mode 0600)."""
+    JOBS_DIR.mkdir(parents=True, exist_ok=True)
+    path = JOBS_DIR / f"{job}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"token": token}, f)
+    return path
+
+
+def load_token(job: str, yarn: YarnServiceClient) -> str | None:
+    path = JOBS_DIR / f"{job}.json"
+    if path.is_file():
+        return str(json.loads(path.read_text())["token"])
+    raw = yarn.status(job).raw
+    return (raw.get("configuration", {}).get("env", {}) or {}).get("SUBMARINE_JOB_TOKEN")
+
+
+class JobClient:
+    """The driver of one job. Every call blocks for one RPC (at most ``timeout`` s).
+
+    Raises:
+        DriverUnreachableError: the driver cannot be found or does not answer.
+    """
+
+    def __init__(self, job: str, yarn: YarnServiceClient, *, timeout: float = 30.0, locate_timeout: float = 60.0):
+        self.job = job
+        self.timeout = timeout
+        target = driver_address(job, client=yarn, timeout=locate_timeout)
+        token = load_token(job, yarn)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = grpc.insecure_channel(target)
+        self._stub = pb_grpc.ElasticDriverStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def status(self) -> pb.JobStatus:
+        try:
+            return self._stub.Status(pb.StatusRequest(), metadata=self._metadata, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
+
+    def flex(self, workers: int, remove: list[str] | None = None, reason: str = "") -> pb.FlexReply:
+        """Ask the driver to resize; returns at once (the resize runs in the driver).
+
+        Raises:
+            FlexRefusedError: outside the job's limits, or unknown instances to remove.
+            DriverUnreachableError: as the class.
+        """
+        try:
+            return self._stub.Flex(
+                pb.FlexRequest(workers=workers, remove=remove or [], reason=reason),
+                metadata=self._metadata,
+                timeout=self.timeout,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise FlexRefusedError(exc.details()) from exc
+            raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
+
+    def wait_for_size(self, workers: int, timeout: float, poll: float = 0.5) -> pb.JobStatus:
+        """Block until the ring has ``workers`` ranks and nobody is leaving (at most ``timeout`` s).
+
+        Raises:
+            TimeoutError: naming the last status seen.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            leaving = [w for w in st.workers if w.state == "leaving"]
+            if st.world_size == workers and st.target == workers and not leaving:
+                return st
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"job {self.job} did not reach {workers} workers within {timeout:.0f} s "
+                    f"(world size {st.world_size}, target {st.target}, leaving {[w.instance for w in leaving]})"
+                )
+            time.sleep(poll)

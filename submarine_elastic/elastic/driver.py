@@ -1,0 +1,390 @@
+"""The job driver: the one process of an elastic job's ``driver`` container.
+
+It runs Horovod's elastic driver and rendezvous server, learns its workers from the agents that
+attach over gRPC (each worker container runs one, see :mod:`submarine_elastic.elastic.agent`), and
+starts each training process inside its own container by handing the waiting, already-warm process
+its slot's Horovod environment. Each container is its own Horovod host, keyed by YARN container id,
+so a relaunched container is never taken for a blacklisted one, and all of it works with every
+container on one host.
+
+Host discovery answers Horovod's once-a-second poll from the agents' states in memory (no process
+spawn, no call to the ResourceManager): a worker is offered to Horovod only once its training
+process is warm, so a joiner never stalls the ring, and is withdrawn before YARN is asked to remove
+it, so scale-in happens at a commit boundary.
+
+Resizes (``Flex``) run one at a time on a background thread:
+- out: YARN is flexed up; the new containers' agents attach and warm up while the ring trains; the
+  ring re-forms with them at its next commit;
+- in: the leaving instances (the highest-numbered, or the named ones) are withdrawn from discovery,
+  the ring re-forms without them at its next commit, their processes exit, and only then is YARN
+  flexed down (or the named instances decommissioned).
+
+The driver's exit ends the YARN service (the component reports its state as the service's).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+from horovod.runner.common.util import hosts as hvd_hosts
+from horovod.runner.elastic.discovery import HostDiscovery
+from horovod.runner.elastic.driver import ElasticDriver
+from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+from horovod.runner.http.http_server import RendezvousServer
+
+from submarine_elastic import env
+from submarine_elastic.elastic.api import WORKER_COMPONENT, FlexRefusedError, Limits
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.yarn import YarnError, YarnServiceClient, instance_number
+
+log = logging.getLogger("submarine_elastic.driver")
+
+LEAVE_TIMEOUT_S = 300.0
+
+
+@dataclass
+class AgentHandle:
+    instance: str
+    container_id: str
+    host: str
+    commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
+    state: str = "attached"  # attached -> warm -> running -> exited; leaving at any point
+    leaving: bool = False
+    exit_code: int | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    connected: bool = True
+
+    @property
+    def number(self) -> int:
+        return instance_number(self.instance)
+
+
+class AgentRegistry(HostDiscovery):  # type: ignore[misc]
+    """The agents attached to this driver; doubles as Horovod's host discovery."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Condition()
+        self._agents: dict[str, AgentHandle] = {}
+
+    def add(self, agent: AgentHandle) -> None:
+        with self._lock:
+            self._agents[agent.container_id] = agent
+            self._lock.notify_all()
+
+    def update(self, container_id: str, **changes: object) -> None:
+        with self._lock:
+            agent = self._agents.get(container_id)
+            if agent is not None:
+                for key, value in changes.items():
+                    setattr(agent, key, value)
+            self._lock.notify_all()
+
+    def get(self, container_id: str) -> AgentHandle | None:
+        with self._lock:
+            return self._agents.get(container_id)
+
+    def snapshot(self) -> list[AgentHandle]:
+        with self._lock:
+            return list(self._agents.values())
+
+    def available(self) -> list[AgentHandle]:
+        """Workers Horovod may use: connected, warm or running, not leaving, not exited."""
+        with self._lock:
+            return [
+                a for a in self._agents.values() if a.connected and not a.leaving and a.state in ("warm", "running")
+            ]
+
+    def wait(self, predicate: object, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(predicate, timeout)  # type: ignore[arg-type]
+
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
+        return {a.container_id: 1 for a in self.available()}
+
+
+class JobDriver(pb_grpc.ElasticDriverServicer):  # type: ignore[misc]
+    def __init__(
+        self, job: str, limits: Limits, yarn: YarnServiceClient, token: str | None, iface: str, elastic_timeout: int
+    ) -> None:
+        self.job = job
+        self.limits = limits
+        self.yarn = yarn
+        self.token = token
+        self.iface = iface
+        self.registry = AgentRegistry()
+        self.target = limits.num
+        self.timeline: list[pb.ResizeEvent] = []
+        self.phase = "waiting"
+        self._resizes: queue.Queue[tuple[int, list[str], str]] = queue.Queue()
+        self._hvd: ElasticDriver | None = None
+        self._rendezvous = RendezvousServer(verbose=0)
+        self._elastic_timeout = elastic_timeout
+        self._server_ip = "127.0.0.1"
+        self._rendezvous_port = 0
+
+    # ------------------------------------------------------------------ gRPC
+
+    def _authorized(self, context: grpc.ServicerContext) -> bool:
+        if not self.token:
+            return True
+        got = dict(context.invocation_metadata()).get("authorization", "")
+        if got != f"Bearer {self.token}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong job token")
+            return False
+        return True
+
+    def Attach(
+        self, request_iterator: Iterator[pb.AgentEvent], context: grpc.ServicerContext
+    ) -> Iterator[pb.AgentCommand]:
+        if not self._authorized(context):
+            return
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("event") != "hello":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
+            return
+        hello = first.hello
+        agent = AgentHandle(hello.instance, hello.container_id, hello.host)
+        self.registry.add(agent)
+        log.info("agent attached: %s (%s)", agent.instance, agent.container_id)
+        threading.Thread(target=self._read_agent, args=(agent, request_iterator), daemon=True).start()
+        while True:
+            command = agent.commands.get()
+            if command is None:
+                return
+            yield command
+
+    def _read_agent(self, agent: AgentHandle, events: Iterator[pb.AgentEvent]) -> None:
+        try:
+            for event in events:
+                kind = event.WhichOneof("event")
+                if kind == "warm":
+                    log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
+                    self.registry.update(agent.container_id, state="warm")
+                elif kind == "exited":
+                    code = event.exited.exit_code
+                    log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
+                    agent.exit_code = code
+                    self.registry.update(agent.container_id, state="exited")
+                    agent.exited.set()
+        except grpc.RpcError:
+            pass
+        finally:
+            self.registry.update(agent.container_id, connected=False)
+            if agent.exit_code is None:
+                agent.exit_code = 1
+                agent.exited.set()
+            agent.commands.put(None)
+            log.info("agent detached: %s", agent.instance)
+
+    def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
+        if not self._authorized(context):
+            return pb.FlexReply()
+        try:
+            self.limits.check_target(request.workers)
+        except FlexRefusedError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        known = {a.instance for a in self.registry.snapshot()}
+        unknown = [name for name in request.remove if name not in known]
+        if unknown:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown worker instances: {', '.join(unknown)}")
+        previous = self.target
+        self._resizes.put((request.workers, list(request.remove), request.reason or "requested"))
+        return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
+
+    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
+        if not self._authorized(context):
+            return pb.JobStatus()
+        ranks: dict[str, int] = {}
+        if self._hvd is not None:
+            for host, slots in self._hvd.host_assignments.items():
+                ranks[host] = slots[0].rank if slots else -1
+        workers = [
+            pb.WorkerStatus(
+                instance=a.instance,
+                container_id=a.container_id,
+                state="leaving" if a.leaving and a.state != "exited" else a.state,
+                rank=ranks.get(a.container_id, -1),
+            )
+            for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.container_id))
+        ]
+        return pb.JobStatus(
+            job=self.job,
+            phase=self.phase,
+            target=self.target,
+            world_size=self._hvd.world_size() if self._hvd is not None else 0,
+            min_workers=self.limits.min,
+            max_workers=self.limits.max,
+            workers=workers,
+            timeline=self.timeline,
+        )
+
+    # ------------------------------------------------------------------ resizing
+
+    def _resize_loop(self) -> None:
+        while True:
+            workers, remove, reason = self._resizes.get()
+            try:
+                self._resize(workers, remove, reason)
+            except (YarnError, FlexRefusedError) as exc:
+                log.error("resize to %d failed: %s", workers, exc)
+
+    def _resize(self, workers: int, remove: list[str], reason: str) -> None:
+        current = self.target
+        if workers == current and not remove:
+            return
+        log.info("resize %d -> %d (%s)", current, workers, reason)
+        self.timeline.append(pb.ResizeEvent(time=time.time(), from_workers=current, to_workers=workers, reason=reason))
+        if workers > current:
+            self.target = workers
+            self.yarn.flex(self.job, WORKER_COMPONENT, workers)
+            return
+        live = [a for a in self.registry.available()]
+        if remove:
+            leavers = [a for a in live if a.instance in remove]
+        else:
+            leavers = sorted(live, key=lambda a: a.number)[workers:]
+        self.target = workers
+        for agent in leavers:
+            agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
+            self.registry.update(agent.container_id, leaving=True)
+        deadline = time.monotonic() + LEAVE_TIMEOUT_S
+        for agent in leavers:
+            if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
+                log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
+        highest = sorted(live, key=lambda a: a.number)[len(live) - len(leavers) :]
+        if {a.instance for a in leavers} == {a.instance for a in highest}:
+            self.yarn.flex(self.job, WORKER_COMPONENT, workers)
+        else:
+            self.yarn.decommission(self.job, WORKER_COMPONENT, [a.instance for a in leavers])
+
+    # ------------------------------------------------------------------ Horovod
+
+    def _create_worker(self, slot_info: hvd_hosts.SlotInfo, events: list[threading.Event]) -> tuple[int, float]:
+        agent = self.registry.get(slot_info.hostname)
+        if agent is None:
+            log.error("no agent for host %s", slot_info.hostname)
+            return 1, time.time()
+        slot_env = {
+            **{
+                k: str(v)
+                for k, v in create_run_env_vars(
+                    self._server_ip, [self.iface], self._rendezvous_port, elastic=True
+                ).items()
+            },
+            **create_slot_env_vars(slot_info),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.registry.update(agent.container_id, state="running")
+        agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
+        while not agent.exited.wait(0.5):
+            if any(e.is_set() for e in events):
+                agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
+                agent.exited.wait(15)
+                break
+        code = agent.exit_code if agent.exit_code is not None else 1
+        if agent.leaving:
+            # Removed on scale-in: Horovod has already dropped the host, the exit is expected.
+            return 0, time.time()
+        return code, time.time()
+
+    def run(self, port: int) -> int:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
+        pb_grpc.add_ElasticDriverServicer_to_server(self, server)
+        bound = server.add_insecure_port(f"0.0.0.0:{port}")
+        if bound == 0:
+            log.error("cannot listen on port %d (taken?)", port)
+            return 2
+        server.start()
+        log.info("driver of job %s listening on port %d; limits %s", self.job, port, self.limits)
+        threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
+
+        hvd_driver = ElasticDriver(
+            self._rendezvous,
+            self.registry,
+            self.limits.min,
+            self.limits.max,
+            timeout=self._elastic_timeout,
+            reset_limit=None,
+            cooldown_range=None,
+            verbose=0,
+        )
+        self._hvd = hvd_driver
+        self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver))
+        self._server_ip = _my_ip(self.iface)
+        log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
+        started = time.monotonic()
+
+        def enough() -> bool:
+            n = len(self.registry.available())
+            return n >= self.limits.num or (n >= self.limits.min and time.monotonic() - started > 30)
+
+        while not self.registry.wait(enough, 1.0):
+            if time.monotonic() - started > self._elastic_timeout:
+                log.error(
+                    "only %d of at least %d workers became ready within %d s",
+                    len(self.registry.available()),
+                    self.limits.min,
+                    self._elastic_timeout,
+                )
+                self.phase = "failed"
+                return 3
+        self.phase = "running"
+        hvd_driver.start(self.limits.num, self._create_worker)
+        results = hvd_driver.get_results()
+        hvd_driver.stop()
+        failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
+        if results.error_message or failed:
+            log.error("job failed: %s %s", results.error_message or "", failed or "")
+            self.phase = "failed"
+            rc = 1
+        else:
+            log.info("job finished: every worker exited cleanly")
+            self.phase = "finished"
+            rc = 0
+        for agent in self.registry.snapshot():
+            agent.commands.put(None)
+        server.stop(grace=2)
+        return rc
+
+
+def _my_ip(iface: str) -> str:
+    if iface == "lo":
+        return "127.0.0.1"
+    import psutil
+
+    for addr in psutil.net_if_addrs().get(iface, []):
+        if addr.family == socket.AF_INET:
+            return str(addr.address)
+    return socket.gethostbyname(socket.gethostname())
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(levelname)s %(message)s")
+    job = env.job_id()
+    port = env.driver_port()
+    rm = env.rm_url()
+    if not job or not port or not rm:
+        log.error("SUBMARINE_JOB_ID, SUBMARINE_DRIVER_PORT and SUBMARINE_RM_URL must be set")
+        return 2
+    num, lo, hi = env.worker_limits()
+    timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
+    with YarnServiceClient(rm) as yarn:
+        driver = JobDriver(job, Limits(num, lo, hi), yarn, env.job_token(), env.gloo_iface() or "lo", timeout)
+        return driver.run(port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""From ``submarine job run`` flags to the job's YARN service spec (template: yarn_service_specs/elastic-job.json).
+
+Everything is validated here, before anything is sent: a bad flag is refused with its name.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
+from submarine_elastic.yarn import InvalidSpecError, Service
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "yarn_service_specs" / "elastic-job.json"
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class JobSpecError(ValueError):
+    """A ``submarine job run`` flag is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    memory_mb: int
+    vcores: int
+    gpus: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> WorkerResources:
+        """``memory-mb=2048,vcores=1`` (also ``memory=2G`` / ``memory=512M``, ``gpu=1``).
+
+        Raises:
+            JobSpecError: an unknown key, a malformed or non-positive value (naming ``--worker_resources``).
+        """
+        values: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or not value:
+                raise JobSpecError(f"--worker_resources: expected key=value, got {part!r}")
+            values[key.strip().lower()] = value.strip()
+        unknown = set(values) - {"memory-mb", "memory", "vcores", "gpu"}
+        if unknown:
+            raise JobSpecError(
+                f"--worker_resources: unknown key(s) {', '.join(sorted(unknown))} (use memory-mb, memory, vcores, gpu)"
+            )
+        try:
+            if "memory-mb" in values:
+                memory = int(values["memory-mb"])
+            elif "memory" in values:
+                m = re.fullmatch(r"(\d+)\s*([GgMm]?)", values["memory"])
+                if m is None:
+                    raise ValueError(values["memory"])
+                memory = int(m.group(1)) * (1024 if m.group(2).lower() == "g" else 1)
+            else:
+                raise JobSpecError("--worker_resources: memory-mb (or memory) is required")
+            vcores = int(values.get("vcores", "1"))
+            gpus = int(values.get("gpu", "0"))
+        except ValueError as exc:
+            raise JobSpecError(f"--worker_resources: not a number in {text!r}") from exc
+        if memory <= 0 or vcores <= 0 or gpus < 0:
+            raise JobSpecError(f"--worker_resources: memory and vcores must be positive, gpu >= 0, got {text!r}")
+        return cls(memory, vcores, gpus)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What ``submarine job run`` was asked for."""
+
+    name: str
+    launch_cmd: str
+    limits: Limits
+    resources: WorkerResources
+    rm_url: str
+    elastic: bool = True
+    framework: str = "tensorflow"
+    env: dict[str, str] = field(default_factory=dict)
+    input_path: str | None = None
+    checkpoint_path: str | None = None
+    queue: str | None = None
+    docker_image: str | None = None
+    workdir: Path = field(default_factory=Path.cwd)
+    python: str = sys.executable
+    driver_port: int = 0
+    token: str = ""
+
+
+def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``K=V`` pairs of ``--env``.
+
+    Raises:
+        JobSpecError: a pair without ``=``, a bad variable name, or a double quote in a value.
+    """
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.fullmatch(key):
+            raise JobSpecError(f"--env: expected NAME=VALUE with a shell variable name, got {pair!r}")
+        if '"' in value:
+            raise JobSpecError(f"--env {key}: a value must not contain double quotes (YARN does not escape them)")
+        result[key] = value
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def build_service(req: JobRequest) -> Service:
+    """The job's YARN service: a ``driver`` (ends the service) and ``num`` ``worker`` agents.
+
+    Raises:
+        JobSpecError: the request cannot make a valid spec (the field named).
+    """
+    if req.framework.lower() != "tensorflow":
+        raise JobSpecError(f"--framework: only 'tensorflow' is supported, got {req.framework!r}")
+    if not req.launch_cmd.strip():
+        raise JobSpecError("--worker_launch_cmd must not be empty")
+    raw = json.loads(TEMPLATE.read_text())
+    raw["name"] = req.name
+    if req.queue:
+        raw["queue"] = req.queue
+    venv_bin = str(Path(req.python).parent)
+    common = {
+        "SUBMARINE_JOB_ID": req.name,
+        "SUBMARINE_RM_URL": req.rm_url,
+        "SUBMARINE_DRIVER_PORT": str(req.driver_port),
+        "SUBMARINE_JOB_TOKEN": req.token,
+        "SUBMARINE_NUM_WORKERS": str(req.limits.num),
+        "SUBMARINE_MIN_WORKERS": str(req.limits.min),
+        "SUBMARINE_MAX_WORKERS": str(req.limits.max),
+        "SUBMARINE_ELASTIC": "1" if req.elastic else "0",
+        "SUBMARINE_WORKDIR": str(req.workdir),
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        # Loopback clusters run every container on 127.0.0.1: Gloo must use lo, or it waits 600 s.
+        "SUBMARINE_GLOO_IFACE": "lo" if _is_loopback(req.rm_url) else "",
+        # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": "20",
+    }
+    if req.input_path:
+        common["SUBMARINE_INPUT_PATH"] = req.input_path
+    if req.checkpoint_path:
+        common["SUBMARINE_CHECKPOINT_PATH"] = req.checkpoint_path
+    common.update(req.env)
+    raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
+    for comp in raw["components"]:
+        if comp["name"] == DRIVER_COMPONENT:
+            comp["launch_command"] = f"{req.python} -m submarine_elastic.elastic.driver"
+        elif comp["name"] == WORKER_COMPONENT:
+            comp["number_of_containers"] = req.limits.num
+            comp["launch_command"] = f"{req.python} -m submarine_elastic.elastic.agent"
+            comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
+            if req.resources.gpus:
+                comp["resource"]["additional"] = {"yarn.io/gpu": {"value": req.resources.gpus, "unit": ""}}
+            comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
+                req.launch_cmd.encode()
+            ).decode()
+            if req.docker_image:
+                comp["artifact"] = {"type": "DOCKER", "id": req.docker_image}
+    try:
+        return Service.from_dict(raw)
+    except InvalidSpecError as exc:
+        raise JobSpecError(f"--name or another flag makes an invalid service: {exc}") from exc
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def _is_loopback(url: str) -> bool:
+    return "://127." in url or "://localhost" in url

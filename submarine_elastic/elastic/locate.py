@@ -1,0 +1,71 @@
+"""Finding a job's driver: its container's address from the YARN Services API, its port from the spec."""
+
+from __future__ import annotations
+
+import time
+
+from submarine_elastic import env
+from submarine_elastic.elastic.api import DRIVER_COMPONENT, DriverUnreachableError
+from submarine_elastic.yarn import ServiceStatus, YarnError, YarnServiceClient
+
+
+def driver_host(status: ServiceStatus) -> str | None:
+    """The address of the job's driver container, or None while it has none."""
+    comp = status.component(DRIVER_COMPONENT)
+    if comp is None:
+        return None
+    for container in comp.containers:
+        if container.ip or container.hostname:
+            return container.ip or container.hostname
+    return None
+
+
+def driver_address(
+    job: str | None = None,
+    *,
+    client: YarnServiceClient | None = None,
+    port: int | None = None,
+    timeout: float = 300.0,
+) -> str:
+    """``host:port`` of the job's driver, polling YARN for up to ``timeout`` s while it starts.
+
+    ``job`` defaults to ``SUBMARINE_JOB_ID`` and ``port`` to ``SUBMARINE_DRIVER_PORT`` (or the
+    service's own ``SUBMARINE_DRIVER_PORT`` setting, read from its spec).
+
+    Raises:
+        DriverUnreachableError: no job name, no port, no ResourceManager, or no driver in time.
+    """
+    job = job or env.job_id()
+    if not job:
+        raise DriverUnreachableError("no job name: SUBMARINE_JOB_ID is not set")
+    owns = client is None
+    if client is None:
+        rm = env.rm_url()
+        if not rm:
+            raise DriverUnreachableError("no ResourceManager address: SUBMARINE_RM_URL is not set")
+        client = YarnServiceClient(rm)
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    try:
+        while True:
+            try:
+                status = client.status(job)
+                host = driver_host(status)
+                if port is None:
+                    port = env.driver_port() or _spec_port(status)
+                if host and port:
+                    return f"{host}:{port}"
+                last = f"service state {status.state}, driver container {'without address' if not host else 'ok'}"
+            except YarnError as exc:
+                last = str(exc)
+            if time.monotonic() > deadline:
+                raise DriverUnreachableError(f"the driver of job {job!r} was not found within {timeout:.0f} s: {last}")
+            time.sleep(1.0)
+    finally:
+        if owns:
+            client.close()
+
+
+def _spec_port(status: ServiceStatus) -> int | None:
+    raw = status.raw.get("configuration", {}).get("env", {}).get("SUBMARINE_DRIVER_PORT") if status.raw else None
+    return int(raw) if raw else None

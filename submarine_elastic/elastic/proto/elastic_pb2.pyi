@@ -1,0 +1,143 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AgentEvent(_message.Message):
+    __slots__ = ("hello", "warm", "exited")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    WARM_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    warm: Warm
+    exited: Exited
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("instance", "container_id", "host")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    container_id: str
+    host: str
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+
+class Warm(_message.Message):
+    __slots__ = ("pid", "warmup_seconds")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    warmup_seconds: float
+    def __init__(self, pid: _Optional[int] = ..., warmup_seconds: _Optional[float] = ...) -> None: ...
+
+class Exited(_message.Message):
+    __slots__ = ("exit_code", "leaving")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    leaving: bool
+    def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ...) -> None: ...
+
+class AgentCommand(_message.Message):
+    __slots__ = ("start", "leave", "stop")
+    START_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    start: Start
+    leave: Leave
+    stop: Stop
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ...) -> None: ...
+
+class Start(_message.Message):
+    __slots__ = ("env",)
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Leave(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Stop(_message.Message):
+    __slots__ = ("grace_seconds",)
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    grace_seconds: float
+    def __init__(self, grace_seconds: _Optional[float] = ...) -> None: ...
+
+class FlexRequest(_message.Message):
+    __slots__ = ("workers", "remove", "reason")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workers: int
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    def __init__(self, workers: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FlexReply(_message.Message):
+    __slots__ = ("previous", "target", "message")
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    previous: int
+    target: int
+    message: str
+    def __init__(self, previous: _Optional[int] = ..., target: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("instance", "container_id", "state", "rank")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    container_id: str
+    state: str
+    rank: int
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class ResizeEvent(_message.Message):
+    __slots__ = ("time", "from_workers", "to_workers", "reason")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    FROM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    TO_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    from_workers: int
+    to_workers: int
+    reason: str
+    def __init__(self, time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    phase: str
+    target: int
+    world_size: int
+    min_workers: int
+    max_workers: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    timeline: _containers.RepeatedCompositeFieldContainer[ResizeEvent]
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ...) -> None: ...
