@@ -1,0 +1,188 @@
+"""Interfaces, value types and errors of the metrics service.
+
+The wire schema (``proto/metrics.proto``) is the value type of a point: a store keeps the
+``StepPoint`` messages it receives instead of copying them into Python objects, so ingest stays
+cheap. What the scheduler side reads back (:class:`JobSummary`) is a plain frozen dataclass, so
+the policy engine needs no protobuf.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from submarine_elastic.metrics.proto import metrics_pb2
+
+#: The port ``submarine metrics serve`` listens on unless told otherwise.
+DEFAULT_PORT = 50061
+#: Full gRPC name of the service, as health checking and reflection know it.
+SERVICE_NAME = "submarine.metrics.v1.MetricsService"
+
+#: A job id is a YARN service name (see DESIGN.md); ``tf_hooks`` checks the same pattern.
+JOB_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,63}")
+INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+INCARNATION_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+USER_METRIC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
+MAX_POINTS_PER_BATCH = 10_000
+MAX_USER_METRICS = 32
+MAX_WORLD_SIZE = 100_000
+#: Largest magnitude of any float in a point; beyond it a value is a bug, and aggregates could overflow.
+MAX_ABS_VALUE = 1e15
+
+StepPoint = metrics_pb2.StepPoint
+ReportBatch = metrics_pb2.ReportBatch
+RecordedPoint = metrics_pb2.RecordedPoint
+WatchEvent = metrics_pb2.WatchEvent
+
+
+class MetricsError(Exception):
+    """Base of every error raised by ``submarine_elastic.metrics``."""
+
+
+class InvalidPointError(MetricsError, ValueError):
+    """A batch breaks a rule of the schema; ``field`` names where (``points[3].loss``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class UnknownJobError(MetricsError, KeyError):
+    """The store holds nothing for this job id (never reported, or evicted)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+    def __str__(self) -> str:
+        return f"no metrics for job {self.job_id!r}"
+
+
+class ServerStartError(MetricsError):
+    """The gRPC or Prometheus endpoint could not be bound (port taken, bad address, bad certificate)."""
+
+
+@dataclass(frozen=True)
+class ThroughputStat:
+    """Throughput of a job at one world size, from the points reported at that size."""
+
+    world_size: int
+    per_worker_examples_per_second: float
+    aggregate_examples_per_second: float
+    step_time_seconds: float
+    points: int
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """Rolling aggregates of one job; every count covers the job's whole life in this store."""
+
+    job_id: str
+    world_size: int
+    active_workers: int
+    last_step: int
+    last_loss: float | None
+    loss_ema: float | None
+    loss_slope_per_step: float | None
+    throughput: tuple[ThroughputStat, ...]
+    points_received: int
+    points_duplicate: int
+    points_rejected: int
+    points_missing: int
+    last_update: float
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one accepted batch did: points kept, resends ignored, and the key's highest seq now held."""
+
+    job_id: str
+    key: str
+    accepted: int
+    duplicates: int
+    last_seq: int
+
+
+class Subscription(ABC):
+    """Events of accepted points, in acceptance order, for one consumer.
+
+    A consumer that reads too slowly loses the oldest events (counted in :attr:`dropped`); ingest
+    never waits for a consumer.
+    """
+
+    @property
+    @abstractmethod
+    def dropped(self) -> int:
+        """Events lost because the consumer's buffer was full."""
+
+    @abstractmethod
+    def get(self, timeout: float) -> metrics_pb2.WatchEvent | None:
+        """The next event, or None when none arrives within ``timeout`` seconds or the subscription closed.
+
+        Blocks up to ``timeout`` seconds. The event is shared with other consumers: do not modify it.
+        """
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (by the consumer or because the store closed)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stops delivery and wakes a consumer blocked in :meth:`get`. Never blocks."""
+
+
+class MetricsStore(ABC):
+    """Bounded per-job time series with de-duplication by (job, worker, incarnation, seq).
+
+    Implementations are safe to call from many threads at once.
+    """
+
+    @abstractmethod
+    def ingest(self, batch: metrics_pb2.ReportBatch) -> IngestResult:
+        """Validates ``batch`` as a whole and keeps its new points; a rejected batch changes no aggregate.
+
+        Never blocks on consumers.
+
+        Raises:
+            InvalidPointError: the batch breaks a rule; its points are counted as rejected (on the job
+                when the job id is valid and known, otherwise in :meth:`rejected_unattributed`).
+        """
+
+    @abstractmethod
+    def jobs(self) -> list[str]:
+        """Ids of the jobs held, in no particular order."""
+
+    @abstractmethod
+    def summary(self, job_id: str) -> JobSummary:
+        """The job's aggregates now.
+
+        Raises:
+            UnknownJobError: the store holds nothing for ``job_id``.
+        """
+
+    @abstractmethod
+    def series(self, job_id: str, max_points: int) -> list[metrics_pb2.RecordedPoint]:
+        """Up to ``max_points`` of the job's most recent points, oldest first (copies).
+
+        Raises:
+            UnknownJobError: the store holds nothing for ``job_id``.
+        """
+
+    @abstractmethod
+    def subscribe(self, job_id: str | None = None, capacity: int = 1024) -> Subscription:
+        """Events for ``job_id`` (None: every job) from now on; buffers up to ``capacity`` events.
+
+        Raises:
+            ValueError: ``capacity`` is less than 1.
+        """
+
+    @abstractmethod
+    def rejected_unattributed(self) -> int:
+        """Points rejected in batches whose job id was invalid or unknown."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Closes every subscription; later calls to :meth:`ingest` still work. Never blocks."""

@@ -1,0 +1,252 @@
+"""Every schema rule names its field; arbitrary batches never corrupt a store's aggregates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from submarine_elastic.metrics.api import InvalidPointError
+from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.metrics.validation import validate_batch
+
+
+def good() -> metrics_pb2.ReportBatch:
+    return metrics_pb2.ReportBatch(
+        job_id="job-a",
+        worker=metrics_pb2.WorkerRef(instance="worker-0", rank=1),
+        incarnation="1a-2b.1",
+        world_size=2,
+        points=[
+            metrics_pb2.StepPoint(
+                seq=seq,
+                step=seq,
+                loss=0.5,
+                examples_per_second=10.0,
+                step_time_seconds=0.1,
+                batch_size=32,
+                learning_rate=0.01,
+                wall_time=1.7e9,
+                user_metrics={"accuracy": 0.9},
+            )
+            for seq in (1, 2)
+        ],
+    )
+
+
+def _set(path: str, value: object) -> Callable[[metrics_pb2.ReportBatch], None]:
+    def apply(b: metrics_pb2.ReportBatch) -> None:
+        target: object = b
+        *parents, leaf = path.split(".")
+        for part in parents:
+            target = b.points[int(part[7:-1])] if part.startswith("points[") else getattr(target, part)
+        setattr(target, leaf, value)
+
+    return apply
+
+
+CORRUPTIONS: list[tuple[str, Callable[[metrics_pb2.ReportBatch], None]]] = [
+    ("job_id", _set("job_id", "")),
+    ("job_id", _set("job_id", "Job_A")),
+    ("job_id", _set("job_id", "a" * 65)),
+    ("worker", lambda b: b.ClearField("worker")),
+    ("worker.instance", _set("worker.instance", "")),
+    ("worker.instance", _set("worker.instance", "worker 0")),
+    ("incarnation", _set("incarnation", "")),
+    ("world_size", _set("world_size", 0)),
+    ("world_size", _set("world_size", 100_001)),
+    ("worker.rank", _set("worker.rank", 2)),
+    ("worker.rank", _set("worker.rank", -1)),
+    ("points", lambda b: b.ClearField("points")),
+    ("points[0].seq", _set("points[0].seq", 0)),
+    ("points[1].seq", _set("points[1].seq", 1)),
+    ("points[1].step", _set("points[1].step", -1)),
+    ("points[0].wall_time", _set("points[0].wall_time", 0.0)),
+    ("points[0].wall_time", _set("points[0].wall_time", math.inf)),
+    ("points[1].loss", _set("points[1].loss", math.nan)),
+    ("points[1].loss", _set("points[1].loss", -math.inf)),
+    ("points[1].loss", _set("points[1].loss", 1e300)),
+    ("points[0].examples_per_second", _set("points[0].examples_per_second", math.inf)),
+    ("points[0].examples_per_second", _set("points[0].examples_per_second", -1.0)),
+    ("points[0].step_time_seconds", _set("points[0].step_time_seconds", math.nan)),
+    ("points[0].learning_rate", _set("points[0].learning_rate", -0.1)),
+    ("points[0].batch_size", _set("points[0].batch_size", 0)),
+    ("points[0].batch_size", _set("points[0].batch_size", -32)),
+    ("points[0].user_metrics", lambda b: b.points[0].user_metrics.__setitem__("bad name", 1.0)),
+    ("points[0].user_metrics", lambda b: b.points[0].user_metrics.update({f"m{i}": 1.0 for i in range(40)})),
+    ("points[0].user_metrics[accuracy]", lambda b: b.points[0].user_metrics.__setitem__("accuracy", math.nan)),
+]
+
+
+def test_the_reference_batch_is_valid() -> None:
+    validate_batch(good())
+
+
+@pytest.mark.parametrize(("field", "corrupt"), CORRUPTIONS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CORRUPTIONS)])
+def test_each_rule_names_its_field(field: str, corrupt: Callable[[metrics_pb2.ReportBatch], None]) -> None:
+    b = good()
+    corrupt(b)
+    with pytest.raises(InvalidPointError) as e:
+        validate_batch(b)
+    assert e.value.field == field
+    assert str(e.value).startswith(f"{field}: ")
+
+
+def test_too_many_points_is_rejected() -> None:
+    b = good()
+    del b.points[:]
+    b.points.extend(metrics_pb2.StepPoint(seq=i, wall_time=1.0) for i in range(1, 10_002))
+    with pytest.raises(InvalidPointError, match="10001 points"):
+        validate_batch(b)
+
+
+# -- property: arbitrary batches ------------------------------------------------------------------
+
+_any_float = st.floats(allow_nan=True, allow_infinity=True)
+_point = st.builds(
+    lambda seq, step, loss, eps, st_, bs, lr, wall, um: metrics_pb2.StepPoint(
+        seq=seq,
+        step=step,
+        wall_time=wall,
+        user_metrics=um,
+        **{
+            k: v
+            for k, v in (
+                ("loss", loss),
+                ("examples_per_second", eps),
+                ("step_time_seconds", st_),
+                ("batch_size", bs),
+                ("learning_rate", lr),
+            )
+            if v is not None
+        },
+    ),
+    st.integers(0, 2**64 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.none() | _any_float,
+    st.none() | _any_float,
+    st.none() | _any_float,
+    st.none() | st.integers(-(2**63), 2**63 - 1),
+    st.none() | _any_float,
+    _any_float,
+    st.dictionaries(st.text(max_size=8), _any_float, max_size=3),
+)
+_batch = st.builds(
+    lambda job, inst, inc, ws, rank, pts: metrics_pb2.ReportBatch(
+        job_id=job, worker=metrics_pb2.WorkerRef(instance=inst, rank=rank), incarnation=inc, world_size=ws, points=pts
+    ),
+    st.sampled_from(["job-a", "job-b", "", "Job", "x" * 70]) | st.text(max_size=5),
+    st.sampled_from(["worker-0", "worker-1", "", "w w"]),
+    st.sampled_from(["i1", "i2", ""]),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**31), 2**31 - 1),
+    st.lists(_point, max_size=4),
+)
+
+
+def _corrupt(
+    b: metrics_pb2.ReportBatch, corruption: tuple[str, Callable[[metrics_pb2.ReportBatch], None]]
+) -> metrics_pb2.ReportBatch:
+    try:
+        corruption[1](b)
+    except IndexError:
+        pass  # the corruption needs more points than the batch has; send it as it is
+    return b
+
+
+_valid_point = st.builds(
+    lambda step, loss, eps, um: metrics_pb2.StepPoint(
+        step=step,
+        loss=loss,
+        examples_per_second=eps,
+        step_time_seconds=0.1,
+        batch_size=8,
+        learning_rate=0.01,
+        wall_time=1.7e9,
+        user_metrics=um,
+    ),
+    st.integers(0, 10_000),
+    st.floats(-1e6, 1e6),
+    st.floats(0, 1e6),
+    st.dictionaries(st.sampled_from(["acc", "top5", "x.y"]), st.floats(-1e6, 1e6), max_size=2),
+)
+
+
+def _with_seqs(points: list[metrics_pb2.StepPoint], seqs: list[int]) -> list[metrics_pb2.StepPoint]:
+    for point, seq in zip(points, sorted(seqs), strict=False):
+        point.seq = seq
+    return points[: len(seqs)]
+
+
+_valid_batch = st.builds(
+    lambda job, inst, inc, ws, rank, pts: metrics_pb2.ReportBatch(
+        job_id=job, worker=metrics_pb2.WorkerRef(instance=inst, rank=rank), incarnation=inc, world_size=ws, points=pts
+    ),
+    st.sampled_from(["job-a", "job-b"]),
+    st.sampled_from(["worker-0", "worker-1"]),
+    st.sampled_from(["i1", "i2"]),
+    st.integers(4, 8),
+    st.integers(0, 3),
+    st.builds(
+        _with_seqs,
+        st.lists(_valid_point, min_size=4, max_size=4),
+        st.sets(st.integers(1, 8), min_size=1, max_size=4).map(list),
+    ),
+)
+_mixed_batch = st.one_of(
+    _valid_batch,
+    _valid_batch,
+    st.builds(_corrupt, _valid_batch, st.sampled_from(CORRUPTIONS)),
+    _batch,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_mixed_batch, max_size=12))
+def test_arbitrary_batches_never_corrupt_the_store(batches: list[metrics_pb2.ReportBatch]) -> None:
+    store = InMemoryStore()
+    held: dict[tuple[str, str, str], int] = {}
+    expected: dict[str, dict[str, int]] = {}
+    for b in batches:
+        try:
+            store.ingest(b)
+        except InvalidPointError as e:
+            assert e.field
+            counts = expected.get(b.job_id)
+            if counts is not None:
+                counts["rejected"] += max(1, len(b.points))
+            continue
+        counts = expected.setdefault(b.job_id, {"received": 0, "duplicate": 0, "rejected": 0})
+        key = (b.job_id, b.worker.instance, b.incarnation)
+        for p in b.points:
+            if p.seq <= held.get(key, 0):
+                counts["duplicate"] += 1
+            else:
+                counts["received"] += 1
+                held[key] = p.seq
+    assert sorted(store.jobs()) == sorted(expected)
+    for job, counts in expected.items():
+        s = store.summary(job)
+        assert (s.points_received, s.points_duplicate, s.points_rejected) == (
+            counts["received"],
+            counts["duplicate"],
+            counts["rejected"],
+        )
+        numbers = [s.last_loss, s.loss_ema, s.loss_slope_per_step, s.last_update]
+        for t in s.throughput:
+            numbers += [t.per_worker_examples_per_second, t.aggregate_examples_per_second, t.step_time_seconds]
+        assert all(math.isfinite(x) for x in numbers if x is not None), s
+        for recorded in store.series(job, 10_000):
+            validate_batch(
+                metrics_pb2.ReportBatch(
+                    job_id=job,
+                    worker=recorded.worker,
+                    incarnation=recorded.incarnation,
+                    world_size=recorded.world_size,
+                    points=[recorded.point],
+                )
+            )
