@@ -28,15 +28,35 @@ from .api import (
     Throughput,
 )
 from .basic import GreedyPolicy, StaticPolicy
+from .composite import CompositePolicy
+from .convergence import ConvergencePolicy
 from .engine import DEFAULT_COOLDOWN_S, PolicyEngine
 from .fair_share import FairShareArbiter
+from .goodput import GoodputArbiter
+from .loader import (
+    BUILTIN_POLICIES,
+    ENTRY_POINT_GROUP,
+    load_arbiter,
+    load_job_policy,
+    load_policy,
+    load_policy_class,
+    policy_names,
+)
+from .scaling_efficiency import ScalingEfficiencyPolicy
+from .straggler import StragglerPolicy
+from .utility import UtilityPolicy
 
 __all__ = [
-    "DEFAULT_COOLDOWN_S",
     "Allocation",
+    "BUILTIN_POLICIES",
     "ClusterArbiter",
+    "CompositePolicy",
+    "ConvergencePolicy",
+    "DEFAULT_COOLDOWN_S",
     "Decision",
+    "ENTRY_POINT_GROUP",
     "FairShareArbiter",
+    "GoodputArbiter",
     "GreedyPolicy",
     "InvalidDecisionError",
     "InvalidSnapshotError",
@@ -54,7 +74,15 @@ __all__ = [
     "PolicyStateError",
     "Refusal",
     "Request",
+    "ScalingEfficiencyPolicy",
     "Snapshot",
     "StaticPolicy",
+    "StragglerPolicy",
     "Throughput",
+    "UtilityPolicy",
+    "load_arbiter",
+    "load_job_policy",
+    "load_policy",
+    "load_policy_class",
+    "policy_names",
 ]
