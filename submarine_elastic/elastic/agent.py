@@ -33,7 +33,8 @@ from collections.abc import Iterator
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import ElasticError, driver_address
+from submarine_elastic.elastic.api import ElasticError
+from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 
@@ -192,7 +193,12 @@ def main() -> int:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)
-    signal.signal(signal.SIGTERM, lambda *_: (agent.stop_training(STOP_GRACE_S), sys.exit(0)))
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        agent.stop_training(STOP_GRACE_S)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     return agent.run(target, env.job_token())
 
 

@@ -71,7 +71,7 @@ class AgentHandle:
         return instance_number(self.instance)
 
 
-class AgentRegistry(HostDiscovery):  # type: ignore[misc]
+class AgentRegistry(HostDiscovery):
     """The agents attached to this driver; doubles as Horovod's host discovery."""
 
     def __init__(self) -> None:
@@ -115,7 +115,7 @@ class AgentRegistry(HostDiscovery):  # type: ignore[misc]
         return {a.container_id: 1 for a in self.available()}
 
 
-class JobDriver(pb_grpc.ElasticDriverServicer):  # type: ignore[misc]
+class JobDriver(pb_grpc.ElasticDriverServicer):
     def __init__(
         self, job: str, limits: Limits, yarn: YarnServiceClient, token: str | None, iface: str, elastic_timeout: int
     ) -> None:

@@ -139,6 +139,8 @@ def build_service(req: JobRequest) -> Service:
         "SUBMARINE_ELASTIC": "1" if req.elastic else "0",
         "SUBMARINE_WORKDIR": str(req.workdir),
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
         # Loopback clusters run every container on 127.0.0.1: Gloo must use lo, or it waits 600 s.
         "SUBMARINE_GLOO_IFACE": "lo" if _is_loopback(req.rm_url) else "",
         # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.

@@ -18,7 +18,7 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState
 
 
-class ElasticState(ObjectState):  # type: ignore[misc]
+class ElasticState(ObjectState):
     """Committed training state: TensorFlow variables plus picklable attributes.
 
     Args:
