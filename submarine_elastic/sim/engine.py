@@ -1,0 +1,508 @@
+"""The discrete-event engine: jobs arrive, schedulers allocate, jobs progress and finish.
+
+Time only moves between events: a job's arrival, a job's completion (predicted exactly from its current
+goodput, see :mod:`submarine_elastic.sim.physics`), and a scheduling round every ``interval_s`` while any
+job is active. Every arrival and completion also triggers a round, so a job that fits starts at once.
+Between events each job's progress rate is constant within an epoch, so progress is integrated exactly,
+epoch by epoch; nothing is sampled. A run is a pure function of its inputs: same workload, cluster,
+scheduler and costs, same result.
+
+Placement is the simulator's, like YARN's is the cluster's: a scheduler says how many workers a job
+gets; the simulator keeps a job's existing workers where they are, puts new ones on the nodes the job
+already uses, then best-fit on one node when they fit there, else on the nodes with the most free GPUs;
+it removes workers from the nodes where the job has the fewest first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+import numpy as np
+
+from submarine_elastic.sim.api import (
+    Allocation,
+    AllocationChange,
+    ClusterConfig,
+    ClusterView,
+    JobResult,
+    JobSpec,
+    JobView,
+    ResizeCosts,
+    Scheduler,
+    SchedulerError,
+    SimError,
+    SimResult,
+    SimSummary,
+    UtilSample,
+)
+from submarine_elastic.sim.physics import Application, TraceCatalog
+
+log = logging.getLogger(__name__)
+
+#: Rounds in a row that may pass with pending jobs, nothing running and nothing left to arrive, before the
+#: run stops and reports those jobs unfinished (a scheduler that will never start them).
+STALL_ROUNDS = 3
+
+
+class BatchRule(StrEnum):
+    """How a job's global batch follows its worker count when a scheduler does not set it.
+
+    ``fixed-local``: each worker keeps the per-worker batch the user asked for (global = local x workers,
+    capped at the largest validated batch). ``fixed-global``: the global batch stays what the user asked for.
+    """
+
+    FIXED_LOCAL = "fixed-local"
+    FIXED_GLOBAL = "fixed-global"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of a run other than the workload, cluster and scheduler."""
+
+    interval_s: float = 60.0
+    costs: ResizeCosts = ResizeCosts()
+    batch_rule: BatchRule = BatchRule.FIXED_LOCAL
+    max_time_s: float = 90 * 86400.0
+    #: Upper bound of an elastic job's workers when the workload gives none (also capped by the cluster
+    #: and by the application's largest useful worker count).
+    default_max_replicas: int = 64
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.interval_s) or self.interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
+        if not self.max_time_s > 0:
+            raise ValueError(f"max_time_s must be > 0, got {self.max_time_s}")
+        if self.default_max_replicas < 1:
+            raise ValueError(f"default_max_replicas must be >= 1, got {self.default_max_replicas}")
+
+
+class _Job:
+    """Mutable state of one simulated job."""
+
+    def __init__(self, spec: JobSpec, app: Application, cluster: ClusterConfig, default_max: int) -> None:
+        self.spec = spec
+        self.app = app
+        self.min_replicas = spec.min_replicas or 1
+        cap = min(cluster.total_gpus, max(default_max, spec.num_replicas), app.max_useful_replicas())
+        self.max_replicas = spec.max_replicas or max(cap, spec.num_replicas, self.min_replicas)
+        self.local_bsz = spec.batch_size / spec.num_replicas
+        self.batch = app.clamp_batch(spec.batch_size)
+        self.workers = 0
+        self.nodes: dict[int, int] = {}
+        self.progress = 0.0
+        self.epoch = 0
+        self.t = spec.arrival_s
+        self.pause_until = 0.0
+        self.rates = np.zeros(app.epochs)
+        self.tail = np.zeros(app.epochs)
+        self.version = 0
+        self.gpu_s = 0.0
+        self.run_s = 0.0
+        self.start_s: float | None = None
+        self.completion_s: float | None = None
+        self.resizes = 0
+        self.preemptions = 0
+        self.peak_workers = 0
+        self.throughput: dict[int, float] = {}
+        self.iter_s = 0.0
+        self.steps = 0.0
+        self.steps_at: dict[int, float] = {}
+        self.last_resize_s: float | None = None
+
+    def placement(self) -> tuple[int, ...]:
+        return tuple(sorted(self.nodes.values(), reverse=True))
+
+    def advance(self, t: float) -> None:
+        """Move progress to time ``t`` at the current allocation."""
+        dt = t - self.t
+        if dt <= 0:
+            return
+        if self.workers:
+            self.gpu_s += self.workers * dt
+            self.run_s += dt
+            remaining = t - max(self.t, self.pause_until)
+            if remaining > 0:
+                steps = remaining / self.iter_s
+                self.steps += steps
+                self.steps_at[self.workers] = self.steps_at.get(self.workers, 0.0) + steps
+            ends = self.app.epoch_progress
+            last = self.app.epochs - 1
+            while remaining > 0:
+                rate = self.rates[self.epoch]
+                need = (ends[self.epoch] - self.progress) / rate
+                if need <= remaining and self.epoch < last:
+                    self.progress = float(ends[self.epoch])
+                    self.epoch += 1
+                    remaining -= need
+                else:
+                    self.progress = min(self.progress + rate * remaining, float(ends[self.epoch]))
+                    remaining = 0.0
+        self.t = t
+
+    def reconfigure(self, batch: float) -> None:
+        """Recompute the per-epoch goodput for the current placement and ``batch``."""
+        self.batch = batch
+        if not self.workers:
+            self.rates = np.zeros(self.app.epochs)
+            return
+        placement = self.placement()
+        seconds = self.app.iteration(placement, batch).seconds
+        self.iter_s = seconds
+        self.throughput[self.workers] = self.app.clamp_batch(batch) / seconds
+        self.rates = self.app.gains(batch) / seconds
+        widths = np.diff(self.app.epoch_progress, prepend=0.0)
+        durations = widths / self.rates
+        # tail[e]: seconds for the epochs after e
+        self.tail = np.concatenate((np.cumsum(durations[::-1])[::-1][1:], [0.0]))
+
+    def finish_time(self) -> float:
+        """When the job completes if nothing changes (``inf`` without workers)."""
+        if not self.workers:
+            return math.inf
+        e = self.epoch
+        rest = (self.app.epoch_progress[e] - self.progress) / self.rates[e] + self.tail[e]
+        return max(self.t, self.pause_until) + float(rest)
+
+
+class _Nodes:
+    """Free GPUs per node and the placement rules (see the module docstring)."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.free = [cluster.gpus_per_node] * cluster.nodes
+
+    @property
+    def total_free(self) -> int:
+        return sum(self.free)
+
+    def grow(self, job: _Job, count: int) -> None:
+        for node in sorted(job.nodes, key=lambda n: (-self.free[n], n)):
+            take = min(self.free[node], count)
+            if take:
+                self._take(job, node, take)
+                count -= take
+        while count:
+            fits = [n for n, f in enumerate(self.free) if f >= count]
+            if fits:
+                node = min(fits, key=lambda n: (self.free[n], n))
+            else:
+                node = max(range(len(self.free)), key=lambda n: (self.free[n], -n))
+            take = min(self.free[node], count)
+            if take == 0:
+                raise SimError(f"no free GPU left for job {job.spec.name!r}")
+            self._take(job, node, take)
+            count -= take
+
+    def shrink(self, job: _Job, count: int) -> None:
+        while count:
+            node = min(job.nodes, key=lambda n: (job.nodes[n], -n))
+            give = min(job.nodes[node], count)
+            job.nodes[node] -= give
+            if not job.nodes[node]:
+                del job.nodes[node]
+            self.free[node] += give
+            count -= give
+
+    def _take(self, job: _Job, node: int, count: int) -> None:
+        self.free[node] -= count
+        job.nodes[node] = job.nodes.get(node, 0) + count
+
+
+ProgressCallback = Callable[[float, int, int], None]
+
+
+class Simulator:
+    """One run of a workload on a cluster under a scheduler.
+
+    ``run`` blocks until every job has finished, the scheduler stalls (pending jobs, nothing running,
+    nothing left to arrive, :data:`STALL_ROUNDS` rounds in a row), or ``config.max_time_s`` of simulated
+    time has passed; unfinished jobs have ``completion_s`` None.
+    """
+
+    def __init__(
+        self,
+        workload: Sequence[JobSpec],
+        cluster: ClusterConfig,
+        scheduler: Scheduler,
+        *,
+        catalog: TraceCatalog | None = None,
+        config: SimConfig | None = None,
+        workload_name: str = "workload",
+    ) -> None:
+        """Prepare a run.
+
+        Raises:
+            ValueError: the workload is empty or has duplicate job names.
+            UnknownApplicationError: a job trains an application without traces.
+            TraceDataError: an application's traces are malformed.
+        """
+        if not workload:
+            raise ValueError("the workload has no jobs")
+        names = [j.name for j in workload]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"duplicate job name {dup!r} in the workload")
+        self.cluster = cluster
+        self.scheduler = scheduler
+        self.config = config or SimConfig()
+        self.workload_name = workload_name
+        catalog = catalog or TraceCatalog()
+        specs = sorted(workload, key=lambda j: j.arrival_s)
+        self._jobs = [_Job(s, catalog.get(s.application), cluster, self.config.default_max_replicas) for s in specs]
+
+    def run(self, progress: ProgressCallback | None = None) -> SimResult:
+        """Simulate to the end and return the result; ``progress(now_s, finished, total)`` is called each round.
+
+        Raises:
+            SchedulerError: the scheduler answered an unknown job, a worker count outside the job's
+                limits, or more GPUs than the cluster has.
+        """
+        wall0 = time.perf_counter()
+        cfg = self.config
+        jobs = self._jobs
+        by_name = {j.spec.name: j for j in jobs}
+        nodes = _Nodes(self.cluster)
+        active: list[_Job] = []
+        heap: list[tuple[float, int, str, int]] = []
+        seq = 0
+        util: list[UtilSample] = []
+        changes: list[AllocationChange] = []
+        next_arrival = 0
+        next_tick = math.inf
+        finished = 0
+        rounds = 0
+        stalled = 0
+        now = jobs[0].spec.arrival_s
+
+        while finished < len(jobs):
+            t_arrival = jobs[next_arrival].spec.arrival_s if next_arrival < len(jobs) else math.inf
+            while heap and by_name[heap[0][2]].version != heap[0][3]:
+                heapq.heappop(heap)
+            t_done = heap[0][0] if heap else math.inf
+            t_next = min(t_arrival, t_done, next_tick if active else math.inf)
+            if t_next == math.inf or t_next > cfg.max_time_s:
+                break
+            now = t_next
+            while heap and heap[0][0] <= now:
+                _, _, name, version = heapq.heappop(heap)
+                job = by_name[name]
+                if job.version != version:
+                    continue
+                job.advance(now)
+                job.progress = job.app.target_progress
+                job.completion_s = now
+                nodes.shrink(job, job.workers)
+                job.workers = 0
+                job.version += 1
+                active.remove(job)
+                changes.append(AllocationChange(now, name, 0, job.batch))
+                self.scheduler.job_finished(name)
+                finished += 1
+            while next_arrival < len(jobs) and jobs[next_arrival].spec.arrival_s <= now:
+                job = jobs[next_arrival]
+                job.t = job.spec.arrival_s
+                active.append(job)
+                next_arrival += 1
+            if not active:
+                if util and util[-1].allocated_gpus:
+                    util.append(UtilSample(now, 0, 0, 0))
+                continue
+            next_tick = (math.floor(now / cfg.interval_s) + 1) * cfg.interval_s
+            for job in active:
+                job.advance(now)
+            view = ClusterView(now, self.cluster, nodes.total_free, tuple(self._view(j, now) for j in active))
+            decisions = self.scheduler.allocate(view)
+            rounds += 1
+            for job in self._apply(decisions, active, by_name, nodes, now, changes):
+                seq += 1
+                heapq.heappush(heap, (job.finish_time(), seq, job.spec.name, job.version))
+            running = sum(1 for j in active if j.workers)
+            allocated = self.cluster.total_gpus - nodes.total_free
+            if not util or (util[-1].allocated_gpus, util[-1].running_jobs, util[-1].pending_jobs) != (
+                allocated,
+                running,
+                len(active) - running,
+            ):
+                util.append(UtilSample(now, allocated, running, len(active) - running))
+            stalled = stalled + 1 if not running and next_arrival == len(jobs) else 0
+            if stalled >= STALL_ROUNDS:
+                log.warning(
+                    "%s left %d job(s) pending with the cluster idle and nothing left to arrive; stopping",
+                    self.scheduler.name,
+                    len(active),
+                )
+                break
+            if progress is not None:
+                progress(now, finished, len(jobs))
+
+        wall = time.perf_counter() - wall0
+        end = max((j.completion_s for j in jobs if j.completion_s is not None), default=now)
+        if util and util[-1].time_s < end:
+            util.append(UtilSample(end, 0, 0, 0))
+        results = tuple(self._result(j) for j in jobs)
+        return SimResult(self._summary(results, util, rounds, wall), results, tuple(util), tuple(changes))
+
+    # --- one round -------------------------------------------------------------------------------
+    def _view(self, job: _Job, now: float) -> JobView:
+        app = job.app
+        return JobView(
+            name=job.spec.name,
+            application=job.spec.application,
+            arrival_s=job.spec.arrival_s,
+            requested_replicas=job.spec.num_replicas,
+            requested_batch_size=job.spec.batch_size,
+            min_replicas=job.min_replicas,
+            max_replicas=job.max_replicas,
+            workers=job.workers,
+            batch_size=job.batch,
+            progress=job.progress / app.target_progress,
+            attained_gpu_s=job.gpu_s,
+            run_s=job.run_s,
+            epoch=job.epoch,
+            metric=float(app.metrics(job.batch)[job.epoch - 1]) if job.epoch > 0 else None,
+            throughput=MappingProxyType(dict(job.throughput)),
+            efficiency=app.efficiency(job.batch, job.epoch),
+            resizing=job.workers > 0 and job.pause_until > now,
+            last_resize_s=job.last_resize_s,
+            steps=int(job.steps),
+            steps_at=MappingProxyType({k: int(v) for k, v in job.steps_at.items()}),
+            metric_history=tuple(float(m) for m in app.metrics(job.batch)[max(0, job.epoch - 32) : job.epoch]),
+            metric_higher_is_better=app.metric_higher_is_better,
+            noise_scale=app.noise_scale(job.batch, job.epoch),
+            remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,
+        )
+
+    def _apply(
+        self,
+        decisions: Mapping[str, Allocation],
+        active: list[_Job],
+        by_name: dict[str, _Job],
+        nodes: _Nodes,
+        now: float,
+        changes: list[AllocationChange],
+    ) -> list[_Job]:
+        if not isinstance(decisions, Mapping):
+            raise SchedulerError(f"{self.scheduler.name} answered {type(decisions).__name__}, not a mapping")
+        targets: dict[str, Allocation] = {}
+        for name, alloc in decisions.items():
+            job = by_name.get(name)
+            if job is None or job.completion_s is not None or job.spec.arrival_s > now:
+                raise SchedulerError(f"{self.scheduler.name} allocated to {name!r}, which is not an active job")
+            if not isinstance(alloc, Allocation):
+                raise SchedulerError(f"{self.scheduler.name} answered {alloc!r} for {name!r}, not an Allocation")
+            if alloc.workers and not job.min_replicas <= alloc.workers <= job.max_replicas:
+                raise SchedulerError(
+                    f"{self.scheduler.name} gave {name!r} {alloc.workers} workers, outside its limits "
+                    f"{job.min_replicas}..{job.max_replicas}"
+                )
+            targets[name] = alloc
+        total = sum(targets[j.spec.name].workers if j.spec.name in targets else j.workers for j in active)
+        if total > self.cluster.total_gpus:
+            raise SchedulerError(
+                f"{self.scheduler.name} allocated {total} workers at t={now:.0f}s but the cluster has "
+                f"{self.cluster.total_gpus} GPUs"
+            )
+        changed: list[_Job] = []
+        order = sorted(
+            (j for j in active if j.spec.name in targets), key=lambda j: targets[j.spec.name].workers - j.workers
+        )
+        for job in order:
+            alloc = targets[job.spec.name]
+            batch = self._batch(job, alloc)
+            if alloc.workers == job.workers and (batch == job.batch or not job.workers):
+                continue
+            old = job.workers
+            if alloc.workers < old:
+                nodes.shrink(job, old - alloc.workers)
+            elif alloc.workers > old:
+                nodes.grow(job, alloc.workers - old)
+            job.workers = alloc.workers
+            job.last_resize_s = now
+            pause = self.config.costs.cost(old, alloc.workers)
+            if pause:
+                job.pause_until = max(job.pause_until, now + pause)
+            if old and alloc.workers and old != alloc.workers:
+                job.resizes += 1
+            elif old and not alloc.workers:
+                job.preemptions += 1
+            if alloc.workers and job.start_s is None:
+                job.start_s = now
+            job.peak_workers = max(job.peak_workers, alloc.workers)
+            job.reconfigure(batch)
+            job.version += 1
+            changes.append(AllocationChange(now, job.spec.name, job.workers, job.batch))
+            changed.append(job)
+        return changed
+
+    def _batch(self, job: _Job, alloc: Allocation) -> float:
+        if alloc.batch_size is not None:
+            return job.app.clamp_batch(alloc.batch_size)
+        if self.config.batch_rule is BatchRule.FIXED_GLOBAL or not alloc.workers:
+            return job.batch if not alloc.workers else job.app.clamp_batch(job.spec.batch_size)
+        return job.app.clamp_batch(job.local_bsz * alloc.workers)
+
+    # --- results ---------------------------------------------------------------------------------
+    @staticmethod
+    def _result(job: _Job) -> JobResult:
+        return JobResult(
+            name=job.spec.name,
+            application=job.spec.application,
+            arrival_s=job.spec.arrival_s,
+            requested_replicas=job.spec.num_replicas,
+            requested_batch_size=job.spec.batch_size,
+            start_s=job.start_s,
+            completion_s=job.completion_s,
+            gpu_s=job.gpu_s,
+            resizes=job.resizes,
+            preemptions=job.preemptions,
+            max_workers=job.peak_workers,
+            final_batch_size=job.batch,
+        )
+
+    def _summary(self, results: tuple[JobResult, ...], util: list[UtilSample], rounds: int, wall: float) -> SimSummary:
+        jcts = np.array([r.jct_s for r in results if r.jct_s is not None], dtype=float)
+        queueing = [r.queueing_s for r in results if r.queueing_s is not None]
+        first = min(r.arrival_s for r in results)
+        done = [r.completion_s for r in results if r.completion_s is not None]
+        last = max(done) if done else first
+        busy = sum((b.time_s - a.time_s) * a.allocated_gpus for a, b in zip(util, util[1:], strict=False))
+        span = last - first
+        return SimSummary(
+            scheduler=self.scheduler.name,
+            workload=self.workload_name,
+            cluster=str(self.cluster),
+            jobs=len(results),
+            finished=len(done),
+            mean_jct_s=float(jcts.mean()) if len(jcts) else math.nan,
+            median_jct_s=float(np.median(jcts)) if len(jcts) else math.nan,
+            p99_jct_s=float(np.percentile(jcts, 99)) if len(jcts) else math.nan,
+            makespan_s=span,
+            mean_queueing_s=float(np.mean(queueing)) if queueing else math.nan,
+            mean_utilisation=busy / (span * self.cluster.total_gpus) if span > 0 else 0.0,
+            resizes=sum(r.resizes for r in results),
+            preemptions=sum(r.preemptions for r in results),
+            rounds=rounds,
+            wall_s=wall,
+            resize_costs=self.config.costs,
+        )
+
+
+def simulate(
+    workload: Sequence[JobSpec],
+    cluster: ClusterConfig,
+    scheduler: Scheduler,
+    *,
+    catalog: TraceCatalog | None = None,
+    config: SimConfig | None = None,
+    workload_name: str = "workload",
+    progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Build a :class:`Simulator` and run it (see there for what blocks and what is raised)."""
+    sim = Simulator(workload, cluster, scheduler, catalog=catalog, config=config, workload_name=workload_name)
+    return sim.run(progress)
