@@ -27,6 +27,8 @@ from submarine_elastic.sim.api import (
 from submarine_elastic.sim.baselines import BASELINES, StaticBackfill, StaticFifo, Tiresias
 from submarine_elastic.sim.engine import BatchRule, SimConfig, Simulator, simulate
 from submarine_elastic.sim.physics import Application, TraceCatalog
+from submarine_elastic.sim.policy_adapter import PolicyScheduler, to_snapshot
+from submarine_elastic.sim.schedulers import load_scheduler
 from submarine_elastic.sim.workload import load_workload, parse_workload, resolve_workload, write_workload
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "JobResult",
     "JobSpec",
     "JobView",
+    "PolicyScheduler",
     "ResizeCosts",
     "Scheduler",
     "SchedulerError",
@@ -56,9 +59,11 @@ __all__ = [
     "UnknownApplicationError",
     "UtilSample",
     "WorkloadError",
+    "load_scheduler",
     "load_workload",
     "parse_workload",
     "resolve_workload",
     "simulate",
+    "to_snapshot",
     "write_workload",
 ]

@@ -1,0 +1,115 @@
+"""Drive the live policy engine, unchanged, from the simulator.
+
+Each scheduling round the simulator's :class:`~submarine_elastic.sim.api.ClusterView` becomes a
+:class:`submarine_elastic.policy.Snapshot` (the same type the controller builds from YARN and the metrics
+service), :meth:`PolicyEngine.decide` runs, and each returned :class:`~submarine_elastic.policy.Decision`
+becomes a target :class:`~submarine_elastic.sim.api.Allocation`. What the snapshot carries per job:
+
+- ``min_workers`` / ``max_workers``: the workload's limits, else 1 and the simulator's cap (elastic
+  runs); the requested count for both with ``elastic=False``.
+- ``current_workers``: its workers (the simulator has no pending containers: ``pending_workers`` is 0).
+- ``submitted_at`` / ``last_resize_at``: its arrival, and the last change of its workers.
+- ``metrics.step`` / ``metrics.throughput``: iterations run; examples/s and iterations at every world
+  size it ran at.
+- ``metrics.loss_window``: the validation metric after each of the last 32 epochs, negated where higher is
+  better (so that lower is better, like a loss).
+- ``metrics.gradient_noise_scale``: ``B0 * var / sqr`` of the current epoch (see
+  :mod:`~submarine_elastic.sim.physics`).
+- ``metrics.batch_size`` / ``metrics.remaining_samples``: the current global batch; the remaining work
+  in examples at the initial batch size.
+
+Not modelled: per-worker step times (no stragglers: ``step_times`` is empty and a ``replace`` is ignored)
+and learning rates (a ``learning_rate`` decision is ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, Throughput
+from submarine_elastic.policy import JobView as PolicyJobView
+from submarine_elastic.policy.engine import PolicyEngine
+from submarine_elastic.sim.api import Allocation, ClusterView, JobView, Scheduler, SchedulerError
+
+#: Epochs of validation metric handed to policies as their loss window.
+LOSS_WINDOW = 32
+
+
+def to_snapshot(view: ClusterView, elastic: bool = True) -> Snapshot:
+    """The policy snapshot of one simulated round (see the module docstring for the mapping).
+
+    Raises:
+        SchedulerError: a value of the view is refused by the policy API (names the job and value).
+    """
+    try:
+        return Snapshot(
+            now=view.now_s,
+            capacity=view.cluster.total_gpus,
+            free=view.free_gpus,
+            jobs=tuple(_job(j, view, elastic) for j in view.jobs),
+        )
+    except PolicyError as exc:
+        raise SchedulerError(f"cannot build the policy snapshot at t={view.now_s:.0f}s: {exc}") from exc
+
+
+def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
+    if elastic:
+        low, high = job.min_replicas, job.max_replicas
+    else:
+        low = high = min(job.requested_replicas, view.cluster.total_gpus, job.max_replicas)
+    window = job.metric_history[-LOSS_WINDOW:]
+    if job.metric_higher_is_better:
+        window = tuple(-m for m in window)
+    metrics = JobMetrics(
+        step=job.steps,
+        throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
+        loss_window=window,
+        gradient_noise_scale=job.noise_scale,
+        batch_size=max(1, round(job.batch_size)),
+        remaining_samples=max(0.0, job.remaining_examples),
+    )
+    return PolicyJobView(
+        job_id=job.name,
+        min_workers=low,
+        max_workers=high,
+        elastic=elastic,
+        current_workers=job.workers,
+        submitted_at=job.arrival_s,
+        last_resize_at=job.last_resize_s,
+        metrics=metrics,
+    )
+
+
+class PolicyScheduler(Scheduler):
+    """A :class:`~submarine_elastic.sim.api.Scheduler` that asks a :class:`PolicyEngine` each round.
+
+    ``elastic=False`` presents every job as fixed-size at its requested workers, so the same engine acts
+    as a static scheduler (what the design-space exploration calls "fixed").
+    """
+
+    def __init__(self, engine: PolicyEngine, name: str | None = None, *, elastic: bool = True) -> None:
+        """Raises:
+        TypeError: ``engine`` is not a :class:`PolicyEngine`.
+        """
+        if not isinstance(engine, PolicyEngine):
+            raise TypeError(f"engine must be a PolicyEngine, got {type(engine).__name__}")
+        self.engine = engine
+        self.elastic = elastic
+        self.name = name or f"{engine.job_policy.display_name}+{engine.arbiter.display_name}"
+        self.refusals = 0
+
+    def allocate(self, view: ClusterView) -> Mapping[str, Allocation]:
+        """Run one policy round.
+
+        Raises:
+            SchedulerError: the snapshot cannot be built, or a decision cannot be applied.
+        """
+        decisions = self.engine.decide(to_snapshot(view, self.elastic))
+        self.refusals += len(self.engine.last_refusals)
+        out: dict[str, Allocation] = {}
+        for d in decisions:
+            try:
+                out[d.job_id] = Allocation(d.target_workers, d.batch_size)
+            except ValueError as exc:
+                raise SchedulerError(f"{self.name}: decision for {d.job_id!r} cannot be applied: {exc}") from exc
+        return out
