@@ -10,7 +10,7 @@ from typing import Any
 
 from .api import Allocation, JobView, Request
 
-__all__ = ["Share", "admit", "allocations", "give_free", "initial_shares"]
+__all__ = ["Share", "admit", "allocations", "free_slots", "give_free", "initial_shares"]
 
 
 @dataclass
@@ -44,22 +44,24 @@ class Share:
 
 
 def initial_shares(requests: Sequence[Request]) -> list[Share]:
-    """Every job at what it holds (within its limits); a movable job above its wish gives the rest back."""
+    """Every job at what it holds; a movable job outside its limits is brought within them, and above its
+    wish gives the rest back."""
     shares = []
     for request in requests:
         job = request.job
         if job.waiting:
             shares.append(Share(request, job.holding, admitted=False, movable=job.elastic))
             continue
-        workers = max(job.min_workers, min(job.max_workers, job.holding))
-        movable = job.elastic and not request.settled
-        if movable:
-            workers = min(workers, request.desired)
-        shares.append(Share(request, workers, admitted=True, movable=movable))
+        if not job.elastic or request.settled:
+            shares.append(Share(request, job.holding, admitted=True, movable=False))
+            continue
+        workers = min(max(job.min_workers, min(job.max_workers, job.holding)), request.desired)
+        shares.append(Share(request, workers, admitted=True, movable=True))
     return shares
 
 
 def free_slots(shares: Iterable[Share], available: int) -> int:
+    """Slots left; negative when the jobs hold more than is available (a racy or shrunk cluster)."""
     return available - sum(s.workers for s in shares)
 
 

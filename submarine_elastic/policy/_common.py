@@ -12,6 +12,12 @@ def hold(job: JobView, reason: str) -> Decision:
     return Decision(job.job_id, max(job.min_workers, min(job.max_workers, job.current_workers)), reason)
 
 
+def steady(job: JobView) -> bool:
+    """True when the job runs within its limits with no resize in flight: the only state in which the
+    size-changing built-ins judge it (otherwise they have no opinion, and the engine keeps or clamps it)."""
+    return not job.waiting and job.pending_workers == 0 and job.current_workers <= job.max_workers
+
+
 def measured(metrics: JobMetrics, world_size: int, min_steps: int) -> float | None:
     """Throughput at ``world_size`` if measured over at least ``min_steps`` steps, else None."""
     point = metrics.throughput.get(world_size)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from statistics import median
 from typing import Any
 
-from ._common import check_int, check_number
+from ._common import check_int, check_number, steady
 from .api import Decision, JobPolicy, JobView, PolicyConfigError, PolicyStateError, Snapshot
 
 __all__ = ["ConvergencePolicy"]
@@ -73,7 +73,7 @@ class ConvergencePolicy(JobPolicy):
             self._converged.add(job.job_id)
         else:
             return None
-        if job.waiting or job.pending_workers:
+        if not steady(job):
             return None
         return Decision(
             job.job_id,

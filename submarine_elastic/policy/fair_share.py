@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._alloc import Share, admit, allocations, give_free, initial_shares
+from ._alloc import Share, admit, allocations, free_slots, give_free, initial_shares
 from .api import Allocation, ClusterArbiter, Request, Snapshot
 
 __all__ = ["FairShareArbiter"]
@@ -31,7 +31,8 @@ class FairShareArbiter(ClusterArbiter):
         available = snapshot.available
         admit(shares, available, donor_key=lambda s: (not s.movable, -s.workers, -s.job.submitted_at, s.job_id))
         give_free(shares, available, pick=lambda c: min(c, key=lambda s: (s.workers, s.order)))
-        self._level(shares)
+        if free_slots(shares, available) >= 0:  # over-committed: nobody grows
+            self._level(shares)
         return allocations(shares, "fair share", lambda s: f"fair share: {s.workers} of the {s.desired} it wants")
 
     @staticmethod

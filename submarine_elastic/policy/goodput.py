@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._alloc import Share, admit, allocations, give_free, initial_shares
+from ._alloc import Share, admit, allocations, free_slots, give_free, initial_shares
 from ._common import check_number
 from .api import Allocation, ClusterArbiter, JobView, Request, Snapshot
 
@@ -105,7 +105,8 @@ class GoodputArbiter(ClusterArbiter):
         available = snapshot.available
         admit(shares, available, donor_key=lambda s: (not s.movable, self._loss(s), -s.job.submitted_at, s.job_id))
         give_free(shares, available, pick=self._best_receiver)
-        self._swap(shares)
+        if free_slots(shares, available) >= 0:  # over-committed: nobody grows
+            self._swap(shares)
         return allocations(shares, "goodput", self._grow_reason)
 
     def _grow_reason(self, share: Share) -> str:

@@ -14,7 +14,7 @@ scale badly; it grows into an already-measured size only when ``s > S + hysteres
 
 from __future__ import annotations
 
-from ._common import check_int, check_number, hold, measured, scaling_efficiency
+from ._common import check_int, check_number, hold, measured, scaling_efficiency, steady
 from .api import Decision, JobPolicy, JobView, Snapshot
 
 __all__ = ["ScalingEfficiencyPolicy"]
@@ -50,7 +50,7 @@ class ScalingEfficiencyPolicy(JobPolicy):
         self.hysteresis = check_number(owner, "hysteresis", hysteresis, low=0.0, high=1.0)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
-        if job.waiting or job.pending_workers:
+        if not steady(job):
             return None
         k = job.current_workers
         metrics = job.metrics

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from ._common import check_int, check_number, hold
+from ._common import check_int, check_number, hold, steady
 from .api import Decision, JobPolicy, JobView, Snapshot
 
 __all__ = ["StragglerPolicy"]
@@ -61,7 +61,7 @@ class StragglerPolicy(JobPolicy):
         self.mad_floor = check_number(owner, "mad_floor", mad_floor, low=0.0, strict=True)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
-        if job.waiting or job.pending_workers:
+        if not steady(job):
             return None
         running = set(job.instances)
         medians = {

@@ -16,7 +16,7 @@ Two modes:
 
 from __future__ import annotations
 
-from ._common import check_int, check_number, hold, measured
+from ._common import check_int, check_number, hold, measured, steady
 from .api import Decision, JobPolicy, JobView, PolicyConfigError, Snapshot
 
 __all__ = ["UtilityPolicy"]
@@ -79,7 +79,7 @@ class UtilityPolicy(JobPolicy):
         self.min_steps = check_int(owner, "min_steps", min_steps, low=1)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
-        if job.waiting or job.pending_workers:
+        if not steady(job):
             return None
         k = job.current_workers
         r_k = measured(job.metrics, k, self.min_steps)
