@@ -24,7 +24,7 @@ never move.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._alloc import Share, admit, allocations, free_slots, give_free, initial_shares
 from ._common import check_number
@@ -94,43 +94,63 @@ class GoodputArbiter(ClusterArbiter):
             return 0.0
         return estimated_throughput(job, k) * statistical_efficiency(job, k) / base
 
-    def _gain(self, share: Share) -> float:
-        return self.speedup(share.job, share.workers + 1) - self.speedup(share.job, share.workers)
-
-    def _loss(self, share: Share) -> float:
-        return self.speedup(share.job, share.workers) - self.speedup(share.job, share.workers - 1)
-
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
         shares = initial_shares(requests)
         available = snapshot.available
-        admit(shares, available, donor_key=lambda s: (not s.movable, self._loss(s), -s.job.submitted_at, s.job_id))
-        give_free(shares, available, pick=self._best_receiver)
+        speedups = _Speedups(self.speedup)
+        admit(shares, available, donor_key=lambda s: (not s.movable, speedups.loss(s), -s.job.submitted_at, s.job_id))
+        give_free(shares, available, pick=lambda candidates: self._best_receiver(candidates, speedups))
         if free_slots(shares, available) >= 0:  # over-committed: nobody grows
-            self._swap(shares)
-        return allocations(shares, "goodput", self._grow_reason)
+            self._swap(shares, speedups)
+        return allocations(shares, "goodput", lambda share: self._grow_reason(share, speedups))
 
-    def _grow_reason(self, share: Share) -> str:
-        last = self.speedup(share.job, share.workers) - self.speedup(share.job, share.workers - 1)
+    @staticmethod
+    def _grow_reason(share: Share, speedups: _Speedups) -> str:
         return (
             f"goodput: {share.request.holding} -> {share.workers} of the {share.desired} it wants; "
-            f"worker {share.workers} adds {last:.2f} speedup"
+            f"worker {share.workers} adds {speedups.loss(share):.2f} speedup"
         )
 
-    def _best_receiver(self, candidates: list[Share]) -> Share | None:
-        best = min(candidates, key=lambda s: (-self._gain(s), s.workers, s.order))
-        return best if self._gain(best) > self.min_gain else None
+    def _best_receiver(self, candidates: list[Share], speedups: _Speedups) -> Share | None:
+        best = min(candidates, key=lambda s: (-speedups.gain(s), s.workers, s.order))
+        return best if speedups.gain(best) > self.min_gain else None
 
-    def _swap(self, shares: list[Share]) -> None:
+    def _swap(self, shares: list[Share], speedups: _Speedups) -> None:
         for _ in range(sum(s.workers for s in shares) + 1):
             receivers = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
             donors = [s for s in shares if s.admitted and s.movable and s.workers > s.job.min_workers]
             if not receivers or not donors:
                 return
-            receiver = min(receivers, key=lambda s: (-self._gain(s), s.workers, s.order))
-            donor = min((d for d in donors if d is not receiver), key=lambda s: (self._loss(s), s.order), default=None)
-            if donor is None or self._gain(receiver) <= self._loss(donor) + self.swap_margin:
+            receiver = min(receivers, key=lambda s: (-speedups.gain(s), s.workers, s.order))
+            donor = min(
+                (d for d in donors if d is not receiver), key=lambda s: (speedups.loss(s), s.order), default=None
+            )
+            if donor is None or speedups.gain(receiver) <= speedups.loss(donor) + self.swap_margin:
                 return
             donor.workers -= 1
             donor.gave[receiver.job_id] += 1
             receiver.workers += 1
             receiver.took[donor.job_id] += 1
+
+
+class _Speedups:
+    """The speedups of one allocation round, each computed once (a round asks for the same ones often)."""
+
+    def __init__(self, speedup: Callable[[JobView, int], float]) -> None:
+        self._speedup = speedup
+        self._known: dict[tuple[str, int], float] = {}
+
+    def of(self, share: Share, k: int) -> float:
+        key = (share.job_id, k)
+        value = self._known.get(key)
+        if value is None:
+            value = self._known[key] = self._speedup(share.job, k)
+        return value
+
+    def gain(self, share: Share) -> float:
+        """What one more worker adds."""
+        return self.of(share, share.workers + 1) - self.of(share, share.workers)
+
+    def loss(self, share: Share) -> float:
+        """What the last worker adds (lost if it goes)."""
+        return self.of(share, share.workers) - self.of(share, share.workers - 1)
