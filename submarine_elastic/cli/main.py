@@ -11,6 +11,7 @@ from rich.logging import RichHandler
 from submarine_elastic import __version__
 from submarine_elastic.cli.cluster import cluster
 from submarine_elastic.cli.job import job
+from submarine_elastic.cli.sim import sim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +27,7 @@ def cli(verbose: int) -> None:
 
 cli.add_command(cluster)
 cli.add_command(job)
+cli.add_command(sim)
 
 
 def main() -> None:
