@@ -1,0 +1,125 @@
+"""Training-side settings from arguments and from the environment; the training side's imports."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.metrics import api as service_api
+from tf_hooks import api as hooks_api
+from tf_hooks.api import MetricsConfigError
+from tf_hooks.config import MetricsConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIABLES = (
+    "SUBMARINE_METRICS_ENDPOINT",
+    "SUBMARINE_METRICS_TOKEN",
+    "SUBMARINE_METRICS_TOKEN_FILE",
+    "SUBMARINE_METRICS_TLS_CA",
+    "SUBMARINE_METRICS_TLS",
+    "SUBMARINE_METRICS_EVERY_N",
+    "SUBMARINE_JOB_ID",
+    "SUBMARINE_WORKER_INSTANCE",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_nothing_set_means_disabled() -> None:
+    config = MetricsConfig.from_env()
+    assert not config.enabled
+    assert config.every_n == 1 and config.token is None and not config.tls
+
+
+def test_reads_every_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("s3cret\n")
+    (tmp_path / "ca.pem").write_bytes(b"PEM")
+    monkeypatch.setenv("SUBMARINE_METRICS_ENDPOINT", "metrics.example:50061")
+    monkeypatch.setenv("SUBMARINE_JOB_ID", "mnist-7")
+    monkeypatch.setenv("SUBMARINE_WORKER_INSTANCE", "worker-3")
+    monkeypatch.setenv("SUBMARINE_METRICS_TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setenv("SUBMARINE_METRICS_TLS_CA", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SUBMARINE_METRICS_EVERY_N", "10")
+    config = MetricsConfig.from_env(queue_size=5)
+    assert (config.endpoint, config.job_id, config.instance) == ("metrics.example:50061", "mnist-7", "worker-3")
+    assert (config.token, config.tls, config.tls_ca, config.every_n, config.queue_size) == (
+        "s3cret",
+        True,
+        b"PEM",
+        10,
+        5,
+    )
+    monkeypatch.setenv("SUBMARINE_METRICS_TOKEN", "from-env")
+    assert MetricsConfig.from_env().token == "from-env"
+    assert MetricsConfig.from_env(token="arg", job_id="other", every_n=2).token == "arg"
+
+
+def test_tls_flag_without_ca(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBMARINE_METRICS_TLS", "1")
+    config = MetricsConfig.from_env(endpoint="h:1", job_id="j")
+    assert config.tls and config.tls_ca is None
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "message"),
+    [
+        ({"SUBMARINE_METRICS_ENDPOINT": "h:1"}, {}, "SUBMARINE_JOB_ID"),
+        ({"SUBMARINE_METRICS_EVERY_N": "0"}, {}, "SUBMARINE_METRICS_EVERY_N"),
+        ({"SUBMARINE_METRICS_EVERY_N": "ten"}, {}, "SUBMARINE_METRICS_EVERY_N"),
+        ({"SUBMARINE_METRICS_TOKEN_FILE": "/nonexistent/token"}, {}, "SUBMARINE_METRICS_TOKEN_FILE"),
+        ({}, {"job_id": "Not_Valid"}, "Not_Valid"),
+        ({}, {"instance": "has space"}, "has space"),
+        ({}, {"token": "a b"}, "token"),
+        ({}, {"queue_sise": 3}, "queue_sise"),
+        ({}, {"flush_interval": 0}, "flush_interval"),
+        ({}, {"endpoint": " ", "job_id": "j"}, "endpoint"),
+    ],
+)
+def test_bad_settings_name_themselves(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], kwargs: dict[str, object], message: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(MetricsConfigError, match=message):
+        MetricsConfig.from_env(**kwargs)  # type: ignore[arg-type]
+
+
+def test_both_sides_apply_the_same_name_rules() -> None:
+    assert hooks_api.JOB_ID_PATTERN.pattern == service_api.JOB_ID_PATTERN.pattern
+    assert hooks_api.INSTANCE_PATTERN.pattern == service_api.INSTANCE_PATTERN.pattern
+
+
+def test_training_side_imports_only_env_and_stubs_of_the_controller() -> None:
+    allowed = ("submarine_elastic.env", "submarine_elastic.metrics.proto")
+    offenders = []
+    for path in sorted((ROOT / "tf_hooks").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+                if node.module == "submarine_elastic":
+                    names = [f"submarine_elastic.{alias.name}" for alias in node.names]
+            for name in names:
+                if name.startswith("submarine_elastic") and not name.startswith(allowed):
+                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not offenders
+
+
+def test_importing_the_hooks_package_loads_neither_tensorflow_nor_grpc() -> None:
+    code = (
+        "import sys, tf_hooks, tf_hooks.api, tf_hooks.config\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'grpc'))\n"
+        "print(loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,118 @@
+"""Where the hooks report to, read from arguments or from the environment the job spec sets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from submarine_elastic import env
+from tf_hooks.api import INSTANCE_PATTERN, JOB_ID_PATTERN, MetricsConfigError
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Everything a sink needs. ``endpoint`` None means: report nothing (a :class:`NullSink`).
+
+    The tuning fields bound memory (``queue_size`` queued plus ``max_stream_points`` in flight) and
+    time (``rpc_timeout`` per stream, ``close_timeout`` at the end of training).
+    """
+
+    endpoint: str | None = None
+    job_id: str | None = None
+    instance: str = "worker"
+    token: str | None = None
+    tls: bool = False
+    tls_ca: bytes | None = None
+    every_n: int = 1
+    queue_size: int = 10_000
+    max_stream_points: int = 4096
+    max_batch_points: int = 512
+    flush_interval: float = 0.1
+    rpc_timeout: float = 10.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 2.0
+    close_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        """Raises:
+        MetricsConfigError: naming the first unusable setting.
+        """
+        if self.endpoint is not None:
+            if not self.endpoint.strip():
+                raise MetricsConfigError("the metrics endpoint is empty; expected host:port")
+            if self.job_id is None:
+                raise MetricsConfigError(
+                    f"a metrics endpoint is set ({self.endpoint}) but no job id; pass job_id= or set SUBMARINE_JOB_ID"
+                )
+        if self.job_id is not None and not JOB_ID_PATTERN.fullmatch(self.job_id):
+            raise MetricsConfigError(f"job id {self.job_id!r} is not a job name ([a-z][a-z0-9-]{{0,63}})")
+        if not INSTANCE_PATTERN.fullmatch(self.instance):
+            raise MetricsConfigError(f"worker instance {self.instance!r} is not 1-128 of [A-Za-z0-9._:-]")
+        if self.token is not None and (
+            not self.token or not self.token.isascii() or not self.token.isprintable() or " " in self.token
+        ):
+            raise MetricsConfigError("the metrics token must be non-empty printable ASCII without spaces")
+        for name in ("every_n", "queue_size", "max_stream_points", "max_batch_points"):
+            if getattr(self, name) < 1:
+                raise MetricsConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("flush_interval", "rpc_timeout", "backoff_initial", "backoff_max"):
+            if not getattr(self, name) > 0:
+                raise MetricsConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.close_timeout < 0:
+            raise MetricsConfigError(f"close_timeout must be >= 0, got {self.close_timeout}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.endpoint is not None
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        endpoint: str | None = None,
+        job_id: str | None = None,
+        instance: str | None = None,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        every_n: int | None = None,
+        **tuning: float | int,
+    ) -> MetricsConfig:
+        """Arguments win; each one left None is read from its variable in ``submarine_elastic.env``.
+
+        Reads the token and CA files named there (small local files).
+
+        Raises:
+            MetricsConfigError: a setting is unusable, a variable is malformed, a file cannot be read,
+                or ``tuning`` names a field that does not exist.
+        """
+        unknown = set(tuning) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise MetricsConfigError(f"unknown metrics setting(s): {', '.join(sorted(unknown))}")
+        try:
+            every = every_n if every_n is not None else env.metrics_every_n()
+        except ValueError as e:
+            raise MetricsConfigError(str(e)) from None
+        if token is None:
+            token = env.metrics_token()
+        if token is None and (token_file := env.metrics_token_file()) is not None:
+            token = _read(token_file, "SUBMARINE_METRICS_TOKEN_FILE").decode().strip()
+        ca_path = Path(tls_ca) if tls_ca is not None else env.metrics_tls_ca()
+        ca = _read(ca_path, "the TLS CA file") if ca_path is not None else None
+        return cls(
+            endpoint=endpoint if endpoint is not None else env.metrics_endpoint(),
+            job_id=job_id if job_id is not None else env.job_id(),
+            instance=instance if instance is not None else env.worker_instance(),
+            token=token,
+            tls=ca is not None or env.metrics_tls(),
+            tls_ca=ca,
+            every_n=every,
+            **tuning,  # type: ignore[arg-type]
+        )
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise MetricsConfigError(f"cannot read {what} {path}: {e}") from None

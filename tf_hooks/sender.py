@@ -1,0 +1,426 @@
+"""The gRPC sink: a bounded queue filled by the training thread and a background thread that streams it.
+
+Delivery: every flush interval (or sooner when a batch is full) the sender takes up to
+``max_stream_points`` records off the queue, sends them as one client-streaming ``Report`` call and
+forgets them once the answer acknowledges their seq. When the call fails they stay "in flight" and
+are sent again, first, on the next attempt; the service ignores the ones it already holds. While
+the service is unreachable the queue keeps the newest ``queue_size`` records and counts the older
+ones it drops; the sender retries with exponential backoff (tenacity) and resumes where it was.
+
+Seq numbers count up from 1 per incarnation, and the incarnation changes whenever the worker's
+(rank, world size) does, i.e. when Horovod re-forms the ring, and with every new process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import grpc
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_when_event_set,
+    wait_exponential,
+    wait_random,
+)
+
+from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
+from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepRecord
+from tf_hooks.config import MetricsConfig
+
+logger = logging.getLogger(__name__)
+
+# Mirrors the service's rules (submarine_elastic/metrics/validation.py); a test keeps them in step.
+_MAX_ABS = 1e15
+_MAX_USER_METRICS = 32
+_USER_METRIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+# The channel's own reconnect backoff (gRPC's default grows to 120 s) must not outlast ours.
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
+class _Queued(NamedTuple):
+    order: int
+    incarnation: str
+    seq: int
+    record: StepRecord
+
+
+class _Prepared(NamedTuple):
+    order: int
+    incarnation: str
+    seq: int
+    rank: int
+    world_size: int
+    point: metrics_pb2.StepPoint
+
+
+class _Retryable(Exception):
+    """A stream failed for a reason that may pass (service down, slow, restarting)."""
+
+
+def make_sink(config: MetricsConfig) -> MetricsSink:
+    """A :class:`GrpcSink` for ``config``, or a :class:`NullSink` when it names no endpoint.
+
+    Never blocks: connecting happens in the sender thread.
+    """
+    if not config.enabled:
+        return NullSink()
+    return GrpcSink(config)
+
+
+class GrpcSink(MetricsSink):
+    """Streams records to the metrics service from a daemon thread; see the module docstring."""
+
+    def __init__(self, config: MetricsConfig, channel: grpc.Channel | None = None) -> None:
+        """Starts the sender thread. ``channel`` replaces the one built from ``config`` (tests).
+
+        Raises:
+            ValueError: ``config`` names no endpoint and no ``channel`` is given.
+        """
+        if channel is None:
+            if config.endpoint is None:
+                raise ValueError("GrpcSink needs config.endpoint or a channel")
+            channel = _channel(config)
+        self._config = config
+        self._channel = channel
+        self._stub = metrics_pb2_grpc.MetricsServiceStub(channel)
+        self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
+        self._job_id = config.job_id or ""
+        self._instance = config.instance
+        self._boot = f"{os.getpid():x}-{time.time_ns() // 1_000_000:x}"
+
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._queue: deque[_Queued] = deque()
+        self._inflight: list[_Prepared] = []
+        self._ring: tuple[int, int] | None = None
+        self._generation = 0
+        self._incarnation = ""
+        self._seq = 0
+        self._recorded = 0
+        self._acked = 0
+        self._dropped = 0
+        self._rejected = 0
+        self._duplicates = 0
+        self._streams = 0
+        self._failed_streams = 0
+        self._last_error: str | None = None
+        self._closed = False
+        self._warned: set[str] = set()
+        self._call: Any = None
+
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._abandon = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tf-hooks-metrics-sender", daemon=True)
+        self._thread.start()
+
+    # -- training thread ----------------------------------------------------------------------
+
+    def record(self, record: StepRecord) -> None:
+        ring = (record.rank, record.world_size)
+        with self._lock:
+            if self._closed:
+                self._recorded += 1
+                self._dropped += 1
+                return
+            if ring != self._ring:
+                self._ring = ring
+                self._generation += 1
+                self._incarnation = f"{self._boot}.{self._generation}"
+                self._seq = 0
+            self._seq += 1
+            queue = self._queue
+            if len(queue) >= self._config.queue_size:
+                queue.popleft()
+                self._dropped += 1
+            queue.append(_Queued(self._recorded, self._incarnation, self._seq, record))
+            self._recorded += 1
+            full = len(queue) >= self._config.max_batch_points
+        if full:
+            self._wake.set()
+
+    # -- any thread -----------------------------------------------------------------------------
+
+    def flush(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._settled:
+            target = self._recorded
+            self._wake.set()
+            while self._oldest_pending() < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._settled.wait(min(remaining, 0.5))
+        return True
+
+    def close(self, timeout: float) -> SenderStats:
+        with self._lock:
+            already = self._closed
+            self._closed = True
+        if not already:
+            self._closing.set()
+            self._wake.set()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self._abandon.set()
+                call = self._call
+                if call is not None:
+                    call.cancel()
+                self._thread.join(2.0)
+            self._channel.close()
+        return self.stats()
+
+    def stats(self) -> SenderStats:
+        with self._lock:
+            return SenderStats(
+                recorded=self._recorded,
+                acked=self._acked,
+                dropped=self._dropped,
+                rejected=self._rejected,
+                pending=len(self._queue) + len(self._inflight),
+                duplicates=self._duplicates,
+                streams=self._streams,
+                failed_streams=self._failed_streams,
+                incarnation=self._incarnation,
+                last_error=self._last_error,
+            )
+
+    def _oldest_pending(self) -> int:
+        """Index of the oldest record not yet settled (``_recorded`` when none); holds the lock."""
+        if self._inflight:
+            return self._inflight[0].order
+        if self._queue:
+            return self._queue[0].order
+        return self._recorded
+
+    # -- sender thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        config = self._config
+        try:
+            while not self._abandon.is_set():
+                self._wake.wait(config.flush_interval)
+                self._wake.clear()
+                with self._lock:
+                    pending = bool(self._queue or self._inflight)
+                if pending:
+                    try:
+                        self._send_with_retries()
+                    except Exception:
+                        # A bug here must not end reporting for the rest of the run.
+                        logger.exception("metrics sender failed; retrying after %.1f s", config.backoff_max)
+                        self._abandon.wait(config.backoff_max)
+                elif self._closing.is_set():
+                    break
+        finally:
+            with self._settled:
+                leftover = len(self._queue) + len(self._inflight)
+                self._dropped += leftover
+                self._queue.clear()
+                self._inflight.clear()
+                self._settled.notify_all()
+
+    def _send_with_retries(self) -> None:
+        config = self._config
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Retryable),
+            wait=wait_exponential(multiplier=config.backoff_initial, max=config.backoff_max)
+            + wait_random(0, config.backoff_initial),
+            stop=stop_when_event_set(self._abandon),
+            sleep=self._sleep,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    self._send_once()
+        except RetryError:
+            pass  # abandoned while the service was unreachable; _run counts what is left as dropped
+
+    def _sleep(self, seconds: float) -> None:
+        self._abandon.wait(seconds)
+
+    def _send_once(self) -> None:
+        config = self._config
+        with self._lock:
+            room = config.max_stream_points - len(self._inflight)
+            taken = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+        prepared = self._prepare(taken)
+        with self._lock:
+            self._inflight.extend(prepared)
+            inflight = list(self._inflight)
+        if not inflight:
+            return
+        call = self._stub.Report.future(
+            iter(self._batches(inflight)), timeout=config.rpc_timeout, metadata=self._metadata
+        )
+        self._call = call
+        try:
+            ack = call.result()
+        except grpc.FutureCancelledError:
+            raise _Retryable("cancelled") from None
+        except grpc.RpcError as e:
+            self._failed(e, inflight)
+            return
+        finally:
+            self._call = None
+        with self._settled:
+            self._streams += 1
+            self._duplicates += ack.duplicates
+            last_seq = ack.last_seq
+            keep = []
+            for p in self._inflight:
+                if p.seq <= last_seq.get(f"{self._job_id}/{self._instance}/{p.incarnation}", 0):
+                    self._acked += 1
+                else:
+                    keep.append(p)
+            self._inflight = keep
+            self._settled.notify_all()
+
+    def _failed(self, error: grpc.RpcError, inflight: Sequence[_Prepared]) -> None:
+        code = error.code() if isinstance(error, grpc.Call) else None
+        details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+        message = f"{code.name if code else 'error'}: {details}"
+        with self._settled:
+            self._failed_streams += 1
+            self._last_error = message
+        if code in (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ):
+            # Sending the same points again cannot succeed: count them and move on.
+            with self._settled:
+                self._rejected += len(inflight)
+                sent = {p.order for p in inflight}
+                self._inflight = [p for p in self._inflight if p.order not in sent]
+                self._settled.notify_all()
+            self._warn_once(code.name, "metrics service rejected %d points (%s)", len(inflight), message)
+            if code is not grpc.StatusCode.INVALID_ARGUMENT:
+                self._abandon.wait(self._config.backoff_max)
+            return
+        self._warn_once("unavailable", "metrics service unreachable, retrying in the background (%s)", message)
+        raise _Retryable(message)
+
+    def _warn_once(self, kind: str, msg: str, *args: object) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning(msg, *args)
+
+    def _batches(self, inflight: Sequence[_Prepared]) -> Iterator[metrics_pb2.ReportBatch]:
+        """Consecutive points of one (incarnation, rank, world size) in batches of ``max_batch_points``."""
+        limit = self._config.max_batch_points
+        start = 0
+        while start < len(inflight):
+            first = inflight[start]
+            end = start + 1
+            while (
+                end < len(inflight)
+                and end - start < limit
+                and inflight[end].incarnation == first.incarnation
+                and inflight[end].rank == first.rank
+                and inflight[end].world_size == first.world_size
+            ):
+                end += 1
+            yield metrics_pb2.ReportBatch(
+                job_id=self._job_id,
+                worker=metrics_pb2.WorkerRef(instance=self._instance, rank=first.rank),
+                incarnation=first.incarnation,
+                world_size=first.world_size,
+                points=[p.point for p in inflight[start:end]],
+            )
+            start = end
+
+    def _prepare(self, taken: Sequence[_Queued]) -> list[_Prepared]:
+        """Turns queued records into points, evaluating lazy values (once per object and flush)."""
+        cache: dict[int, float | None] = {}
+        prepared = []
+        for queued in taken:
+            try:
+                prepared.append(self._point(queued, cache))
+            except Exception:
+                logger.debug("a step record could not be turned into a point; omitted", exc_info=True)
+                self._warn_once("record", "a step record could not be turned into a point; omitted")
+                with self._settled:
+                    self._rejected += 1
+        return prepared
+
+    def _point(self, queued: _Queued, cache: dict[int, float | None]) -> _Prepared:
+        r = queued.record
+        wall_time = float(r.wall_time)
+        if not 0 < wall_time <= _MAX_ABS:
+            wall_time = time.time()
+        point = metrics_pb2.StepPoint(seq=queued.seq, step=max(int(r.step), 0), wall_time=wall_time)
+        loss = self._number(r.loss, cache)
+        if loss is not None:
+            point.loss = loss
+        for name, value in (
+            ("examples_per_second", r.examples_per_second),
+            ("step_time_seconds", r.step_time_seconds),
+            ("learning_rate", self._number(r.learning_rate, cache)),
+        ):
+            if value is not None and 0 <= value <= _MAX_ABS:
+                setattr(point, name, value)
+        if r.batch_size is not None and r.batch_size >= 1:
+            point.batch_size = int(r.batch_size)
+        if r.user_metrics:
+            for key, lazy in r.user_metrics.items():
+                if len(point.user_metrics) >= _MAX_USER_METRICS:
+                    break
+                if _metric_name_ok(key):
+                    value = self._number(lazy, cache)
+                    if value is not None:
+                        point.user_metrics[key] = value
+        rank = r.rank if 0 <= r.rank < r.world_size else 0
+        return _Prepared(queued.order, queued.incarnation, queued.seq, rank, max(r.world_size, 1), point)
+
+    def _number(self, value: Any, cache: dict[int, float | None]) -> float | None:
+        """A finite float within the service's range, or None (absent) for anything else."""
+        if value is None:
+            return None
+        if isinstance(value, float | int):
+            number = float(value)
+        else:
+            key = id(value)
+            if key in cache:
+                return cache[key]
+            try:
+                number = float(value() if callable(value) else value)
+            except Exception:
+                logger.debug("a metric value could not be turned into a number; omitted", exc_info=True)
+                self._warn_once("conversion", "a metric value could not be turned into a number; omitted")
+                number = math.nan
+            cache[key] = number if math.isfinite(number) and -_MAX_ABS <= number <= _MAX_ABS else None
+            return cache[key]
+        return number if math.isfinite(number) and -_MAX_ABS <= number <= _MAX_ABS else None
+
+
+def _metric_name_ok(name: str) -> bool:
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= 64
+        and not name[0].isdigit()
+        and name[0] != "."
+        and set(name) <= _USER_METRIC_CHARS
+    )
+
+
+def _channel(config: MetricsConfig) -> grpc.Channel:
+    endpoint = config.endpoint or ""
+    if config.tls:
+        credentials = grpc.ssl_channel_credentials(root_certificates=config.tls_ca)
+        return grpc.secure_channel(endpoint, credentials, options=_CHANNEL_OPTIONS)
+    return grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
