@@ -4,7 +4,7 @@ custom ``tf.GradientTape`` loop and Horovod elastic, that survives any number of
 What makes it elastic (compare with a plain Horovod script):
 
     hvd = ring.init_horovod()                                  # 1. join the ring when the driver says so
-    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0, resets=0)  # 2.
+    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0)  # 2.
     @hvd.elastic.run                                           # 3. re-form, restore, go on
     def train(state): ...  state.commit() every --commit-every steps
 
@@ -103,16 +103,21 @@ def main() -> None:
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return hvd.allreduce(loss, op=hvd.Sum)
 
-    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0, resets=0)
-
-    def on_reset() -> None:
-        state.resets += 1
-
-    state.register_reset_callbacks([on_reset])
+    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0)
+    # With --log-dir, each step's record is written when the step is committed: a step rolled back
+    # by a failure is recomputed and logged once, so the log shows exactly what the model learned from.
+    pending: list[str] = []
+    state.register_reset_callbacks([pending.clear])
     log = None
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         log = (args.log_dir / f"steps-{os.getpid()}.jsonl").open("a", buffering=1)
+
+    def commit() -> None:
+        if log is not None:
+            log.write("".join(pending))
+            pending.clear()
+        state.commit()
 
     @hvd.elastic.run
     def train(state: ElasticState) -> None:
@@ -125,30 +130,25 @@ def main() -> None:
                 ids = edata.shard(perm, state.cursor, global_batch, rank, size)
                 loss = float(train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32)))
                 if log is not None:
-                    log.write(
-                        json.dumps(
-                            {
-                                "resets": state.resets,
-                                "epoch": state.epoch,
-                                "step": state.step,
-                                "rank": rank,
-                                "size": size,
-                                "ids": ids.tolist(),
-                                "loss": loss,
-                                "time": time.time(),
-                            }
-                        )
-                        + "\n"
-                    )
+                    record = {
+                        "epoch": state.epoch,
+                        "step": state.step,
+                        "rank": rank,
+                        "size": size,
+                        "ids": ids.tolist(),
+                        "loss": loss,
+                        "time": time.time(),
+                    }
+                    pending.append(json.dumps(record) + "\n")
                 state.cursor += step_len
                 state.step += 1
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
                 if state.step % args.commit_every == 0:
-                    state.commit()
+                    commit()
             state.epoch += 1
             state.cursor = 0
-            state.commit()
+            commit()
             if args.until_file is not None and args.until_file.exists():
                 break
 

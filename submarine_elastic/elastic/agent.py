@@ -7,7 +7,8 @@ ends; Start (the slot's Horovod environment), Leave (scale-in) and Stop from the
 
 Exit status, which YARN's restart policy (ALWAYS) acts on:
 - the training process failed (not on the driver's request): the agent exits with its code, YARN
-  relaunches the container under a new container id, and the new agent joins as a new Horovod host;
+  relaunches it (in the same container), and the new agent joins as a new Horovod host (its key is
+  the container id plus the agent's pid, so it is not taken for the blacklisted one);
 - the process finished, or left on scale-in: the agent stays until YARN stops the container, so
   YARN does not start a replacement nobody asked for.
 
@@ -50,6 +51,8 @@ class Agent:
         self.instance = instance
         self.container_id = container_id
         self.host = host
+        # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
+        self.agent_id = f"{container_id}-a{os.getpid()}"
         self.events: queue.Queue[pb.AgentEvent | None] = queue.Queue()
         self.leaving = False
         self.stopping = False
@@ -120,7 +123,10 @@ class Agent:
     # -------------------------------------------------------------- the driver stream
 
     def _outgoing(self) -> Iterator[pb.AgentEvent]:
-        yield pb.AgentEvent(hello=pb.Hello(instance=self.instance, container_id=self.container_id, host=self.host))
+        hello = pb.Hello(
+            instance=self.instance, container_id=self.container_id, host=self.host, agent_id=self.agent_id
+        )
+        yield pb.AgentEvent(hello=hello)
         while True:
             event = self.events.get()
             if event is None:

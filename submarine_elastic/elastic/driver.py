@@ -3,9 +3,9 @@
 It runs Horovod's elastic driver and rendezvous server, learns its workers from the agents that
 attach over gRPC (each worker container runs one, see :mod:`submarine_elastic.elastic.agent`), and
 starts each training process inside its own container by handing the waiting, already-warm process
-its slot's Horovod environment. Each container is its own Horovod host, keyed by YARN container id,
-so a relaunched container is never taken for a blacklisted one, and all of it works with every
-container on one host.
+its slot's Horovod environment. Each agent process is its own Horovod host (keyed by YARN container
+id and agent pid), so a worker that YARN relaunches is never taken for the blacklisted one, and all
+of it works with every container on one host.
 
 Host discovery answers Horovod's once-a-second poll from the agents' states in memory (no process
 spawn, no call to the ResourceManager): a worker is offered to Horovod only once its training
@@ -56,6 +56,7 @@ LEAVE_TIMEOUT_S = 300.0
 
 @dataclass
 class AgentHandle:
+    agent_id: str  # the Horovod host key
     instance: str
     container_id: str
     host: str
@@ -80,21 +81,25 @@ class AgentRegistry(HostDiscovery):
         self._agents: dict[str, AgentHandle] = {}
 
     def add(self, agent: AgentHandle) -> None:
+        """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""
         with self._lock:
-            self._agents[agent.container_id] = agent
+            for key, old in list(self._agents.items()):
+                if old.instance == agent.instance and not old.connected:
+                    del self._agents[key]
+            self._agents[agent.agent_id] = agent
             self._lock.notify_all()
 
-    def update(self, container_id: str, **changes: object) -> None:
+    def update(self, agent_id: str, **changes: object) -> None:
         with self._lock:
-            agent = self._agents.get(container_id)
+            agent = self._agents.get(agent_id)
             if agent is not None:
                 for key, value in changes.items():
                     setattr(agent, key, value)
             self._lock.notify_all()
 
-    def get(self, container_id: str) -> AgentHandle | None:
+    def get(self, agent_id: str) -> AgentHandle | None:
         with self._lock:
-            return self._agents.get(container_id)
+            return self._agents.get(agent_id)
 
     def snapshot(self) -> list[AgentHandle]:
         with self._lock:
@@ -112,7 +117,7 @@ class AgentRegistry(HostDiscovery):
             return self._lock.wait_for(predicate, timeout)  # type: ignore[arg-type]
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
-        return {a.container_id: 1 for a in self.available()}
+        return {a.agent_id: 1 for a in self.available()}
 
 
 class JobDriver(pb_grpc.ElasticDriverServicer):
@@ -156,7 +161,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
             return
         hello = first.hello
-        agent = AgentHandle(hello.instance, hello.container_id, hello.host)
+        agent = AgentHandle(hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host)
         self.registry.add(agent)
         log.info("agent attached: %s (%s)", agent.instance, agent.container_id)
         threading.Thread(target=self._read_agent, args=(agent, request_iterator), daemon=True).start()
@@ -172,17 +177,17 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 kind = event.WhichOneof("event")
                 if kind == "warm":
                     log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
-                    self.registry.update(agent.container_id, state="warm")
+                    self.registry.update(agent.agent_id, state="warm")
                 elif kind == "exited":
                     code = event.exited.exit_code
                     log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
                     agent.exit_code = code
-                    self.registry.update(agent.container_id, state="exited")
+                    self.registry.update(agent.agent_id, state="exited")
                     agent.exited.set()
         except grpc.RpcError:
             pass
         finally:
-            self.registry.update(agent.container_id, connected=False)
+            self.registry.update(agent.agent_id, connected=False)
             if agent.exit_code is None:
                 agent.exit_code = 1
                 agent.exited.set()
@@ -216,9 +221,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 instance=a.instance,
                 container_id=a.container_id,
                 state="leaving" if a.leaving and a.state != "exited" else a.state,
-                rank=ranks.get(a.container_id, -1),
+                rank=ranks.get(a.agent_id, -1),
             )
-            for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.container_id))
+            for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]
         return pb.JobStatus(
             job=self.job,
@@ -259,7 +264,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.target = workers
         for agent in leavers:
             agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
-            self.registry.update(agent.container_id, leaving=True)
+            self.registry.update(agent.agent_id, leaving=True)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
@@ -287,7 +292,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             **create_slot_env_vars(slot_info),
             "PYTHONUNBUFFERED": "1",
         }
-        self.registry.update(agent.container_id, state="running")
+        self.registry.update(agent.agent_id, state="running")
         agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):

@@ -16,14 +16,16 @@ class AgentEvent(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "container_id", "host")
+    __slots__ = ("instance", "container_id", "host", "agent_id")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     host: str
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+    agent_id: str
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class Warm(_message.Message):
     __slots__ = ("pid", "warmup_seconds")

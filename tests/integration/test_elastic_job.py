@@ -1,0 +1,209 @@
+"""Elastic Horovod jobs on the real pseudo-cluster, with real TensorFlow and Horovod.
+
+The example script logs every committed step (ring size, the sample ids of each rank, the loss) and
+its final weights; the assertions are what a user would check: the job resizes when told, every
+epoch trains on each sample exactly once, no committed step is lost, all ranks end identical.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.yarn import ServiceState, YarnServiceClient
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = 2048
+
+
+@pytest.fixture()
+def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[YarnServiceClient]:
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as client:
+        yield client
+
+
+def submarine(rm_url: str, *args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), env={"SUBMARINE_RM_URL": rm_url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def start_job(rm_url: str, name: str, work: Path, workers: int = 2) -> None:
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
+    submarine(
+        rm_url,
+        "job",
+        "run",
+        "--name",
+        name,
+        "--elastic",
+        "--num_workers",
+        str(workers),
+        "--min_workers",
+        "1",
+        "--max_workers",
+        "3",
+        "--worker_resources",
+        "memory-mb=1024,vcores=1",
+        "--worker_launch_cmd",
+        cmd,
+    )
+
+
+def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
+    (work / "stop").touch()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = yarn.status(name).state
+        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
+            assert state != ServiceState.FAILED, f"job {name} failed"
+            return
+        time.sleep(1)
+    raise AssertionError(f"job {name} did not finish within {timeout} s")
+
+
+def committed_steps(log_dir: Path) -> dict[int, list[dict]]:
+    steps: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            steps[record["step"]].append(record)
+    return dict(steps)
+
+
+def check_training(log_dir: Path) -> dict[int, list[dict]]:
+    steps = committed_steps(log_dir)
+    # No committed step lost or doubled: steps 0..N-1 each appear once per rank of their ring.
+    assert sorted(steps) == list(range(len(steps)))
+    for step, records in steps.items():
+        size = records[0]["size"]
+        assert sorted(r["rank"] for r in records) == list(range(size)), f"step {step}: {records}"
+    # Exactly-once data: each finished epoch covers every sample once, across all resizes.
+    per_epoch: dict[int, list[int]] = collections.defaultdict(list)
+    for records in steps.values():
+        for r in records:
+            per_epoch[r["epoch"]].extend(r["ids"])
+    assert len(per_epoch) >= 2
+    for epoch, ids in per_epoch.items():
+        assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}: {len(ids)} ids, {len(set(ids))} distinct"
+    # Every rank ends with the same weights.
+    finals = [np.load(p) for p in sorted(log_dir.glob("weights-rank*.npz"))]
+    assert finals
+    for other in finals[1:]:
+        for key in finals[0].files:
+            np.testing.assert_array_equal(finals[0][key], other[key])
+    # Training works: the loss falls.
+    losses = [steps[s][0]["loss"] for s in sorted(steps)]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) / 5
+    return steps
+
+
+def test_flex_2_3_1_2_keeps_every_sample_and_step(yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path):
+    name = "elastic-flex"
+    start_job(cluster_spec.rm_url, name, tmp_path)
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(2, timeout=240)
+            for n in (3, 1, 2):
+                out = submarine(cluster_spec.rm_url, "job", "flex", name, "--workers", str(n), "--timeout", "240")
+                assert f"ring has {n} workers" in out
+                if n == 1:
+                    # Scale-in is complete in YARN too: only worker-0 is left.
+                    deadline = time.monotonic() + 60
+                    while [c.component_instance_name for c in yarn.ready_instances(name, "worker")] != ["worker-0"]:
+                        assert time.monotonic() < deadline, "the removed containers are still in YARN"
+                        time.sleep(0.5)
+                time.sleep(2)  # train a few steps at this size
+            assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
+        finish(yarn, name, tmp_path)
+    finally:
+        yarn.destroy(name, missing_ok=True)
+    steps = check_training(tmp_path / "log")
+    sizes = [steps[s][0]["size"] for s in sorted(steps)]
+    assert {1, 2, 3} <= set(sizes)
+    assert sizes[0] == 2 and sizes[-1] == 2
+
+
+def test_flex_outside_the_limits_is_refused(yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path):
+    name = "elastic-limits"
+    start_job(cluster_spec.rm_url, name, tmp_path, workers=1)
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(1, timeout=240)
+        result = CliRunner().invoke(
+            cli, ["job", "flex", name, "--workers", "4"], env={"SUBMARINE_RM_URL": cluster_spec.rm_url}
+        )
+        assert result.exit_code != 0
+        assert "above the job's --max_workers 3" in result.output
+        assert yarn.status(name).component("worker").number_of_containers == 1
+    finally:
+        yarn.destroy(name, missing_ok=True)
+
+
+def _training_pids(instance: str, job: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if (
+            any(part.endswith(b"train_elastic.py") for part in cmd)
+            and f"SUBMARINE_WORKER_INSTANCE={instance}\0".encode() in environ
+            and f"SUBMARINE_JOB_ID={job}\0".encode() in environ
+        ):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_killed_worker_costs_at_most_the_uncommitted_steps(
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path
+):
+    name = "elastic-kill"
+    start_job(cluster_spec.rm_url, name, tmp_path)
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(2, timeout=240)
+            time.sleep(3)
+            victims = _training_pids("worker-1", name)
+            assert victims, "worker-1's training process not found"
+            before = {w.instance: w.container_id for w in job.status().workers}
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            # The job goes on without it, YARN relaunches it, and it rejoins.
+            deadline = time.monotonic() + 60
+            while job.status().world_size != 1:
+                assert time.monotonic() < deadline, "the ring did not re-form without the killed worker"
+                time.sleep(0.2)
+            job.wait_for_size(2, timeout=240)
+            after = job.status()
+            assert {w.instance for w in after.workers if w.rank >= 0} == {"worker-0", "worker-1"}
+            assert before["worker-1"] == [w.container_id for w in after.workers if w.instance == "worker-1"][0]
+            assert _training_pids("worker-1", name) and not set(_training_pids("worker-1", name)) & set(victims)
+            time.sleep(2)
+        finish(yarn, name, tmp_path)
+    finally:
+        yarn.destroy(name, missing_ok=True)
+    steps = check_training(tmp_path / "log")
+    assert 1 in {steps[s][0]["size"] for s in steps}, "the ring never ran without the killed worker"
