@@ -77,12 +77,14 @@ class MetricsSink(ABC):
 
     @abstractmethod
     def flush(self, timeout: float) -> bool:
-        """Blocks up to ``timeout`` seconds until every record handed over so far is acknowledged by
-        the service, dropped or rejected; True if that happened in time. Never raises."""
+        """Blocks until every record handed over so far is acknowledged by the service, dropped or
+        rejected (True), or until ``timeout`` seconds pass or a send fails (False): an unreachable
+        service costs one attempt, not the whole timeout. Records stay queued. Never raises."""
 
     @abstractmethod
     def close(self, timeout: float) -> SenderStats:
-        """Flushes for up to ``timeout`` seconds, then stops; later records are dropped silently.
+        """Keeps sending (with retries) for up to ``timeout`` seconds, then stops; what is left and
+        later records are counted as dropped.
 
         Blocks up to ``timeout`` seconds plus the time to tear the channel down. Never raises.
         """

@@ -159,10 +159,11 @@ class GrpcSink(MetricsSink):
         deadline = time.monotonic() + timeout
         with self._settled:
             target = self._recorded
+            failures = self._failed_streams
             self._wake.set()
             while self._oldest_pending() < target:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive():
+                if remaining <= 0 or not self._thread.is_alive() or self._failed_streams > failures:
                     return False
                 self._settled.wait(min(remaining, 0.5))
         return True
@@ -297,6 +298,7 @@ class GrpcSink(MetricsSink):
         with self._settled:
             self._failed_streams += 1
             self._last_error = message
+            self._settled.notify_all()
         if code in (
             grpc.StatusCode.INVALID_ARGUMENT,
             grpc.StatusCode.UNAUTHENTICATED,

@@ -123,3 +123,29 @@ def test_importing_the_hooks_package_loads_neither_tensorflow_nor_grpc() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+class FakeHorovod:
+    def __init__(self, initialized: bool) -> None:
+        self.initialized = initialized
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def rank(self) -> int:
+        return 2
+
+    def size(self) -> int:
+        return 3
+
+
+def test_ring_comes_from_horovod_only_when_it_is_initialized(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tf_hooks._horovod import horovod_ring
+
+    monkeypatch.delitem(sys.modules, "horovod.tensorflow.keras", raising=False)
+    monkeypatch.delitem(sys.modules, "horovod.tensorflow", raising=False)
+    assert horovod_ring() is None
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod(initialized=False))
+    assert horovod_ring() is None
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod(initialized=True))
+    assert horovod_ring() == (2, 3)

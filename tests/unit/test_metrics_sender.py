@@ -137,6 +137,7 @@ def test_dead_endpoint_never_blocks_and_drops_oldest(dead_endpoint: str) -> None
         sink.record(rec(step, 0.5))
     per_record = (time.perf_counter() - started) / 20_000
     assert per_record < 200e-6, f"record() took {per_record * 1e6:.1f} us on average"
+    assert not sink.flush(10.0)  # gives up at the first failed attempt instead of waiting 10 s
     wait_for(lambda: sink.stats().failed_streams >= 2)
     stats = sink.stats()
     assert stats.acked == 0 and stats.pending <= 150
@@ -174,8 +175,8 @@ def test_a_lost_answer_leads_to_a_resend_that_doubles_nothing() -> None:
         sink = GrpcSink(config(f"127.0.0.1:{port}", flush_interval=3600.0))
         for step in range(1, 31):
             sink.record(rec(step, float(step)))
-        assert sink.flush(10.0)
-        stats = sink.close(5.0)
+        assert not sink.flush(10.0)  # the first stream failed: flush stops waiting
+        stats = sink.close(10.0)  # close keeps trying
     finally:
         server.stop(0)
     assert servicer.calls == 2
@@ -189,7 +190,7 @@ def test_service_restart_mid_run_resumes_without_doubles(dead_endpoint: str) -> 
     store = InMemoryStore()
     first = MetricsServer(store, token="tok").start()
     port = first.port
-    sink = GrpcSink(config(first.address, token="tok", queue_size=40))
+    sink = GrpcSink(config(first.address, token="tok", queue_size=40, max_stream_points=20))
     step = 0
 
     def train(steps: int) -> None:
@@ -207,15 +208,14 @@ def test_service_restart_mid_run_resumes_without_doubles(dead_endpoint: str) -> 
     second = MetricsServer(store, port=port, token="tok").start()
     try:
         train(100)
-        assert sink.flush(15.0)
-        stats = sink.close(5.0)
+        stats = sink.close(15.0)
     finally:
         second.stop(grace=0)
     steps = [p.point.step for p in series(store)]
     assert steps == sorted(set(steps)), "a point arrived twice or out of order"
-    assert steps[-1] == 500 and steps[:60] == list(range(1, 61))
+    assert steps[-1] == 500
     summary = store.summary(JOB)
-    assert stats.dropped > 0
+    assert stats.dropped >= 300 - 60  # 300 steps while down, 60 places to keep them
     assert summary.points_received + summary.points_missing == 500
     assert stats.dropped == summary.points_missing
     assert stats.acked == summary.points_received
@@ -227,8 +227,8 @@ def test_wrong_token_rejects_and_counts(server: MetricsServer) -> None:
     sink = GrpcSink(config(server.address, token="wrong", backoff_max=0.05))
     for step in range(1, 11):
         sink.record(rec(step, 1.0))
-    assert sink.flush(10.0)
-    stats = sink.close(1.0)
+    assert sink.flush(10.0)  # rejected records are settled too
+    stats = sink.close(5.0)
     assert (stats.recorded, stats.rejected, stats.acked) == (10, 10, 0)
     assert (stats.last_error or "").startswith("UNAUTHENTICATED")
     assert server.store.jobs() == []
