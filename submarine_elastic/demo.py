@@ -1,37 +1,35 @@
-"""The README's first command: bring up the local pseudo-cluster and run a small elastic service on it.
+"""The README's first command: an elastic TensorFlow job on the local pseudo-cluster, resized while it trains.
 
-Starts the cluster (unless one is up), submits ``yarn_service_specs/demo-service.json`` (a
-``worker`` component whose containers each run a tiny Python loop), flexes it 2 -> 3 -> 1 through
-the YARN Services API, showing which instances are READY and how long each change took, then
-destroys the service. The cluster stays up for ``submarine cluster status``; ``submarine cluster
-down`` stops it.
+Starts the pseudo-cluster (unless one is up), submits ``examples/train_elastic.py`` as an elastic job
+with 2 workers (exactly what ``submarine job run --elastic ...`` does), resizes it 2 -> 3 -> 1 -> 2
+through the job's driver (what ``submarine job flex`` does) while it trains, shows each resize, lets it
+finish its epoch, and prints what it learned. The cluster stays up; ``submarine cluster down`` stops it.
 
-Run: ``python -m submarine_elastic.demo [--keep-service]``
+Run: ``python -m submarine_elastic.demo [--name NAME]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
-from submarine_elastic.yarn import Service, YarnError, YarnServiceClient
+from submarine_elastic.elastic.api import ElasticError, Limits
+from submarine_elastic.elastic.client import JobClient, save_token
+from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service, free_port, new_token
+from submarine_elastic.yarn import YarnError, YarnServiceClient
 
-SPEC = Path(__file__).resolve().parent.parent / "yarn_service_specs" / "demo-service.json"
-
+REPO = Path(__file__).resolve().parent.parent
 console = Console()
 
 
-def _ready(client: YarnServiceClient, name: str) -> str:
-    names = [c.component_instance_name for c in client.ready_instances(name, "worker")]
-    return ", ".join(names) or "none"
-
-
-def run(keep_service: bool = False) -> int:
+def run(name: str) -> int:
     cluster = LocalCluster()
     if cluster.running_daemons():
         rm_url = cluster.spec().rm_url
@@ -40,38 +38,71 @@ def run(keep_service: bool = False) -> int:
         console.rule("starting the pseudo-cluster")
         rm_url = cluster.up(ClusterSpec(), progress=lambda m: console.print(f"  {m}"))
 
-    spec = Service.from_json_file(SPEC)
-    with YarnServiceClient(rm_url, poll_interval=0.5) as client:
-        client.destroy(spec.name, missing_ok=True)
-        console.rule(f"service {spec.name}")
-        t0 = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    command = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --epochs 50 --step-sleep 0.03 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
+    req = JobRequest(
+        name=name,
+        launch_cmd=command,
+        limits=Limits(2, 1, 3),
+        resources=WorkerResources(1024, 1),
+        rm_url=rm_url,
+        workdir=REPO,
+        driver_port=free_port(),
+        token=new_token(),
+    )
+    console.rule(f"elastic job {name}")
+    console.print(
+        f"submarine job run --name {name} --elastic --num_workers 2 --min_workers 1 --max_workers 3 "
+        f"--worker_launch_cmd '{command}'",
+        soft_wrap=True,
+    )
+    with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
+        yarn.destroy(name, missing_ok=True)
+        save_token(name, req.token)
+        yarn.create(build_service(req), wait=False)
         try:
-            client.create(spec, wait=True, timeout=300)
-            console.print(f"created in {time.monotonic() - t0:.1f} s; READY: {_ready(client, spec.name)}")
-            for n in (3, 1):
-                client.set_target(spec.name, "worker", n)
-                result = client.reconcile(spec.name, "worker", timeout=300)
-                if not result.converged:
-                    console.print(f"[red]flex to {n} did not converge: {result.error}[/red]")
-                    return 1
-                console.print(f"flexed to {n} in {result.elapsed_s:.1f} s; READY: {', '.join(result.ready_instances)}")
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                t0 = time.monotonic()
+                job.wait_for_size(2, timeout=300)
+                console.print(f"training with 2 workers ({time.monotonic() - t0:.1f} s after submit)")
+                for n in (3, 1, 2):
+                    time.sleep(3)
+                    t0 = time.monotonic()
+                    job.flex(n, reason="demo")
+                    st = job.wait_for_size(n, timeout=300)
+                    ranks = ", ".join(f"{w.instance}=rank {w.rank}" for w in st.workers if w.rank >= 0)
+                    console.print(f"flexed to {n} in {time.monotonic() - t0:.1f} s: {ranks}")
+                (work / "stop").touch()
+                deadline = time.monotonic() + 300
+                while not yarn.status(name).is_terminal:
+                    if time.monotonic() > deadline:
+                        console.print("[red]the job did not finish within 300 s[/red]")
+                        return 1
+                    time.sleep(1)
         finally:
-            if not keep_service:
-                client.destroy(spec.name, wait=True, missing_ok=True)
-                console.print(f"service {spec.name} destroyed")
-        if keep_service:
-            console.print(f"service {spec.name} left running (see `submarine cluster status`)")
+            yarn.destroy(name, missing_ok=True)
+    finals = [json.loads(p.read_text()) for p in sorted((work / "log").glob("final-rank*.json"))]
+    if not finals:
+        console.print(f"[red]the job left no result in {work}/log[/red]")
+        return 1
+    console.print(
+        f"finished after {finals[0]['step']} steps: accuracy {finals[0]['accuracy']:.3f} on every rank "
+        f"({len(finals)} ranks at the end); step log in {work}/log"
+    )
     console.print(f"the cluster stays up at {rm_url}; stop it with `submarine cluster down`")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m submarine_elastic.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--keep-service", action="store_true", help="leave the demo service running")
+    parser.add_argument("--name", default="demo-elastic", help="job name [demo-elastic]")
     args = parser.parse_args(argv)
     try:
-        return run(keep_service=args.keep_service)
-    except (ClusterError, YarnError) as exc:
+        return run(args.name)
+    except (ClusterError, YarnError, ElasticError, TimeoutError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
 
