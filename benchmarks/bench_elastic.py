@@ -1,0 +1,304 @@
+"""Resize pauses of an elastic job on the pseudo-cluster, side by side with stock ``horovodrun``.
+
+Both run the same script (``examples/train_elastic.py``, fixed global batch) through the same resize
+plan, 1 -> 2 -> 3 -> 2 -> 1, ``--rounds`` times:
+
+- submarine-elastic: ``submarine job run --elastic`` on the pseudo-cluster, resized by the job's
+  driver (what ``submarine job flex`` does): joiners warm up while the ring trains;
+- stock: ``horovodrun --gloo`` elastic with a host discovery script on localhost, resized by
+  rewriting the discovered slot count (Horovod starts a joiner only when the ring re-forms).
+
+From the scripts' step logs (time each committed step ended, ring size):
+- pause: last step at the old size -> first step at the new size;
+- decision to capacity: the resize request -> first step at the new size.
+Then the loss of the elastic run (with its resizes) against a fixed 2-worker job, epoch by epoch,
+after the same number of samples.
+
+Prints the table and writes ``benchmarks/results/elastic.json`` and ``elastic.md``.
+Run: ``.venv/bin/python benchmarks/bench_elastic.py [--rounds 2]`` (needs no cluster up; uses its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.client import JobClient, save_token
+from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service, free_port, new_token
+from submarine_elastic.yarn import YarnServiceClient
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+PLAN = [2, 3, 2, 1]
+SETTLE_S = 4.0
+SCRIPT_ARGS = "--samples 2048 --global-batch 64 --step-sleep 0.02 --commit-every 4"
+
+
+def step_times(log_dir: Path) -> list[tuple[float, int, int]]:
+    """(time the step ended on its last rank, ring size, epoch) per committed step, in order."""
+    steps: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            steps[r["step"]].append(r)
+    return [(max(r["time"] for r in rs), rs[0]["size"], rs[0]["epoch"]) for _, rs in sorted(steps.items())]
+
+
+def pauses(log_dir: Path, resizes: list[tuple[float, int, int]]) -> list[dict]:
+    """For each (request time, from, to): pause and decision-to-capacity from the step log."""
+    steps = step_times(log_dir)
+    out = []
+    for requested, old, new in resizes:
+        first_new = next((t for t, size, _ in steps if t > requested and size == new), None)
+        if first_new is None:
+            continue
+        last_old = max((t for t, size, _ in steps if t < first_new and size == old), default=None)
+        if last_old is None:
+            continue
+        out.append(
+            {"from": old, "to": new, "pause_s": first_new - last_old, "decision_to_capacity_s": first_new - requested}
+        )
+    return out
+
+
+def epoch_losses(log_dir: Path) -> dict[int, float]:
+    by_epoch: dict[int, list[float]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r["rank"] == 0:
+                by_epoch[r["epoch"]].append(r["loss"])
+    return {e: statistics.fmean(v) for e, v in sorted(by_epoch.items())}
+
+
+def run_elastic(rm_url: str, work: Path, rounds: int, epochs: int) -> list[tuple[float, int, int]]:
+    name = "bench-elastic"
+    cmd = f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs {epochs} --log-dir {work}/log"
+    req = JobRequest(
+        name=name,
+        launch_cmd=cmd,
+        limits=Limits(1, 1, 3),
+        resources=WorkerResources(1024, 1),
+        rm_url=rm_url,
+        workdir=REPO,
+        driver_port=free_port(),
+        token=new_token(),
+    )
+    resizes = []
+    with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
+        yarn.destroy(name, missing_ok=True)
+        save_token(name, req.token)
+        yarn.create(build_service(req), wait=False)
+        try:
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                job.wait_for_size(1, timeout=300)
+                current = 1
+                for _ in range(rounds):
+                    for n in PLAN:
+                        time.sleep(SETTLE_S)
+                        t = time.time()
+                        job.flex(n, reason="benchmark")
+                        job.wait_for_size(n, timeout=300)
+                        resizes.append((t, current, n))
+                        print(f"  elastic {current}->{n} done", flush=True)
+                        current = n
+            while not yarn.status(name).is_terminal:
+                time.sleep(1)
+        finally:
+            yarn.destroy(name, missing_ok=True)
+    return resizes
+
+
+def run_fixed(rm_url: str, work: Path, epochs: int) -> None:
+    name = "bench-fixed"
+    cmd = f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs {epochs} --log-dir {work}/log"
+    req = JobRequest(
+        name=name,
+        launch_cmd=cmd,
+        limits=Limits(2, 2, 2),
+        resources=WorkerResources(1024, 1),
+        rm_url=rm_url,
+        elastic=False,
+        workdir=REPO,
+        driver_port=free_port(),
+        token=new_token(),
+    )
+    with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
+        yarn.destroy(name, missing_ok=True)
+        save_token(name, req.token)
+        yarn.create(build_service(req), wait=False)
+        try:
+            deadline = time.monotonic() + 900
+            while not yarn.status(name).is_terminal and time.monotonic() < deadline:
+                time.sleep(1)
+        finally:
+            yarn.destroy(name, missing_ok=True)
+
+
+def run_stock(work: Path, rounds: int, epochs: int) -> list[tuple[float, int, int]]:
+    hosts = work / "hosts"
+    hosts.write_text("localhost:1\n")
+    discover = work / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    cmd = [
+        str(Path(sys.executable).parent / "horovodrun"),
+        "--gloo",
+        "-np",
+        "1",
+        "--min-np",
+        "1",
+        "--max-np",
+        "3",
+        "--host-discovery-script",
+        str(discover),
+        "--network-interface",
+        "lo",
+        sys.executable,
+        str(REPO / "examples/train_elastic.py"),
+        *SCRIPT_ARGS.split(),
+        "--epochs",
+        str(epochs),
+        "--log-dir",
+        str(work / "log"),
+    ]
+    env = {**os.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
+    with (work / "horovodrun.out").open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        resizes = []
+        try:
+            deadline = time.monotonic() + 300
+            while not list((work / "log").glob("steps-*.jsonl")) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            current = 1
+            for _ in range(rounds):
+                for n in PLAN:
+                    time.sleep(SETTLE_S)
+                    t = time.time()
+                    hosts.write_text(f"localhost:{n}\n")
+                    resizes.append((t, current, n))
+                    _wait_size(work / "log", n, t, timeout=300)
+                    print(f"  stock {current}->{n} done", flush=True)
+                    current = n
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return resizes
+
+
+def _wait_size(log_dir: Path, size: int, since: float, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(t > since and s == size for t, s, _ in step_times(log_dir)):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"no step at size {size} within {timeout} s")
+
+
+def summarise(rows: list[dict]) -> dict[str, dict[str, float]]:
+    out = {}
+    for key in sorted({f"{r['from']}->{r['to']}" for r in rows}):
+        sel = [r for r in rows if f"{r['from']}->{r['to']}" == key]
+        out[key] = {
+            "pause_median_s": round(statistics.median(r["pause_s"] for r in sel), 3),
+            "decision_to_capacity_median_s": round(statistics.median(r["decision_to_capacity_s"] for r in sel), 3),
+            "samples": len(sel),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--port-base", type=int, default=20500)
+    args = parser.parse_args()
+    epochs = 6 + 4 * args.rounds  # long enough for the plan; both runs train the same samples
+
+    with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
+        root = Path(tmp)
+        for sub in ("elastic", "fixed", "stock"):
+            (root / sub).mkdir()
+        cluster = LocalCluster(root / "cluster")
+        rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
+        try:
+            print("elastic job on the pseudo-cluster:", flush=True)
+            el_resizes = run_elastic(rm_url, root / "elastic", args.rounds, epochs)
+            print("fixed 2-worker job on the pseudo-cluster:", flush=True)
+            run_fixed(rm_url, root / "fixed", epochs)
+        finally:
+            cluster.down()
+        print("stock horovodrun elastic:", flush=True)
+        st_resizes = run_stock(root / "stock", args.rounds, epochs)
+
+        el = summarise(pauses(root / "elastic" / "log", el_resizes))
+        st = summarise(pauses(root / "stock" / "log", st_resizes))
+        el_loss, fx_loss = epoch_losses(root / "elastic" / "log"), epoch_losses(root / "fixed" / "log")
+
+    common = sorted(set(el_loss) & set(fx_loss))
+    last = common[-1]
+    loss_rows = [
+        {
+            "epoch": e,
+            "elastic": el_loss[e],
+            "fixed": fx_loss[e],
+            "relative_diff": abs(el_loss[e] - fx_loss[e]) / fx_loss[e],
+        }
+        for e in common
+    ]
+    results = {
+        "plan": PLAN,
+        "rounds": args.rounds,
+        "script_args": SCRIPT_ARGS,
+        "submarine_elastic": el,
+        "stock_horovodrun": st,
+        "ratio_pause_elastic_over_stock": {
+            k: round(el[k]["pause_median_s"] / st[k]["pause_median_s"], 3)
+            for k in el
+            if k in st and st[k]["pause_median_s"]
+        },
+        "loss_by_epoch": loss_rows,
+        "final_epoch_loss_relative_diff": loss_rows[-1]["relative_diff"],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "elastic.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = [
+        "# Resize pauses: submarine-elastic vs stock horovodrun (same script, same plan, same run)",
+        "",
+        f"Plan 1->{'->'.join(map(str, PLAN))} x {args.rounds}; fixed global batch 64; 2 CPUs; medians.",
+        "",
+        "| resize | pause (ours) s | pause (stock) s | ratio ours/stock | request->capacity (ours) s | (stock) s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in sorted(set(el) | set(st)):
+        e, s = el.get(k, {}), st.get(k, {})
+        ratio = results["ratio_pause_elastic_over_stock"].get(k, "-")
+        lines.append(
+            f"| {k} | {e.get('pause_median_s', '-')} | {s.get('pause_median_s', '-')} | {ratio} | "
+            f"{e.get('decision_to_capacity_median_s', '-')} | {s.get('decision_to_capacity_median_s', '-')} |"
+        )
+    lines += [
+        "",
+        "Loss after the same samples, elastic (with the resizes above) vs fixed 2 workers:",
+        "",
+        "| epoch | elastic | fixed | relative diff |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r['epoch']} | {r['elastic']:.6f} | {r['fixed']:.6f} | {r['relative_diff']:.2%} |" for r in loss_rows]
+    (RESULTS / "elastic.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"last common epoch {last}")
+
+
+if __name__ == "__main__":
+    main()
