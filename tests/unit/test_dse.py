@@ -325,3 +325,14 @@ def test_dse_cli_errors_are_clear(tmp_path: Path):
     assert result.exit_code == 1 and "sampling.strategy" in result.output
     result = CliRunner().invoke(cli, ["dse", "report", str(tmp_path)])
     assert result.exit_code == 1 and "holds no results" in result.output
+
+
+def test_the_example_spaces_load():
+    from submarine_elastic.dse import load_space, make_backend
+
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples" / "dse").glob("*.yaml"))
+    assert len(examples) >= 3
+    for path in examples:
+        space = load_space(path)
+        make_backend(space.backend, dict(space.backend_options))
+        assert sample_points(space)
