@@ -21,7 +21,7 @@ from submarine_elastic.dse import (
     sample_points,
     write_report,
 )
-from submarine_elastic.dse.report import Analysis
+from submarine_elastic.dse.report import Analysis, human
 
 console = Console()
 if not console.is_terminal:
@@ -112,11 +112,11 @@ def _report(results_dir: Path, out: Path, across: str | None, top: int = 5) -> N
         raise click.ClickException(str(exc)) from exc
     paths = write_report(analysis, out)
     console.print(_best_table(analysis))
-    if analysis.main_effects:
-        lead = analysis.main_effects[0]
+    lead = analysis.lead
+    if lead is not None:
         console.print(
             f"[bold]{lead.parameter}[/bold] matters most: best {lead.parameter}={lead.best.level} "
-            f"({lead.best.mean:,.4g}), worst {lead.parameter}={lead.worst.level} ({lead.worst.mean:,.4g})"
+            f"({human(lead.best.mean)}), worst {lead.parameter}={lead.worst.level} ({human(lead.worst.mean)})"
         )
     console.print(f"report: [bold]{paths['report']}[/bold]")
 
@@ -128,5 +128,5 @@ def _best_table(a: Analysis) -> Table:
         table.add_column(p)
     table.add_column(a.objective, justify="right")
     for i, row in enumerate(a.best, 1):
-        table.add_row(str(i), *(str(row[p]) for p in a.parameters), f"{float(row[a.objective]):,.4g}")  # type: ignore[arg-type]
+        table.add_row(str(i), *(str(row[p]) for p in a.parameters), human(row[a.objective]))
     return table

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +94,14 @@ class Analysis:
     main_effects: tuple[MainEffect, ...]
     interactions: tuple[Interaction, ...]
     correlation: Correlation | None
+    best_per: Mapping[Value, Mapping[str, object]] = field(default_factory=dict)
+
+    @property
+    def lead(self) -> MainEffect | None:
+        """The knob that matters most: the largest main effect, not counting the parameter correlated across
+        (a workload or model is the context a configuration is chosen for, not a choice)."""
+        across = self.correlation.across if self.correlation is not None else None
+        return next((e for e in self.main_effects if e.parameter != across), None)
 
 
 def _typed(levels: Sequence[Value]) -> dict[str, Value]:
@@ -159,6 +167,11 @@ def analyse(
     elif across not in params:
         raise ResultsError(f"cannot correlate across {across!r}: not a parameter of the space ({', '.join(params)})")
     correlation = _correlation(across, points, levels_of) if across else None
+    best_per: dict[Value, Mapping[str, object]] = {}
+    if across:
+        for i in order:
+            values = points[i][0]
+            best_per.setdefault(values[across], {**values, objective: points[i][1]})
     return Analysis(
         space=str(record.get("name", "")),
         objective=objective,
@@ -171,6 +184,7 @@ def analyse(
         main_effects=tuple(effects),
         interactions=tuple(interactions),
         correlation=correlation,
+        best_per=best_per,
     )
 
 
@@ -219,7 +233,8 @@ def _correlation(
 # --- writing ---------------------------------------------------------------------------------------
 
 
-def _num(x: object) -> str:
+def human(x: object) -> str:
+    """A metric for people: thousands separated and no decimals from 1000 on, four significant digits below."""
     if isinstance(x, float):
         return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
     return str(x)
@@ -252,7 +267,7 @@ def markdown(analysis: Analysis, images: Mapping[str, str] | None = None) -> str
         f"# Design-space exploration: {a.space}",
         "",
         f"{a.measured} configurations measured ({a.failed} failed); objective **{a.objective}** ({goal} is best), "
-        f"mean {_num(a.grand_mean)}.",
+        f"mean {human(a.grand_mean)}.",
         "",
         "## Best configurations",
         "",
@@ -260,22 +275,34 @@ def markdown(analysis: Analysis, images: Mapping[str, str] | None = None) -> str
         "|---:|" + "---|" * len(a.parameters) + "---:|",
     ]
     for i, row in enumerate(a.best, 1):
-        lines.append(f"| {i} | " + " | ".join(str(row[p]) for p in a.parameters) + f" | {_num(row[a.objective])} |")
-    if a.main_effects:
-        lead = a.main_effects[0]
+        lines.append(f"| {i} | " + " | ".join(str(row[p]) for p in a.parameters) + f" | {human(row[a.objective])} |")
+    if a.best_per and a.correlation is not None:
+        across = a.correlation.across
+        others = [p for p in a.parameters if p != across]
+        lines += [
+            "",
+            f"Best per {across}:",
+            "",
+            f"| {across} | " + " | ".join(others) + f" | {a.objective} |",
+            "|---|" + "---|" * len(others) + "---:|",
+        ]
+        for level, row in a.best_per.items():
+            lines.append(f"| {level} | " + " | ".join(str(row[p]) for p in others) + f" | {human(row[a.objective])} |")
+    lead = a.lead
+    if lead is not None:
         share = lead.spread / abs(a.grand_mean) if a.grand_mean else math.nan
         lines += [
             "",
             "## Why",
             "",
-            f"**{lead.parameter}** matters most: {a.objective} averages {_num(lead.best.mean)} at "
-            f"{lead.parameter}={lead.best.level} against {_num(lead.worst.mean)} at "
+            f"**{lead.parameter}** matters most: {a.objective} averages {human(lead.best.mean)} at "
+            f"{lead.parameter}={lead.best.level} against {human(lead.worst.mean)} at "
             f"{lead.parameter}={lead.worst.level} (a spread of {share:.0%} of the mean).",
         ]
         if a.interactions and a.interactions[0].strength > 0:
             x = a.interactions[0]
             lines.append(
-                f"The strongest interaction is **{x.a} x {x.b}** (strength {_num(x.strength)}): the best {x.a} "
+                f"The strongest interaction is **{x.a} x {x.b}** (strength {human(x.strength)}): the best {x.a} "
                 f"depends on {x.b}, so read their joint table below rather than each main effect alone."
             )
         lines += [
@@ -288,23 +315,23 @@ def markdown(analysis: Analysis, images: Mapping[str, str] | None = None) -> str
         for e in a.main_effects:
             rel = e.spread / abs(a.grand_mean) if a.grand_mean else math.nan
             lines.append(
-                f"| {e.parameter} | {e.best.level} ({_num(e.best.mean)}) | {e.worst.level} ({_num(e.worst.mean)}) "
-                f"| {_num(e.spread)} | {rel:.0%} |"
+                f"| {e.parameter} | {e.best.level} ({human(e.best.mean)}) | {e.worst.level} ({human(e.worst.mean)}) "
+                f"| {human(e.spread)} | {rel:.0%} |"
             )
         for e in a.main_effects:
             lines += ["", f"{e.parameter}:", "", "| level | mean | points |", "|---|---:|---:|"]
-            lines += [f"| {lv.level} | {_num(lv.mean)} | {lv.count} |" for lv in e.levels]
+            lines += [f"| {lv.level} | {human(lv.mean)} | {lv.count} |" for lv in e.levels]
         if "main_effects" in images:
             lines += ["", f"![main effects]({images['main_effects']})"]
     if a.interactions:
         lines += ["", "## Interactions", "", "| parameters | strength |", "|---|---:|"]
-        lines += [f"| {x.a} x {x.b} | {_num(x.strength)} |" for x in a.interactions[:10]]
+        lines += [f"| {x.a} x {x.b} | {human(x.strength)} |" for x in a.interactions[:10]]
         x = a.interactions[0]
         lines += ["", f"{x.a} x {x.b} (mean {a.objective}):", ""]
         lines.append(f"| {x.a} \\ {x.b} | " + " | ".join(str(v) for v in x.b_levels) + " |")
         lines.append("|---|" + "---:|" * len(x.b_levels))
         for la in x.a_levels:
-            cells = [_num(x.cells[la, lb]) if (la, lb) in x.cells else "" for lb in x.b_levels]
+            cells = [human(x.cells[la, lb]) if (la, lb) in x.cells else "" for lb in x.b_levels]
             lines.append(f"| {la} | " + " | ".join(cells) + " |")
         if "interactions" in images:
             lines += ["", f"![interactions]({images['interactions']})"]
@@ -358,7 +385,7 @@ def _plot_interactions(a: Analysis, path: Path) -> Path:
         ax.set_yticks(range(len(x.a_levels)), [str(v) for v in x.a_levels], fontsize="small")
         ax.set_xlabel(x.b)
         ax.set_ylabel(x.a)
-        ax.set_title(f"strength {_num(x.strength)}", fontsize="small")
+        ax.set_title(f"strength {human(x.strength)}", fontsize="small")
         fig.colorbar(image, ax=ax, label=a.objective)
     fig.suptitle("Strongest interactions (mean objective per pair of levels)")
     fig.tight_layout()

@@ -145,8 +145,11 @@ def test_correlation_across_workloads():
     table = []
     for c, (y1, y2, y3) in zip((1, 2, 3), ((1, 2, 3), (2, 4, 2), (3, 6, 1)), strict=True):
         table += [({"workload": "w1", "c": c}, y1), ({"workload": "w2", "c": c}, y2), ({"workload": "w3", "c": c}, y3)]
-    corr = analyse(record, _rows(table)).correlation
+    result = analyse(record, _rows(table))
+    corr = result.correlation
     assert corr is not None and corr.across == "workload" and corr.matched == 3
+    assert result.lead is not None and result.lead.parameter == "c"  # the workload is context, not a knob
+    assert {lv: row["c"] for lv, row in result.best_per.items()} == {"w1": 1, "w2": 1, "w3": 3}
     assert corr.matrix[0][1] == pytest.approx(1.0)
     assert corr.matrix[0][2] == pytest.approx(-1.0)
     with pytest.raises(ResultsError, match="not a parameter"):
