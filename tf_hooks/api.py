@@ -78,8 +78,9 @@ class MetricsSink(ABC):
     @abstractmethod
     def flush(self, timeout: float) -> bool:
         """Blocks until every record handed over so far is acknowledged by the service, dropped or
-        rejected (True), or until ``timeout`` seconds pass or a send fails (False): an unreachable
-        service costs one attempt, not the whole timeout. Records stay queued. Never raises."""
+        rejected (True), or until ``timeout`` seconds pass or a send fails (False). Returns False at
+        once while the last send failed: an unreachable service costs at most one attempt, never the
+        whole timeout. Records stay queued either way. Never raises."""
 
     @abstractmethod
     def close(self, timeout: float) -> SenderStats:

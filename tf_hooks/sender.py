@@ -117,6 +117,7 @@ class GrpcSink(MetricsSink):
         self._duplicates = 0
         self._streams = 0
         self._failed_streams = 0
+        self._reachable = True  # until a send says otherwise
         self._last_error: str | None = None
         self._closed = False
         self._warned: set[str] = set()
@@ -163,7 +164,8 @@ class GrpcSink(MetricsSink):
             self._wake.set()
             while self._oldest_pending() < target:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive() or self._failed_streams > failures:
+                stalled = not self._reachable or self._failed_streams > failures
+                if remaining <= 0 or stalled or not self._thread.is_alive():
                     return False
                 self._settled.wait(min(remaining, 0.5))
         return True
@@ -262,7 +264,8 @@ class GrpcSink(MetricsSink):
         prepared = self._prepare(taken)
         with self._lock:
             self._inflight.extend(prepared)
-            inflight = list(self._inflight)
+            # While the service is unreachable, probe with one batch instead of building them all.
+            inflight = self._inflight[: None if self._reachable else config.max_batch_points]
         if not inflight:
             return
         call = self._stub.Report.future(
@@ -280,6 +283,7 @@ class GrpcSink(MetricsSink):
             self._call = None
         with self._settled:
             self._streams += 1
+            self._reachable = True
             self._duplicates += ack.duplicates
             last_seq = ack.last_seq
             keep = []
@@ -290,6 +294,9 @@ class GrpcSink(MetricsSink):
                     keep.append(p)
             self._inflight = keep
             self._settled.notify_all()
+            more = bool(self._inflight or len(self._queue) >= config.max_batch_points)
+        if more:
+            self._wake.set()
 
     def _failed(self, error: grpc.RpcError, inflight: Sequence[_Prepared]) -> None:
         code = error.code() if isinstance(error, grpc.Call) else None
@@ -306,6 +313,7 @@ class GrpcSink(MetricsSink):
         ):
             # Sending the same points again cannot succeed: count them and move on.
             with self._settled:
+                self._reachable = True
                 self._rejected += len(inflight)
                 sent = {p.order for p in inflight}
                 self._inflight = [p for p in self._inflight if p.order not in sent]
@@ -314,6 +322,9 @@ class GrpcSink(MetricsSink):
             if code is not grpc.StatusCode.INVALID_ARGUMENT:
                 self._abandon.wait(self._config.backoff_max)
             return
+        with self._settled:
+            self._reachable = False
+            self._settled.notify_all()
         self._warn_once("unavailable", "metrics service unreachable, retrying in the background (%s)", message)
         raise _Retryable(message)
 
@@ -365,28 +376,34 @@ class GrpcSink(MetricsSink):
         wall_time = float(r.wall_time)
         if not 0 < wall_time <= _MAX_ABS:
             wall_time = time.time()
-        point = metrics_pb2.StepPoint(seq=queued.seq, step=max(int(r.step), 0), wall_time=wall_time)
+        fields: dict[str, Any] = {"seq": queued.seq, "step": max(int(r.step), 0), "wall_time": wall_time}
         loss = self._number(r.loss, cache)
         if loss is not None:
-            point.loss = loss
-        for name, value in (
-            ("examples_per_second", r.examples_per_second),
-            ("step_time_seconds", r.step_time_seconds),
-            ("learning_rate", self._number(r.learning_rate, cache)),
-        ):
-            if value is not None and 0 <= value <= _MAX_ABS:
-                setattr(point, name, value)
+            fields["loss"] = loss
+        eps = r.examples_per_second
+        if eps is not None and 0 <= eps <= _MAX_ABS:
+            fields["examples_per_second"] = eps
+        step_time = r.step_time_seconds
+        if step_time is not None and 0 <= step_time <= _MAX_ABS:
+            fields["step_time_seconds"] = step_time
+        learning_rate = self._number(r.learning_rate, cache)
+        if learning_rate is not None and learning_rate >= 0:
+            fields["learning_rate"] = learning_rate
         if r.batch_size is not None and r.batch_size >= 1:
-            point.batch_size = int(r.batch_size)
+            fields["batch_size"] = min(int(r.batch_size), 2**63 - 1)
         if r.user_metrics:
+            user: dict[str, float] = {}
             for key, lazy in r.user_metrics.items():
-                if len(point.user_metrics) >= _MAX_USER_METRICS:
+                if len(user) >= _MAX_USER_METRICS:
                     break
                 if _metric_name_ok(key):
                     value = self._number(lazy, cache)
                     if value is not None:
-                        point.user_metrics[key] = value
+                        user[key] = value
+            if user:
+                fields["user_metrics"] = user
         rank = r.rank if 0 <= r.rank < r.world_size else 0
+        point = metrics_pb2.StepPoint(**fields)
         return _Prepared(queued.order, queued.incarnation, queued.seq, rank, max(r.world_size, 1), point)
 
     def _number(self, value: Any, cache: dict[int, float | None]) -> float | None:
