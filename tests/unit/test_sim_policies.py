@@ -167,3 +167,27 @@ def test_elastic_policies_beat_static_fifo_on_a_contended_workload(
     assert result.summary.finished == len(contended)
     assert result.summary.mean_jct_s < 0.9 * fifo_on_contended
     assert result.summary.resizes > 0
+
+
+def _builtin_specs() -> list[str]:
+    from submarine_elastic.policy import JobPolicy
+    from submarine_elastic.policy.loader import BUILTIN_POLICIES, load_policy_class
+
+    options = {"utility": "(deadline_s=600)", "composite": "(policies=[convergence, greedy])"}
+    jobs = [n for n in BUILTIN_POLICIES if issubclass(load_policy_class(n), JobPolicy)]
+    arbiters = [n for n in BUILTIN_POLICIES if n not in jobs]
+    return [f"{j}{options.get(j, '')}+{a}" for j in sorted(jobs) for a in sorted(arbiters)]
+
+
+@pytest.mark.parametrize("spec", _builtin_specs())
+def test_every_builtin_policy_and_arbiter_drives_a_toy_cluster_to_the_end(
+    spec: str, tmp_path_factory: pytest.TempPathFactory
+):
+    catalog = TraceCatalog(write_toy_data(tmp_path_factory.mktemp("toy")))
+    jobs = [JobSpec(f"j{i}", i * 7.0, TOY, 1 + i % 4, 1 + i % 4) for i in range(10)]
+    config = SimConfig(interval_s=10, costs=ResizeCosts(start_s=1, scale_out_s=2, scale_in_s=0.5))
+    first = simulate(jobs, ClusterConfig(2, 4), load_scheduler(spec, cooldown_s=20), catalog=catalog, config=config)
+    again = simulate(jobs, ClusterConfig(2, 4), load_scheduler(spec, cooldown_s=20), catalog=catalog, config=config)
+    assert first.summary.finished == len(jobs)
+    assert first.jobs == again.jobs  # deterministic
+    assert all(u.allocated_gpus <= 8 for u in first.utilisation)
