@@ -225,25 +225,25 @@ def main() -> None:
     args = parser.parse_args()
     epochs = 6 + 4 * args.rounds  # long enough for the plan; both runs train the same samples
 
-    with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
-        root = Path(tmp)
-        for sub in ("elastic", "fixed", "stock"):
-            (root / sub).mkdir()
-        cluster = LocalCluster(root / "cluster")
-        rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
-        try:
-            print("elastic job on the pseudo-cluster:", flush=True)
-            el_resizes = run_elastic(rm_url, root / "elastic", args.rounds, epochs)
-            print("fixed 2-worker job on the pseudo-cluster:", flush=True)
-            run_fixed(rm_url, root / "fixed", epochs)
-        finally:
-            cluster.down()
-        print("stock horovodrun elastic:", flush=True)
-        st_resizes = run_stock(root / "stock", args.rounds, epochs)
+    root = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
+    print(f"working in {root} (logs of every daemon, container and step are kept there)", flush=True)
+    for sub in ("elastic", "fixed", "stock"):
+        (root / sub).mkdir()
+    cluster = LocalCluster(root / "cluster")
+    rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
+    try:
+        print("elastic job on the pseudo-cluster:", flush=True)
+        el_resizes = run_elastic(rm_url, root / "elastic", args.rounds, epochs)
+        print("fixed 2-worker job on the pseudo-cluster:", flush=True)
+        run_fixed(rm_url, root / "fixed", epochs)
+    finally:
+        cluster.down()
+    print("stock horovodrun elastic:", flush=True)
+    st_resizes = run_stock(root / "stock", args.rounds, epochs)
 
-        el = summarise(pauses(root / "elastic" / "log", el_resizes))
-        st = summarise(pauses(root / "stock" / "log", st_resizes))
-        el_loss, fx_loss = epoch_losses(root / "elastic" / "log"), epoch_losses(root / "fixed" / "log")
+    el = summarise(pauses(root / "elastic" / "log", el_resizes))
+    st = summarise(pauses(root / "stock" / "log", st_resizes))
+    el_loss, fx_loss = epoch_losses(root / "elastic" / "log"), epoch_losses(root / "fixed" / "log")
 
     common = sorted(set(el_loss) & set(fx_loss))
     last = common[-1]

@@ -587,16 +587,23 @@ def _all_pids() -> list[int]:
 
 
 def _refers_to(pid: int, marker: str) -> bool:
-    """Whether a process runs in, was started from, or was given a path inside ``marker``."""
+    """Whether a process runs in, was started from, or was given a path inside directory ``marker``.
+
+    Matches whole path components only: ``/tmp/c`` does not claim processes of ``/tmp/c1``.
+    """
     proc = Path(f"/proc/{pid}")
+    inside = marker.rstrip("/") + "/"
     try:
-        if os.readlink(proc / "cwd").startswith(marker):
+        cwd = os.readlink(proc / "cwd")
+        if cwd == marker or cwd.startswith(inside):
             return True
-        if marker.encode() in (proc / "cmdline").read_bytes():
-            return True
-        return marker.encode() in (proc / "environ").read_bytes()
+        needles = (inside.encode(), marker.encode() + b"\0")
+        for blob in ((proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()):
+            if any(n in blob for n in needles):
+                return True
     except OSError:
         return False
+    return False
 
 
 def _tail(d: Daemon, lines: int = 25) -> str:
