@@ -81,9 +81,13 @@ def epoch_losses(log_dir: Path) -> dict[int, float]:
     return {e: statistics.fmean(v) for e, v in sorted(by_epoch.items())}
 
 
-def run_elastic(rm_url: str, work: Path, rounds: int, epochs: int) -> list[tuple[float, int, int]]:
+def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float, int, int]], int]:
+    """The resize plan on an elastic job; returns the resizes and the epochs it trained."""
     name = "bench-elastic"
-    cmd = f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs {epochs} --log-dir {work}/log"
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs 10000 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
     req = JobRequest(
         name=name,
         launch_cmd=cmd,
@@ -112,11 +116,13 @@ def run_elastic(rm_url: str, work: Path, rounds: int, epochs: int) -> list[tuple
                         resizes.append((t, current, n))
                         print(f"  elastic {current}->{n} done", flush=True)
                         current = n
+            (work / "stop").touch()
             while not yarn.status(name).is_terminal:
                 time.sleep(1)
         finally:
             yarn.destroy(name, missing_ok=True)
-    return resizes
+    epochs = json.loads((work / "log" / "final-rank0.json").read_text())["epoch"]
+    return resizes, epochs
 
 
 def run_fixed(rm_url: str, work: Path, epochs: int) -> None:
@@ -145,7 +151,7 @@ def run_fixed(rm_url: str, work: Path, epochs: int) -> None:
             yarn.destroy(name, missing_ok=True)
 
 
-def run_stock(work: Path, rounds: int, epochs: int) -> list[tuple[float, int, int]]:
+def run_stock(work: Path, rounds: int) -> list[tuple[float, int, int]]:
     hosts = work / "hosts"
     hosts.write_text("localhost:1\n")
     discover = work / "discover.sh"
@@ -168,7 +174,9 @@ def run_stock(work: Path, rounds: int, epochs: int) -> list[tuple[float, int, in
         str(REPO / "examples/train_elastic.py"),
         *SCRIPT_ARGS.split(),
         "--epochs",
-        str(epochs),
+        "10000",
+        "--until-file",
+        str(work / "stop"),
         "--log-dir",
         str(work / "log"),
     ]
@@ -190,6 +198,7 @@ def run_stock(work: Path, rounds: int, epochs: int) -> list[tuple[float, int, in
                     _wait_size(work / "log", n, t, timeout=300)
                     print(f"  stock {current}->{n} done", flush=True)
                     current = n
+            (work / "stop").touch()
             proc.wait(timeout=900)
         finally:
             if proc.poll() is None:
@@ -223,7 +232,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--port-base", type=int, default=20500)
     args = parser.parse_args()
-    epochs = 6 + 4 * args.rounds  # long enough for the plan; both runs train the same samples
 
     root = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
     print(f"working in {root} (logs of every daemon, container and step are kept there)", flush=True)
@@ -233,13 +241,13 @@ def main() -> None:
     rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
     try:
         print("elastic job on the pseudo-cluster:", flush=True)
-        el_resizes = run_elastic(rm_url, root / "elastic", args.rounds, epochs)
+        el_resizes, epochs = run_elastic(rm_url, root / "elastic", args.rounds)
         print("fixed 2-worker job on the pseudo-cluster:", flush=True)
         run_fixed(rm_url, root / "fixed", epochs)
     finally:
         cluster.down()
     print("stock horovodrun elastic:", flush=True)
-    st_resizes = run_stock(root / "stock", args.rounds, epochs)
+    st_resizes = run_stock(root / "stock", args.rounds)
 
     el = summarise(pauses(root / "elastic" / "log", el_resizes))
     st = summarise(pauses(root / "stock" / "log", st_resizes))
