@@ -1,4 +1,4 @@
-"""The checked-in gRPC stubs are exactly what scripts/gen_protos.sh writes from metrics.proto."""
+"""The checked-in gRPC stubs are exactly what scripts/gen_protos.sh writes from the .proto files."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROTO_DIR = Path("submarine_elastic/metrics/proto")
-GENERATED = ("metrics_pb2.py", "metrics_pb2.pyi", "metrics_pb2_grpc.py")
+GENERATED = [
+    Path("submarine_elastic") / package / "proto" / f"{package}{suffix}"
+    for package in ("metrics", "elastic")
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+]
 
 
 def _pinned_version() -> str:
@@ -40,11 +43,7 @@ def test_generated_stubs_are_current(tmp_path: Path) -> None:
         env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
     )
-    stale = [
-        name
-        for name in GENERATED
-        if (tmp_path / PROTO_DIR / name).read_bytes() != (ROOT / PROTO_DIR / name).read_bytes()
-    ]
+    stale = [str(path) for path in GENERATED if (tmp_path / path).read_bytes() != (ROOT / path).read_bytes()]
     assert not stale, f"stale stubs {stale}: run scripts/gen_protos.sh and commit the result"
 
 
