@@ -28,7 +28,7 @@ class MetricsConfig:
     queue_size: int = 10_000
     max_stream_points: int = 4096
     max_batch_points: int = 512
-    flush_interval: float = 0.1
+    flush_interval: float = 0.25
     rpc_timeout: float = 10.0
     backoff_initial: float = 0.1
     backoff_max: float = 2.0

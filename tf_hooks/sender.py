@@ -13,13 +13,14 @@ Seq numbers count up from 1 per incarnation, and the incarnation changes wheneve
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import grpc
@@ -58,13 +59,16 @@ class _Queued(NamedTuple):
     record: StepRecord
 
 
-class _Prepared(NamedTuple):
-    order: int
-    incarnation: str
-    seq: int
-    rank: int
-    world_size: int
-    point: metrics_pb2.StepPoint
+class _Flight:
+    """One built ``ReportBatch`` waiting for its acknowledgement (sent again until it comes)."""
+
+    __slots__ = ("batch", "key", "orders", "seqs")
+
+    def __init__(self, batch: metrics_pb2.ReportBatch, key: str) -> None:
+        self.batch = batch
+        self.key = key
+        self.orders: list[int] = []
+        self.seqs: list[int] = []
 
 
 class _Retryable(Exception):
@@ -105,7 +109,8 @@ class GrpcSink(MetricsSink):
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._queue: deque[_Queued] = deque()
-        self._inflight: list[_Prepared] = []
+        self._inflight: list[_Flight] = []
+        self._inflight_points = 0
         self._ring: tuple[int, int] | None = None
         self._generation = 0
         self._incarnation = ""
@@ -121,7 +126,6 @@ class GrpcSink(MetricsSink):
         self._last_error: str | None = None
         self._closed = False
         self._warned: set[str] = set()
-        self._call: Any = None
 
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -180,9 +184,7 @@ class GrpcSink(MetricsSink):
             self._thread.join(timeout)
             if self._thread.is_alive():
                 self._abandon.set()
-                call = self._call
-                if call is not None:
-                    call.cancel()
+                self._channel.close()  # cancels a call in progress
                 self._thread.join(2.0)
             self._channel.close()
         return self.stats()
@@ -194,7 +196,7 @@ class GrpcSink(MetricsSink):
                 acked=self._acked,
                 dropped=self._dropped,
                 rejected=self._rejected,
-                pending=len(self._queue) + len(self._inflight),
+                pending=len(self._queue) + self._inflight_points,
                 duplicates=self._duplicates,
                 streams=self._streams,
                 failed_streams=self._failed_streams,
@@ -205,7 +207,7 @@ class GrpcSink(MetricsSink):
     def _oldest_pending(self) -> int:
         """Index of the oldest record not yet settled (``_recorded`` when none); holds the lock."""
         if self._inflight:
-            return self._inflight[0].order
+            return self._inflight[0].orders[0]
         if self._queue:
             return self._queue[0].order
         return self._recorded
@@ -231,10 +233,10 @@ class GrpcSink(MetricsSink):
                     break
         finally:
             with self._settled:
-                leftover = len(self._queue) + len(self._inflight)
-                self._dropped += leftover
+                self._dropped += len(self._queue) + self._inflight_points
                 self._queue.clear()
                 self._inflight.clear()
+                self._inflight_points = 0
                 self._settled.notify_all()
 
     def _send_with_retries(self) -> None:
@@ -259,46 +261,46 @@ class GrpcSink(MetricsSink):
     def _send_once(self) -> None:
         config = self._config
         with self._lock:
-            room = config.max_stream_points - len(self._inflight)
+            room = config.max_stream_points - self._inflight_points
             taken = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
-        prepared = self._prepare(taken)
+        flights = self._build(taken)
         with self._lock:
-            self._inflight.extend(prepared)
-            # While the service is unreachable, probe with one batch instead of building them all.
-            inflight = self._inflight[: None if self._reachable else config.max_batch_points]
-        if not inflight:
+            self._inflight.extend(flights)
+            self._inflight_points += sum(len(f.orders) for f in flights)
+            # While the service is unreachable, probe with one batch instead of sending them all.
+            sending = self._inflight[: None if self._reachable else 1]
+        if not sending:
             return
-        call = self._stub.Report.future(
-            iter(self._batches(inflight)), timeout=config.rpc_timeout, metadata=self._metadata
-        )
-        self._call = call
         try:
-            ack = call.result()
-        except grpc.FutureCancelledError:
-            raise _Retryable("cancelled") from None
+            ack = self._stub.Report(
+                iter([f.batch for f in sending]), timeout=config.rpc_timeout, metadata=self._metadata
+            )
         except grpc.RpcError as e:
-            self._failed(e, inflight)
+            self._failed(e, sending)
             return
-        finally:
-            self._call = None
         with self._settled:
             self._streams += 1
             self._reachable = True
             self._duplicates += ack.duplicates
             last_seq = ack.last_seq
             keep = []
-            for p in self._inflight:
-                if p.seq <= last_seq.get(f"{self._job_id}/{self._instance}/{p.incarnation}", 0):
-                    self._acked += 1
-                else:
-                    keep.append(p)
+            for flight in self._inflight:
+                held = last_seq.get(flight.key, 0)
+                done = bisect.bisect_right(flight.seqs, held)
+                if done:
+                    self._acked += done
+                    self._inflight_points -= done
+                    if done < len(flight.seqs):
+                        del flight.batch.points[:done], flight.orders[:done], flight.seqs[:done]
+                if done < len(flight.seqs):
+                    keep.append(flight)
             self._inflight = keep
             self._settled.notify_all()
             more = bool(self._inflight or len(self._queue) >= config.max_batch_points)
         if more:
             self._wake.set()
 
-    def _failed(self, error: grpc.RpcError, inflight: Sequence[_Prepared]) -> None:
+    def _failed(self, error: grpc.RpcError, sent: Sequence[_Flight]) -> None:
         code = error.code() if isinstance(error, grpc.Call) else None
         details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
         message = f"{code.name if code else 'error'}: {details}"
@@ -312,13 +314,14 @@ class GrpcSink(MetricsSink):
             grpc.StatusCode.PERMISSION_DENIED,
         ):
             # Sending the same points again cannot succeed: count them and move on.
+            count = sum(len(f.orders) for f in sent)
             with self._settled:
                 self._reachable = True
-                self._rejected += len(inflight)
-                sent = {p.order for p in inflight}
-                self._inflight = [p for p in self._inflight if p.order not in sent]
+                self._rejected += count
+                self._inflight_points -= count
+                self._inflight = [f for f in self._inflight if not any(f is g for g in sent)]
                 self._settled.notify_all()
-            self._warn_once(code.name, "metrics service rejected %d points (%s)", len(inflight), message)
+            self._warn_once(code.name, "metrics service rejected %d points (%s)", count, message)
             if code is not grpc.StatusCode.INVALID_ARGUMENT:
                 self._abandon.wait(self._config.backoff_max)
             return
@@ -333,66 +336,66 @@ class GrpcSink(MetricsSink):
             self._warned.add(kind)
             logger.warning(msg, *args)
 
-    def _batches(self, inflight: Sequence[_Prepared]) -> Iterator[metrics_pb2.ReportBatch]:
-        """Consecutive points of one (incarnation, rank, world size) in batches of ``max_batch_points``."""
+    def _build(self, taken: Sequence[_Queued]) -> list[_Flight]:
+        """Batches of consecutive records of one (incarnation, rank, world size), ``max_batch_points``
+        at most, built once; lazy values are evaluated here (once per object and call)."""
         limit = self._config.max_batch_points
-        start = 0
-        while start < len(inflight):
-            first = inflight[start]
-            end = start + 1
-            while (
-                end < len(inflight)
-                and end - start < limit
-                and inflight[end].incarnation == first.incarnation
-                and inflight[end].rank == first.rank
-                and inflight[end].world_size == first.world_size
-            ):
-                end += 1
-            yield metrics_pb2.ReportBatch(
-                job_id=self._job_id,
-                worker=metrics_pb2.WorkerRef(instance=self._instance, rank=first.rank),
-                incarnation=first.incarnation,
-                world_size=first.world_size,
-                points=[p.point for p in inflight[start:end]],
-            )
-            start = end
-
-    def _prepare(self, taken: Sequence[_Queued]) -> list[_Prepared]:
-        """Turns queued records into points, evaluating lazy values (once per object and flush)."""
         cache: dict[int, float | None] = {}
-        prepared = []
+        flights: list[_Flight] = []
+        current: _Flight | None = None
+        header: tuple[str, int, int] | None = None
         for queued in taken:
+            r = queued.record
+            world_size = r.world_size if r.world_size >= 1 else 1
+            rank = r.rank if 0 <= r.rank < world_size else 0
+            if current is None or header != (queued.incarnation, rank, world_size) or len(current.orders) >= limit:
+                header = (queued.incarnation, rank, world_size)
+                current = _Flight(
+                    metrics_pb2.ReportBatch(
+                        job_id=self._job_id,
+                        worker=metrics_pb2.WorkerRef(instance=self._instance, rank=rank),
+                        incarnation=queued.incarnation,
+                        world_size=world_size,
+                    ),
+                    f"{self._job_id}/{self._instance}/{queued.incarnation}",
+                )
+                flights.append(current)
+            points = current.batch.points
             try:
-                prepared.append(self._point(queued, cache))
+                self._fill(points.add(), queued, cache)
             except Exception:
+                del points[-1]
                 logger.debug("a step record could not be turned into a point; omitted", exc_info=True)
                 self._warn_once("record", "a step record could not be turned into a point; omitted")
                 with self._settled:
                     self._rejected += 1
-        return prepared
+                continue
+            current.orders.append(queued.order)
+            current.seqs.append(queued.seq)
+        return [f for f in flights if f.orders]
 
-    def _point(self, queued: _Queued, cache: dict[int, float | None]) -> _Prepared:
+    def _fill(self, point: metrics_pb2.StepPoint, queued: _Queued, cache: dict[int, float | None]) -> None:
         r = queued.record
         wall_time = float(r.wall_time)
-        if not 0 < wall_time <= _MAX_ABS:
-            wall_time = time.time()
-        fields: dict[str, Any] = {"seq": queued.seq, "step": max(int(r.step), 0), "wall_time": wall_time}
+        point.seq = queued.seq
+        point.step = max(int(r.step), 0)
+        point.wall_time = wall_time if 0 < wall_time <= _MAX_ABS else time.time()
         loss = self._number(r.loss, cache)
         if loss is not None:
-            fields["loss"] = loss
+            point.loss = loss
         eps = r.examples_per_second
         if eps is not None and 0 <= eps <= _MAX_ABS:
-            fields["examples_per_second"] = eps
+            point.examples_per_second = eps
         step_time = r.step_time_seconds
         if step_time is not None and 0 <= step_time <= _MAX_ABS:
-            fields["step_time_seconds"] = step_time
+            point.step_time_seconds = step_time
         learning_rate = self._number(r.learning_rate, cache)
         if learning_rate is not None and learning_rate >= 0:
-            fields["learning_rate"] = learning_rate
+            point.learning_rate = learning_rate
         if r.batch_size is not None and r.batch_size >= 1:
-            fields["batch_size"] = min(int(r.batch_size), 2**63 - 1)
+            point.batch_size = min(int(r.batch_size), 2**63 - 1)
         if r.user_metrics:
-            user: dict[str, float] = {}
+            user = point.user_metrics
             for key, lazy in r.user_metrics.items():
                 if len(user) >= _MAX_USER_METRICS:
                     break
@@ -400,11 +403,6 @@ class GrpcSink(MetricsSink):
                     value = self._number(lazy, cache)
                     if value is not None:
                         user[key] = value
-            if user:
-                fields["user_metrics"] = user
-        rank = r.rank if 0 <= r.rank < r.world_size else 0
-        point = metrics_pb2.StepPoint(**fields)
-        return _Prepared(queued.order, queued.incarnation, queued.seq, rank, max(r.world_size, 1), point)
 
     def _number(self, value: Any, cache: dict[int, float | None]) -> float | None:
         """A finite float within the service's range, or None (absent) for anything else."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import socket
 import threading
 import time
@@ -20,7 +19,7 @@ from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_batch
 from tf_hooks.api import NullSink, StepRecord
 from tf_hooks.config import MetricsConfig
-from tf_hooks.sender import GrpcSink, make_sink
+from tf_hooks.sender import GrpcSink, _Queued, make_sink
 
 JOB = "job-a"
 
@@ -272,17 +271,15 @@ _value = st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integer
 )
 def test_sender_output_always_passes_the_service_rules(records: list[StepRecord]) -> None:
     sink = GrpcSink.__new__(GrpcSink)  # conversion only: no thread, no channel
-    sink._config = config("unused:1")  # noqa: SLF001
+    sink._config = config("unused:1", max_batch_points=2)  # noqa: SLF001
     sink._job_id, sink._instance, sink._warned = JOB, "worker-0", set()  # noqa: SLF001
     sink._lock = threading.Lock()  # noqa: SLF001
     sink._settled = threading.Condition(sink._lock)  # noqa: SLF001
     sink._rejected = 0  # noqa: SLF001
-    queued = [
-        __import__("tf_hooks.sender", fromlist=["_Queued"])._Queued(i, "inc-1", i + 1, r) for i, r in enumerate(records)
-    ]
-    prepared = sink._prepare(queued)  # noqa: SLF001
-    assert len(prepared) == len(records)
-    for batch in sink._batches(prepared):  # noqa: SLF001
-        validate_batch(batch)
-        for point in batch.points:
-            assert all(math.isfinite(v) for v in point.user_metrics.values())
+    queued = [_Queued(i, "inc-1", i + 1, r) for i, r in enumerate(records)]
+    flights = sink._build(queued)  # noqa: SLF001
+    assert sum(len(f.orders) for f in flights) + sink._rejected == len(records)  # noqa: SLF001
+    assert [o for f in flights for o in f.orders] == sorted(o for f in flights for o in f.orders)
+    for flight in flights:
+        validate_batch(flight.batch)
+        assert [p.seq for p in flight.batch.points] == flight.seqs
