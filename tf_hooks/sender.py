@@ -123,6 +123,7 @@ class GrpcSink(MetricsSink):
         self._streams = 0
         self._failed_streams = 0
         self._reachable = True  # until a send says otherwise
+        self._flushing = 0  # callers waiting in flush(): send what is queued without waiting for the interval
         self._last_error: str | None = None
         self._closed = False
         self._warned: set[str] = set()
@@ -165,13 +166,17 @@ class GrpcSink(MetricsSink):
         with self._settled:
             target = self._recorded
             failures = self._failed_streams
+            self._flushing += 1
             self._wake.set()
-            while self._oldest_pending() < target:
-                remaining = deadline - time.monotonic()
-                stalled = not self._reachable or self._failed_streams > failures
-                if remaining <= 0 or stalled or not self._thread.is_alive():
-                    return False
-                self._settled.wait(min(remaining, 0.5))
+            try:
+                while self._oldest_pending() < target:
+                    remaining = deadline - time.monotonic()
+                    stalled = not self._reachable or self._failed_streams > failures
+                    if remaining <= 0 or stalled or not self._thread.is_alive():
+                        return False
+                    self._settled.wait(min(remaining, 0.5))
+            finally:
+                self._flushing -= 1
         return True
 
     def close(self, timeout: float) -> SenderStats:
@@ -218,19 +223,18 @@ class GrpcSink(MetricsSink):
         config = self._config
         try:
             while not self._abandon.is_set():
-                self._wake.wait(config.flush_interval)
-                self._wake.clear()
                 with self._lock:
                     pending = bool(self._queue or self._inflight)
-                if pending:
-                    try:
-                        self._send_with_retries()
-                    except Exception:
-                        # A bug here must not end reporting for the rest of the run.
-                        logger.exception("metrics sender failed; retrying after %.1f s", config.backoff_max)
-                        self._abandon.wait(config.backoff_max)
-                elif self._closing.is_set():
+                if not pending and self._closing.is_set():
                     break
+                self._wake.wait(config.flush_interval)
+                self._wake.clear()
+                try:
+                    self._send_with_retries()
+                except Exception:
+                    # A bug here must not end reporting for the rest of the run.
+                    logger.exception("metrics sender failed; retrying after %.1f s", config.backoff_max)
+                    self._abandon.wait(config.backoff_max)
         finally:
             with self._settled:
                 self._dropped += len(self._queue) + self._inflight_points
@@ -296,7 +300,11 @@ class GrpcSink(MetricsSink):
                     keep.append(flight)
             self._inflight = keep
             self._settled.notify_all()
-            more = bool(self._inflight or len(self._queue) >= config.max_batch_points)
+            more = bool(
+                self._inflight
+                or len(self._queue) >= config.max_batch_points
+                or (self._queue and (self._flushing or self._closing.is_set()))
+            )
         if more:
             self._wake.set()
 

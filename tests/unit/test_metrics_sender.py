@@ -108,6 +108,23 @@ def test_every_record_arrives_in_order_with_its_values(server: MetricsServer) ->
     assert (stats.recorded, stats.acked, stats.dropped, stats.rejected, stats.pending) == (200, 200, 0, 0, 0)
 
 
+def test_flush_and_close_send_a_backlog_of_many_streams_at_once(server: MetricsServer) -> None:
+    sink = GrpcSink(
+        config(server.address, token="tok", flush_interval=3600.0, max_stream_points=100, max_batch_points=1000)
+    )
+    for step in range(1, 451):
+        sink.record(rec(step, 1.0))
+    started = time.monotonic()
+    assert sink.flush(10.0)  # five streams back to back, not one per flush interval
+    assert sink.stats().streams == 5
+    for step in range(451, 901):
+        sink.record(rec(step, 1.0))
+    stats = sink.close(10.0)
+    assert time.monotonic() - started < 5.0
+    assert (stats.acked, stats.streams, stats.dropped) == (900, 10, 0)
+    assert [p.point.step for p in series(server.store)] == list(range(1, 901))
+
+
 def test_a_new_ring_starts_a_new_incarnation(server: MetricsServer) -> None:
     sink = GrpcSink(config(server.address, token="tok"))
     for step in (1, 2):
