@@ -83,7 +83,8 @@ def main() -> None:
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     rule = rules.BatchRule("fixed_global", args.global_batch, args.lr)
 
-    hvd = init_horovod()  # everything above ran before this process joined a ring
+    import horovod.tensorflow as hvd
+
     from tf_hooks.elastic.state import ElasticState
 
     @tf.function(
@@ -102,6 +103,12 @@ def main() -> None:
         grads = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return hvd.allreduce(loss, op=hvd.Sum)
+
+    if os.environ.get("HOROVOD_ELASTIC") == "1":
+        # Elastic Horovod reads the ring size at run time, so the step can be traced before the
+        # process joins a ring: a joiner then costs the running workers no tracing time.
+        train_step.get_concrete_function()
+    init_horovod()  # everything above ran before this process joined a ring
 
     state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0)
     # With --log-dir, each step's record is written when the step is committed: a step rolled back

@@ -143,6 +143,8 @@ def build_service(req: JobRequest) -> Service:
         "LC_ALL": "C.UTF-8",
         # Loopback clusters run every container on 127.0.0.1: Gloo must use lo, or it waits 600 s.
         "SUBMARINE_GLOO_IFACE": "lo" if _is_loopback(req.rm_url) else "",
+        # Set before the ring forms so a warm process can trace its step (the ring size is read at run time).
+        "HOROVOD_ELASTIC": "1",
         # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
         "HOROVOD_GLOO_TIMEOUT_SECONDS": "20",
     }
