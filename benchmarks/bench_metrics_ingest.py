@@ -1,0 +1,264 @@
+"""How many points per second the metrics service takes in, and how soon a Watch consumer sees one.
+
+- Ingest: ``--clients`` processes (8 by default) each stream ``--batches`` pre-serialized batches of
+  ``--points`` points (one worker key per client) to ``submarine metrics serve`` running in its
+  own process; the rate is the points the service acknowledged divided by the time from the common
+  start to the last acknowledgement.
+- Latency: a probe sends one single-point batch every 10 ms, its ``wall_time`` set just before
+  sending; a ``Watch`` consumer notes when each arrives. Measured once with the service idle and
+  once while the ingest clients stream (a second pass, four times as long). Median and p99.
+
+Everything runs on this machine (clients, service, consumer share its CPUs). Writes
+``benchmarks/results/metrics_ingest.json`` and ``metrics_ingest.md``.
+
+Run: ``.venv/bin/python benchmarks/bench_metrics_ingest.py [--clients 8] [--batches 40] [--points 500]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TOKEN = "bench-token"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def start_service() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from submarine_elastic.cli.main import main; main()",
+            "metrics",
+            "serve",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SUBMARINE_METRICS_TOKEN": TOKEN},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"listening on (\S+:\d+)", line)
+    if not match:
+        proc.kill()
+        raise SystemExit(f"the metrics service did not start: {line!r}")
+    return proc, match.group(1)
+
+
+def batches(client: int, count: int, points: int) -> list[bytes]:
+    out = []
+    seq = 0
+    for _ in range(count):
+        batch = metrics_pb2.ReportBatch(
+            job_id=f"ingest-{client}",
+            worker=metrics_pb2.WorkerRef(instance="worker-0", rank=0),
+            incarnation="bench",
+            world_size=8,
+        )
+        for _ in range(points):
+            seq += 1
+            batch.points.add(
+                seq=seq,
+                step=seq,
+                loss=1.0 / seq,
+                examples_per_second=512.0,
+                step_time_seconds=0.0625,
+                batch_size=32,
+                learning_rate=0.01,
+                wall_time=1.7e9 + seq,
+            )
+        out.append(batch.SerializeToString())
+    return out
+
+
+def ingest_client(address: str, client: int, count: int, points: int, start: mp.Event, done: mp.Queue) -> None:
+    payload = batches(client, count, points)
+    with grpc.insecure_channel(address) as channel:
+        report = channel.stream_unary(
+            "/submarine.metrics.v1.MetricsService/Report",
+            request_serializer=lambda b: b,
+            response_deserializer=metrics_pb2.ReportAck.FromString,
+        )
+        grpc.channel_ready_future(channel).result(timeout=30)
+        start.wait()
+        ack = report(iter(payload), metadata=AUTH, timeout=300)
+    done.put((ack.accepted, time.time()))
+
+
+def measure_latency(
+    address: str, seconds: float, subscribed: Callable[[], None] = lambda: None, until: Callable[[], bool] = bool
+) -> list[float]:
+    """Seconds from just before sending a point to its arrival at a Watch consumer.
+
+    Calls ``subscribed`` once the Watch is in place, then probes for ``seconds`` or until ``until()``.
+    """
+    arrivals: dict[int, float] = {}
+    with grpc.insecure_channel(address) as channel:
+        stub = metrics_pb2_grpc.MetricsServiceStub(channel)
+        stream = stub.Watch(metrics_pb2.WatchRequest(job_id="latency-probe"), metadata=AUTH)
+        sent: dict[int, float] = {}
+
+        def consume() -> None:
+            try:
+                for event in stream:
+                    now = time.time()
+                    for p in event.points:
+                        arrivals[p.point.seq] = now
+            except grpc.RpcError:
+                pass  # cancelled at the end
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        time.sleep(0.5)  # let the Watch subscribe
+        subscribed()
+        seq = 0
+        incarnation = f"probe-{time.time_ns()}"  # a fresh seq space per measurement
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not until():
+            seq += 1
+            sent[seq] = time.time()
+            batch = metrics_pb2.ReportBatch(
+                job_id="latency-probe",
+                worker=metrics_pb2.WorkerRef(instance="probe", rank=0),
+                incarnation=incarnation,
+                world_size=1,
+                points=[metrics_pb2.StepPoint(seq=seq, step=seq, wall_time=sent[seq])],
+            )
+            stub.Report(iter([batch]), metadata=AUTH, timeout=10)
+            time.sleep(0.01)
+        time.sleep(1.0)
+        stream.cancel()
+    missing = len(sent) - len(arrivals)
+    if missing:
+        print(f"  {missing} of {len(sent)} probe points never reached the watcher", file=sys.stderr)
+    return [arrivals[s] - sent[s] for s in sent if s in arrivals]
+
+
+def quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=40, help="batches per client")
+    parser.add_argument("--points", type=int, default=500, help="points per batch")
+    parser.add_argument("--idle-latency-seconds", type=float, default=3.0)
+    args = parser.parse_args()
+
+    service, address = start_service()
+    try:
+        idle = measure_latency(address, args.idle_latency_seconds)
+
+        ctx = mp.get_context("spawn")
+        start, done = ctx.Event(), ctx.Queue()
+        clients = [
+            ctx.Process(target=ingest_client, args=(address, i, args.batches, args.points, start, done))
+            for i in range(args.clients)
+        ]
+        for c in clients:
+            c.start()
+        time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
+        began = time.time()
+        start.set()
+        results = [done.get(timeout=600) for _ in clients]
+        for c in clients:
+            c.join()
+        accepted = sum(a for a, _ in results)
+        elapsed = max(t for _, t in results) - began
+        # latency under load: a second, four times longer pass of the same clients, probed meanwhile
+        start2, done2 = ctx.Event(), ctx.Queue()
+        again = [
+            ctx.Process(target=ingest_client, args=(address, 100 + i, 4 * args.batches, args.points, start2, done2))
+            for i in range(args.clients)
+        ]
+        for c in again:
+            c.start()
+        time.sleep(3.0 + 0.5 * args.clients)
+        finished: list[object] = []
+
+        def load_over() -> bool:
+            while not done2.empty():
+                finished.append(done2.get())
+            return len(finished) == len(again)
+
+        loaded = measure_latency(address, 600.0, subscribed=start2.set, until=load_over)
+        while len(finished) < len(again):
+            finished.append(done2.get(timeout=600))
+        for c in again:
+            c.join()
+    finally:
+        service.terminate()
+        service.wait(10)
+
+    expected = args.clients * args.batches * args.points
+    rate = accepted / elapsed
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "grpcio": grpc.__version__},
+        "setup": {
+            "clients": args.clients,
+            "batches_per_client": args.batches,
+            "points_per_batch": args.points,
+            "service": "submarine metrics serve in its own process, loopback, token checked",
+        },
+        "ingest": {
+            "points_accepted": accepted,
+            "points_sent": expected,
+            "seconds": round(elapsed, 3),
+            "points_per_second": round(rate),
+        },
+        "watch_latency_seconds": {
+            "idle": {"median": round(statistics.median(idle), 5), "p99": round(quantile(idle, 0.99), 5)},
+            "under_ingest_load": {
+                "median": round(statistics.median(loaded), 5),
+                "p99": round(quantile(loaded, 0.99), 5),
+            },
+            "samples": {"idle": len(idle), "under_ingest_load": len(loaded)},
+        },
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "metrics_ingest.json").write_text(json.dumps(result, indent=2) + "\n")
+    lat = result["watch_latency_seconds"]
+    md = "\n".join(
+        [
+            "# Metrics service ingest and Watch latency",
+            "",
+            f"{os.cpu_count()} CPUs shared by the service, {args.clients} client processes and the Watch consumer; "
+            f"grpcio {grpc.__version__}, Python {platform.python_version()}.",
+            "",
+            f"Ingest: {args.clients} clients × {args.batches} batches × {args.points} points: {accepted} of {expected} "
+            f"points accepted in {elapsed:.2f} s = **{rate:,.0f} points/s**.",
+            "",
+            "| Watch latency (send → consumer) | median ms | p99 ms | samples |",
+            "|---|---|---|---|",
+            f"| service idle | {lat['idle']['median'] * 1e3:.2f} | {lat['idle']['p99'] * 1e3:.2f} | {len(idle)} |",
+            f"| during ingest load | {lat['under_ingest_load']['median'] * 1e3:.2f} "
+            f"| {lat['under_ingest_load']['p99'] * 1e3:.2f} | {len(loaded)} |",
+            "",
+        ]
+    )
+    (RESULTS / "metrics_ingest.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
