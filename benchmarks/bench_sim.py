@@ -5,7 +5,7 @@ figure is jobs x simulated hours (first arrival to last completion) per wall-clo
 
 Headline: every scheduler on the Pollux workloads 1-4 (tuned replica counts and batch sizes) and their
 "realistic" variants (what users typically submit), on 16x4, with the resize costs the live system
-measures (scale-out 7.2 s, scale-in 0.13 s; DESIGN.md) and again with 30 s for every change (what
+measures (ResizeCosts defaults: benchmarks/results/elastic.md) and again with 30 s for every change (what
 checkpoint-restart systems pay, the cost the Pollux paper's simulator charges). Each cell is the
 scheduler's mean JCT divided by static FIFO's on the same workload, measured side by side in this run.
 

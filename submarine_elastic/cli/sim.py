@@ -130,10 +130,10 @@ def sim() -> None:
 )
 @click.option("--interval", type=click.FloatRange(min=1), default=60, show_default=True, help="Seconds per round.")
 @click.option(
-    "--scale-out-cost", type=click.FloatRange(min=0), default=7.2, show_default=True, help="Pause (s) on growing."
+    "--scale-out-cost", type=click.FloatRange(min=0), default=0.6, show_default=True, help="Pause (s) on growing."
 )
 @click.option(
-    "--scale-in-cost", type=click.FloatRange(min=0), default=0.13, show_default=True, help="Pause (s) on shrinking."
+    "--scale-in-cost", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Pause (s) on shrinking."
 )
 @click.option(
     "--start-cost",

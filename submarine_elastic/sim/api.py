@@ -130,14 +130,15 @@ class ResizeCosts:
     """Seconds a job makes no progress (while holding its GPUs) after a change of its workers.
 
     ``start_s``: from zero workers to some (first start, or resume after preemption); ``scale_out_s``: more
-    workers; ``scale_in_s``: fewer, but not zero. The defaults are what the live system measured with
-    stock Horovod elastic (DESIGN.md: scale-in 0.10-0.13 s, scale-out 5.6-7.2 s); a checkpoint-restart
-    system pays about 30 s for every change (:meth:`restart`).
+    workers; ``scale_in_s``: fewer, but not zero. The defaults are the pauses the live system measured
+    (benchmarks/bench_elastic.py, benchmarks/results/elastic.md: median scale-out pause 0.55-0.60 s with
+    pre-warmed joiners, against 5.2-5.5 s for stock Horovod elastic; scale-in 0.13-0.28 s); a
+    checkpoint-restart system pays about 30 s for every change (:meth:`restart`).
     """
 
     start_s: float = 0.0
-    scale_out_s: float = 7.2
-    scale_in_s: float = 0.13
+    scale_out_s: float = 0.6
+    scale_in_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("start_s", "scale_out_s", "scale_in_s"):
