@@ -33,8 +33,8 @@ from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.api import Limits
-from submarine_elastic.elastic.client import JobClient, save_token
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service, free_port, new_token
+from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
 from submarine_elastic.yarn import YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,14 +95,10 @@ def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float,
         resources=WorkerResources(1024, 1),
         rm_url=rm_url,
         workdir=REPO,
-        driver_port=free_port(),
-        token=new_token(),
     )
     resizes = []
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
-        yarn.destroy(name, missing_ok=True)
-        save_token(name, req.token)
-        yarn.create(build_service(req), wait=False)
+        submit(yarn, req, replace=True)
         try:
             with JobClient(name, yarn, locate_timeout=120) as job:
                 job.wait_for_size(1, timeout=300)
@@ -136,13 +132,9 @@ def run_fixed(rm_url: str, work: Path, epochs: int) -> None:
         rm_url=rm_url,
         elastic=False,
         workdir=REPO,
-        driver_port=free_port(),
-        token=new_token(),
     )
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
-        yarn.destroy(name, missing_ok=True)
-        save_token(name, req.token)
-        yarn.create(build_service(req), wait=False)
+        submit(yarn, req, replace=True)
         try:
             deadline = time.monotonic() + 900
             while not yarn.status(name).is_terminal and time.monotonic() < deadline:

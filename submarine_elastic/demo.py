@@ -21,8 +21,8 @@ from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
 from submarine_elastic.elastic.api import ElasticError, Limits
-from submarine_elastic.elastic.client import JobClient, save_token
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service, free_port, new_token
+from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,8 +50,6 @@ def run(name: str) -> int:
         resources=WorkerResources(1024, 1),
         rm_url=rm_url,
         workdir=REPO,
-        driver_port=free_port(),
-        token=new_token(),
     )
     console.rule(f"elastic job {name}")
     console.print(
@@ -60,9 +58,7 @@ def run(name: str) -> int:
         soft_wrap=True,
     )
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
-        yarn.destroy(name, missing_ok=True)
-        save_token(name, req.token)
-        yarn.create(build_service(req), wait=False)
+        submit(yarn, req, replace=True)
         try:
             with JobClient(name, yarn, locate_timeout=120) as job:
                 t0 = time.monotonic()

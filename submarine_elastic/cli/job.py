@@ -12,16 +12,8 @@ from rich.table import Table
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
-from submarine_elastic.elastic.client import JobClient, save_token
-from submarine_elastic.elastic.jobspec import (
-    JobRequest,
-    JobSpecError,
-    WorkerResources,
-    build_service,
-    free_port,
-    new_token,
-    parse_env,
-)
+from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, parse_env
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 console = Console()
@@ -114,17 +106,13 @@ def run(
             queue=queue,
             docker_image=docker_image,
             workdir=(workdir or Path.cwd()).resolve(),
-            driver_port=free_port(),
-            token=new_token(),
         )
-        service = build_service(req)
     except (ValueError, JobSpecError) as exc:
         raise _fail(exc) from exc
     with YarnServiceClient(req.rm_url) as yarn:
         try:
-            save_token(name, req.token)
-            yarn.create(service, wait=False)
-        except YarnError as exc:
+            submit(yarn, req)  # validates the whole spec before anything is sent
+        except (JobSpecError, YarnError) as exc:
             raise _fail(exc) from exc
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "

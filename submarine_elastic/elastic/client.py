@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
+from submarine_elastic.elastic.jobspec import JobRequest, build_service
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -26,6 +27,20 @@ def save_token(job: str, token: str) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump({"token": token}, f)
     return path
+
+
+def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
+    """Submit the job's YARN service (without waiting for it to start) and keep its control token.
+
+    Raises:
+        JobSpecError: the request makes no valid spec (nothing is sent).
+        YarnError: the RM refused it (with ``replace``, a job of that name is destroyed first).
+    """
+    service = build_service(req)
+    if replace:
+        yarn.destroy(req.name, missing_ok=True)
+    save_token(req.name, req.token)
+    yarn.create(service, wait=False)
 
 
 def load_token(job: str, yarn: YarnServiceClient) -> str | None:

@@ -86,8 +86,8 @@ class JobRequest:
     docker_image: str | None = None
     workdir: Path = field(default_factory=Path.cwd)
     python: str = sys.executable
-    driver_port: int = 0
-    token: str = ""
+    driver_port: int = field(default_factory=lambda: free_port())
+    token: str = field(default_factory=lambda: new_token())
 
 
 def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
