@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
+
+import numpy as np  # noqa: E402  (TensorFlow brings it)
 
 from submarine_elastic.metrics.server import MetricsServer  # noqa: E402
 from submarine_elastic.metrics.store import InMemoryStore  # noqa: E402

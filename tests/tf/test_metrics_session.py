@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
+
+import numpy as np  # noqa: E402  (TensorFlow brings it)
 
 from submarine_elastic.metrics.server import MetricsServer  # noqa: E402
 from tf_hooks import MetricsHook  # noqa: E402

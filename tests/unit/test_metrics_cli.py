@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from submarine_elastic.cli.metrics import metrics
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 
-SERVE = "from submarine_elastic.cli.main import main; main()"
+SERVE = "from submarine_elastic.cli.metrics import metrics; metrics(prog_name='submarine metrics')"
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     token_file.write_text("cli-token\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMARINE_METRICS_")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVE, "metrics", "serve", "--port", "0", "--prometheus-port", "0"]
+        [sys.executable, "-c", SERVE, "serve", "--port", "0", "--prometheus-port", "0"]
         + ["--token-file", str(token_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,3 +100,9 @@ def test_bad_certificate_is_reported(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "cannot bind" in result.output
+
+
+def test_the_submarine_command_has_the_group() -> None:
+    from submarine_elastic.cli.main import cli
+
+    assert cli.commands["metrics"] is metrics
