@@ -78,7 +78,10 @@ class JobClient:
 
     def status(self) -> pb.JobStatus:
         try:
-            return self._stub.Status(pb.StatusRequest(), metadata=self._metadata, timeout=self.timeout)
+            # wait_for_ready: a driver whose container runs but whose server is not up yet is waited for.
+            return self._stub.Status(
+                pb.StatusRequest(), metadata=self._metadata, timeout=self.timeout, wait_for_ready=True
+            )
         except grpc.RpcError as exc:
             raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
 
@@ -94,6 +97,7 @@ class JobClient:
                 pb.FlexRequest(workers=workers, remove=remove or [], reason=reason),
                 metadata=self._metadata,
                 timeout=self.timeout,
+                wait_for_ready=True,
             )
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:

@@ -333,8 +333,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         started = time.monotonic()
 
         def enough() -> bool:
+            # The target, not --num_workers: a controller may have shrunk the job before it started.
             n = len(self.registry.available())
-            return n >= self.limits.num or (n >= self.limits.min and time.monotonic() - started > 30)
+            return n >= self.target or (n >= self.limits.min and time.monotonic() - started > 30)
 
         while not self.registry.wait(enough, 1.0):
             if time.monotonic() - started > self._elastic_timeout:
@@ -347,7 +348,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 self.phase = "failed"
                 return 3
         self.phase = "running"
-        hvd_driver.start(self.limits.num, self._create_worker)
+        hvd_driver.start(min(self.target, len(self.registry.available())), self._create_worker)
         results = hvd_driver.get_results()
         hvd_driver.stop()
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
