@@ -28,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tf_hooks.api import StepRecord
+from tf_hooks.config import MetricsConfig
 from tf_hooks.elastic import data as edata
 from tf_hooks.elastic import rules
 from tf_hooks.elastic.ring import init_horovod
+from tf_hooks.sender import make_sink
 
 FEATURES = 16
 CLASSES = 4
@@ -110,6 +113,7 @@ def main() -> None:
         train_step.get_concrete_function()
     init_horovod()  # everything above ran before this process joined a ring
 
+    metrics = make_sink(MetricsConfig.from_env())
     state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0)
     # With --log-dir, each step's record is written when the step is committed: a step rolled back
     # by a failure is recomputed and logged once, so the log shows exactly what the model learned from.
@@ -135,7 +139,23 @@ def main() -> None:
                 global_batch = rule.global_batch(size)
                 step_len = edata.step_length(args.samples, state.cursor, global_batch)
                 ids = edata.shard(perm, state.cursor, global_batch, rank, size)
+                started = time.perf_counter()
                 loss = float(train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32)))
+                took = time.perf_counter() - started
+                # To the metrics service when the job names one (SUBMARINE_METRICS_ENDPOINT); else a no-op.
+                metrics.record(
+                    StepRecord(
+                        step=state.step,
+                        wall_time=time.time(),
+                        rank=rank,
+                        world_size=size,
+                        loss=loss,
+                        examples_per_second=len(ids) / took,
+                        step_time_seconds=took,
+                        batch_size=max(1, len(ids)),
+                        learning_rate=args.lr,
+                    )
+                )
                 if log is not None:
                     record = {
                         "epoch": state.epoch,
@@ -160,6 +180,7 @@ def main() -> None:
                 break
 
     train(state)
+    metrics.close(timeout=5.0)
     logits = model(x_all, training=False)
     accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_all))
     if hvd.rank() == 0:

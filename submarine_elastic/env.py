@@ -27,6 +27,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
+| ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
 """
 
@@ -197,3 +198,9 @@ def workdir() -> Path | None:
 def gloo_iface() -> str | None:
     """Network interface Gloo uses (``SUBMARINE_GLOO_IFACE``)."""
     return _get("SUBMARINE_GLOO_IFACE")
+
+
+def controller_dir() -> Path:
+    """Directory of the controller's state, database and log (``SUBMARINE_CONTROLLER_DIR``)."""
+    value = _get("SUBMARINE_CONTROLLER_DIR")
+    return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "controller"

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
+from submarine_elastic.controller import process
+from submarine_elastic.controller.api import ControllerError, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import JobClient, submit
 from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, parse_env
@@ -65,6 +67,11 @@ def job() -> None:
     default=None,
     help="Directory the command runs in [default: the current one].",
 )
+@click.option(
+    "--policy",
+    default=None,
+    help="Resize the job by this policy (name or module:Class); starts the controller if none runs.",
+)
 @click.option("--wait_job_finish", is_flag=True, help="Follow the job to its end with a live view.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds --wait_job_finish waits.")
 def run(
@@ -82,6 +89,7 @@ def run(
     queue: str | None,
     docker_image: str | None,
     workdir: Path | None,
+    policy: str | None,
     wait_job_finish: bool,
     timeout: float,
 ) -> None:
@@ -109,10 +117,15 @@ def run(
         )
     except (ValueError, JobSpecError) as exc:
         raise _fail(exc) from exc
+    if policy is not None and not elastic:
+        raise click.BadParameter("a --policy resizes the job: it needs --elastic", param_hint="--policy")
+    ctl = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
         try:
             submit(yarn, req)  # validates the whole spec before anything is sent
         except (JobSpecError, YarnError) as exc:
+            if ctl is not None:
+                process.finish_job(name)
             raise _fail(exc) from exc
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
@@ -121,6 +134,24 @@ def run(
         console.print(f"watch it: submarine job show {name}   resize: submarine job flex {name} --workers N")
         if wait_job_finish:
             _follow(yarn, name, timeout)
+
+
+def _controller_for(req: JobRequest, policy: str | None) -> dict | None:
+    """The controller this job reports to (started for a --policy), with the job registered in it."""
+    try:
+        state = process.start(req.rm_url) if policy is not None else process.running()
+    except ControllerError as exc:
+        raise _fail(exc) from exc
+    if state is None:
+        return None
+    req.env.update(process.metrics_env(state))
+    limits = req.limits
+    record = JobRecord(
+        req.name, limits.min, limits.max, limits.num, limits.num, req.elastic, "running", time.time(), "cli"
+    )
+    process.register_job(state, record, policy)
+    console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")
+    return state
 
 
 def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
@@ -174,6 +205,25 @@ def show(name: str) -> None:
     for w in st.workers:
         table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-")
     console.print(table)
+    db = process.store()
+    if db is not None:
+        try:
+            decisions = db.decisions(name)
+        finally:
+            db.close()
+        if decisions:
+            ct = Table(title="controller decisions")
+            for col in ("time", "from", "to", "applied", "reason"):
+                ct.add_column(col)
+            for d in decisions:
+                ct.add_row(
+                    time.strftime("%H:%M:%S", time.localtime(d.time)),
+                    str(d.from_workers),
+                    str(d.to_workers),
+                    "yes" if d.applied else (d.error or "in progress"),
+                    d.reason,
+                )
+            console.print(ct)
     if st.timeline:
         tl = Table(title="resizes")
         for col in ("time", "from", "to", "reason"):
@@ -228,4 +278,5 @@ def kill(name: str) -> None:
             yarn.destroy(name, wait=True)
         except YarnError as exc:
             raise _fail(exc) from exc
+    process.finish_job(name)
     console.print(f"job {name} killed")

@@ -10,6 +10,7 @@ from rich.logging import RichHandler
 
 from submarine_elastic import __version__
 from submarine_elastic.cli.cluster import cluster
+from submarine_elastic.cli.controller import controller
 from submarine_elastic.cli.dse import dse
 from submarine_elastic.cli.job import job
 from submarine_elastic.cli.metrics import metrics
@@ -29,6 +30,7 @@ def cli(verbose: int) -> None:
 
 cli.add_command(cluster)
 cli.add_command(job)
+cli.add_command(controller)
 cli.add_command(metrics)
 cli.add_command(sim)
 cli.add_command(dse)

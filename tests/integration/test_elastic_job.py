@@ -23,6 +23,8 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 
 pytestmark = pytest.mark.integration
@@ -43,7 +45,7 @@ def submarine(rm_url: str, *args: str) -> str:
     return result.output
 
 
-def start_job(rm_url: str, name: str, work: Path, workers: int = 2) -> None:
+def start_job(rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None) -> None:
     cmd = (
         f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
         f"--until-file {work}/stop --log-dir {work}/log"
@@ -65,6 +67,7 @@ def start_job(rm_url: str, name: str, work: Path, workers: int = 2) -> None:
         "memory-mb=1024,vcores=1",
         "--worker_launch_cmd",
         cmd,
+        *[arg for k, v in (env or {}).items() for arg in ("--env", f"{k}={v}")],
     )
 
 
@@ -116,9 +119,22 @@ def check_training(log_dir: Path) -> dict[int, list[dict]]:
     return steps
 
 
-def test_flex_2_3_1_2_keeps_every_sample_and_step(yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path):
+@pytest.fixture()
+def metrics_service() -> Iterator[MetricsServer]:
+    server = MetricsServer(InMemoryStore(points_per_job=50_000), token="metrics-test-token").start()
+    yield server
+    server.stop()
+
+
+def test_flex_2_3_1_2_keeps_every_sample_and_step(
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path, metrics_service: MetricsServer
+):
     name = "elastic-flex"
-    start_job(cluster_spec.rm_url, name, tmp_path)
+    metrics_env = {
+        "SUBMARINE_METRICS_ENDPOINT": metrics_service.address,
+        "SUBMARINE_METRICS_TOKEN": "metrics-test-token",
+    }
+    start_job(cluster_spec.rm_url, name, tmp_path, env=metrics_env)
     try:
         with JobClient(name, yarn, locate_timeout=120) as job:
             job.wait_for_size(2, timeout=240)
@@ -140,6 +156,18 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(yarn: YarnServiceClient, clust
     sizes = [steps[s][0]["size"] for s in sorted(steps)]
     assert {1, 2, 3} <= set(sizes)
     assert sizes[0] == 2 and sizes[-1] == 2
+    # The metrics stream saw every step at the ring size it really ran with.
+    points = metrics_service.store.series(name, 50_000)
+    reported: dict[int, set[int]] = collections.defaultdict(set)
+    for p in points:
+        reported[p.point.step].add(p.world_size)
+    assert set(reported) >= set(steps), f"steps without metrics: {sorted(set(steps) - set(reported))[:10]}"
+    for step, records in steps.items():
+        assert reported[step] == {records[0]["size"]}, (
+            f"step {step}: metrics {reported[step]}, ring {records[0]['size']}"
+        )
+    summary = metrics_service.store.summary(name)
+    assert {t.world_size for t in summary.throughput} >= {1, 2, 3}
 
 
 def test_flex_outside_the_limits_is_refused(yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path):

@@ -1,0 +1,116 @@
+"""The controller on the real pseudo-cluster: a job arriving to a full cluster starts at once by taking
+workers from an elastic job above its minimum, and gets them back when it leaves."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.controller import process
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.yarn import YarnServiceClient
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def controller_dir(
+    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    directory = tmp_path / "controller"
+    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(directory))
+    monkeypatch.setenv("SUBMARINE_RM_URL", cluster_spec.rm_url)
+    yield directory
+    process.stop(directory)
+
+
+def submarine(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def run_job(name: str, work: Path, *flags: str) -> None:
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --samples 2048 --epochs 1000 --step-sleep 0.05 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
+    submarine(
+        "job",
+        "run",
+        "--name",
+        name,
+        "--worker_resources",
+        "memory-mb=1024,vcores=1",
+        "--worker_launch_cmd",
+        cmd,
+        *flags,
+    )
+
+
+def wait_ring(job: JobClient, size: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while job.status().world_size != size:
+        assert time.monotonic() < deadline, f"{job.job} never reached {size} workers: {job.status()}"
+        time.sleep(0.5)
+
+
+def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
+    controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
+):
+    out = submarine("controller", "start", "--policy", "static", "--interval", "1", "--capacity", "4")
+    assert "controller running" in out
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as yarn:
+        try:
+            run_job(
+                "ctl-elastic",
+                tmp_path / "a",
+                "--elastic",
+                "--num_workers",
+                "4",
+                "--min_workers",
+                "1",
+                "--max_workers",
+                "4",
+                "--policy",
+                "greedy",
+            )
+            with JobClient("ctl-elastic", yarn, locate_timeout=120) as elastic:
+                wait_ring(elastic, 4)
+                # A fixed-size job arrives to a full cluster (4 slots): it does not wait for the elastic one.
+                run_job("ctl-fixed", tmp_path / "b", "--num_workers", "2")
+                with JobClient("ctl-fixed", yarn, locate_timeout=120) as fixed:
+                    wait_ring(fixed, 2)
+                    assert elastic.status().world_size == 2
+                db = process.store(controller_dir)
+                assert db is not None
+                [shrink] = db.decisions("ctl-elastic")
+                assert (shrink.from_workers, shrink.to_workers, shrink.applied) == (4, 2, True)
+                assert shrink.reason
+                shown = submarine("job", "show", "ctl-elastic")
+                assert "controller decisions" in shown and "4" in shown
+                # It leaves: the elastic job gets its workers back.
+                submarine("job", "kill", "ctl-fixed")
+                wait_ring(elastic, 4)
+                grow = db.decisions("ctl-elastic")[-1]
+                assert (grow.from_workers, grow.to_workers, grow.applied) == (2, 4, True)
+                assert [j.state for j in db.jobs() if j.job_id == "ctl-fixed"] == ["finished"]
+                db.close()
+        finally:
+            for name in ("ctl-elastic", "ctl-fixed"):
+                yarn.destroy(name, missing_ok=True)
+    status = submarine("controller", "status")
+    assert "ctl-elastic" in status and "controller running" in status
+    assert "controller stopped" in submarine("controller", "stop")
+    assert process.running(controller_dir) is None
