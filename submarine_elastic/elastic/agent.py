@@ -123,9 +123,7 @@ class Agent:
     # -------------------------------------------------------------- the driver stream
 
     def _outgoing(self) -> Iterator[pb.AgentEvent]:
-        hello = pb.Hello(
-            instance=self.instance, container_id=self.container_id, host=self.host, agent_id=self.agent_id
-        )
+        hello = pb.Hello(instance=self.instance, container_id=self.container_id, host=self.host, agent_id=self.agent_id)
         yield pb.AgentEvent(hello=hello)
         while True:
             event = self.events.get()
