@@ -1,0 +1,244 @@
+"""Serve a controller to JVM callers through py4j's ``ClientServer``.
+
+Start it from Python::
+
+    with BridgeServer(controller, token=token, python_port=0).start() as bridge:
+        ...  # a JVM connects to bridge.port with the same token
+
+or with ``submarine bridge serve``. The JVM side builds its own ``ClientServer`` with the same token,
+``pythonPort`` = :attr:`BridgeServer.port` and ``javaPort`` = the ``java_port`` given here (see
+``ElasticScheduler.java``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+from py4j.clientserver import SHUTDOWN_FINALIZER_WORKER, ClientServer, JavaParameters, PythonParameters
+from py4j.java_gateway import server_started
+from py4j.protocol import Py4JError
+
+from submarine_elastic.bridge.api import (
+    DEFAULT_JAVA_PORT,
+    DEFAULT_PYTHON_PORT,
+    BridgeConfigError,
+    BridgeError,
+    BridgeStartError,
+    check_token,
+)
+from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
+from submarine_elastic.controller.api import Controller
+
+_log = logging.getLogger(__name__)
+
+#: The loggers py4j writes to; the bridge filters both (see :class:`_Py4JLogFilter`).
+_PY4J_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
+#: Seconds py4j's accept thread may take to start listening.
+_LISTEN_TIMEOUT = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Py4JLogFilter(logging.Filter):
+    """Keeps the token out of py4j's debug log (it logs every command it sends, the auth command
+    included) and drops py4j's traceback for exceptions the bridge raised on purpose for the caller.
+    """
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], JavaExceptionRaised):
+            return False
+        message = record.getMessage()
+        if self._token in message:
+            record.msg = message.replace(self._token, "***")
+            record.args = None
+        return True
+
+
+class _ClientServer(ClientServer):
+    """A ``ClientServer`` whose ``shutdown`` leaves the JVM alone. py4j's own would send the JVM a
+    shutdown command, ending the caller's ``ClientServer``; py4j also calls it when the Python port
+    cannot be bound.
+    """
+
+    def shutdown(self, raise_exception: bool = False) -> None:
+        self.shutdown_callback_server(raise_exception=raise_exception)
+
+
+class BridgeServer:
+    """The Python end of the py4j bridge: a ``ClientServer`` whose entry point is an
+    :class:`ElasticSchedulerService` over ``controller``.
+
+    Args:
+        controller: the controller every call goes to (thread-safe: JVM threads call concurrently).
+        token: the shared secret both ends pass to py4j (``auth_token``); a JVM with another token is
+            refused. It is never logged.
+        host: address the bridge listens on (loopback by default). py4j speaks plain TCP: on any other
+            address the token and every call cross the network unencrypted.
+        python_port: port the bridge listens on; 0 picks a free one (see :attr:`port`).
+        java_host, java_port: where the JVM caller's ``ClientServer`` listens. The bridge builds the
+            values it returns over the calling JVM thread's own connection, and connects here only to
+            tell the JVM to release them; with a wrong Java port every call still works, but the JVM
+            keeps each returned object (a slow leak).
+
+    Raises:
+        BridgeConfigError: a bad token, port or address (named, the token never shown).
+    """
+
+    def __init__(
+        self,
+        controller: Controller,
+        *,
+        token: str,
+        host: str = "127.0.0.1",
+        python_port: int = DEFAULT_PYTHON_PORT,
+        java_host: str = "127.0.0.1",
+        java_port: int = DEFAULT_JAVA_PORT,
+    ) -> None:
+        check_token(token)
+        for name, value, low in (("python_port", python_port, 0), ("java_port", java_port, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+                raise BridgeConfigError(f"{name} must be an integer in [{low}, 65535], got {value!r}")
+        for name, address in (("host", host), ("java_host", java_host)):
+            if not isinstance(address, str) or not address:
+                raise BridgeConfigError(f"{name} must be a host name or address, got {address!r}")
+        self.host = host
+        self.java_host = java_host
+        self.java_port = java_port
+        self._python_port = python_port
+        self._token = token
+        self._java = Py4JJavaSide()
+        self.service = ElasticSchedulerService(controller, self._java)
+        self._gateway: ClientServer | None = None
+        self._log_filter = _Py4JLogFilter(token)
+
+    @property
+    def port(self) -> int:
+        """The port the bridge listens on (the one picked, when started with port 0).
+
+        Raises:
+            BridgeError: not started.
+        """
+        server = self._gateway.get_callback_server() if self._gateway is not None else None
+        if server is None:
+            raise BridgeError("the bridge is not started")
+        return int(server.get_listening_port())
+
+    @property
+    def running(self) -> bool:
+        """Whether the bridge is listening."""
+        return self._gateway is not None
+
+    def start(self) -> BridgeServer:
+        """Listen for JVM callers. Returns once the port accepts connections (py4j serves on its own
+        threads); blocks at most a few seconds.
+
+        Raises:
+            BridgeStartError: the port is taken or the address is not local to this host.
+            BridgeError: already started.
+        """
+        if self._gateway is not None:
+            raise BridgeError("the bridge is already started")
+        if not is_loopback(self.host):
+            _log.warning(
+                "the py4j bridge listens on %s: py4j is plain TCP, so the token and every call cross the "
+                "network unencrypted",
+                self.host,
+            )
+        for name in _PY4J_LOGGERS:
+            logging.getLogger(name).addFilter(self._log_filter)
+        gateway = _ClientServer(
+            java_parameters=JavaParameters(
+                address=self.java_host, port=self.java_port, auth_token=self._token, auto_convert=False
+            ),
+            python_parameters=PythonParameters(
+                address=self.host,
+                port=self._python_port,
+                auth_token=self._token,
+                propagate_java_exceptions=True,
+                eager_load=False,
+                daemonize=True,
+                daemonize_connections=True,
+            ),
+            python_server_entry_point=self.service,
+        )
+        self._java.attach(gateway)
+        # py4j binds in start_callback_server() but listens on its accept thread: wait for that.
+        listening = threading.Event()
+
+        def on_started(signal: Any, sender: Any, server: Any = None, **params: Any) -> None:
+            if server is gateway.get_callback_server():
+                listening.set()
+
+        server_started.connect(on_started, unique_id=id(listening))
+        try:
+            gateway.start_callback_server()
+            if not listening.wait(_LISTEN_TIMEOUT):
+                gateway.shutdown()
+                raise BridgeStartError(f"the py4j bridge did not listen within {_LISTEN_TIMEOUT} s")
+        except (Py4JError, OSError) as exc:
+            self._stop_finalizer(gateway)
+            self._remove_log_filter()
+            raise BridgeStartError(f"the py4j bridge cannot listen on {self.host}:{self._python_port}: {exc}") from exc
+        except BridgeStartError:
+            self._stop_finalizer(gateway)
+            self._remove_log_filter()
+            raise
+        finally:
+            server_started.disconnect(on_started, unique_id=id(listening))
+        self._gateway = gateway
+        _log.info(
+            "py4j bridge listening on %s:%d; the JVM's ClientServer is expected on %s:%d",
+            self.host,
+            self.port,
+            self.java_host,
+            self.java_port,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Close every JVM connection and stop listening. Blocks until py4j's accept thread has ended
+        (well under a second). Leaves the JVM's own ``ClientServer`` running; the one object last
+        returned on each open connection stays referenced there. Stopping twice is a no-op.
+        """
+        gateway, self._gateway = self._gateway, None
+        if gateway is None:
+            return
+        gateway.shutdown()
+        gateway.close(keep_callback_server=True)
+        self._stop_finalizer(gateway)
+        self._remove_log_filter()
+        _log.info("py4j bridge stopped")
+
+    @staticmethod
+    def _stop_finalizer(gateway: ClientServer) -> None:
+        deque: Any = getattr(gateway._gateway_client, "finalizer_deque", None)
+        if deque is not None:
+            deque.appendleft(SHUTDOWN_FINALIZER_WORKER)
+
+    def _remove_log_filter(self) -> None:
+        for name in _PY4J_LOGGERS:
+            logging.getLogger(name).removeFilter(self._log_filter)
+
+    def __enter__(self) -> BridgeServer:
+        return self if self.running else self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
