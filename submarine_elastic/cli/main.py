@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from submarine_elastic import __version__
+from submarine_elastic.cli.bridge import bridge
 from submarine_elastic.cli.cluster import cluster
 from submarine_elastic.cli.controller import controller
 from submarine_elastic.cli.dse import dse
@@ -34,6 +35,7 @@ cli.add_command(controller)
 cli.add_command(metrics)
 cli.add_command(sim)
 cli.add_command(dse)
+cli.add_command(bridge)
 
 
 def main() -> None:
