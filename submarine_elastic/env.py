@@ -28,6 +28,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
+| ``SUBMARINE_JOBS_DIR`` | client | the jobs' control tokens, one file each (default ``~/.submarine-elastic/jobs``) |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
 """
 
@@ -204,3 +205,9 @@ def controller_dir() -> Path:
     """Directory of the controller's state, database and log (``SUBMARINE_CONTROLLER_DIR``)."""
     value = _get("SUBMARINE_CONTROLLER_DIR")
     return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "controller"
+
+
+def jobs_dir() -> Path:
+    """Where ``submarine job run`` keeps each job's control token (``SUBMARINE_JOBS_DIR``)."""
+    value = _get("SUBMARINE_JOBS_DIR")
+    return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "jobs"

@@ -15,7 +15,7 @@ from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import JobClient, submit
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, parse_env
+from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service, parse_env
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 console = Console()
@@ -119,6 +119,10 @@ def run(
         raise _fail(exc) from exc
     if policy is not None and not elastic:
         raise click.BadParameter("a --policy resizes the job: it needs --elastic", param_hint="--policy")
+    try:
+        build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
+    except JobSpecError as exc:
+        raise _fail(exc) from exc
     ctl = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
         try:
@@ -154,27 +158,56 @@ def _controller_for(req: JobRequest, policy: str | None) -> dict | None:
     return state
 
 
+def _metrics_line(name: str) -> str:
+    """Step, loss and throughput of a job from the controller's metrics service ('' when unknown)."""
+    state = process.running()
+    if state is None:
+        return ""
+    import grpc
+
+    from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
+
+    token = process.metrics_env(state)["SUBMARINE_METRICS_TOKEN"]
+    with grpc.insecure_channel(state["metrics_endpoint"]) as channel:
+        try:
+            reply = metrics_pb2_grpc.MetricsServiceStub(channel).GetJob(
+                metrics_pb2.GetJobRequest(job_id=name), metadata=(("authorization", f"Bearer {token}"),), timeout=2
+            )
+        except grpc.RpcError:
+            return ""
+    summary = reply.summary
+    line = f", step {summary.last_step}"
+    if summary.HasField("last_loss"):
+        line += f", loss {summary.last_loss:.4g}"
+    rate = [t for t in summary.throughput if t.world_size == summary.world_size]
+    if rate:
+        line += f", {rate[0].aggregate_examples_per_second:.0f} samples/s"
+    return line
+
+
 def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
+    """Print the job's state whenever it changes, until it ends (at most ``timeout`` s)."""
     deadline = time.monotonic() + timeout
     last = ""
     client: JobClient | None = None
     while time.monotonic() < deadline:
         status = yarn.status(name)
         if status.is_terminal:
+            # The driver ends the service: STOPPED (or SUCCEEDED) after a clean finish, FAILED otherwise.
             console.print(f"job {name} ended: {status.state}")
-            if str(status.state) != "SUCCEEDED":
+            if str(status.state) not in ("STOPPED", "SUCCEEDED"):
                 raise click.ClickException(f"job {name} ended in state {status.state}")
             return
         try:
             client = client or JobClient(name, yarn, locate_timeout=5)
             st = client.status()
-            line = f"{st.phase}: {st.world_size} workers in the ring (target {st.target})"
+            line = f"{st.phase}: {st.world_size} workers in the ring (target {st.target}){_metrics_line(name)}"
         except DriverUnreachableError:
             line = f"service {status.state}, driver starting"
         if line != last:
-            console.print(line)
+            console.print(f"{time.strftime('%H:%M:%S')} {line}")
             last = line
-        time.sleep(1.0)
+        time.sleep(2.0)
     raise click.ClickException(f"job {name} did not finish within {timeout:.0f} s")
 
 

@@ -207,15 +207,26 @@ class ControllerService(Controller):
         """One round: sync, snapshot, decide, start applying. Returns the decisions recorded."""
         self._sync_cluster()
         live = self.store.jobs(live_only=True)
+        capacity = self.backend.capacity(len(live))
+        sizes = {job.job_id: self.backend.ring_size(job.job_id) for job in live}
+        held = sum(
+            (size or 0) + max(0, job.target - (size or 0)) for job in live if (size := sizes[job.job_id]) is not None
+        )
         views = []
         for job in live:
-            size = self.backend.ring_size(job.job_id)
+            size = sizes[job.job_id]
             if size is not None and size != job.workers and not self._busy(job.job_id):
                 self.store.update_job(job.job_id, workers=size)
-            # A job whose ring has not formed yet waits for capacity: it holds nothing, so the arbiter
-            # makes room for it. A running job holds its ring plus any scale-out in flight.
-            current = size if size is not None else 0
-            pending = max(0, job.target - current) if size is not None else 0
+            if size is not None:
+                # Running: it holds its ring plus any scale-out in flight.
+                current, pending = size, max(0, job.target - size)
+            elif held + job.target <= capacity:
+                # Not started yet, and what it asked for is free: it holds that while its ring forms.
+                current, pending = 0, job.target
+                held += job.target
+            else:
+                # Not started and the cluster is full: it waits, so the arbiter makes room for it.
+                current, pending = 0, 0
             policy, last_resize_at = self.store.job_extra(job.job_id)
             self._use_policy(job.job_id, policy)
             views.append(
@@ -231,9 +242,8 @@ class ControllerService(Controller):
                     metrics=self._metrics(job.job_id),
                 )
             )
-        capacity = self.backend.capacity(len(live))
-        held = sum(v.holding for v in views)
-        snapshot = Snapshot(now=self.clock(), capacity=capacity, free=max(0, capacity - held), jobs=tuple(views))
+        total = sum(v.holding for v in views)
+        snapshot = Snapshot(now=self.clock(), capacity=capacity, free=max(0, capacity - total), jobs=tuple(views))
         recorded = []
         for decision in self.engine.decide(snapshot):
             job = next(j for j in live if j.job_id == decision.job_id)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 
+from submarine_elastic import env
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
 from submarine_elastic.elastic.jobspec import JobRequest, build_service
 from submarine_elastic.elastic.locate import driver_address
@@ -16,13 +17,12 @@ from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.yarn import YarnServiceClient
 
-JOBS_DIR = Path.home() / ".submarine-elastic" / "jobs"
-
 
 def save_token(job: str, token: str) -> Path:
     """Keep a job's control token for later ``job flex|show`` calls (file mode 0600)."""
-    JOBS_DIR.mkdir(parents=True, exist_ok=True)
-    path = JOBS_DIR / f"{job}.json"
+    jobs = env.jobs_dir()
+    jobs.mkdir(parents=True, exist_ok=True)
+    path = jobs / f"{job}.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"token": token}, f)
@@ -44,7 +44,7 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
 
 
 def load_token(job: str, yarn: YarnServiceClient) -> str | None:
-    path = JOBS_DIR / f"{job}.json"
+    path = env.jobs_dir() / f"{job}.json"
     if path.is_file():
         return str(json.loads(path.read_text())["token"])
     raw = yarn.status(job).raw

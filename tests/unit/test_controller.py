@@ -150,3 +150,13 @@ def test_unknown_jobs_and_bad_metrics(tmp_path: Path):
     c.job_submitted("job", 1, 2, 1)
     with pytest.raises(InvalidJobError, match="samples_per_second"):
         c.report_metrics("job", 1, 5, float("nan"))
+
+
+def test_a_job_that_fits_starts_at_the_size_it_asked_for(tmp_path: Path):
+    cluster, clock = FakeCluster(capacity=8), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    c.job_submitted("job", 1, 4, 3)
+    assert c.tick() == []  # its ring has not formed yet, but 3 slots are free: nothing to decide
+    cluster.sizes["job"] = 3
+    assert c.tick() == []
+    assert cluster.resizes == []
