@@ -102,7 +102,7 @@ def _shell_safe(value: str) -> str:
     # escaping, so a double quote ends the string early and the container dies with a syntax error.
     if '"' in value:
         raise ValueError(
-            "must not contain double quotes: YARN wraps it in bash -c \"...\" unescaped; "
+            'must not contain double quotes: YARN wraps it in bash -c "..." unescaped; '
             "use single quotes or put the command in a script"
         )
     return value
