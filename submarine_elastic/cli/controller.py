@@ -41,16 +41,41 @@ def controller() -> None:
     default=None,
     help="Worker slots to hand out [default: from the ResourceManager's vcores].",
 )
-def start(policy: str, arbiter: str, interval: float, capacity: int | None) -> None:
+@click.option(
+    "--bridge-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Also serve the py4j bridge for JVM callers on this port (0: any free one).",
+)
+@click.option(
+    "--bridge-java-port",
+    type=click.IntRange(min=1, max=65535),
+    default=25333,
+    show_default=True,
+    help="The JVM caller's py4j port.",
+)
+def start(
+    policy: str, arbiter: str, interval: float, capacity: int | None, bridge_port: int | None, bridge_java_port: int
+) -> None:
     """Start the controller in the background (nothing happens if one runs)."""
     try:
-        state = process.start(_rm_url(), policy=policy, arbiter=arbiter, interval=interval, capacity=capacity)
+        state = process.start(
+            _rm_url(),
+            policy=policy,
+            arbiter=arbiter,
+            interval=interval,
+            capacity=capacity,
+            bridge_port=bridge_port,
+            bridge_java_port=bridge_java_port,
+        )
     except ControllerError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(
         f"controller running (pid {state['pid']}): policy {state['policy']} + {state['arbiter']}, "
         f"metrics service at {state['metrics_endpoint']}"
     )
+    if state.get("bridge_port"):
+        console.print(f"py4j bridge on 127.0.0.1:{state['bridge_port']} (token in {state['bridge_token_file']})")
 
 
 @controller.command()

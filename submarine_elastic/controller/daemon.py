@@ -7,6 +7,7 @@ change the job table). Its directory (``SUBMARINE_CONTROLLER_DIR``) holds:
     controller.json   pid, start time, metrics endpoint, database path (written once it serves)
     controller.db     the SQLite state (jobs, decisions, throughput history, policy state)
     metrics.token     the metrics service's bearer token (mode 0600); jobs get it in their environment
+    bridge.token      the py4j bridge's token (mode 0600), with --bridge-port
     controller.log    its log
 """
 
@@ -23,6 +24,8 @@ import threading
 from pathlib import Path
 
 from submarine_elastic import env
+from submarine_elastic.bridge.api import BridgeError
+from submarine_elastic.bridge.server import BridgeServer
 from submarine_elastic.controller.backend import YarnJobBackend
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
@@ -35,11 +38,12 @@ log = logging.getLogger("submarine_elastic.controller")
 STATE = "controller.json"
 DB = "controller.db"
 TOKEN = "metrics.token"
+BRIDGE_TOKEN = "bridge.token"
 
 
-def token_for(directory: Path) -> str:
-    """The metrics token kept in ``directory`` (created, mode 0600, on first use)."""
-    path = directory / TOKEN
+def token_for(directory: Path, name: str = TOKEN) -> str:
+    """A token kept in ``directory`` (created, mode 0600, on first use): the metrics or the bridge token."""
+    path = directory / name
     if not path.exists():
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -59,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--metrics-host", default="127.0.0.1")
     parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--bridge-port", type=int, default=None, help="serve the py4j bridge on this port")
+    parser.add_argument("--bridge-java-port", type=int, default=25333, help="the JVM's py4j port")
     args = parser.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
@@ -86,6 +92,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGUSR1, lambda *_: service.wake())
     service.start()
+    bridge = None
+    if args.bridge_port is not None:
+        bridge = BridgeServer(
+            service,
+            token=token_for(args.dir, BRIDGE_TOKEN),
+            python_port=args.bridge_port,
+            java_port=args.bridge_java_port,
+        )
+        try:
+            bridge.start()
+        except BridgeError as exc:
+            log.error("%s", exc)
+            service.stop()
+            server.stop()
+            return 2
     state = {
         "pid": os.getpid(),
         "metrics_endpoint": server.address,
@@ -93,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "rm_url": args.rm_url,
         "policy": args.policy,
         "arbiter": args.arbiter,
+        "bridge_port": bridge.port if bridge else None,
+        "bridge_token_file": str(args.dir / BRIDGE_TOKEN) if bridge else None,
     }
     tmp = args.dir / (STATE + ".tmp")
     tmp.write_text(json.dumps(state, indent=2))
@@ -100,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("controller serving: metrics at %s, policy %s + %s", server.address, args.policy, args.arbiter)
     done.wait()
     log.info("stopping")
+    if bridge is not None:
+        bridge.stop()
     service.stop()
     server.stop()
     backend.close()

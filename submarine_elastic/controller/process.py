@@ -40,6 +40,8 @@ def start(
     arbiter: str = "fair-share",
     interval: float = 5.0,
     capacity: int | None = None,
+    bridge_port: int | None = None,
+    bridge_java_port: int = 25333,
     directory: Path | None = None,
     timeout: float = 30.0,
 ) -> dict[str, Any]:
@@ -70,6 +72,8 @@ def start(
     ]
     if capacity is not None:
         cmd += ["--capacity", str(capacity)]
+    if bridge_port is not None:
+        cmd += ["--bridge-port", str(bridge_port), "--bridge-java-port", str(bridge_java_port)]
     with (directory / "controller.out").open("ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
