@@ -31,7 +31,7 @@ from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import ServerStartError
 from submarine_elastic.metrics.server import MetricsServer
-from submarine_elastic.policy import PolicyEngine, PolicyError, load_arbiter, load_job_policy
+from submarine_elastic.policy import PolicyEngine, PolicyError, load_arbiter_spec, load_job_policy_spec
 
 log = logging.getLogger("submarine_elastic.controller")
 
@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[logging.FileHandler(args.dir / "controller.log")],
     )
     try:
-        engine = PolicyEngine(load_job_policy(args.policy), load_arbiter(args.arbiter), cooldown_s=args.cooldown)
+        engine = PolicyEngine(
+            load_job_policy_spec(args.policy), load_arbiter_spec(args.arbiter), cooldown_s=args.cooldown
+        )
     except PolicyError as exc:
         log.error("%s", exc)
         return 2

@@ -40,7 +40,7 @@ from submarine_elastic.policy import (
     PolicyError,
     Snapshot,
     Throughput,
-    load_job_policy,
+    load_job_policy_spec,
 )
 
 log = logging.getLogger(__name__)
@@ -279,7 +279,7 @@ class ControllerService(Controller):
             return
         self._job_policies[job_id] = name
         try:
-            self.engine.set_job_policy(job_id, load_job_policy(name))
+            self.engine.set_job_policy(job_id, load_job_policy_spec(name))
         except PolicyError as exc:
             log.error("job %s: policy %r cannot be used (%s); it keeps the default policy", job_id, name, exc)
 

@@ -17,6 +17,8 @@ import inspect
 from importlib.metadata import entry_points
 from typing import Any
 
+import yaml
+
 from .api import (
     ClusterArbiter,
     JobPolicy,
@@ -165,3 +167,63 @@ def load_arbiter(spec: str, **options: Any) -> ClusterArbiter:
     if not isinstance(arbiter, ClusterArbiter):
         raise NotAPolicyError(f"policy {spec!r} did not build a ClusterArbiter", spec=spec)
     return arbiter
+
+
+def split_top_level(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` outside parentheses and brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1}.get(ch, 0)
+        if ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def parse_spec(part: str) -> tuple[str, dict[str, Any]]:
+    """``name(key=value, ...)`` -> ``(name, options)``; values are read as YAML scalars (numbers, lists, ...).
+
+    Raises:
+        PolicyConfigError: no name, unbalanced parentheses, or an option that is not ``key=value``.
+    """
+    name, paren, rest = part.partition("(")
+    name = name.strip()
+    if not name:
+        raise PolicyConfigError(f"policy {part!r}: the name is missing")
+    if not paren:
+        return name, {}
+    if not rest.endswith(")"):
+        raise PolicyConfigError(f"policy {part!r}: unbalanced parentheses")
+    options: dict[str, Any] = {}
+    for item in split_top_level(rest[:-1], ","):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise PolicyConfigError(f"policy {part!r}: option {item!r} of {name!r} must be key=value")
+        try:
+            options[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+        except yaml.YAMLError:
+            options[key.strip()] = value.strip()
+    return name, options
+
+
+def load_job_policy_spec(text: str) -> JobPolicy:
+    """A job policy from ``name`` or ``name(key=value, ...)`` (what ``--policy`` takes).
+
+    Raises:
+        PolicyConfigError, PolicyLoadError: as for :func:`parse_spec` and :func:`load_job_policy`.
+    """
+    name, options = parse_spec(text)
+    return load_job_policy(name, **options)
+
+
+def load_arbiter_spec(text: str) -> ClusterArbiter:
+    """A cluster arbiter from ``name`` or ``name(key=value, ...)``.
+
+    Raises:
+        PolicyConfigError, PolicyLoadError: as for :func:`parse_spec` and :func:`load_arbiter`.
+    """
+    name, options = parse_spec(text)
+    return load_arbiter(name, **options)

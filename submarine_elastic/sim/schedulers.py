@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from submarine_elastic.policy import PolicyError, load_arbiter, load_job_policy
+from submarine_elastic.policy import PolicyConfigError, PolicyError, load_arbiter, load_job_policy
 from submarine_elastic.policy.engine import DEFAULT_COOLDOWN_S, PolicyEngine
+from submarine_elastic.policy.loader import parse_spec, split_top_level
 from submarine_elastic.sim.api import Scheduler, SchedulerError
 from submarine_elastic.sim.baselines import BASELINES
 from submarine_elastic.sim.policy_adapter import PolicyScheduler
@@ -41,7 +40,7 @@ def load_scheduler(spec: str, *, cooldown_s: float = DEFAULT_COOLDOWN_S, elastic
     baseline = BASELINES.get(spec)
     if baseline is not None:
         return baseline()
-    parts = _split_top_level(spec, "+")
+    parts = split_top_level(spec, "+")
     if len(parts) > 2 or not parts[0]:
         raise SchedulerError(f"scheduler {spec!r}: expected JOB_POLICY[+ARBITER]")
     policy_name, policy_options = _parse_part(parts[0], spec)
@@ -57,35 +56,8 @@ def load_scheduler(spec: str, *, cooldown_s: float = DEFAULT_COOLDOWN_S, elastic
     return PolicyScheduler(engine, spec if len(parts) == 2 else f"{spec}+{DEFAULT_ARBITER}", elastic=elastic)
 
 
-def _split_top_level(text: str, sep: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += {"(": 1, ")": -1, "[": 1, "]": -1}.get(ch, 0)
-        if ch == sep and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
 def _parse_part(part: str, spec: str) -> tuple[str, dict[str, Any]]:
-    name, paren, rest = part.partition("(")
-    name = name.strip()
-    if not name:
-        raise SchedulerError(f"scheduler {spec!r}: a policy name is missing")
-    if not paren:
-        return name, {}
-    if not rest.endswith(")"):
-        raise SchedulerError(f"scheduler {spec!r}: unbalanced parentheses in {part!r}")
-    options: dict[str, Any] = {}
-    for item in _split_top_level(rest[:-1], ","):
-        if not item:
-            continue
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip().isidentifier():
-            raise SchedulerError(f"scheduler {spec!r}: option {item!r} of {name!r} must be key=value")
-        try:
-            options[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
-        except yaml.YAMLError:
-            options[key.strip()] = value.strip()
-    return name, options
+    try:
+        return parse_spec(part)
+    except PolicyConfigError as exc:
+        raise SchedulerError(f"scheduler {spec!r}: {exc}") from exc
