@@ -46,7 +46,7 @@ from submarine_elastic.policy import (
 log = logging.getLogger(__name__)
 
 _JOB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-LOSS_WINDOW = 50
+LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
 
 
 class JobBackend(ABC):
@@ -112,6 +112,7 @@ class ControllerService(Controller):
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, str] = {}
+        self._history_updates: list[tuple[str, int, float, int]] = []
         state = store.get("policy_engine")
         if state:
             engine.load_state_dict(state)
@@ -242,6 +243,8 @@ class ControllerService(Controller):
                     metrics=self._metrics(job.job_id),
                 )
             )
+        self.store.record_throughputs(self._history_updates)
+        self._history_updates.clear()
         total = sum(v.holding for v in views)
         snapshot = Snapshot(now=self.clock(), capacity=capacity, free=max(0, capacity - total), jobs=tuple(views))
         recorded = []
@@ -344,10 +347,10 @@ class ControllerService(Controller):
             if summary is not None:
                 step = summary.last_step
                 for stat in summary.throughput:
-                    history[stat.world_size] = (stat.aggregate_examples_per_second, stat.points)
-                    self.store.record_throughput(
-                        job_id, stat.world_size, stat.aggregate_examples_per_second, stat.points
-                    )
+                    measured = (stat.aggregate_examples_per_second, stat.points)
+                    if history.get(stat.world_size) != measured:
+                        history[stat.world_size] = measured
+                        self._history_updates.append((job_id, stat.world_size, *measured))
                 points = self.metrics.series(job_id, LOSS_WINDOW)
                 window = [p.point.loss for p in points if p.point.HasField("loss")]
                 if window:
