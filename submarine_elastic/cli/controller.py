@@ -42,6 +42,13 @@ def controller() -> None:
     help="Worker slots to hand out [default: from the ResourceManager's vcores].",
 )
 @click.option(
+    "--cooldown",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds after a resize before the same job is resized again (twice that to reverse it).",
+)
+@click.option(
     "--bridge-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
@@ -55,7 +62,13 @@ def controller() -> None:
     help="The JVM caller's py4j port.",
 )
 def start(
-    policy: str, arbiter: str, interval: float, capacity: int | None, bridge_port: int | None, bridge_java_port: int
+    policy: str,
+    arbiter: str,
+    interval: float,
+    capacity: int | None,
+    cooldown: float,
+    bridge_port: int | None,
+    bridge_java_port: int,
 ) -> None:
     """Start the controller in the background (nothing happens if one runs)."""
     try:
@@ -65,6 +78,7 @@ def start(
             arbiter=arbiter,
             interval=interval,
             capacity=capacity,
+            cooldown=cooldown,
             bridge_port=bridge_port,
             bridge_java_port=bridge_java_port,
         )

@@ -40,6 +40,7 @@ def start(
     arbiter: str = "fair-share",
     interval: float = 5.0,
     capacity: int | None = None,
+    cooldown: float = 30.0,
     bridge_port: int | None = None,
     bridge_java_port: int = 25333,
     directory: Path | None = None,
@@ -69,6 +70,8 @@ def start(
         arbiter,
         "--interval",
         str(interval),
+        "--cooldown",
+        str(cooldown),
     ]
     if capacity is not None:
         cmd += ["--capacity", str(capacity)]

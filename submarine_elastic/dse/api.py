@@ -15,7 +15,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from submarine_elastic.elastic.jobspec import JobRequest
 
 #: A parameter level or fixed setting: what YAML scalars give.
 Value = str | int | float | bool
@@ -147,6 +150,57 @@ class Backend(ABC):
         Raises:
             BackendError: the point cannot be measured (bad value for this backend, failed run).
         """
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the cluster says of a submitted job: running, or ended cleanly (``ok``) or not.
+
+    ``detail`` is a one-line description for messages (state, containers, diagnostics).
+    """
+
+    ended: bool
+    ok: bool = True
+    detail: str = ""
+
+
+class JobRunner(ABC):
+    """The cluster edge of the ``pseudo-cluster`` backend: submits, watches and kills real jobs.
+
+    The backend owns one runner per point and closes it when the point is done; tests inject a fake.
+    """
+
+    @abstractmethod
+    def submit(self, request: JobRequest) -> None:
+        """Submit the job and return without waiting for it to start (one request).
+
+        Raises:
+            BackendError: the job cannot be submitted (bad spec, the RM refused it or cannot be reached).
+        """
+
+    @abstractmethod
+    def state(self, name: str) -> JobState:
+        """The job's state now (one request). A job the cluster no longer knows has ended, not ok.
+
+        Raises:
+            BackendError: the cluster cannot be asked.
+        """
+
+    @abstractmethod
+    def describe(self, name: str) -> str:
+        """A line for a failure message: the job's state and its ring as far as they can be learnt in a few
+        seconds. Never raises; what cannot be learnt is said in the line."""
+
+    @abstractmethod
+    def kill(self, name: str) -> None:
+        """Stop the job and remove it, blocking until it is gone; a job already gone is fine.
+
+        Raises:
+            BackendError: the job could not be removed.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections. Never raises."""
 
 
 def _key(value: Value) -> Value:

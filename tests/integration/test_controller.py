@@ -3,6 +3,8 @@ workers from an elastic job above its minimum, and gets them back when it leaves
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -100,11 +102,18 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 assert shrink.reason
                 shown = submarine("job", "show", "ctl-elastic")
                 assert "controller decisions" in shown and "4" in shown
+                # The controller dies and comes back: it reads its state and resizes nothing twice.
+                db.close()
+                os.kill(process.running(controller_dir)["pid"], signal.SIGKILL)
+                assert process.running(controller_dir) is None
+                submarine("controller", "start", "--policy", "static", "--interval", "1", "--capacity", "4")
+                db = process.store(controller_dir)
+                assert db is not None
                 # It leaves: the elastic job gets its workers back.
                 submarine("job", "kill", "ctl-fixed")
                 wait_ring(elastic, 4)
-                grow = db.decisions("ctl-elastic")[-1]
-                assert (grow.from_workers, grow.to_workers, grow.applied) == (2, 4, True)
+                decided = [(d.from_workers, d.to_workers, d.applied) for d in db.decisions("ctl-elastic")]
+                assert decided == [(4, 2, True), (2, 4, True)]
                 assert [j.state for j in db.jobs() if j.job_id == "ctl-fixed"] == ["finished"]
                 db.close()
         finally:
@@ -114,3 +123,41 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
     assert "ctl-elastic" in status and "controller running" in status
     assert "controller stopped" in submarine("controller", "stop")
     assert process.running(controller_dir) is None
+
+
+def test_scaling_efficiency_resizes_a_job_on_its_own(controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path):
+    """A job that does not scale (its steps are dominated by a fixed sleep) is probed with one more worker,
+    measured, and given the worker back, by the policy alone."""
+    submarine("controller", "start", "--interval", "1", "--cooldown", "5", "--capacity", "4")
+    (tmp_path / "job").mkdir()
+    policy = "scaling-efficiency(probe_every_steps=30, threshold=0.7)"
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as yarn:
+        try:
+            run_job(
+                "ctl-probe",
+                tmp_path / "job",
+                "--elastic",
+                "--num_workers",
+                "1",
+                "--min_workers",
+                "1",
+                "--max_workers",
+                "2",
+                "--policy",
+                policy,
+            )
+            db = process.store(controller_dir)
+            assert db is not None
+            deadline = time.monotonic() + 300
+            while len([d for d in db.decisions("ctl-probe") if d.applied]) < 2:
+                assert time.monotonic() < deadline, f"no probe and return: {db.decisions('ctl-probe')}"
+                time.sleep(1)
+            probe, back = db.decisions("ctl-probe")[:2]
+            assert (probe.from_workers, probe.to_workers) == (1, 2)
+            assert (back.from_workers, back.to_workers) == (2, 1)
+            assert "probing" in probe.reason and back.reason
+            throughput = db.throughput("ctl-probe")
+            assert {1, 2} <= set(throughput), throughput
+            db.close()
+        finally:
+            yarn.destroy("ctl-probe", missing_ok=True)
