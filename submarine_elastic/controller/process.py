@@ -44,7 +44,7 @@ def start(
     bridge_port: int | None = None,
     bridge_java_port: int = 25333,
     directory: Path | None = None,
-    timeout: float = 30.0,
+    timeout: float = 120.0,
 ) -> dict[str, Any]:
     """Start the controller in the background (unless one runs) and wait until it serves.
 
