@@ -24,9 +24,6 @@ Metrics: ``mean_jct_s``, ``median_jct_s``, ``p99_jct_s``, ``makespan_s``, ``mean
 point's settings, and the command runs without a shell. The metric ``wall_s`` is its run time; if its last
 line of output is a JSON object, its numeric fields are metrics too. A real job on the pseudo-cluster is
 ``submarine job run --name dse-{point_id} --num_workers {workers} ... --wait_job_finish``.
-
-``pseudo-cluster``: a real job per point, measured through the metrics service; see
-:mod:`submarine_elastic.dse.pseudo_cluster`.
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from submarine_elastic.dse.api import Backend, BackendError, Point, Value
-from submarine_elastic.dse.pseudo_cluster import PseudoClusterBackend, resolve_rm_url
 from submarine_elastic.sim import (
     BatchRule,
     ClusterConfig,
@@ -274,11 +270,10 @@ class CommandBackend(Backend):
 
 
 def make_backend(name: str, options: dict[str, Any]) -> Backend:
-    """The backend a space names. For ``pseudo-cluster``, finds the ResourceManager and asks it for its
-    version (one request).
+    """The backend a space names.
 
     Raises:
-        BackendError: unknown backend, bad options, or (``pseudo-cluster``) no ResourceManager answers.
+        BackendError: unknown backend, or bad options.
     """
     if name == "simulator":
         return SimulatorBackend()
@@ -292,16 +287,4 @@ def make_backend(name: str, options: dict[str, Any]) -> Backend:
             )
         except KeyError as exc:
             raise BackendError(f"the command backend needs {exc.args[0]!r}") from exc
-    if name == "pseudo-cluster":
-        known = {"command", "workdir", "timeout_s", "loss_window", "worker_resources", "env", "job_name", "rm_url"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise BackendError(f"the pseudo-cluster backend has no option {', '.join(unknown)}")
-        settings = {k: v for k, v in options.items() if k != "rm_url" and v is not None}
-        workdir = settings.pop("workdir", None)
-        return PseudoClusterBackend(
-            rm_url=resolve_rm_url(options.get("rm_url")),
-            workdir=str(Path(workdir).resolve()) if workdir else str(Path.cwd()),
-            **settings,
-        )
-    raise BackendError(f"unknown backend {name!r}; known: simulator, command, pseudo-cluster")
+    raise BackendError(f"unknown backend {name!r}; known: simulator, command")
