@@ -163,6 +163,9 @@ def main() -> None:
                         "rank": rank,
                         "size": size,
                         "ids": ids.tolist(),
+                        # The whole step's ids: a step is committed once any rank committed it, so the
+                        # log stays complete even when a rank dies before writing its own records.
+                        "batch": perm[state.cursor : state.cursor + step_len].tolist(),
                         "loss": loss,
                         "time": time.time(),
                     }

@@ -94,16 +94,20 @@ def committed_steps(log_dir: Path) -> dict[int, list[dict]]:
 
 def check_training(log_dir: Path) -> dict[int, list[dict]]:
     steps = committed_steps(log_dir)
-    # No committed step lost or doubled: steps 0..N-1 each appear once per rank of their ring.
+    # No committed step lost or doubled: steps 0..N-1 each appear, every rank's record of a step agrees,
+    # and the ranks' own ids are disjoint parts of the step's global batch.
     assert sorted(steps) == list(range(len(steps)))
     for step, records in steps.items():
-        size = records[0]["size"]
-        assert sorted(r["rank"] for r in records) == list(range(size)), f"step {step}: {records}"
-    # Exactly-once data: each finished epoch covers every sample once, across all resizes.
+        size, batch = records[0]["size"], records[0]["batch"]
+        assert all(r["size"] == size and r["batch"] == batch for r in records), f"step {step}: {records}"
+        assert len({r["rank"] for r in records}) == len(records) and all(0 <= r["rank"] < size for r in records)
+        assert sorted(i for r in records for i in r["ids"]) == sorted(
+            i for r in records for i in r["ids"] if i in batch
+        )
+    # Exactly-once data: each finished epoch covers every sample once, across all resizes and failures.
     per_epoch: dict[int, list[int]] = collections.defaultdict(list)
     for records in steps.values():
-        for r in records:
-            per_epoch[r["epoch"]].extend(r["ids"])
+        per_epoch[records[0]["epoch"]].extend(records[0]["batch"])
     assert len(per_epoch) >= 2
     for epoch, ids in per_epoch.items():
         assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}: {len(ids)} ids, {len(set(ids))} distinct"
