@@ -101,9 +101,8 @@ def check_training(log_dir: Path) -> dict[int, list[dict]]:
         size, batch = records[0]["size"], records[0]["batch"]
         assert all(r["size"] == size and r["batch"] == batch for r in records), f"step {step}: {records}"
         assert len({r["rank"] for r in records}) == len(records) and all(0 <= r["rank"] < size for r in records)
-        assert sorted(i for r in records for i in r["ids"]) == sorted(
-            i for r in records for i in r["ids"] if i in batch
-        )
+        own = [i for r in records for i in r["ids"]]
+        assert len(own) == len(set(own)) and set(own) <= set(batch), f"step {step}: ranks' ids overlap or stray"
     # Exactly-once data: each finished epoch covers every sample once, across all resizes and failures.
     per_epoch: dict[int, list[int]] = collections.defaultdict(list)
     for records in steps.values():
