@@ -68,6 +68,31 @@ class YarnJobBackend(JobBackend):
             return None
         return int(status.world_size) if status.phase == "running" else None
 
+    def instances(self, job_id: str) -> tuple[str, ...]:
+        client = self._client(job_id)
+        if client is None:
+            return ()
+        try:
+            status = client.status()
+        except ElasticError:
+            return ()
+        return tuple(w.instance for w in status.workers if w.rank >= 0)
+
+    def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
+        """Swap the named workers for fresh containers at the job's size: grow first where ``--max_workers``
+        allows (the ring never runs short), else drop them at a commit boundary first and grow back."""
+        client = self._client(job_id)
+        if client is None:
+            raise ElasticError(f"the driver of job {job_id} is not reachable")
+        status = client.status()
+        size, n, why = status.target, len(instances), ", ".join(instances)
+        steps = [(size + n, [], f"replacements for {why}"), (size, list(instances), f"replace {why}")]
+        if size + n > status.max_workers:
+            steps = [(size - n, list(instances), f"replace {why}"), (size, [], f"replacements for {why}")]
+        for workers, remove, reason in steps:
+            client.flex(workers, remove=remove, reason=reason)
+            client.wait_for_size(workers, timeout)
+
     def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
         client = self._client(job_id)
         if client is None:

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _JOB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
+SERIES_WINDOW = 40  # recent points read per job per round: the loss window, step times per worker
 
 
 class JobBackend(ABC):
@@ -67,6 +68,18 @@ class JobBackend(ABC):
         Raises:
             Exception: any failure; the controller records its message.
         """
+
+    def instances(self, job_id: str) -> tuple[str, ...]:
+        """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
+        return ()
+
+    def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
+        """Swap the named workers for fresh ones, keeping the job's size; blocks until done.
+
+        Raises:
+            Exception: any failure (the default: this backend cannot replace workers).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot replace workers")
 
     @abstractmethod
     def cluster_jobs(self) -> dict[str, int] | None:
@@ -240,6 +253,7 @@ class ControllerService(Controller):
                     pending_workers=pending,
                     submitted_at=job.submitted_at,
                     last_resize_at=last_resize_at,
+                    instances=self.backend.instances(job.job_id) if size is not None else (),
                     metrics=self._metrics(job.job_id),
                 )
             )
@@ -250,7 +264,22 @@ class ControllerService(Controller):
         recorded = []
         for decision in self.engine.decide(snapshot):
             job = next(j for j in live if j.job_id == decision.job_id)
-            if self._busy(job.job_id) or decision.target_workers == job.target:
+            if self._busy(job.job_id):
+                continue
+            if decision.replace and decision.target_workers == job.target:
+                record = DecisionRecord(
+                    job.job_id,
+                    self.clock(),
+                    job.target,
+                    job.target,
+                    f"replace {', '.join(decision.replace)}: {decision.reason}",
+                )
+                decision_id = self.store.add_decision(record)
+                self.store.update_job(job.job_id, last_resize_at=record.time)
+                recorded.append(record)
+                self._apply(decision_id, record, replace=tuple(decision.replace))
+                continue
+            if decision.target_workers == job.target:
                 continue
             record = DecisionRecord(job.job_id, self.clock(), job.target, decision.target_workers, decision.reason)
             decision_id = self.store.add_decision(record)
@@ -290,10 +319,13 @@ class ControllerService(Controller):
         with self._lock:
             return job_id in self._in_flight
 
-    def _apply(self, decision_id: int, record: DecisionRecord) -> None:
+    def _apply(self, decision_id: int, record: DecisionRecord, replace: tuple[str, ...] = ()) -> None:
         def run() -> None:
             try:
-                self.backend.resize(record.job_id, record.to_workers, record.reason, self.resize_timeout)
+                if replace:
+                    self.backend.replace(record.job_id, replace, self.resize_timeout)
+                else:
+                    self.backend.resize(record.job_id, record.to_workers, record.reason, self.resize_timeout)
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
                 log.warning("resize of %s to %d failed: %s", record.job_id, record.to_workers, exc)
                 self.store.finish_decision(decision_id, applied=False, error=str(exc) or type(exc).__name__)
@@ -339,6 +371,7 @@ class ControllerService(Controller):
         history = self.store.throughput(job_id)
         losses = tuple(self.store.get(f"loss/{job_id}") or ())
         step = 0
+        step_times: dict[str, list[float]] = {}
         if self.metrics is not None:
             try:
                 summary = self.metrics.summary(job_id)
@@ -351,12 +384,16 @@ class ControllerService(Controller):
                     if history.get(stat.world_size) != measured:
                         history[stat.world_size] = measured
                         self._history_updates.append((job_id, stat.world_size, *measured))
-                points = self.metrics.series(job_id, LOSS_WINDOW)
-                window = [p.point.loss for p in points if p.point.HasField("loss")]
+                points = self.metrics.series(job_id, SERIES_WINDOW)
+                window = [p.point.loss for p in points if p.point.HasField("loss")][-LOSS_WINDOW:]
                 if window:
                     losses = tuple(window)
+                for p in points:
+                    if p.point.HasField("step_time_seconds") and p.worker.instance:
+                        step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
         return JobMetrics(
             step=step,
             throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
             loss_window=losses,
+            step_times={name: tuple(times) for name, times in step_times.items()},
         )

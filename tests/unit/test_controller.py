@@ -160,3 +160,53 @@ def test_a_job_that_fits_starts_at_the_size_it_asked_for(tmp_path: Path):
     cluster.sizes["job"] = 3
     assert c.tick() == []
     assert cluster.resizes == []
+
+
+class ReplacingCluster(FakeCluster):
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.replaced: list[tuple[str, tuple[str, ...]]] = []
+
+    def instances(self, job_id: str) -> tuple[str, ...]:
+        return tuple(f"worker-{i}" for i in range(self.sizes.get(job_id, 0)))
+
+    def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
+        self.replaced.append((job_id, instances))
+
+
+def test_a_straggler_seen_in_the_metrics_is_replaced(tmp_path: Path):
+    from submarine_elastic.metrics.proto import metrics_pb2
+    from submarine_elastic.metrics.store import InMemoryStore
+
+    cluster, clock, metrics = ReplacingCluster(capacity=8), Clock(), InMemoryStore()
+    engine = PolicyEngine(load_job_policy("straggler"), load_arbiter("fair-share"), cooldown_s=0)
+    c = ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, clock=clock)
+    c.job_submitted("job", 1, 4, 4)
+    cluster.sizes["job"] = 4
+    for rank in range(4):
+        step_time = 0.9 if rank == 2 else 0.3
+        metrics.ingest(
+            metrics_pb2.ReportBatch(
+                job_id="job",
+                worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+                incarnation="a",
+                world_size=4,
+                points=[
+                    metrics_pb2.StepPoint(
+                        seq=s + 1,
+                        step=s,
+                        loss=1.0,
+                        step_time_seconds=step_time,
+                        examples_per_second=100.0,
+                        batch_size=16,
+                        wall_time=1.0 + s,
+                    )
+                    for s in range(10)
+                ],
+            )
+        )
+    [record] = c.tick()
+    settle(c)
+    assert cluster.replaced == [("job", ("worker-2",))]
+    assert (record.from_workers, record.to_workers) == (4, 4) and "worker-2" in record.reason
+    assert c.decision("job").applied
