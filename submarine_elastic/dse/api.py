@@ -151,6 +151,14 @@ class Backend(ABC):
             BackendError: the point cannot be measured (bad value for this backend, failed run).
         """
 
+    def check_ready(self) -> None:  # noqa: B027 - optional hook; most backends need nothing outside
+        """Confirm what the backend needs outside this process (a cluster) is there. The runner calls it
+        once before measuring, and only when there is a point to measure. Blocks for a request at most.
+
+        Raises:
+            BackendError: the backend cannot measure now (the message says what is missing).
+        """
+
 
 @dataclass(frozen=True)
 class JobState:

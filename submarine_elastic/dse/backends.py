@@ -24,6 +24,9 @@ Metrics: ``mean_jct_s``, ``median_jct_s``, ``p99_jct_s``, ``makespan_s``, ``mean
 point's settings, and the command runs without a shell. The metric ``wall_s`` is its run time; if its last
 line of output is a JSON object, its numeric fields are metrics too. A real job on the pseudo-cluster is
 ``submarine job run --name dse-{point_id} --num_workers {workers} ... --wait_job_finish``.
+
+``pseudo-cluster``: a real job per point, measured through the metrics service; see
+:mod:`submarine_elastic.dse.pseudo_cluster`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from submarine_elastic.dse.api import Backend, BackendError, Point, Value
+from submarine_elastic.dse.pseudo_cluster import PseudoClusterBackend
 from submarine_elastic.sim import (
     BatchRule,
     ClusterConfig,
@@ -270,7 +274,7 @@ class CommandBackend(Backend):
 
 
 def make_backend(name: str, options: dict[str, Any]) -> Backend:
-    """The backend a space names.
+    """The backend a space names (nothing outside this process is asked yet: see ``check_ready``).
 
     Raises:
         BackendError: unknown backend, or bad options.
@@ -287,4 +291,12 @@ def make_backend(name: str, options: dict[str, Any]) -> Backend:
             )
         except KeyError as exc:
             raise BackendError(f"the command backend needs {exc.args[0]!r}") from exc
-    raise BackendError(f"unknown backend {name!r}; known: simulator, command")
+    if name == "pseudo-cluster":
+        known = {"command", "workdir", "timeout_s", "loss_window", "worker_resources", "env", "job_name", "rm_url"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise BackendError(f"the pseudo-cluster backend has no option {', '.join(unknown)}")
+        settings = {k: v for k, v in options.items() if v is not None}
+        workdir = settings.pop("workdir", None)
+        return PseudoClusterBackend(workdir=str(Path(workdir).resolve()) if workdir else str(Path.cwd()), **settings)
+    raise BackendError(f"unknown backend {name!r}; known: simulator, command, pseudo-cluster")

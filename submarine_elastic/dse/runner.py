@@ -143,7 +143,8 @@ def run_space(
 
     Raises:
         ResultsError: ``out_dir`` holds results of another space.
-        BackendError: a setting of the space is unknown to the backend.
+        BackendError: a setting of the space is unknown to the backend, or the backend is not ready
+            (:meth:`Backend.check_ready`).
         OSError: the results cannot be written.
     """
     if parallel < 1:
@@ -176,6 +177,8 @@ def run_space(
     record.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     todo = [p for p in points if p.point_id not in done]
     skipped = len(points) - len(todo)
+    if todo:
+        backend.check_ready()
     failed = 0
     count = skipped
     for result in _results(backend, todo, parallel):

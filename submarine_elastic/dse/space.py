@@ -4,6 +4,7 @@ A space file::
 
     name: policies-under-load
     backend: simulator              # or: {type: command, command: "...", timeout_s: 3600, metrics: [wall_s]}
+                                    # or: {type: pseudo-cluster, command: "...", timeout_s: 600, ...}
     objective: mean_jct_s           # the metric to optimise
     minimize: true
     sampling: {strategy: factorial} # or: {strategy: random | lhs, samples: 20, seed: 1}
@@ -31,7 +32,7 @@ import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -89,6 +90,20 @@ class _Command(BaseModel):
     metrics: list[str] = ["wall_s"]
 
 
+class _PseudoCluster(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["pseudo-cluster"]
+    command: str = Field(default="{python} examples/train_elastic.py", min_length=1)
+    workdir: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    loss_window: int = Field(default=10, ge=0)
+    worker_resources: str = "memory-mb=1024,vcores=1"
+    env: dict[str, str] = {}
+    job_name: str = "dse-{point_id}"
+    rm_url: str | None = None
+
+
 class _Simulator(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -99,7 +114,10 @@ class _SpaceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
-    backend: Literal["simulator"] | _Simulator | _Command = "simulator"
+    backend: (
+        Literal["simulator", "pseudo-cluster"]
+        | Annotated[_Simulator | _Command | _PseudoCluster, Field(discriminator="type")]
+    ) = "simulator"
     objective: str = "mean_jct_s"
     minimize: bool = True
     sampling: _Sampling = _Sampling()
@@ -124,8 +142,10 @@ def parse_space(data: object, source: str = "<space>") -> Space:
     )
     backend: str
     options: dict[str, Any]
-    if isinstance(model.backend, _Command):
-        backend, options = "command", model.backend.model_dump(exclude={"type"})
+    if isinstance(model.backend, _Command | _PseudoCluster):
+        backend, options = model.backend.type, model.backend.model_dump(exclude={"type"})
+    elif model.backend == "pseudo-cluster":
+        backend, options = "pseudo-cluster", {}
     else:
         backend, options = "simulator", {}
     try:
