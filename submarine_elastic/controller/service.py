@@ -126,9 +126,15 @@ class ControllerService(Controller):
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, str] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
+        # Jobs get their own policies back before the engine's state, which holds those policies' state.
+        for job in store.jobs(live_only=True):
+            self._use_policy(job.job_id, store.job_extra(job.job_id)[0])
         state = store.get("policy_engine")
         if state:
-            engine.load_state_dict(state)
+            try:
+                engine.load_state_dict(state)
+            except PolicyError as exc:
+                log.error("the saved policy state cannot be used (%s); the policies start afresh", exc)
         self._recover()
 
     # ------------------------------------------------------------------ Controller

@@ -210,3 +210,15 @@ def test_a_straggler_seen_in_the_metrics_is_replaced(tmp_path: Path):
     assert cluster.replaced == [("job", ("worker-2",))]
     assert (record.from_workers, record.to_workers) == (4, 4) and "worker-2" in record.reason
     assert c.decision("job").applied
+
+
+def test_a_restarted_controller_gives_jobs_their_own_policies_back(tmp_path: Path):
+    cluster, clock = FakeCluster(capacity=8), Clock()
+    first = controller(tmp_path, cluster, clock, policy="static")
+    first.job_submitted("job", 1, 4, 2, policy="greedy")
+    cluster.sizes["job"] = 2
+    first.tick()
+    settle(first)
+    first.store.close()
+    second = controller(tmp_path, cluster, clock, policy="static")
+    assert type(second.engine.policy_for("job")).__name__ == "GreedyPolicy"
