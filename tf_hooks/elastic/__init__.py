@@ -9,6 +9,8 @@
   workers only the re-form.
 - :mod:`tf_hooks.elastic.state`: Horovod elastic state holding TensorFlow variables (Keras 3 or a
   custom ``tf.GradientTape`` loop), committed every K steps, restored and broadcast on every reset.
+- :mod:`tf_hooks.elastic.keras`: Keras ``fit`` with Horovod's Keras state and callbacks, for Keras 2
+  (``tf_keras``) only; it refuses Keras 3, under which Horovod's helpers would train unsynchronised.
 
 A custom-loop script::
 
