@@ -1,0 +1,134 @@
+"""The Keras ``fit`` example as an elastic job on the real pseudo-cluster (Keras 2, real Horovod).
+
+The example writes the committed per-epoch history, each final rank's weights and accuracy, and the
+timings of every ring re-form it went through; the assertions are what a user would check: the job
+resizes when told, every rank ends with the same weights, and the model reaches its accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.yarn import ServiceState, YarnServiceClient
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = 2048
+MIN_ACCURACY = 0.95
+TOKEN = "keras-elastic-test-token"
+
+
+@pytest.fixture()
+def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[YarnServiceClient]:
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as client:
+        yield client
+
+
+@pytest.fixture()
+def metrics() -> Iterator[MetricsServer]:
+    server = MetricsServer(token=TOKEN).start()
+    yield server
+    server.stop(grace=0)
+
+
+def submarine(rm_url: str, controller_dir: Path, *args: str) -> str:
+    # A controller dir of its own: a controller someone runs on this machine must not adopt the job.
+    env = {"SUBMARINE_RM_URL": rm_url, "SUBMARINE_CONTROLLER_DIR": str(controller_dir)}
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = yarn.status(name).state
+        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
+            assert state != ServiceState.FAILED, f"job {name} failed"
+            return
+        time.sleep(1)
+    raise AssertionError(f"job {name} did not finish within {timeout} s")
+
+
+def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, metrics: MetricsServer, tmp_path: Path
+):
+    name = "keras-elastic-flex"
+    log = tmp_path / "log"
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_keras_elastic.py --samples {SAMPLES} --epochs 100 "
+        f"--step-sleep 0.02 --until-file {tmp_path}/stop --log-dir {log} "
+        f"2>>{tmp_path}/stderr-$SUBMARINE_WORKER_INSTANCE.txt"
+    )
+    ctl = tmp_path / "controller"
+    submarine(
+        cluster_spec.rm_url,
+        ctl,
+        *("job", "run", "--name", name, "--elastic", "--num_workers", "2", "--min_workers", "1"),
+        *("--max_workers", "3", "--worker_resources", "memory-mb=1024,vcores=1", "--env", "TF_USE_LEGACY_KERAS=1"),
+        *("--env", f"SUBMARINE_METRICS_ENDPOINT={metrics.address}", "--env", f"SUBMARINE_METRICS_TOKEN={TOKEN}"),
+        *("--worker_launch_cmd", cmd),
+    )
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(2, timeout=240)
+            for n in (3, 1, 2):
+                out = submarine(cluster_spec.rm_url, ctl, "job", "flex", name, "--workers", str(n), "--timeout", "240")
+                assert f"ring has {n} workers" in out
+                time.sleep(3)  # train a few batches at this size
+            assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
+        (tmp_path / "stop").touch()
+        wait_finished(yarn, name)
+    finally:
+        yarn.destroy(name, missing_ok=True)
+
+    history = json.loads((log / "history.json").read_text())
+    assert [r["epoch"] for r in history] == list(range(len(history))), "an epoch was lost or repeated"
+    sizes = [r["workers"] for r in history]
+    assert {1, 2, 3} <= set(sizes) and sizes[-1] == 2
+    assert history[-1]["loss"] < history[0]["loss"] / 5
+
+    finals = {p.name: json.loads(p.read_text()) for p in sorted(log.glob("final-rank*.json"))}
+    assert sorted(finals) == ["final-rank0.json", "final-rank1.json"]
+    for final in finals.values():
+        assert final["accuracy"] >= MIN_ACCURACY
+        assert final["epochs"] == len(history)
+    weights = [np.load(p) for p in sorted(log.glob("weights-rank*.npz"))]
+    assert len(weights) == 2
+    for key in weights[0].files:
+        np.testing.assert_array_equal(weights[0][key], weights[1][key])
+
+    # Rank 0 at the end is worker-0, which was in every ring (flex-down removes the highest): it saw
+    # every re-form, each one short.
+    resets = finals["final-rank0.json"]["resets"]
+    assert [(r["size_before"], r["size_after"]) for r in resets] == [(2, 3), (3, 1), (1, 2)]
+    for r in resets:
+        assert r["reformed"] - r["left_fit"] < 10, r
+        assert r["resumed"] - r["reformed"] < 10, r
+
+    # The MetricsCallback reported every rank's steps with the ring it trained in.
+    points = metrics.store.series(name, 100_000)
+    by_step: dict[int, list] = {}
+    for p in points:
+        assert 0 <= p.worker.rank < p.world_size
+        by_step.setdefault(p.point.step, []).append(p)
+    assert {1, 2, 3} <= {p.world_size for p in points}
+    for step, reports in by_step.items():
+        assert len({p.world_size for p in reports}) == 1, f"step {step}: ranks disagree on the ring size"
+        assert len({p.worker.rank for p in reports}) == len(reports) <= reports[0].world_size
+    last = max(by_step)
+    assert last == finals["final-rank0.json"]["steps"] and len(by_step[last]) == 2
+    assert all(p.point.learning_rate == pytest.approx(0.05) for p in points)
