@@ -131,9 +131,9 @@ class ResizeCosts:
 
     ``start_s``: from zero workers to some (first start, or resume after preemption); ``scale_out_s``: more
     workers; ``scale_in_s``: fewer, but not zero. The defaults are the pauses the live system measured
-    (benchmarks/bench_elastic.py, benchmarks/results/elastic.md: median scale-out pause 0.55-0.60 s with
-    pre-warmed joiners, against 5.2-5.5 s for stock Horovod elastic; scale-in 0.13-0.28 s); a
-    checkpoint-restart system pays about 30 s for every change (:meth:`restart`).
+    (benchmarks/bench_elastic.py, benchmarks/results/elastic.md: scale-out 0.37-0.60 s with pre-warmed joiners
+    against 4.8-5.5 s for stock Horovod elastic, scale-in 0.09-0.28 s, across runs; the defaults take the upper
+    end); a checkpoint-restart system pays about 30 s for every change (:meth:`restart`).
     """
 
     start_s: float = 0.0
