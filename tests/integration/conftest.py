@@ -7,12 +7,16 @@ not collide with a cluster the developer has up on the default ports.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.yarn import ServiceState, YarnServiceClient
 
 PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
 
@@ -30,6 +34,31 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_spec: Cluster
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture()
+def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[YarnServiceClient]:
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as client:
+        yield client
+
+
+def submarine(rm_url: str, *args: str) -> str:
+    """Run the ``submarine`` command in-process against ``rm_url``; a non-zero exit fails the test."""
+    result = CliRunner().invoke(cli, list(args), env={"SUBMARINE_RM_URL": rm_url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 180) -> None:
+    """Block until the job's service ended; a FAILED end fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = yarn.status(name).state
+        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
+            assert state != ServiceState.FAILED, f"job {name} failed"
+            return
+        time.sleep(1)
+    raise AssertionError(f"job {name} did not finish within {timeout} s")
 
 
 def processes_under(path: Path) -> list[int]:

@@ -21,28 +21,17 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.yarn import ServiceState, YarnServiceClient
+from submarine_elastic.yarn import YarnServiceClient
+from tests.integration.conftest import submarine, wait_finished
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = 2048
-
-
-@pytest.fixture()
-def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[YarnServiceClient]:
-    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as client:
-        yield client
-
-
-def submarine(rm_url: str, *args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), env={"SUBMARINE_RM_URL": rm_url}, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def start_job(rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None) -> None:
@@ -73,14 +62,7 @@ def start_job(rm_url: str, name: str, work: Path, workers: int = 2, env: dict[st
 
 def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
     (work / "stop").touch()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = yarn.status(name).state
-        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
-            assert state != ServiceState.FAILED, f"job {name} failed"
-            return
-        time.sleep(1)
-    raise AssertionError(f"job {name} did not finish within {timeout} s")
+    wait_finished(yarn, name, timeout)
 
 
 def committed_steps(log_dir: Path) -> dict[int, list[dict]]:

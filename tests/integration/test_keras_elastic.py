@@ -15,13 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.server import MetricsServer
-from submarine_elastic.yarn import ServiceState, YarnServiceClient
+from submarine_elastic.yarn import YarnServiceClient
+from tests.integration.conftest import submarine, wait_finished
 
 pytestmark = pytest.mark.integration
 
@@ -32,35 +31,10 @@ TOKEN = "keras-elastic-test-token"
 
 
 @pytest.fixture()
-def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[YarnServiceClient]:
-    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as client:
-        yield client
-
-
-@pytest.fixture()
 def metrics() -> Iterator[MetricsServer]:
     server = MetricsServer(token=TOKEN).start()
     yield server
     server.stop(grace=0)
-
-
-def submarine(rm_url: str, controller_dir: Path, *args: str) -> str:
-    # A controller dir of its own: a controller someone runs on this machine must not adopt the job.
-    env = {"SUBMARINE_RM_URL": rm_url, "SUBMARINE_CONTROLLER_DIR": str(controller_dir)}
-    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = yarn.status(name).state
-        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
-            assert state != ServiceState.FAILED, f"job {name} failed"
-            return
-        time.sleep(1)
-    raise AssertionError(f"job {name} did not finish within {timeout} s")
 
 
 def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
@@ -73,10 +47,8 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
         f"--step-sleep 0.02 --until-file {tmp_path}/stop --log-dir {log} "
         f"2>>{tmp_path}/stderr-$SUBMARINE_WORKER_INSTANCE.txt"
     )
-    ctl = tmp_path / "controller"
     submarine(
         cluster_spec.rm_url,
-        ctl,
         *("job", "run", "--name", name, "--elastic", "--num_workers", "2", "--min_workers", "1"),
         *("--max_workers", "3", "--worker_resources", "memory-mb=1024,vcores=1", "--env", "TF_USE_LEGACY_KERAS=1"),
         *("--env", f"SUBMARINE_METRICS_ENDPOINT={metrics.address}", "--env", f"SUBMARINE_METRICS_TOKEN={TOKEN}"),
@@ -86,7 +58,7 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
         with JobClient(name, yarn, locate_timeout=120) as job:
             job.wait_for_size(2, timeout=240)
             for n in (3, 1, 2):
-                out = submarine(cluster_spec.rm_url, ctl, "job", "flex", name, "--workers", str(n), "--timeout", "240")
+                out = submarine(cluster_spec.rm_url, "job", "flex", name, "--workers", str(n), "--timeout", "240")
                 assert f"ring has {n} workers" in out
                 time.sleep(3)  # train a few batches at this size
             assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
