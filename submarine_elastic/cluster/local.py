@@ -44,6 +44,7 @@ from submarine_elastic.cluster.api import (
     PrerequisiteError,
     ServiceSummary,
 )
+from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
 
@@ -457,22 +458,20 @@ class LocalCluster:
         result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons])
         try:
             metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics")["clusterMetrics"]
-            apps = _get_json(
-                f"{spec.rm_url}/ws/v1/cluster/apps",
-                params={"applicationTypes": "yarn-service", "states": "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"},
-            )
             nodes = _rm_nodes(spec.rm_url)
-        except requests.RequestException as exc:
+            with YarnServiceClient(spec.rm_url, retries=0) as yarn:
+                apps = yarn.list()
+        except (requests.RequestException, YarnError) as exc:
             return dataclasses.replace(result, rm_error=f"ResourceManager at {spec.rm_url} not answering: {exc}")
         services = [
             ServiceSummary(
-                name=a["name"],
-                app_id=a["id"],
-                state=a["state"],
-                allocated_memory_mb=int(a.get("allocatedMB", 0)),
-                containers=int(a.get("runningContainers", 0)),
+                name=a.name,
+                app_id=a.id,
+                state=str(a.state),
+                allocated_memory_mb=a.allocated_mb or 0,
+                containers=a.running_containers or 0,
             )
-            for a in ((apps.get("apps") or {}).get("app") or [])
+            for a in apps
         ]
         return dataclasses.replace(
             result,
