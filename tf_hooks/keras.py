@@ -119,7 +119,10 @@ class _MetricsCallbackLogic:
                     user = self._select(logs)
             rank, world_size = self._ring
             self.sink.record(
-                StepRecord(step, time.time(), rank, world_size, loss, eps, step_time, batch_size, self._lr, user)
+                # tuple.__new__: the NamedTuple's own constructor is a Python function (0.4 µs)
+                tuple.__new__(
+                    StepRecord, (step, time.time(), rank, world_size, loss, eps, step_time, batch_size, self._lr, user)
+                )
             )
         except Exception:
             self.errors += 1
