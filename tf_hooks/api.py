@@ -94,6 +94,16 @@ class MetricsSink(ABC):
     def stats(self) -> SenderStats:
         """The counters now. Never blocks for long."""
 
+    def add_source(self, drain: Callable[[], list[StepRecord | int]]) -> Callable[[], None] | None:
+        """Lets a hook hand records over in bulk instead of through :meth:`record` on every step.
+
+        The sink calls ``drain`` from its own thread (and from :meth:`flush` and :meth:`close`), one
+        call at a time; it returns the records in order, with an int ``n`` where ``n`` records were
+        lost (counted as dropped, and their seq numbers skipped). Returns a function the hook calls to
+        ask for a drain soon, or None when this sink takes records only through :meth:`record`.
+        """
+        return None
+
 
 class NullSink(MetricsSink):
     """Drops every record: what the hooks use when no metrics endpoint is configured."""

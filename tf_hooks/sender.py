@@ -7,6 +7,11 @@ are sent again, first, on the next attempt; the service ignores the ones it alre
 the service is unreachable the queue keeps the newest ``queue_size`` records and counts the older
 ones it drops; the sender retries with exponential backoff (tenacity) and resumes where it was.
 
+Records come in two ways: :meth:`GrpcSink.record`, one at a time on the training thread, or in bulk
+from a source (``add_source``): the Keras callback only appends raw steps to its own deque, and the
+sender thread drains and converts them before each send, so that work stays off the training thread.
+The points go out as bytes written by ``tf_hooks.wire``.
+
 Seq numbers count up from 1 per incarnation, and the incarnation changes whenever the worker's
 (rank, world size) does, i.e. when Horovod re-forms the ring, and with every new process.
 """
@@ -20,7 +25,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
@@ -123,6 +128,8 @@ class GrpcSink(MetricsSink):
         self._boot = f"{os.getpid():x}-{time.time_ns() // 1_000_000:x}"
 
         self._lock = threading.Lock()
+        self._pull_lock = threading.Lock()
+        self._sources: list[Callable[[], list[StepRecord | int]]] = []
         self._settled = threading.Condition(self._lock)
         self._queue: deque[_Queued] = deque()
         self._inflight: list[_Flight] = []
@@ -153,8 +160,15 @@ class GrpcSink(MetricsSink):
     # -- training thread ----------------------------------------------------------------------
 
     def record(self, record: StepRecord) -> None:
+        self._record(record, 0)
+
+    def _record(self, record: StepRecord, lost_before: int) -> None:
+        """Queues ``record``; ``lost_before`` records that a source lost just before it are counted as
+        dropped and leave a gap in its incarnation's seq numbers."""
         ring = (record.rank, record.world_size)
         with self._lock:
+            self._recorded += lost_before
+            self._dropped += lost_before
             if self._closed:
                 self._recorded += 1
                 self._dropped += 1
@@ -164,7 +178,7 @@ class GrpcSink(MetricsSink):
                 self._generation += 1
                 self._incarnation = f"{self._boot}.{self._generation}"
                 self._seq = 0
-            self._seq += 1
+            self._seq += lost_before + 1
             queue = self._queue
             if len(queue) >= self._config.queue_size:
                 queue.popleft()
@@ -178,8 +192,31 @@ class GrpcSink(MetricsSink):
 
     # -- any thread -----------------------------------------------------------------------------
 
+    def add_source(self, drain: Callable[[], list[StepRecord | int]]) -> Callable[[], None]:
+        with self._lock:
+            self._sources.append(drain)
+        return self._wake.set
+
+    def _pull(self) -> None:
+        """Moves what the sources hold into the queue, in order; one caller at a time."""
+        with self._pull_lock:
+            for drain in self._sources:
+                lost = 0
+                for item in drain():
+                    if isinstance(item, int):
+                        lost += item
+                    else:
+                        self._record(item, lost)
+                        lost = 0
+                if lost:  # nothing kept after them: counted now, the gap shows with the next record
+                    with self._lock:
+                        self._recorded += lost
+                        self._dropped += lost
+                        self._seq += lost
+
     def flush(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        self._pull()
         with self._settled:
             target = self._recorded
             failures = self._failed_streams
@@ -197,6 +234,7 @@ class GrpcSink(MetricsSink):
         return True
 
     def close(self, timeout: float) -> SenderStats:
+        self._pull()
         with self._lock:
             already = self._closed
             self._closed = True
@@ -240,6 +278,7 @@ class GrpcSink(MetricsSink):
         config = self._config
         try:
             while not self._abandon.is_set():
+                self._pull()
                 with self._lock:
                     pending = bool(self._queue or self._inflight)
                 if not pending and self._closing.is_set():
@@ -283,6 +322,7 @@ class GrpcSink(MetricsSink):
 
     def _send_once(self) -> None:
         config = self._config
+        self._pull()
         with self._lock:
             room = config.max_stream_points - self._inflight_points
             taken = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
@@ -446,7 +486,12 @@ class GrpcSink(MetricsSink):
             if key in cache:
                 return cache[key]
             try:
-                number = float(value() if callable(value) else value)
+                if callable(value):
+                    value = value()
+                    if value is None:  # e.g. a learning rate the model does not have
+                        cache[key] = None
+                        return None
+                number = float(value)
             except Exception:
                 logger.debug("a metric value could not be turned into a number; omitted", exc_info=True)
                 self._warn_once("conversion", "a metric value could not be turned into a number; omitted")
