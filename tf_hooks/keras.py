@@ -194,7 +194,6 @@ class _MetricsCallbackLogic:
         return out
 
     def _record_now(self, item: tuple[int, int, float, Any, _Span]) -> None:
-        self._next_index = item[0] + 1
         self.sink.record(self._convert(*item[1:]))
 
     def _convert(self, batch: int, t: float, logs: Any, span: _Span) -> StepRecord:
