@@ -16,7 +16,6 @@ Keras 2, the learning rate variable), is worked out on the sender thread.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,12 +26,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tf_hooks._horovod import horovod_ring
-from tf_hooks.api import MetricsSink, SenderStats, StepRecord, resolve
-from tf_hooks.config import MetricsConfig
-from tf_hooks.sender import make_sink
-
-logger = logging.getLogger(__name__)
+from tf_hooks._hook import ReportingHook
+from tf_hooks.api import MetricsSink, StepRecord
 
 
 class _Span(NamedTuple):
@@ -46,7 +41,7 @@ class _Span(NamedTuple):
     batch_size: int | None
 
 
-class _MetricsCallbackLogic:
+class _MetricsCallbackLogic(ReportingHook):
     """The callback's behaviour; :func:`callback_class` mixes it into a Keras ``Callback``.
 
     On each reported step the training thread appends one tuple (a counter, the batch index, the
@@ -89,23 +84,22 @@ class _MetricsCallbackLogic:
             MetricsConfigError: a setting is unusable (names it).
         """
         super().__init__()
-        config = MetricsConfig.from_env(
+        self._init_reporting(
+            sink=sink,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world_size,
             endpoint=endpoint,
             job_id=job_id,
             instance=instance,
             token=token,
             tls_ca=tls_ca,
             every_n=every_n,
-            **tuning,
+            tuning=tuning,
         )
-        self.config = config
-        self.sink: MetricsSink = sink if sink is not None else make_sink(config)
-        self.errors = 0
+        config = self.config
         # Keras 2 (tf_keras): hand the logs over as tensors instead of converting them on this thread.
         self._supports_tf_logs = True
-        self._batch_size = batch_size
-        self._rank_arg = rank
-        self._world_size_arg = world_size
         self._user_metrics = user_metrics
         self._lr = self._read_learning_rate if learning_rate else None
         self._every_n = config.every_n
@@ -137,21 +131,11 @@ class _MetricsCallbackLogic:
             self._put((next(self._count), batch, perf_counter(), logs, span))
             if len(self._steps) == self._wake_at:
                 self._wake()  # type: ignore[misc]
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsCallback failed; training goes on", exc_info=True)
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed()
 
     def on_train_end(self, logs: Any = None) -> None:
         self._guard(lambda: self.sink.flush(self.config.close_timeout))
-
-    # -- public ---------------------------------------------------------------------------------
-
-    def close(self, timeout: float | None = None) -> SenderStats:
-        """Flushes for up to ``timeout`` seconds (default ``close_timeout``) and stops the sender.
-
-        Blocks at most that long (plus channel teardown). Never raises.
-        """
-        return self.sink.close(self.config.close_timeout if timeout is None else timeout)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -159,17 +143,9 @@ class _MetricsCallbackLogic:
         self._span = self._new_span(self._iterations())
 
     def _new_span(self, base: int) -> _Span:
-        ring = horovod_ring() if self._rank_arg is None or self._world_size_arg is None else None
-        default_rank, default_size = ring or (0, 1)
+        rank, world_size, batch_size = self._ring_now()
         t0 = perf_counter()
-        return _Span(
-            base,
-            t0,
-            time.time() - t0,
-            resolve(self._rank_arg, default_rank),
-            resolve(self._world_size_arg, default_size),
-            resolve(self._batch_size, 0) or None,
-        )
+        return _Span(base, t0, time.time() - t0, rank, world_size, batch_size)
 
     def _iterations(self) -> int:
         optimizer = getattr(self.model, "optimizer", None)
@@ -187,9 +163,8 @@ class _MetricsCallbackLogic:
             self._next_index = index + 1
             try:
                 out.append(self._convert(batch, t, logs, span))
-            except Exception:
-                self.errors += 1
-                logger.log(self._level(), "MetricsCallback failed to convert a step; skipped", exc_info=True)
+            except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+                self._failed("failed to convert a step; skipped")
                 out.append(1)
         return out
 
@@ -237,17 +212,6 @@ class _MetricsCallbackLogic:
         if callable(rate) and not hasattr(rate, "numpy"):  # a schedule object
             rate = rate(optimizer.iterations)  # type: ignore[union-attr]
         return float(rate)
-
-    def _guard(self, fn: Callable[[], object]) -> None:
-        try:
-            fn()
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsCallback failed; training goes on", exc_info=True)
-
-    def _level(self) -> int:
-        """WARNING for the first failure, DEBUG after it: a broken hook must not flood the log."""
-        return logging.WARNING if self.errors == 1 else logging.DEBUG
 
 
 _classes: dict[ModuleType, type] = {}

@@ -7,7 +7,6 @@ under ``MonitoredTrainingSession``. One ``run`` of the session is one training s
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,15 +14,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from tf_hooks._horovod import horovod_ring
-from tf_hooks.api import MetricsSink, SenderStats, StepRecord, resolve
-from tf_hooks.config import MetricsConfig
-from tf_hooks.sender import make_sink
-
-logger = logging.getLogger(__name__)
+from tf_hooks._hook import ReportingHook
+from tf_hooks.api import MetricsSink, StepRecord
 
 
-class MetricsHook(tf.compat.v1.train.SessionRunHook):
+class MetricsHook(ReportingHook, tf.compat.v1.train.SessionRunHook):
     """Reports every (or every N-th) ``session.run`` to the metrics service."""
 
     def __init__(
@@ -56,26 +51,24 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
         Raises:
             MetricsConfigError: a setting is unusable (names it).
         """
-        config = MetricsConfig.from_env(
+        self._init_reporting(
+            sink=sink,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world_size,
             endpoint=endpoint,
             job_id=job_id,
             instance=instance,
             token=token,
             tls_ca=tls_ca,
             every_n=every_n,
-            **tuning,
+            tuning=tuning,
         )
-        self.config = config
-        self.sink: MetricsSink = sink if sink is not None else make_sink(config)
-        self.errors = 0
         self._loss = loss
         self._learning_rate = learning_rate
         self._extra = dict(extra_tensors or {})
         self._global_step_arg = global_step
-        self._batch_size = batch_size
-        self._rank_arg = rank
-        self._world_size_arg = world_size
-        self._every_n = config.every_n
+        self._every_n = self.config.every_n
         self._fetches: dict[str, Any] = {}
         self._global_step: Any = None
         self._step = 0
@@ -95,22 +88,18 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
             if self._extra:
                 fetches["extra"] = self._extra
             self._fetches = fetches
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsHook failed; training goes on", exc_info=True)
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         try:
             self._step = int(session.run(self._global_step)) if self._global_step is not None else self._step
             self._step_prev = self._step
             self._t_prev = time.perf_counter()
-            ring = horovod_ring() if self._rank_arg is None or self._world_size_arg is None else None
-            default_rank, default_size = ring or (0, 1)
-            self._ring = (resolve(self._rank_arg, default_rank), resolve(self._world_size_arg, default_size))
-            self._current_batch_size = resolve(self._batch_size, 0) or None
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsHook failed; training goes on", exc_info=True)
+            rank, world_size, self._current_batch_size = self._ring_now()
+            self._ring = (rank, world_size)
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed()
 
     def before_run(self, run_context: Any) -> Any:
         if self._fetches and (self._step + 1) % self._every_n == 0:
@@ -148,24 +137,11 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
                     results.get("extra"),
                 )
             )
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsHook failed; training goes on", exc_info=True)
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed()
 
     def end(self, session: Any) -> None:
         try:
             self.sink.flush(self.config.close_timeout)
-        except Exception:
-            self.errors += 1
-            logger.log(self._level(), "MetricsHook failed; training goes on", exc_info=True)
-
-    def close(self, timeout: float | None = None) -> SenderStats:
-        """Flushes for up to ``timeout`` seconds (default ``close_timeout``) and stops the sender.
-
-        Blocks at most that long (plus channel teardown). Never raises.
-        """
-        return self.sink.close(self.config.close_timeout if timeout is None else timeout)
-
-    def _level(self) -> int:
-        """WARNING for the first failure, DEBUG after it: a broken hook must not flood the log."""
-        return logging.WARNING if self.errors == 1 else logging.DEBUG
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed()
