@@ -1,21 +1,30 @@
 """Interfaces, value types and errors of the training-side metrics path.
 
-A :class:`MetricsSink` takes one :class:`StepRecord` per reported step from the training thread.
+A :class:`MetricsSink` takes one :class:`StepRecord` per reported step from the training thread, or
+:class:`StepBlock` columns in bulk from a hook's own queue (:meth:`MetricsSink.add_source`).
 :class:`NullSink` (the default when no endpoint is configured) drops everything; the gRPC sink in
 ``tf_hooks.sender`` queues and streams from a background thread. Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
 
 #: The same rule the metrics service applies to job ids (YARN service names).
 JOB_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,63}")
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+#: The most steps the metrics service takes in one batch.
+MAX_POINTS_PER_BATCH = 10_000
 
 #: A number, or something the sender turns into one off the training thread: a TensorFlow tensor
 #: or NumPy scalar (anything ``float()`` accepts), or a zero-argument callable returning one.
@@ -47,6 +56,75 @@ class StepRecord(NamedTuple):
     batch_size: int | None = None
     learning_rate: Lazy = None
     user_metrics: Mapping[str, Lazy] | None = None
+
+
+@dataclass(frozen=True)
+class StepBlock:
+    """Consecutive reported steps of one (rank, world size), column by column: row ``i`` of every
+    column is one step. What a source hands a sink in bulk (:meth:`MetricsSink.add_source`).
+
+    Float columns hold NaN where a step lacks the value, ``batch_size`` holds 0; a column that is
+    None is absent for every step. The sink applies the service's rules (out-of-range values become
+    absent, a bad wall time becomes now), so a source only converts.
+    """
+
+    rank: int
+    world_size: int
+    step: np.ndarray  # int64
+    wall_time: np.ndarray  # float64
+    loss: np.ndarray | None = None
+    examples_per_second: np.ndarray | None = None
+    step_time_seconds: np.ndarray | None = None
+    batch_size: np.ndarray | None = None  # int64
+    learning_rate: np.ndarray | None = None
+    user_metrics: Mapping[str, np.ndarray] = field(default_factory=dict)
+    #: Steps the source lost just before each row (int64); None when it lost none.
+    lost_before: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+def as_floats(values: Sequence[Lazy], cache: dict[int, float] | None = None) -> np.ndarray:
+    """``values`` as a float64 array, NaN for None and for anything that is not a number.
+
+    Plain numbers, NumPy scalars and TensorFlow tensors convert in one NumPy call. A zero-argument
+    callable is called and its result converted, once per callable while ``cache`` is kept: keep it
+    no longer than the objects in ``values`` live (it is keyed by ``id``).
+    """
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    if cache is None:
+        cache = {}
+    out = np.empty(len(values), dtype=np.float64)
+    for i, value in enumerate(values):
+        if callable(value):
+            key = id(value)
+            if key not in cache:
+                cache[key] = _as_float(value)
+            out[i] = cache[key]
+        else:
+            out[i] = _as_float(value)
+    return out
+
+
+def _as_float(value: Lazy) -> float:
+    global _warned_conversion
+    try:
+        if callable(value):
+            value = value()
+        return math.nan if value is None else float(value)
+    except Exception:  # noqa: BLE001  (a user's metric object may raise anything; it is absent then)
+        logger.debug("a metric value could not be turned into a number; omitted", exc_info=True)
+        if not _warned_conversion:
+            _warned_conversion = True
+            logger.warning("a metric value could not be turned into a number; omitted")
+        return math.nan
+
+
+_warned_conversion = False
 
 
 @dataclass(frozen=True)
@@ -94,13 +172,14 @@ class MetricsSink(ABC):
     def stats(self) -> SenderStats:
         """The counters now. Never blocks for long."""
 
-    def add_source(self, drain: Callable[[], list[StepRecord | int]]) -> Callable[[], None] | None:
-        """Lets a hook hand records over in bulk instead of through :meth:`record` on every step.
+    def add_source(self, drain: Callable[[], list[StepBlock | int]]) -> Callable[[], None] | None:
+        """Lets a hook hand steps over in bulk instead of through :meth:`record` on every step.
 
-        The sink calls ``drain`` from its own thread (and from :meth:`flush` and :meth:`close`), one
-        call at a time; it returns the records in order, with an int ``n`` where ``n`` records were
-        lost (counted as dropped, and their seq numbers skipped). Returns a function the hook calls to
-        ask for a drain soon, or None when this sink takes records only through :meth:`record`.
+        The sink calls ``drain`` from its own thread (and from :meth:`flush`, :meth:`close` and
+        :meth:`stats`), one call at a time; it returns the steps since the last call as blocks, in
+        order, with an int ``n`` where ``n`` steps were lost (counted as dropped, and their seq numbers
+        skipped). Returns a function the hook calls to ask for a drain soon, or None when this sink
+        takes records only through :meth:`record`.
         """
         return None
 

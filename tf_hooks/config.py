@@ -7,15 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from submarine_elastic import env
-from tf_hooks.api import INSTANCE_PATTERN, JOB_ID_PATTERN, MetricsConfigError
+from tf_hooks.api import INSTANCE_PATTERN, JOB_ID_PATTERN, MAX_POINTS_PER_BATCH, MetricsConfigError
 
 
 @dataclass(frozen=True)
 class MetricsConfig:
     """Everything a sink needs. ``endpoint`` None means: report nothing (a :class:`NullSink`).
 
-    The tuning fields bound memory (``queue_size`` queued plus ``max_stream_points`` in flight) and
-    time (``rpc_timeout`` per stream, ``close_timeout`` at the end of training).
+    The tuning fields bound memory (``queue_size`` steps handed over and not yet taken in by the
+    sender, ``queue_size`` queued, ``max_stream_points`` in flight) and time (``rpc_timeout`` per
+    stream, ``close_timeout`` at the end of training). A stream goes out every ``flush_interval``
+    seconds, or as soon as ``max_stream_points`` steps wait, in batches of ``max_batch_points``
+    (the service takes at most ``MAX_POINTS_PER_BATCH`` a batch).
     """
 
     endpoint: str | None = None
@@ -27,8 +30,8 @@ class MetricsConfig:
     every_n: int = 1
     queue_size: int = 10_000
     max_stream_points: int = 4096
-    max_batch_points: int = 512
-    flush_interval: float = 0.25
+    max_batch_points: int = 4096
+    flush_interval: float = 1.0
     rpc_timeout: float = 10.0
     backoff_initial: float = 0.1
     backoff_max: float = 2.0
@@ -56,6 +59,11 @@ class MetricsConfig:
         for name in ("every_n", "queue_size", "max_stream_points", "max_batch_points"):
             if getattr(self, name) < 1:
                 raise MetricsConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_batch_points > MAX_POINTS_PER_BATCH:
+            raise MetricsConfigError(
+                f"max_batch_points must be at most {MAX_POINTS_PER_BATCH} (the service's limit), "
+                f"got {self.max_batch_points}"
+            )
         for name in ("flush_interval", "rpc_timeout", "backoff_initial", "backoff_max"):
             if not getattr(self, name) > 0:
                 raise MetricsConfigError(f"{name} must be positive, got {getattr(self, name)}")

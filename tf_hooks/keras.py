@@ -15,7 +15,9 @@ Keras 2, the learning rate variable), is worked out on the sender thread.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -24,10 +26,11 @@ from time import perf_counter
 from types import ModuleType
 from typing import Any, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from tf_hooks._hook import ReportingHook
-from tf_hooks.api import MetricsSink, StepRecord
+from tf_hooks.api import MetricsSink, StepBlock, StepRecord, as_floats
 
 
 class _Span(NamedTuple):
@@ -46,8 +49,9 @@ class _MetricsCallbackLogic(ReportingHook):
 
     On each reported step the training thread appends one tuple (a counter, the batch index, the
     clock, Keras's logs and the current span) to a bounded deque, and nothing else; the sink's
-    sender thread turns the tuples into records (step number, step time, examples per second,
-    wall time, loss and user metrics). A full deque drops its oldest tuples, which the counter
+    sender thread turns all the tuples it finds into one :class:`~tf_hooks.api.StepBlock` per span,
+    column by column (step number, step time, examples per second, wall time, loss, learning rate
+    and user metrics). A full deque drops its oldest tuples, which the counter
     shows as a gap: counted as dropped, their seq numbers skipped. With a sink that takes records
     only one by one (a user's own :class:`~tf_hooks.api.MetricsSink`), the same conversion runs on
     the training thread instead.
@@ -110,7 +114,7 @@ class _MetricsCallbackLogic(ReportingHook):
         self._next_index = 0
         self._steps: deque[tuple[int, int, float, Any, _Span]] = deque(maxlen=config.queue_size)
         self._put = self._steps.append
-        self._wake_at = min(config.max_batch_points, config.queue_size)
+        self._wake_at = min(config.max_stream_points, config.queue_size)
         self._wake = self.sink.add_source(self._drain)
         if self._wake is None:  # a sink without bulk hand-over: convert and record on this thread
             self._put = self._record_now
@@ -152,21 +156,67 @@ class _MetricsCallbackLogic(ReportingHook):
         iterations = getattr(optimizer, "iterations", None)
         return int(iterations.numpy()) if iterations is not None else self._prev[1]
 
-    def _drain(self) -> list[StepRecord | int]:
-        """The sink's thread: the steps the training thread appended, as records (see the class)."""
-        out: list[StepRecord | int] = []
+    def _drain(self) -> list[StepBlock | int]:
+        """The sink's thread: the steps the training thread appended, as blocks (see the class)."""
         steps = self._steps
-        while steps:
-            index, batch, t, logs, span = steps.popleft()
-            if index != self._next_index:
-                out.append(index - self._next_index)  # the deque dropped these
-            self._next_index = index + 1
+        popleft = steps.popleft
+        items = [popleft() for _ in range(len(steps))]
+        if not items:
+            return []
+        indexes, batches, clocks, logs, spans = zip(*items, strict=True)
+        learning_rate = as_floats([self._lr])[0] if self._lr is not None else math.nan  # once per drain
+        out: list[StepBlock | int] = []
+        start = 0
+        for stop in [*(i for i in range(1, len(spans)) if spans[i] is not spans[i - 1]), len(spans)]:
+            index = np.array(indexes[start:stop], dtype=np.int64)
+            lost = np.diff(index, prepend=self._next_index - 1) - 1
+            self._next_index = int(index[-1]) + 1
             try:
-                out.append(self._convert(batch, t, logs, span))
+                block = self._block(spans[start], batches[start:stop], clocks[start:stop], logs[start:stop])
             except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
-                self._failed("failed to convert a step; skipped")
-                out.append(1)
+                self._failed("failed to convert steps; skipped")
+                out.append(int(lost.sum()) + stop - start)
+            else:
+                if not math.isnan(learning_rate):
+                    block = dataclasses.replace(block, learning_rate=np.full(len(index), learning_rate))
+                out.append(dataclasses.replace(block, lost_before=lost if lost.any() else None))
+            start = stop
         return out
+
+    def _block(self, span: _Span, batches: Sequence[int], clocks: Sequence[float], logs: Sequence[Any]) -> StepBlock:
+        """Steps of one span as columns: step number, wall time, step time, examples per second (from
+        the clock readings), loss and user metrics (from Keras's logs)."""
+        step = np.array(batches, dtype=np.int64) + (span.base + 1)
+        clock = np.array(clocks, dtype=np.float64)
+        prev_span, prev_step, prev_clock = self._prev
+        if prev_span is not span:
+            prev_step, prev_clock = span.base, span.t0
+        self._prev = (span, int(step[-1]), float(clock[-1]))
+        steps = np.diff(step, prepend=prev_step)
+        elapsed = np.diff(clock, prepend=prev_clock)
+        timed = (steps > 0) & (elapsed > 0)
+        step_time = np.where(timed, elapsed / np.where(timed, steps, 1), np.nan)
+        batch_size = span.batch_size
+        loss = user = None
+        if any(logs):
+            loss = as_floats([entry.get("loss") if entry else None for entry in logs])
+            if self._user_metrics:
+                if self._user_metrics is True:
+                    names = dict.fromkeys(k for entry in logs if entry for k in entry if k != "loss")
+                else:
+                    names = dict.fromkeys(self._user_metrics)
+                user = {name: as_floats([entry.get(name) if entry else None for entry in logs]) for name in names}
+        return StepBlock(
+            span.rank,
+            span.world_size,
+            step,
+            span.wall_offset + clock,
+            loss=loss,
+            examples_per_second=batch_size / step_time if batch_size else None,
+            step_time_seconds=step_time,
+            batch_size=np.full(len(step), batch_size, dtype=np.int64) if batch_size else None,
+            user_metrics=user or {},
+        )
 
     def _record_now(self, item: tuple[int, int, float, Any, _Span]) -> None:
         self.sink.record(self._convert(*item[1:]))

@@ -1,16 +1,21 @@
 """The gRPC sink: a bounded queue filled by the training thread and a background thread that streams it.
 
-Delivery: every flush interval (or sooner when a batch is full) the sender takes up to
-``max_stream_points`` records off the queue, sends them as one client-streaming ``Report`` call and
-forgets them once the answer acknowledges their seq. When the call fails they stay "in flight" and
-are sent again, first, on the next attempt; the service ignores the ones it already holds. While
-the service is unreachable the queue keeps the newest ``queue_size`` records and counts the older
-ones it drops; the sender retries with exponential backoff (tenacity) and resumes where it was.
+Delivery: every flush interval (or sooner when a stream's worth, ``max_stream_points``, waits) the
+sender takes up to ``max_stream_points`` steps off the queue, sends them as one client-streaming
+``Report`` call and forgets them once the answer acknowledges their seq. A call costs the client
+about a millisecond of CPU whatever it carries, so the defaults send few, large calls (one a second).
+When the call fails the steps stay "in flight" and are sent again, first, on the next attempt; the
+service ignores the ones it already holds. While the service is unreachable the queue keeps the
+newest ``queue_size`` steps and counts the older ones it drops; the sender retries with exponential
+backoff (tenacity) and resumes where it was.
 
-Records come in two ways: :meth:`GrpcSink.record`, one at a time on the training thread, or in bulk
-from a source (``add_source``): the Keras callback only appends raw steps to its own deque, and the
-sender thread drains and converts them before each send, so that work stays off the training thread.
-The points go out as bytes written by ``tf_hooks.wire``.
+Steps come in two ways: :meth:`GrpcSink.record`, one :class:`StepRecord` at a time, which only
+appends to a bounded deque, or in bulk from a source (``add_source``): the Keras callback keeps its
+own deque of raw steps. Either way the sender thread takes them in (``_pull``) and works column by
+column: a :class:`StepBlock` per run of steps with one (rank, world size), values outside the
+service's rules made absent with a few NumPy operations, and each batch written as one
+``StepColumns`` message (``tf_hooks.wire``), so the per-step work left is a handful of list
+comprehensions. Nothing of this runs on the training thread.
 
 Seq numbers count up from 1 per incarnation, and the incarnation changes whenever the worker's
 (rank, world size) does, i.e. when Horovod re-forms the ring, and with every new process.
@@ -18,17 +23,17 @@ Seq numbers count up from 1 per incarnation, and the incarnation changes wheneve
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import logging
-import math
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
+import numpy as np
 from tenacity import (
     RetryError,
     Retrying,
@@ -40,7 +45,7 @@ from tenacity import (
 
 from submarine_elastic.metrics.proto import metrics_pb2
 from tf_hooks import wire
-from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepRecord
+from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepBlock, StepRecord, as_floats
 from tf_hooks.config import MetricsConfig
 
 logger = logging.getLogger(__name__)
@@ -63,27 +68,84 @@ _SERVICE = metrics_pb2.DESCRIPTOR.services_by_name["MetricsService"]
 _REPORT_METHOD = f"/{_SERVICE.full_name}/{_SERVICE.methods_by_name['Report'].name}"
 
 
-class _Queued(NamedTuple):
-    order: int
-    incarnation: str
-    seq: int
-    record: StepRecord
+class _Chunk:
+    """Queued steps of one incarnation and ring position, column by column (row ``i`` is one step).
+
+    Values already satisfy the service's rules. Within an incarnation a step's place in the order
+    of records (what :meth:`GrpcSink.flush` waits for) is its seq plus ``offset``.
+    """
+
+    __slots__ = ("incarnation", "offset", "optional", "rank", "seq", "step", "user", "wall_time", "world_size")
+
+    def __init__(
+        self,
+        incarnation: str,
+        rank: int,
+        world_size: int,
+        offset: int,
+        seq: np.ndarray,
+        step: np.ndarray,
+        wall_time: np.ndarray,
+        optional: dict[str, np.ndarray | None],
+        user: list[tuple[str, np.ndarray]],
+    ) -> None:
+        self.incarnation = incarnation
+        self.rank = rank
+        self.world_size = world_size
+        self.offset = offset
+        self.seq = seq
+        self.step = step
+        self.wall_time = wall_time
+        self.optional = optional  # loss, examples_per_second, ...; None: absent throughout
+        self.user = user
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @property
+    def first_order(self) -> int:
+        return int(self.seq[0]) + self.offset
+
+    def rows(self, start: int, stop: int | None = None) -> _Chunk:
+        """Rows ``start:stop`` (views, no copy)."""
+        cut = slice(start, stop)
+        return _Chunk(
+            self.incarnation,
+            self.rank,
+            self.world_size,
+            self.offset,
+            self.seq[cut],
+            self.step[cut],
+            self.wall_time[cut],
+            {k: None if v is None else v[cut] for k, v in self.optional.items()},
+            [(name, values[cut]) for name, values in self.user],
+        )
 
 
 class _Flight:
-    """One ``ReportBatch`` (its bytes, built once) waiting for its acknowledgement; sent again until it comes."""
+    """One ``ReportBatch`` waiting for its acknowledgement; sent again (rows not yet held) until it comes."""
 
-    __slots__ = ("header", "key", "orders", "points", "seqs")
+    __slots__ = ("_payload", "chunk", "header", "key")
 
-    def __init__(self, header: bytes, key: str) -> None:
+    def __init__(self, header: bytes, key: str, chunk: _Chunk) -> None:
         self.header = header
         self.key = key
-        self.points: list[bytes] = []  # each framed as a ReportBatch.points element
-        self.orders: list[int] = []
-        self.seqs: list[int] = []
+        self.chunk = chunk
+        self._payload: bytes | None = None
 
     def payload(self) -> bytes:
-        return self.header + b"".join(self.points)
+        if self._payload is None:
+            c = self.chunk
+            self._payload = self.header + wire.columns(c.seq, c.step, c.wall_time, c.optional, c.user)
+        return self._payload
+
+    def settle(self, held: int) -> int:
+        """Forgets the rows whose seq is at most ``held``; returns how many."""
+        done = int(np.searchsorted(self.chunk.seq, held, side="right"))
+        if done:
+            self.chunk = self.chunk.rows(done)
+            self._payload = None
+        return done
 
     @property
     def batch(self) -> metrics_pb2.ReportBatch:
@@ -129,9 +191,17 @@ class GrpcSink(MetricsSink):
 
         self._lock = threading.Lock()
         self._pull_lock = threading.Lock()
-        self._sources: list[Callable[[], list[StepRecord | int]]] = []
         self._settled = threading.Condition(self._lock)
-        self._queue: deque[_Queued] = deque()
+        # record(): (index, record) pairs; a gap in the indexes is records the full deque dropped.
+        self._records: deque[tuple[int, StepRecord]] = deque(maxlen=config.queue_size)
+        self._handed = 0  # record() calls; written by the training thread only
+        self._next_record = 0  # the index the next drained record should have
+        self._pulls_begun = 0
+        self._pulls_done = 0
+        self._records_wake_at = min(config.max_stream_points, config.queue_size)
+        self._sources: list[Callable[[], list[StepBlock | int]]] = [self._drain_records]
+        self._queue: deque[_Chunk] = deque()
+        self._queued = 0  # rows in _queue
         self._inflight: list[_Flight] = []
         self._inflight_points = 0
         self._ring: tuple[int, int] | None = None
@@ -148,7 +218,8 @@ class GrpcSink(MetricsSink):
         self._reachable = True  # until a send says otherwise
         self._flushing = 0  # callers waiting in flush(): send what is queued without waiting for the interval
         self._last_error: str | None = None
-        self._closed = False
+        self._closed = False  # record() takes nothing more
+        self._finished = False  # the sender thread has stopped
         self._warned: set[str] = set()
 
         self._wake = threading.Event()
@@ -160,69 +231,157 @@ class GrpcSink(MetricsSink):
     # -- training thread ----------------------------------------------------------------------
 
     def record(self, record: StepRecord) -> None:
-        self._record(record, 0)
-
-    def _record(self, record: StepRecord, lost_before: int) -> None:
-        """Queues ``record``; ``lost_before`` records that a source lost just before it are counted as
-        dropped and leave a gap in its incarnation's seq numbers."""
-        ring = (record.rank, record.world_size)
-        with self._lock:
-            self._recorded += lost_before
-            self._dropped += lost_before
-            if self._closed:
+        if self._closed:
+            with self._lock:
                 self._recorded += 1
                 self._dropped += 1
+            return
+        records = self._records
+        records.append((self._handed, record))
+        self._handed += 1
+        if len(records) == self._records_wake_at:
+            self._wake.set()
+
+    # -- any thread -----------------------------------------------------------------------------
+
+    def add_source(self, drain: Callable[[], list[StepBlock | int]]) -> Callable[[], None]:
+        with self._pull_lock:
+            self._sources.append(drain)
+        return self._wake.set
+
+    def _pull(self) -> None:
+        """Moves what record() and the sources hold into the queue, in order. Runs on the sender thread
+        only, so that converting values (a tensor's, a learning rate's) never costs the caller."""
+        with self._pull_lock:
+            with self._lock:
+                self._pulls_begun += 1
+                this = self._pulls_begun
+            for drain in self._sources:
+                lost = 0
+                try:
+                    items = drain()
+                except Exception:  # a source's bug must not stop the others or the sender
+                    logger.debug("a metrics source failed", exc_info=True)
+                    self._warn_once("source", "a metrics source failed; its steps are lost")
+                    items = []
+                for item in items:
+                    if isinstance(item, int):
+                        lost += item
+                        continue
+                    try:
+                        self._enqueue(item, lost)
+                    except Exception:
+                        logger.debug("a block of steps could not be queued; omitted", exc_info=True)
+                        self._warn_once("block", "a block of steps could not be queued; omitted")
+                        with self._lock:
+                            self._recorded += lost + len(item)
+                            self._dropped += lost
+                            self._rejected += len(item)
+                            self._seq += lost
+                    lost = 0
+                if lost:  # nothing kept after them: counted now, the gap shows with the next step
+                    with self._lock:
+                        self._recorded += lost
+                        self._dropped += lost
+                        self._seq += lost
+            with self._settled:
+                self._pulls_done = this
+                self._settled.notify_all()
+
+    def _enqueue(self, block: StepBlock, lost_first: int) -> None:
+        """Queues ``block`` with seq numbers that skip the steps lost before each row (``lost_first``
+        more before its first). Raises ValueError for a block whose columns differ in length."""
+        n = len(block)
+        if n == 0:
+            return
+        rank, world_size, step, wall_time, optional, user = _clean(block)
+        advance = np.ones(n, dtype=np.int64)
+        if block.lost_before is not None:
+            advance += np.maximum(np.asarray(block.lost_before, dtype=np.int64), 0)
+        advance[0] += max(lost_first, 0)
+        seq = np.cumsum(advance, dtype=np.uint64)
+        lost = int(seq[-1]) - n
+        ring = (block.rank, block.world_size)
+        with self._lock:
+            if self._finished:  # the sender has stopped: nothing more goes out
+                self._recorded += lost + n
+                self._dropped += lost + n
                 return
             if ring != self._ring:
                 self._ring = ring
                 self._generation += 1
                 self._incarnation = f"{self._boot}.{self._generation}"
                 self._seq = 0
-            self._seq += lost_before + 1
-            queue = self._queue
-            if len(queue) >= self._config.queue_size:
-                queue.popleft()
-                self._dropped += 1
-            # tuple.__new__: a NamedTuple's own constructor costs the training thread 0.4 µs more
-            queue.append(tuple.__new__(_Queued, (self._recorded, self._incarnation, self._seq, record)))
-            self._recorded += 1
-            full = len(queue) >= self._config.max_batch_points
+            offset = self._recorded - self._seq - 1
+            seq += np.uint64(self._seq)
+            self._seq = int(seq[-1])
+            self._recorded += lost + n
+            self._dropped += lost
+            self._queue.append(
+                _Chunk(self._incarnation, rank, world_size, offset, seq, step, wall_time, optional, user)
+            )
+            self._queued += n
+            # The queue and record()'s deque, whose records are newer, keep the newest queue_size.
+            excess = self._queued + len(self._records) - self._config.queue_size
+            while excess > 0 and self._queue:
+                head = self._queue[0]
+                if len(head) <= excess:
+                    self._queue.popleft()
+                    cut = len(head)
+                else:
+                    self._queue[0] = head.rows(excess)
+                    cut = excess
+                self._queued -= cut
+                self._dropped += cut
+                excess -= cut
+            full = self._queued >= self._config.max_stream_points
         if full:
             self._wake.set()
 
-    # -- any thread -----------------------------------------------------------------------------
-
-    def add_source(self, drain: Callable[[], list[StepRecord | int]]) -> Callable[[], None]:
-        with self._lock:
-            self._sources.append(drain)
-        return self._wake.set
-
-    def _pull(self) -> None:
-        """Moves what the sources hold into the queue, in order; one caller at a time."""
-        with self._pull_lock:
-            for drain in self._sources:
-                lost = 0
-                for item in drain():
-                    if isinstance(item, int):
-                        lost += item
-                    else:
-                        self._record(item, lost)
-                        lost = 0
-                if lost:  # nothing kept after them: counted now, the gap shows with the next record
-                    with self._lock:
-                        self._recorded += lost
-                        self._dropped += lost
-                        self._seq += lost
+    def _drain_records(self) -> list[StepBlock | int]:
+        """What record() queued, as blocks of consecutive records of one (rank, world size)."""
+        records = self._records
+        popleft = records.popleft
+        items = [popleft() for _ in range(len(records))]
+        if not items:
+            return []
+        out: list[StepBlock | int] = []
+        index = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
+        lost = np.diff(index, prepend=self._next_record - 1) - 1
+        self._next_record = int(index[-1]) + 1
+        cache: dict[int, float] = {}  # lazy values called once per drain
+        start = 0
+        for stop in [*(i for i in range(1, len(items)) if items[i][1][2:4] != items[i - 1][1][2:4]), len(items)]:
+            run = [record for _, record in items[start:stop]]
+            try:
+                items_of_run, rejected = _block_of(run, lost[start:stop], cache)
+            except Exception:  # a record of the wrong shape: its run cannot be points
+                logger.debug("step records could not be turned into points", exc_info=True)
+                items_of_run, rejected = [int(lost[start:stop].sum())], len(run)
+            if rejected:
+                self._warn_once("record", "%d step records could not be turned into points; omitted", rejected)
+                with self._lock:
+                    self._recorded += rejected
+                    self._rejected += rejected
+            out.extend(items_of_run)
+            start = stop
+        return out
 
     def flush(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        self._pull()
         with self._settled:
-            target = self._recorded
+            pulled = self._pulls_begun + 1  # the sender's next pull takes in what was handed over until now
             failures = self._failed_streams
             self._flushing += 1
             self._wake.set()
             try:
+                while self._pulls_done < pulled:
+                    remaining = deadline - time.monotonic()
+                    stalled = not self._reachable or self._failed_streams > failures
+                    if remaining <= 0 or stalled or not self._thread.is_alive():
+                        return False
+                    self._settled.wait(min(remaining, 0.5))
+                target = self._recorded
                 while self._oldest_pending() < target:
                     remaining = deadline - time.monotonic()
                     stalled = not self._reachable or self._failed_streams > failures
@@ -234,7 +393,6 @@ class GrpcSink(MetricsSink):
         return True
 
     def close(self, timeout: float) -> SenderStats:
-        self._pull()
         with self._lock:
             already = self._closed
             self._closed = True
@@ -250,13 +408,17 @@ class GrpcSink(MetricsSink):
         return self.stats()
 
     def stats(self) -> SenderStats:
-        with self._lock:
+        if self._finished:
+            self._pull()  # count what sources got after the end as dropped
+        with self._pull_lock, self._lock:  # not halfway through a pull: every count settled
+            handed = self._handed - self._next_record  # to record(), not yet taken in
+            waiting = min(handed, len(self._records))  # the rest the full deque has dropped
             return SenderStats(
-                recorded=self._recorded,
+                recorded=self._recorded + handed,
                 acked=self._acked,
-                dropped=self._dropped,
+                dropped=self._dropped + handed - waiting,
                 rejected=self._rejected,
-                pending=len(self._queue) + self._inflight_points,
+                pending=self._queued + self._inflight_points + waiting,
                 duplicates=self._duplicates,
                 streams=self._streams,
                 failed_streams=self._failed_streams,
@@ -267,9 +429,9 @@ class GrpcSink(MetricsSink):
     def _oldest_pending(self) -> int:
         """Index of the oldest record not yet settled (``_recorded`` when none); holds the lock."""
         if self._inflight:
-            return self._inflight[0].orders[0]
+            return self._inflight[0].chunk.first_order
         if self._queue:
-            return self._queue[0].order
+            return self._queue[0].first_order
         return self._recorded
 
     # -- sender thread --------------------------------------------------------------------------
@@ -294,9 +456,12 @@ class GrpcSink(MetricsSink):
                     logger.exception("metrics sender failed; retrying after %.1f s", config.backoff_max)
                     self._abandon.wait(config.backoff_max)
         finally:
+            self._pull()  # what was handed over before close() or is left after abandoning: counted below
             with self._settled:
-                self._dropped += len(self._queue) + self._inflight_points
+                self._finished = True
+                self._dropped += self._queued + self._inflight_points
                 self._queue.clear()
+                self._queued = 0
                 self._inflight.clear()
                 self._inflight_points = 0
                 self._settled.notify_all()
@@ -324,12 +489,7 @@ class GrpcSink(MetricsSink):
         config = self._config
         self._pull()
         with self._lock:
-            room = config.max_stream_points - self._inflight_points
-            taken = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
-        flights = self._build(taken)
-        with self._lock:
-            self._inflight.extend(flights)
-            self._inflight_points += sum(len(f.orders) for f in flights)
+            self._take(config.max_stream_points - self._inflight_points)
             # While the service is unreachable, probe with one batch instead of sending them all.
             sending = self._inflight[: None if self._reachable else 1]
         if not sending:
@@ -348,24 +508,37 @@ class GrpcSink(MetricsSink):
             last_seq = ack.last_seq
             keep = []
             for flight in self._inflight:
-                held = last_seq.get(flight.key, 0)
-                done = bisect.bisect_right(flight.seqs, held)
-                if done:
-                    self._acked += done
-                    self._inflight_points -= done
-                    if done < len(flight.seqs):
-                        del flight.points[:done], flight.orders[:done], flight.seqs[:done]
-                if done < len(flight.seqs):
+                done = flight.settle(last_seq.get(flight.key, 0))
+                self._acked += done
+                self._inflight_points -= done
+                if len(flight.chunk):
                     keep.append(flight)
             self._inflight = keep
             self._settled.notify_all()
             more = bool(
                 self._inflight
-                or len(self._queue) >= config.max_batch_points
+                or self._queued >= config.max_stream_points
                 or (self._queue and (self._flushing or self._closing.is_set()))
             )
         if more:
             self._wake.set()
+
+    def _take(self, room: int) -> None:
+        """Moves up to ``room`` of the oldest queued steps in flight, as batches of at most
+        ``max_batch_points``; holds the lock (so a flush never sees them in neither place)."""
+        limit = self._config.max_batch_points
+        while room > 0 and self._queue:
+            head = self._queue.popleft()
+            if len(head) > room:
+                self._queue.appendleft(head.rows(room))
+                head = head.rows(0, room)
+            room -= len(head)
+            self._queued -= len(head)
+            self._inflight_points += len(head)
+            header = wire.header(self._job_id, self._instance, head.rank, head.incarnation, head.world_size)
+            key = f"{self._job_id}/{self._instance}/{head.incarnation}"
+            for start in range(0, len(head), limit):
+                self._inflight.append(_Flight(header, key, head.rows(start, start + limit)))
 
     def _failed(self, error: grpc.RpcError, sent: Sequence[_Flight]) -> None:
         code = error.code() if isinstance(error, grpc.Call) else None
@@ -381,7 +554,7 @@ class GrpcSink(MetricsSink):
             grpc.StatusCode.PERMISSION_DENIED,
         ):
             # Sending the same points again cannot succeed: count them and move on.
-            count = sum(len(f.orders) for f in sent)
+            count = sum(len(f.chunk) for f in sent)
             with self._settled:
                 self._reachable = True
                 self._rejected += count
@@ -403,102 +576,135 @@ class GrpcSink(MetricsSink):
             self._warned.add(kind)
             logger.warning(msg, *args)
 
-    def _build(self, taken: Sequence[_Queued]) -> list[_Flight]:
-        """Batches of consecutive records of one (incarnation, rank, world size), ``max_batch_points``
-        at most, encoded once; lazy values are evaluated here (once per object and call)."""
-        limit = self._config.max_batch_points
-        cache: dict[int, float | None] = {}
-        flights: list[_Flight] = []
-        current: _Flight | None = None
-        header: tuple[str, int, int] | None = None
-        for queued in taken:
-            r = queued.record
-            world_size = r.world_size if r.world_size >= 1 else 1
-            rank = r.rank if 0 <= r.rank < world_size else 0
-            if current is None or header != (queued.incarnation, rank, world_size) or len(current.orders) >= limit:
-                header = (queued.incarnation, rank, world_size)
-                current = _Flight(
-                    wire.header(self._job_id, self._instance, rank, queued.incarnation, world_size),
-                    f"{self._job_id}/{self._instance}/{queued.incarnation}",
-                )
-                flights.append(current)
-            try:
-                current.points.append(self._encode(queued, cache))
-            except Exception:
-                logger.debug("a step record could not be turned into a point; omitted", exc_info=True)
-                self._warn_once("record", "a step record could not be turned into a point; omitted")
-                with self._settled:
-                    self._rejected += 1
-                continue
-            current.orders.append(queued.order)
-            current.seqs.append(queued.seq)
-        return [f for f in flights if f.orders]
 
-    def _encode(self, queued: _Queued, cache: dict[int, float | None]) -> bytes:
-        """The record as a point the service accepts: values outside its rules are left out (optional
-        ones) or replaced (a bad wall time by now). Raises for a record that cannot be a point.
+_OPTIONAL_FLOATS = (  # column, lowest value the service takes
+    ("loss", -_MAX_ABS),
+    ("examples_per_second", 0.0),
+    ("step_time_seconds", 0.0),
+    ("learning_rate", 0.0),
+)
 
-        Plain in-range floats, the common case, take the short paths."""
-        step, wall_time, _, _, loss, eps, step_time, batch_size, learning_rate, user_metrics = queued.record
-        step = int(step)
-        if step < 0:
-            step = 0
-        elif step > _MAX_INT64:
-            raise ValueError(f"step {step} does not fit a point")
-        wall_time = float(wall_time)
-        if not 0 < wall_time <= _MAX_ABS:
-            wall_time = time.time()
-        if loss is not None and not (loss.__class__ is float and -_MAX_ABS <= loss <= _MAX_ABS):
-            loss = self._number(loss, cache)
-        if learning_rate is not None and not (learning_rate.__class__ is float and 0 <= learning_rate <= _MAX_ABS):
-            learning_rate = self._number(learning_rate, cache)
-            if learning_rate is not None and learning_rate < 0:
-                learning_rate = None
-        user: list[tuple[str, float]] = []
-        if user_metrics:
-            for key, lazy in user_metrics.items():
-                if len(user) >= _MAX_USER_METRICS:
-                    break
-                if _metric_name_ok(key):
-                    value = self._number(lazy, cache)
-                    if value is not None:
-                        user.append((key, value))
-        return wire.point(
-            queued.seq,
-            step,
-            wall_time,
-            loss,
-            float(eps) if eps is not None and 0 <= eps <= _MAX_ABS else None,
-            float(step_time) if step_time is not None and 0 <= step_time <= _MAX_ABS else None,
-            min(int(batch_size), _MAX_INT64) if batch_size is not None and batch_size >= 1 else None,
-            learning_rate,
-            user,
-        )
 
-    def _number(self, value: Any, cache: dict[int, float | None]) -> float | None:
-        """A finite float within the service's range, or None (absent) for anything else."""
-        if value is None:
-            return None
-        if isinstance(value, (float, int)):
-            number = float(value)
-        else:
-            key = id(value)
-            if key in cache:
-                return cache[key]
-            try:
-                if callable(value):
-                    value = value()
-                    if value is None:  # e.g. a learning rate the model does not have
-                        cache[key] = None
-                        return None
-                number = float(value)
-            except Exception:
-                logger.debug("a metric value could not be turned into a number; omitted", exc_info=True)
-                self._warn_once("conversion", "a metric value could not be turned into a number; omitted")
-                number = math.nan
-            cache[key] = number if math.isfinite(number) and -_MAX_ABS <= number <= _MAX_ABS else None
-            return cache[key]
-        return number if math.isfinite(number) and -_MAX_ABS <= number <= _MAX_ABS else None
+def _kept(values: np.ndarray | None, low: float, n: int, name: str) -> np.ndarray | None:
+    """``values`` with what breaks the service's rules (NaN, infinite, out of range) made absent
+    (NaN); None when no value is left."""
+    if values is None:
+        return None
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != (n,):
+        raise ValueError(f"column {name} has shape {array.shape}, the block has {n} steps")
+    ok = (array >= low) & (array <= _MAX_ABS)
+    if ok.all():
+        return array
+    if not ok.any():
+        return None
+    return np.where(ok, array, np.nan)
+
+
+def _clean(
+    block: StepBlock,
+) -> tuple[int, int, np.ndarray, np.ndarray, dict[str, np.ndarray | None], list[tuple[str, np.ndarray]]]:
+    """``block``'s ring position and columns (step, wall time, the optional ones, user metrics) as the
+    service takes them: steps below 0 become 0, a bad wall time becomes now, other values outside the
+    rules become absent, user metrics with bad names and those after the first 32 are left out.
+
+    Raises:
+        ValueError: a column's length differs from the block's.
+    """
+    n = len(block)
+    world_size = block.world_size if block.world_size >= 1 else 1
+    rank = block.rank if 0 <= block.rank < world_size else 0
+    step = np.maximum(np.asarray(block.step, dtype=np.int64), 0)
+    wall_time = np.asarray(block.wall_time, dtype=np.float64)
+    if step.shape != (n,) or wall_time.shape != (n,):
+        raise ValueError(f"step and wall_time need {n} values, got {step.shape} and {wall_time.shape}")
+    bad = ~((wall_time > 0) & (wall_time <= _MAX_ABS))
+    if bad.any():
+        wall_time = np.where(bad, time.time(), wall_time)
+    optional: dict[str, np.ndarray | None] = {
+        name: _kept(getattr(block, name), low, n, name) for name, low in _OPTIONAL_FLOATS
+    }
+    batch_size = None
+    if block.batch_size is not None:
+        batch_size = np.asarray(block.batch_size, dtype=np.int64)
+        if batch_size.shape != (n,):
+            raise ValueError(f"column batch_size has shape {batch_size.shape}, the block has {n} steps")
+        batch_size = np.maximum(batch_size, 0) if (batch_size > 0).any() else None
+    optional["batch_size"] = batch_size
+    user: list[tuple[str, np.ndarray]] = []
+    for name, values in block.user_metrics.items():
+        if len(user) >= _MAX_USER_METRICS:
+            break
+        if _metric_name_ok(name):
+            kept = _kept(values, -_MAX_ABS, n, name)
+            if kept is not None:
+                user.append((name, kept))
+    return rank, world_size, step, wall_time, optional, user
+
+
+def _block_of(
+    records: Sequence[StepRecord], lost: np.ndarray, cache: dict[int, float]
+) -> tuple[list[StepBlock | int], int]:
+    """Records of one (rank, world size) as a drain's items, and how many could not be a point (a
+    step that is not an integer below 2**63: counted as rejected, taking no seq number)."""
+    steps, wall_time, ranks, world_sizes, loss, eps, step_time, batch_size, learning_rate, user = zip(
+        *records, strict=True
+    )
+    keep = None
+    try:
+        step = np.array(steps, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        keep = np.array([_fits_int64(s) for s in steps], dtype=bool)
+        step = np.array([int(s) if k else 0 for s, k in zip(steps, keep, strict=True)], dtype=np.int64)
+    sizes = as_floats(batch_size)
+    sizes_ok = (sizes >= 1) & (sizes < 2.0**63)
+    names = dict.fromkeys(k for metrics in user if metrics for k in metrics if isinstance(k, str))
+    block = StepBlock(
+        rank=ranks[0],
+        world_size=world_sizes[0],
+        step=step,
+        wall_time=as_floats(wall_time),
+        loss=as_floats(loss, cache),
+        examples_per_second=as_floats(eps),
+        step_time_seconds=as_floats(step_time),
+        batch_size=np.where(sizes_ok, sizes, 0).astype(np.int64) if sizes_ok.any() else None,
+        learning_rate=as_floats(learning_rate, cache),
+        user_metrics={name: as_floats([m.get(name) if m else None for m in user], cache) for name in names},
+        lost_before=lost,
+    )
+    if keep is None:
+        return [block], 0
+    rejected = int((~keep).sum())
+    lost_so_far = np.cumsum(lost)
+    if not keep.any():
+        return [int(lost_so_far[-1])], rejected
+    # The steps lost before a rejected record move to the next kept one (or after the block).
+    kept_lost = np.diff(lost_so_far[keep], prepend=0)
+    trailing = int(lost_so_far[-1] - lost_so_far[keep][-1])
+    block = dataclasses.replace(
+        block,
+        step=step[keep],
+        wall_time=block.wall_time[keep],
+        loss=_rows(block.loss, keep),
+        examples_per_second=_rows(block.examples_per_second, keep),
+        step_time_seconds=_rows(block.step_time_seconds, keep),
+        batch_size=_rows(block.batch_size, keep),
+        learning_rate=_rows(block.learning_rate, keep),
+        user_metrics={name: values[keep] for name, values in block.user_metrics.items()},
+        lost_before=kept_lost,
+    )
+    return [block, trailing] if trailing else [block], rejected
+
+
+def _rows(column: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:
+    return None if column is None else column[keep]
+
+
+def _fits_int64(value: Any) -> bool:
+    try:
+        return int(value) <= _MAX_INT64
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _metric_name_ok(name: str) -> bool:

@@ -10,12 +10,19 @@ that they parse to exactly the message the protobuf API would build.
 Callers pass values that already satisfy the service's rules (see ``tf_hooks.sender``): integers
 non-negative and below 2**63, floats finite. Fields are written in any order (parsers accept
 that); optional fields that are None are left out.
+
+:func:`columns` writes a whole batch of steps as one ``StepColumns``: each column is one packed
+field whose bytes are the NumPy array's own (little-endian fixed64 and double), so a batch costs
+a few copies instead of a message per step. The sender uses it; :func:`point` stays for callers
+that build points one by one.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+import numpy as np
 
 _TAG_DOUBLE = struct.Struct("<Bd").pack
 _BYTE = [bytes((i,)) for i in range(128)]
@@ -39,9 +46,33 @@ _WORKER = b"\x12"  # 2 WorkerRef
 _INCARNATION = b"\x1a"  # 3 string
 _WORLD_SIZE = b"\x20"  # 4 int32
 _POINT = b"\x2a"  # 5 repeated StepPoint
+_COLUMNS = b"\x32"  # 6 StepColumns
 # WorkerRef
 _INSTANCE = b"\x0a"  # 1 string
 _RANK = b"\x10"  # 2 int32
+# StepColumns: every column packed (wire type 2)
+_COLUMN_TAGS = {
+    name: bytes((number << 3 | 2,))
+    for number, name in enumerate(
+        (
+            "seq",
+            "step",
+            "wall_time",
+            "loss",
+            "examples_per_second",
+            "step_time_seconds",
+            "batch_size",
+            "learning_rate",
+            "user_metrics",
+        ),
+        start=1,
+    )
+}
+_METRIC_NAME = b"\x0a"  # MetricColumn 1 string
+_METRIC_VALUES = b"\x12"  # MetricColumn 2 packed double
+_U64 = np.dtype("<u8")
+_I64 = np.dtype("<i8")
+_F64 = np.dtype("<f8")
 
 
 def varint(n: int) -> bytes:
@@ -105,3 +136,38 @@ def header(job_id: str, instance: str, rank: int, incarnation: str, world_size: 
     if world_size:
         parts += (_WORLD_SIZE, varint(world_size))
     return b"".join(parts)
+
+
+def _packed(tag: bytes, array: np.ndarray, dtype: np.dtype) -> bytes:
+    data = np.ascontiguousarray(array, dtype=dtype).tobytes()
+    return tag + varint(len(data)) + data
+
+
+def columns(
+    seq: np.ndarray,
+    step: np.ndarray,
+    wall_time: np.ndarray,
+    optional: Mapping[str, np.ndarray | None],
+    user_metrics: Iterable[tuple[str, np.ndarray]] = (),
+) -> bytes:
+    """``ReportBatch.columns`` (tag and length included) for steps given as equally long arrays.
+
+    ``optional`` maps the optional column names (``loss``, ``examples_per_second``,
+    ``step_time_seconds``, ``batch_size``, ``learning_rate``) to their arrays; None or a missing
+    name leaves the column empty. Floats are written as float64 (NaN marks an absent value),
+    ``seq`` as uint64 and ``step`` and ``batch_size`` as int64.
+    """
+    tags = _COLUMN_TAGS
+    parts = [
+        _packed(tags["seq"], seq, _U64),
+        _packed(tags["step"], step, _I64),
+        _packed(tags["wall_time"], wall_time, _F64),
+    ]
+    for name, array in optional.items():
+        if array is not None:
+            parts.append(_packed(tags[name], array, _I64 if name == "batch_size" else _F64))
+    for name, values in user_metrics:
+        key = name.encode()
+        body = _METRIC_NAME + varint(len(key)) + key + _packed(_METRIC_VALUES, values, _F64)
+        parts.append(_delimited(tags["user_metrics"], body))
+    return _delimited(_COLUMNS, b"".join(parts))

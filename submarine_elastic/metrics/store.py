@@ -172,7 +172,7 @@ class InMemoryStore(MetricsStore):
 
     def ingest(self, batch: metrics_pb2.ReportBatch) -> IngestResult:
         try:
-            validate_batch(batch)
+            points = validate_batch(batch)
         except InvalidPointError:
             self._count_rejected(batch)
             raise
@@ -187,7 +187,7 @@ class InMemoryStore(MetricsStore):
             accepted: list[_Entry] = []
             duplicates = 0
             ring_append = job.ring.append
-            for point in batch.points:
+            for point in points:
                 seq = point.seq
                 if seq <= last:
                     duplicates += 1
@@ -261,7 +261,7 @@ class InMemoryStore(MetricsStore):
         job.last_step = accepted[-1].point.step
 
     def _count_rejected(self, batch: metrics_pb2.ReportBatch) -> None:
-        count = max(1, len(batch.points))
+        count = max(1, len(batch.points) or len(batch.columns.seq))
         with self._lock:
             job = self._jobs.get(batch.job_id)
             if job is None:

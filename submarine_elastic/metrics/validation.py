@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from submarine_elastic.metrics.api import (
     INCARNATION_PATTERN,
     INSTANCE_PATTERN,
@@ -37,8 +41,12 @@ def validate_job_id(job_id: str) -> None:
         raise InvalidPointError("job_id", f"{_short(job_id)} is not a job name ([a-z][a-z0-9-]{{0,63}})")
 
 
-def validate_batch(batch: metrics_pb2.ReportBatch) -> None:
+def validate_batch(batch: metrics_pb2.ReportBatch) -> Sequence[metrics_pb2.StepPoint]:
     """Checks every rule of ``metrics.proto`` on ``batch``; stops at the first broken one.
+
+    Returns:
+        The batch's points: ``batch.points``, or new ``StepPoint`` messages built from
+        ``batch.columns`` (a NaN, or a batch size of 0, there is a field left out here).
 
     Raises:
         InvalidPointError: naming the first field that breaks a rule.
@@ -55,6 +63,10 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> None:
         raise InvalidPointError("world_size", f"{world_size} is outside [1, {MAX_WORLD_SIZE}]")
     if not 0 <= batch.worker.rank < world_size:
         raise InvalidPointError("worker.rank", f"{batch.worker.rank} is outside [0, world_size={world_size})")
+    if batch.HasField("columns"):
+        if batch.points:
+            raise InvalidPointError("columns", "a batch carries its steps in points or in columns, not in both")
+        return _points_of_columns(batch.columns)
     points = batch.points
     if not 1 <= len(points) <= MAX_POINTS_PER_BATCH:
         raise InvalidPointError("points", f"{len(points)} points; a batch holds 1 to {MAX_POINTS_PER_BATCH}")
@@ -66,6 +78,91 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> None:
             raise InvalidPointError(f"points[{i}].seq", f"{seq} {what}")
         previous_seq = seq
         _validate_point(i, point)
+    return points
+
+
+def _points_of_columns(columns: metrics_pb2.StepColumns) -> list[metrics_pb2.StepPoint]:
+    """Checks ``columns`` against the same rules as points, all values of a column at once."""
+    seq = np.array(columns.seq, dtype=np.uint64)
+    n = len(seq)
+    if not 1 <= n <= MAX_POINTS_PER_BATCH:
+        raise InvalidPointError("columns.seq", f"{n} steps; a batch holds 1 to {MAX_POINTS_PER_BATCH}")
+    if seq[0] < 1:
+        raise InvalidPointError("columns.seq[0]", "0 must be at least 1")
+    if n > 1 and (bad := np.flatnonzero(seq[1:] <= seq[:-1])).size:
+        i = int(bad[0]) + 1
+        raise InvalidPointError(f"columns.seq[{i}]", f"{seq[i]} must be above the previous step's {seq[i - 1]}")
+
+    def column(name: str, values: Sequence[float]) -> np.ndarray:
+        if len(values) != n:
+            raise InvalidPointError(f"columns.{name}", f"{len(values)} values; columns.seq has {n}")
+        return np.array(values, dtype=np.int64 if name in ("step", "batch_size") else np.float64)
+
+    def optional_column(name: str, values: Sequence[float]) -> np.ndarray | None:
+        if len(values) == 0:
+            return None  # no step has the field
+        if len(values) != n:
+            raise InvalidPointError(f"columns.{name}", f"{len(values)} values; columns.seq has {n} (or leave it empty)")
+        return column(name, values)
+
+    def check(name: str, values: np.ndarray, ok: np.ndarray, rule: str) -> None:
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise InvalidPointError(f"columns.{name}[{i}]", f"{values[i]} is not {rule}")
+
+    step = column("step", columns.step)
+    wall_time = column("wall_time", columns.wall_time)
+    check("step", step, step >= 0, "a step (>= 0)")
+    check("wall_time", wall_time, (wall_time > 0) & (wall_time <= MAX_ABS_VALUE), "a positive finite number")
+    optional: list[tuple[str, np.ndarray]] = []
+    for name, low, rule in (
+        ("loss", -MAX_ABS_VALUE, _RANGE),
+        ("examples_per_second", 0.0, _NON_NEGATIVE),
+        ("step_time_seconds", 0.0, _NON_NEGATIVE),
+        ("learning_rate", 0.0, _NON_NEGATIVE),
+    ):
+        values = optional_column(name, getattr(columns, name))
+        if values is not None:
+            check(name, values, np.isnan(values) | ((values >= low) & (values <= MAX_ABS_VALUE)), f"NaN or {rule}")
+            optional.append((name, values))
+    batch_size = optional_column("batch_size", columns.batch_size)
+    if batch_size is not None:
+        check("batch_size", batch_size, batch_size >= 0, "0 (absent) or a batch size (>= 1)")
+    if len(columns.user_metrics) > MAX_USER_METRICS:
+        raise InvalidPointError(
+            "columns.user_metrics", f"{len(columns.user_metrics)} columns; at most {MAX_USER_METRICS}"
+        )
+    user: list[tuple[str, np.ndarray]] = []
+    for j, metric in enumerate(columns.user_metrics):
+        if not USER_METRIC_PATTERN.fullmatch(metric.name):
+            raise InvalidPointError(f"columns.user_metrics[{j}].name", f"{_short(metric.name)} is not a metric name")
+        if any(metric.name == name for name, _ in user):
+            raise InvalidPointError(f"columns.user_metrics[{j}].name", f"{metric.name!r} appears twice")
+        values = optional_column(f"user_metrics[{metric.name}]", metric.values)
+        if values is not None:
+            ok = np.isnan(values) | ((values >= -MAX_ABS_VALUE) & (values <= MAX_ABS_VALUE))
+            check(f"user_metrics[{metric.name}]", values, ok, f"NaN or {_RANGE}")
+            user.append((metric.name, values))
+
+    # Build the points from Python lists: one conversion per column instead of one per value.
+    rows: list[dict[str, object]] = [
+        {"seq": q, "step": s, "wall_time": w}
+        for q, s, w in zip(seq.tolist(), step.tolist(), wall_time.tolist(), strict=True)
+    ]
+    for name, values in optional:
+        for row, value in zip(rows, values.tolist(), strict=True):
+            if value == value:  # not NaN
+                row[name] = value
+    if batch_size is not None:
+        for row, size in zip(rows, batch_size.tolist(), strict=True):
+            if size:
+                row["batch_size"] = size
+    points = [metrics_pb2.StepPoint(**row) for row in rows]  # type: ignore[arg-type]
+    for name, values in user:
+        for point, value in zip(points, values.tolist(), strict=True):
+            if value == value:
+                point.user_metrics[name] = value
+    return points
 
 
 def _validate_point(i: int, point: metrics_pb2.StepPoint) -> None:

@@ -80,6 +80,7 @@ def test_tls_flag_without_ca(monkeypatch: pytest.MonkeyPatch) -> None:
         ({}, {"token": "a b"}, "token"),
         ({}, {"queue_sise": 3}, "queue_sise"),
         ({}, {"flush_interval": 0}, "flush_interval"),
+        ({}, {"max_batch_points": 10_001}, "max_batch_points must be at most 10000"),
         ({}, {"endpoint": " ", "job_id": "j"}, "endpoint"),
     ],
 )
@@ -95,6 +96,7 @@ def test_bad_settings_name_themselves(
 def test_both_sides_apply_the_same_name_rules() -> None:
     assert hooks_api.JOB_ID_PATTERN.pattern == service_api.JOB_ID_PATTERN.pattern
     assert hooks_api.INSTANCE_PATTERN.pattern == service_api.INSTANCE_PATTERN.pattern
+    assert hooks_api.MAX_POINTS_PER_BATCH == service_api.MAX_POINTS_PER_BATCH
 
 
 def test_training_side_imports_only_env_and_stubs_of_the_controller() -> None:

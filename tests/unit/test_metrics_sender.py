@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -10,16 +11,15 @@ from concurrent import futures
 
 import grpc
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.server import MetricsServer, MetricsServicer
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.metrics.validation import validate_batch
 from tf_hooks.api import NullSink, StepRecord
 from tf_hooks.config import MetricsConfig
-from tf_hooks.sender import GrpcSink, _Queued, make_sink
+from tf_hooks.sender import GrpcSink, make_sink
 
 JOB = "job-a"
 
@@ -129,11 +129,12 @@ def test_a_new_ring_starts_a_new_incarnation(server: MetricsServer) -> None:
     sink = GrpcSink(config(server.address, token="tok"))
     for step in (1, 2):
         sink.record(rec(step, 1.0, rank=0, world_size=2))
+    assert sink.flush(10.0)
     first = sink.stats().incarnation
     for step in (3, 4, 5):
         sink.record(rec(step, 1.0, rank=2, world_size=3))
-    second = sink.stats().incarnation
     assert sink.flush(10.0)
+    second = sink.stats().incarnation
     sink.close(5.0)
     points = series(server.store)
     assert [(p.incarnation, p.point.seq, p.worker.rank, p.world_size) for p in points] == [
@@ -159,7 +160,7 @@ def test_dead_endpoint_never_blocks_and_drops_oldest(dead_endpoint: str) -> None
     assert not sink.flush(10.0)  # while the last send failed, flush returns at once
     assert time.monotonic() - started < 0.05
     stats = sink.stats()
-    assert stats.acked == 0 and stats.pending <= 150
+    assert stats.acked == 0 and stats.pending <= 100 + 100 + 50  # handed over, queued, in flight
     assert stats.recorded == stats.dropped + stats.pending
     assert "UNAVAILABLE" in (stats.last_error or "")
     started = time.monotonic()
@@ -266,12 +267,22 @@ def test_no_endpoint_means_a_null_sink() -> None:
 _value = st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70)
 
 
-@settings(max_examples=200, deadline=None)
+_jobs = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[MetricsServer]:
+    srv = MetricsServer(token="tok").start()
+    yield srv
+    srv.stop(grace=0)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     records=st.lists(
         st.builds(
             StepRecord,
-            step=st.integers(-5, 2**62),
+            step=st.integers(-5, 2**62) | st.integers(2**63, 2**64),
             wall_time=st.floats(allow_nan=True, allow_infinity=True),
             rank=st.integers(-3, 5),
             world_size=st.integers(-1, 5),
@@ -286,17 +297,23 @@ _value = st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integer
         max_size=5,
     )
 )
-def test_sender_output_always_passes_the_service_rules(records: list[StepRecord]) -> None:
-    sink = GrpcSink.__new__(GrpcSink)  # conversion only: no thread, no channel
-    sink._config = config("unused:1", max_batch_points=2)  # noqa: SLF001
-    sink._job_id, sink._instance, sink._warned = JOB, "worker-0", set()  # noqa: SLF001
-    sink._lock = threading.Lock()  # noqa: SLF001
-    sink._settled = threading.Condition(sink._lock)  # noqa: SLF001
-    sink._rejected = 0  # noqa: SLF001
-    queued = [_Queued(i, "inc-1", i + 1, r) for i, r in enumerate(records)]
-    flights = sink._build(queued)  # noqa: SLF001
-    assert sum(len(f.orders) for f in flights) + sink._rejected == len(records)  # noqa: SLF001
-    assert [o for f in flights for o in f.orders] == sorted(o for f in flights for o in f.orders)
-    for flight in flights:
-        validate_batch(flight.batch)
-        assert [p.seq for p in flight.batch.points] == flight.seqs
+def test_sender_output_always_passes_the_service_rules(shared_server: MetricsServer, records: list[StepRecord]) -> None:
+    job = f"prop-{next(_jobs)}"
+    sink = GrpcSink(config(shared_server.address, job_id=job, token="tok", max_batch_points=2))
+    for r in records:
+        sink.record(r)
+    assert sink.flush(10.0)
+    stats = sink.close(5.0)
+    unrepresentable = sum(1 for r in records if r.step > 2**63 - 1)
+    assert stats.last_error is None  # nothing was refused by the service
+    assert (stats.recorded, stats.rejected, stats.acked) == (
+        len(records),
+        unrepresentable,
+        len(records) - unrepresentable,
+    )
+    if stats.acked:
+        points = series(shared_server.store, job)
+        assert [p.point.step for p in points] == [max(r.step, 0) for r in records if r.step <= 2**63 - 1]
+        for incarnation in {p.incarnation for p in points}:  # a new (rank, world size) starts at seq 1
+            seqs = [p.point.seq for p in points if p.incarnation == incarnation]
+            assert seqs == sorted(set(seqs))

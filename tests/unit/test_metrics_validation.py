@@ -96,6 +96,90 @@ def test_each_rule_names_its_field(field: str, corrupt: Callable[[metrics_pb2.Re
     assert str(e.value).startswith(f"{field}: ")
 
 
+def as_columns(batch: metrics_pb2.ReportBatch) -> metrics_pb2.ReportBatch:
+    """``batch`` with its points moved into columns (NaN, or batch size 0, where a point lacks a field)."""
+    out = metrics_pb2.ReportBatch()
+    out.CopyFrom(batch)
+    out.ClearField("points")
+    points = batch.points
+    columns = out.columns
+    columns.SetInParent()
+    columns.seq.extend(p.seq for p in points)
+    columns.step.extend(p.step for p in points)
+    columns.wall_time.extend(p.wall_time for p in points)
+    for name in ("loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate"):
+        if any(p.HasField(name) for p in points):
+            absent = 0 if name == "batch_size" else math.nan
+            getattr(columns, name).extend(getattr(p, name) if p.HasField(name) else absent for p in points)
+    for name in dict.fromkeys(k for p in points for k in p.user_metrics):
+        columns.user_metrics.add(name=name, values=[p.user_metrics.get(name, math.nan) for p in points])
+    return out
+
+
+def test_columns_carry_the_same_points() -> None:
+    b = good()
+    b.points[1].ClearField("loss")
+    b.points[1].ClearField("batch_size")
+    del b.points[1].user_metrics["accuracy"]
+    assert list(validate_batch(as_columns(b))) == list(b.points)
+
+
+def _col(path: str, index: int | None, value: object) -> Callable[[metrics_pb2.ReportBatch], None]:
+    """Sets a value of a column (``user_metrics[NAME]`` for a user metric) or, with index None,
+    appends one so the column is one too long."""
+
+    def apply(b: metrics_pb2.ReportBatch) -> None:
+        columns = b.columns
+        if path.startswith("user_metrics["):
+            name = path[len("user_metrics[") : -1]
+            values = next(m for m in columns.user_metrics if m.name == name).values
+        else:
+            values = getattr(columns, path)
+        if index is None:
+            values.append(value)
+        else:
+            values[index] = value
+
+    return apply
+
+
+COLUMN_CORRUPTIONS: list[tuple[str, Callable[[metrics_pb2.ReportBatch], None]]] = [
+    ("columns", lambda b: b.points.add(seq=9, wall_time=1.0)),
+    ("columns.seq", lambda b: (b.columns.ClearField("seq"), b.columns.ClearField("step"))),
+    ("columns.seq[0]", _col("seq", 0, 0)),
+    ("columns.seq[1]", _col("seq", 1, 1)),
+    ("columns.step", _col("step", None, 3)),
+    ("columns.step", lambda b: b.columns.ClearField("step")),
+    ("columns.step[1]", _col("step", 1, -1)),
+    ("columns.wall_time[0]", _col("wall_time", 0, 0.0)),
+    ("columns.wall_time[1]", _col("wall_time", 1, math.nan)),
+    ("columns.loss", _col("loss", None, 1.0)),
+    ("columns.loss[1]", _col("loss", 1, math.inf)),
+    ("columns.loss[0]", _col("loss", 0, -1e300)),
+    ("columns.examples_per_second[0]", _col("examples_per_second", 0, -1.0)),
+    ("columns.step_time_seconds[1]", _col("step_time_seconds", 1, math.inf)),
+    ("columns.learning_rate[0]", _col("learning_rate", 0, -0.1)),
+    ("columns.batch_size[0]", _col("batch_size", 0, -32)),
+    ("columns.user_metrics[1].name", lambda b: b.columns.user_metrics.add(name="bad name")),
+    ("columns.user_metrics[1].name", lambda b: b.columns.user_metrics.add(name="accuracy")),
+    ("columns.user_metrics", lambda b: [b.columns.user_metrics.add(name=f"m{i}") for i in range(40)]),
+    ("columns.user_metrics[accuracy]", _col("user_metrics[accuracy]", None, 1.0)),
+    ("columns.user_metrics[accuracy][1]", _col("user_metrics[accuracy]", 1, -math.inf)),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "corrupt"), COLUMN_CORRUPTIONS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(COLUMN_CORRUPTIONS)]
+)
+def test_each_column_rule_names_its_field(field: str, corrupt: Callable[[metrics_pb2.ReportBatch], None]) -> None:
+    b = as_columns(good())
+    corrupt(b)
+    with pytest.raises(InvalidPointError) as e:
+        validate_batch(b)
+    assert e.value.field == field
+    assert str(e.value).startswith(f"{field}: ")
+
+
 def test_too_many_points_is_rejected() -> None:
     b = good()
     del b.points[:]
@@ -153,8 +237,8 @@ def _corrupt(
 ) -> metrics_pb2.ReportBatch:
     try:
         corruption[1](b)
-    except IndexError:
-        pass  # the corruption needs more points than the batch has; send it as it is
+    except (IndexError, StopIteration):
+        pass  # the corruption needs more points (or a column) than the batch has; send it as it is
     return b
 
 
@@ -202,7 +286,20 @@ _mixed_batch = st.one_of(
     _valid_batch,
     st.builds(_corrupt, _valid_batch, st.sampled_from(CORRUPTIONS)),
     _batch,
+    _valid_batch.map(as_columns),
+    st.builds(_corrupt, _valid_batch.map(as_columns), st.sampled_from(COLUMN_CORRUPTIONS)),
+    _batch.map(as_columns),
 )
+
+
+def _seqs(b: metrics_pb2.ReportBatch) -> list[int]:
+    return [p.seq for p in b.points] or list(b.columns.seq)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_valid_batch)
+def test_a_valid_batch_means_the_same_in_columns(b: metrics_pb2.ReportBatch) -> None:
+    assert list(validate_batch(as_columns(b))) == list(validate_batch(b))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -218,16 +315,16 @@ def test_arbitrary_batches_never_corrupt_the_store(batches: list[metrics_pb2.Rep
             assert e.field
             counts = expected.get(b.job_id)
             if counts is not None:
-                counts["rejected"] += max(1, len(b.points))
+                counts["rejected"] += max(1, len(_seqs(b)))
             continue
         counts = expected.setdefault(b.job_id, {"received": 0, "duplicate": 0, "rejected": 0})
         key = (b.job_id, b.worker.instance, b.incarnation)
-        for p in b.points:
-            if p.seq <= held.get(key, 0):
+        for seq in _seqs(b):
+            if seq <= held.get(key, 0):
                 counts["duplicate"] += 1
             else:
                 counts["received"] += 1
-                held[key] = p.seq
+                held[key] = seq
     assert sorted(store.jobs()) == sorted(expected)
     for job, counts in expected.items():
         s = store.summary(job)

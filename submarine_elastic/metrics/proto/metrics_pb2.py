@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/metrics/proto/metrics.proto\x12\x14submarine.metrics.v1\"\x97\x03\n\tStepPoint\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x11\n\x04loss\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11step_time_seconds\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\nbatch_size\x18\x06 \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rlearning_rate\x18\x07 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\twall_time\x18\x08 \x01(\x01\x12\x46\n\x0cuser_metrics\x18\t \x03(\x0b\x32\x30.submarine.metrics.v1.StepPoint.UserMetricsEntry\x1a\x32\n\x10UserMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_lossB\x16\n\x14_examples_per_secondB\x14\n\x12_step_time_secondsB\r\n\x0b_batch_sizeB\x10\n\x0e_learning_rate\"+\n\tWorkerRef\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\"\xa8\x01\n\x0bReportBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12/\n\x06worker\x18\x02 \x01(\x0b\x32\x1f.submarine.metrics.v1.WorkerRef\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12/\n\x06points\x18\x05 \x03(\x0b\x32\x1f.submarine.metrics.v1.StepPoint\"\xa1\x01\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x12\n\nduplicates\x18\x02 \x01(\x04\x12>\n\x08last_seq\x18\x03 \x03(\x0b\x32,.submarine.metrics.v1.ReportAck.LastSeqEntry\x1a.\n\x0cLastSeqEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x9e\x01\n\x0eThroughputStat\x12\x12\n\nworld_size\x18\x01 \x01(\x05\x12&\n\x1eper_worker_examples_per_second\x18\x02 \x01(\x01\x12%\n\x1d\x61ggregate_examples_per_second\x18\x03 \x01(\x01\x12\x19\n\x11step_time_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06points\x18\x05 \x01(\x04\"\x92\x03\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x16\n\x0e\x61\x63tive_workers\x18\x03 \x01(\x05\x12\x11\n\tlast_step\x18\x04 \x01(\x03\x12\x16\n\tlast_loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08loss_ema\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12 \n\x13loss_slope_per_step\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x38\n\nthroughput\x18\x08 \x03(\x0b\x32$.submarine.metrics.v1.ThroughputStat\x12\x17\n\x0fpoints_received\x18\t \x01(\x04\x12\x18\n\x10points_duplicate\x18\n \x01(\x04\x12\x17\n\x0fpoints_rejected\x18\x0b \x01(\x04\x12\x16\n\x0epoints_missing\x18\x0c \x01(\x04\x12\x13\n\x0blast_update\x18\r \x01(\x01\x42\x0c\n\n_last_lossB\x0b\n\t_loss_emaB\x16\n\x14_loss_slope_per_step\"\xb0\x01\n\rRecordedPoint\x12/\n\x06worker\x18\x01 \x01(\x0b\x32\x1f.submarine.metrics.v1.WorkerRef\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12.\n\x05point\x18\x04 \x01(\x0b\x32\x1f.submarine.metrics.v1.StepPoint\x12\x15\n\rreceived_time\x18\x05 \x01(\x01\"3\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nmax_points\x18\x02 \x01(\r\"x\n\x0eGetJobResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32 .submarine.metrics.v1.JobSummary\x12\x33\n\x06points\x18\x02 \x03(\x0b\x32#.submarine.metrics.v1.RecordedPoint\"\x11\n\x0fListJobsRequest\"B\n\x10ListJobsResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .submarine.metrics.v1.JobSummary\"4\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cwith_summary\x18\x02 \x01(\x08\"\x9c\x01\n\nWatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x33\n\x06points\x18\x02 \x03(\x0b\x32#.submarine.metrics.v1.RecordedPoint\x12\x31\n\x07summary\x18\x03 \x01(\x0b\x32 .submarine.metrics.v1.JobSummary\x12\x16\n\x0e\x65vents_dropped\x18\x04 \x01(\x04\x32\xe1\x02\n\x0eMetricsService\x12N\n\x06Report\x12!.submarine.metrics.v1.ReportBatch\x1a\x1f.submarine.metrics.v1.ReportAck(\x01\x12O\n\x05Watch\x12\".submarine.metrics.v1.WatchRequest\x1a .submarine.metrics.v1.WatchEvent0\x01\x12S\n\x06GetJob\x12#.submarine.metrics.v1.GetJobRequest\x1a$.submarine.metrics.v1.GetJobResponse\x12Y\n\x08ListJobs\x12%.submarine.metrics.v1.ListJobsRequest\x1a&.submarine.metrics.v1.ListJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/metrics/proto/metrics.proto\x12\x14submarine.metrics.v1\"\x97\x03\n\tStepPoint\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x11\n\x04loss\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11step_time_seconds\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\nbatch_size\x18\x06 \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rlearning_rate\x18\x07 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\twall_time\x18\x08 \x01(\x01\x12\x46\n\x0cuser_metrics\x18\t \x03(\x0b\x32\x30.submarine.metrics.v1.StepPoint.UserMetricsEntry\x1a\x32\n\x10UserMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_lossB\x16\n\x14_examples_per_secondB\x14\n\x12_step_time_secondsB\r\n\x0b_batch_sizeB\x10\n\x0e_learning_rate\"\xe6\x01\n\x0bStepColumns\x12\x0b\n\x03seq\x18\x01 \x03(\x06\x12\x0c\n\x04step\x18\x02 \x03(\x10\x12\x11\n\twall_time\x18\x03 \x03(\x01\x12\x0c\n\x04loss\x18\x04 \x03(\x01\x12\x1b\n\x13\x65xamples_per_second\x18\x05 \x03(\x01\x12\x19\n\x11step_time_seconds\x18\x06 \x03(\x01\x12\x12\n\nbatch_size\x18\x07 \x03(\x10\x12\x15\n\rlearning_rate\x18\x08 \x03(\x01\x12\x38\n\x0cuser_metrics\x18\t \x03(\x0b\x32\".submarine.metrics.v1.MetricColumn\",\n\x0cMetricColumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\"+\n\tWorkerRef\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\"\xdc\x01\n\x0bReportBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12/\n\x06worker\x18\x02 \x01(\x0b\x32\x1f.submarine.metrics.v1.WorkerRef\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12/\n\x06points\x18\x05 \x03(\x0b\x32\x1f.submarine.metrics.v1.StepPoint\x12\x32\n\x07\x63olumns\x18\x06 \x01(\x0b\x32!.submarine.metrics.v1.StepColumns\"\xa1\x01\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x12\n\nduplicates\x18\x02 \x01(\x04\x12>\n\x08last_seq\x18\x03 \x03(\x0b\x32,.submarine.metrics.v1.ReportAck.LastSeqEntry\x1a.\n\x0cLastSeqEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x9e\x01\n\x0eThroughputStat\x12\x12\n\nworld_size\x18\x01 \x01(\x05\x12&\n\x1eper_worker_examples_per_second\x18\x02 \x01(\x01\x12%\n\x1d\x61ggregate_examples_per_second\x18\x03 \x01(\x01\x12\x19\n\x11step_time_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06points\x18\x05 \x01(\x04\"\x92\x03\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x16\n\x0e\x61\x63tive_workers\x18\x03 \x01(\x05\x12\x11\n\tlast_step\x18\x04 \x01(\x03\x12\x16\n\tlast_loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08loss_ema\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12 \n\x13loss_slope_per_step\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x38\n\nthroughput\x18\x08 \x03(\x0b\x32$.submarine.metrics.v1.ThroughputStat\x12\x17\n\x0fpoints_received\x18\t \x01(\x04\x12\x18\n\x10points_duplicate\x18\n \x01(\x04\x12\x17\n\x0fpoints_rejected\x18\x0b \x01(\x04\x12\x16\n\x0epoints_missing\x18\x0c \x01(\x04\x12\x13\n\x0blast_update\x18\r \x01(\x01\x42\x0c\n\n_last_lossB\x0b\n\t_loss_emaB\x16\n\x14_loss_slope_per_step\"\xb0\x01\n\rRecordedPoint\x12/\n\x06worker\x18\x01 \x01(\x0b\x32\x1f.submarine.metrics.v1.WorkerRef\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12.\n\x05point\x18\x04 \x01(\x0b\x32\x1f.submarine.metrics.v1.StepPoint\x12\x15\n\rreceived_time\x18\x05 \x01(\x01\"3\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nmax_points\x18\x02 \x01(\r\"x\n\x0eGetJobResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32 .submarine.metrics.v1.JobSummary\x12\x33\n\x06points\x18\x02 \x03(\x0b\x32#.submarine.metrics.v1.RecordedPoint\"\x11\n\x0fListJobsRequest\"B\n\x10ListJobsResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .submarine.metrics.v1.JobSummary\"4\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cwith_summary\x18\x02 \x01(\x08\"\x9c\x01\n\nWatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x33\n\x06points\x18\x02 \x03(\x0b\x32#.submarine.metrics.v1.RecordedPoint\x12\x31\n\x07summary\x18\x03 \x01(\x0b\x32 .submarine.metrics.v1.JobSummary\x12\x16\n\x0e\x65vents_dropped\x18\x04 \x01(\x04\x32\xe1\x02\n\x0eMetricsService\x12N\n\x06Report\x12!.submarine.metrics.v1.ReportBatch\x1a\x1f.submarine.metrics.v1.ReportAck(\x01\x12O\n\x05Watch\x12\".submarine.metrics.v1.WatchRequest\x1a .submarine.metrics.v1.WatchEvent0\x01\x12S\n\x06GetJob\x12#.submarine.metrics.v1.GetJobRequest\x1a$.submarine.metrics.v1.GetJobResponse\x12Y\n\x08ListJobs\x12%.submarine.metrics.v1.ListJobsRequest\x1a&.submarine.metrics.v1.ListJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,32 +39,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STEPPOINT']._serialized_end=479
   _globals['_STEPPOINT_USERMETRICSENTRY']._serialized_start=341
   _globals['_STEPPOINT_USERMETRICSENTRY']._serialized_end=391
-  _globals['_WORKERREF']._serialized_start=481
-  _globals['_WORKERREF']._serialized_end=524
-  _globals['_REPORTBATCH']._serialized_start=527
-  _globals['_REPORTBATCH']._serialized_end=695
-  _globals['_REPORTACK']._serialized_start=698
-  _globals['_REPORTACK']._serialized_end=859
-  _globals['_REPORTACK_LASTSEQENTRY']._serialized_start=813
-  _globals['_REPORTACK_LASTSEQENTRY']._serialized_end=859
-  _globals['_THROUGHPUTSTAT']._serialized_start=862
-  _globals['_THROUGHPUTSTAT']._serialized_end=1020
-  _globals['_JOBSUMMARY']._serialized_start=1023
-  _globals['_JOBSUMMARY']._serialized_end=1425
-  _globals['_RECORDEDPOINT']._serialized_start=1428
-  _globals['_RECORDEDPOINT']._serialized_end=1604
-  _globals['_GETJOBREQUEST']._serialized_start=1606
-  _globals['_GETJOBREQUEST']._serialized_end=1657
-  _globals['_GETJOBRESPONSE']._serialized_start=1659
-  _globals['_GETJOBRESPONSE']._serialized_end=1779
-  _globals['_LISTJOBSREQUEST']._serialized_start=1781
-  _globals['_LISTJOBSREQUEST']._serialized_end=1798
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1800
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1866
-  _globals['_WATCHREQUEST']._serialized_start=1868
-  _globals['_WATCHREQUEST']._serialized_end=1920
-  _globals['_WATCHEVENT']._serialized_start=1923
-  _globals['_WATCHEVENT']._serialized_end=2079
-  _globals['_METRICSSERVICE']._serialized_start=2082
-  _globals['_METRICSSERVICE']._serialized_end=2435
+  _globals['_STEPCOLUMNS']._serialized_start=482
+  _globals['_STEPCOLUMNS']._serialized_end=712
+  _globals['_METRICCOLUMN']._serialized_start=714
+  _globals['_METRICCOLUMN']._serialized_end=758
+  _globals['_WORKERREF']._serialized_start=760
+  _globals['_WORKERREF']._serialized_end=803
+  _globals['_REPORTBATCH']._serialized_start=806
+  _globals['_REPORTBATCH']._serialized_end=1026
+  _globals['_REPORTACK']._serialized_start=1029
+  _globals['_REPORTACK']._serialized_end=1190
+  _globals['_REPORTACK_LASTSEQENTRY']._serialized_start=1144
+  _globals['_REPORTACK_LASTSEQENTRY']._serialized_end=1190
+  _globals['_THROUGHPUTSTAT']._serialized_start=1193
+  _globals['_THROUGHPUTSTAT']._serialized_end=1351
+  _globals['_JOBSUMMARY']._serialized_start=1354
+  _globals['_JOBSUMMARY']._serialized_end=1756
+  _globals['_RECORDEDPOINT']._serialized_start=1759
+  _globals['_RECORDEDPOINT']._serialized_end=1935
+  _globals['_GETJOBREQUEST']._serialized_start=1937
+  _globals['_GETJOBREQUEST']._serialized_end=1988
+  _globals['_GETJOBRESPONSE']._serialized_start=1990
+  _globals['_GETJOBRESPONSE']._serialized_end=2110
+  _globals['_LISTJOBSREQUEST']._serialized_start=2112
+  _globals['_LISTJOBSREQUEST']._serialized_end=2129
+  _globals['_LISTJOBSRESPONSE']._serialized_start=2131
+  _globals['_LISTJOBSRESPONSE']._serialized_end=2197
+  _globals['_WATCHREQUEST']._serialized_start=2199
+  _globals['_WATCHREQUEST']._serialized_end=2251
+  _globals['_WATCHEVENT']._serialized_start=2254
+  _globals['_WATCHEVENT']._serialized_end=2410
+  _globals['_METRICSSERVICE']._serialized_start=2413
+  _globals['_METRICSSERVICE']._serialized_end=2766
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,36 @@ class StepPoint(_message.Message):
     user_metrics: _containers.ScalarMap[str, float]
     def __init__(self, seq: _Optional[int] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., wall_time: _Optional[float] = ..., user_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
+class StepColumns(_message.Message):
+    __slots__ = ("seq", "step", "wall_time", "loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate", "user_metrics")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    WALL_TIME_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    USER_METRICS_FIELD_NUMBER: _ClassVar[int]
+    seq: _containers.RepeatedScalarFieldContainer[int]
+    step: _containers.RepeatedScalarFieldContainer[int]
+    wall_time: _containers.RepeatedScalarFieldContainer[float]
+    loss: _containers.RepeatedScalarFieldContainer[float]
+    examples_per_second: _containers.RepeatedScalarFieldContainer[float]
+    step_time_seconds: _containers.RepeatedScalarFieldContainer[float]
+    batch_size: _containers.RepeatedScalarFieldContainer[int]
+    learning_rate: _containers.RepeatedScalarFieldContainer[float]
+    user_metrics: _containers.RepeatedCompositeFieldContainer[MetricColumn]
+    def __init__(self, seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., wall_time: _Optional[_Iterable[float]] = ..., loss: _Optional[_Iterable[float]] = ..., examples_per_second: _Optional[_Iterable[float]] = ..., step_time_seconds: _Optional[_Iterable[float]] = ..., batch_size: _Optional[_Iterable[int]] = ..., learning_rate: _Optional[_Iterable[float]] = ..., user_metrics: _Optional[_Iterable[_Union[MetricColumn, _Mapping]]] = ...) -> None: ...
+
+class MetricColumn(_message.Message):
+    __slots__ = ("name", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
 class WorkerRef(_message.Message):
     __slots__ = ("instance", "rank")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -43,18 +73,20 @@ class WorkerRef(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class ReportBatch(_message.Message):
-    __slots__ = ("job_id", "worker", "incarnation", "world_size", "points")
+    __slots__ = ("job_id", "worker", "incarnation", "world_size", "points", "columns")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     POINTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker: WorkerRef
     incarnation: str
     world_size: int
     points: _containers.RepeatedCompositeFieldContainer[StepPoint]
-    def __init__(self, job_id: _Optional[str] = ..., worker: _Optional[_Union[WorkerRef, _Mapping]] = ..., incarnation: _Optional[str] = ..., world_size: _Optional[int] = ..., points: _Optional[_Iterable[_Union[StepPoint, _Mapping]]] = ...) -> None: ...
+    columns: StepColumns
+    def __init__(self, job_id: _Optional[str] = ..., worker: _Optional[_Union[WorkerRef, _Mapping]] = ..., incarnation: _Optional[str] = ..., world_size: _Optional[int] = ..., points: _Optional[_Iterable[_Union[StepPoint, _Mapping]]] = ..., columns: _Optional[_Union[StepColumns, _Mapping]] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("accepted", "duplicates", "last_seq")
