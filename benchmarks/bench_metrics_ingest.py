@@ -3,10 +3,11 @@
 - Ingest: ``--clients`` processes (8 by default) each stream ``--batches`` pre-serialized batches of
   ``--points`` points (one worker key per client) to ``submarine metrics serve`` running in its
   own process; the rate is the points the service acknowledged divided by the time from the common
-  start to the last acknowledgement.
+  start to the last acknowledgement. Once with the steps as ``points`` (a StepPoint each) and once
+  as ``columns`` (a StepColumns per batch, what ``tf_hooks`` sends), side by side.
 - Latency: a probe sends one single-point batch every 10 ms, its ``wall_time`` set just before
   sending; a ``Watch`` consumer notes when each arrives. Measured once with the service idle and
-  once while the ingest clients stream (a second pass, four times as long). Median and p99.
+  once while the ingest clients stream ``columns`` (a second pass, four times as long). Median and p99.
 
 Everything runs on this machine (clients, service, consumer share its CPUs). Writes
 ``benchmarks/results/metrics_ingest.json`` and ``metrics_ingest.md``.
@@ -29,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -63,34 +65,51 @@ def start_service() -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(1)
 
 
-def batches(client: int, count: int, points: int) -> list[bytes]:
+ENCODINGS = ("points", "columns")
+
+
+def batches(client: int, count: int, points: int, encoding: str) -> list[bytes]:
+    """``count`` batches of ``points`` steps each, as ``points`` (a StepPoint per step) or as
+    ``columns`` (one StepColumns per batch, what the training-side sender writes)."""
     out = []
-    seq = 0
-    for _ in range(count):
+    for k in range(count):
         batch = metrics_pb2.ReportBatch(
             job_id=f"ingest-{client}",
             worker=metrics_pb2.WorkerRef(instance="worker-0", rank=0),
             incarnation="bench",
             world_size=8,
         )
-        for _ in range(points):
-            seq += 1
-            batch.points.add(
-                seq=seq,
-                step=seq,
-                loss=1.0 / seq,
-                examples_per_second=512.0,
-                step_time_seconds=0.0625,
-                batch_size=32,
-                learning_rate=0.01,
-                wall_time=1.7e9 + seq,
-            )
+        seqs = range(k * points + 1, (k + 1) * points + 1)
+        if encoding == "columns":
+            columns = batch.columns
+            columns.seq.extend(seqs)
+            columns.step.extend(seqs)
+            columns.loss.extend(1.0 / seq for seq in seqs)
+            columns.examples_per_second.extend([512.0] * points)
+            columns.step_time_seconds.extend([0.0625] * points)
+            columns.batch_size.extend([32] * points)
+            columns.learning_rate.extend([0.01] * points)
+            columns.wall_time.extend(1.7e9 + seq for seq in seqs)
+        else:
+            for seq in seqs:
+                batch.points.add(
+                    seq=seq,
+                    step=seq,
+                    loss=1.0 / seq,
+                    examples_per_second=512.0,
+                    step_time_seconds=0.0625,
+                    batch_size=32,
+                    learning_rate=0.01,
+                    wall_time=1.7e9 + seq,
+                )
         out.append(batch.SerializeToString())
     return out
 
 
-def ingest_client(address: str, client: int, count: int, points: int, start: mp.Event, done: mp.Queue) -> None:
-    payload = batches(client, count, points)
+def ingest_client(
+    address: str, client: int, count: int, points: int, encoding: str, start: mp.Event, done: mp.Queue
+) -> None:
+    payload = batches(client, count, points, encoding)
     with grpc.insecure_channel(address) as channel:
         report = channel.stream_unary(
             "/submarine.metrics.v1.MetricsService/Report",
@@ -170,25 +189,34 @@ def main() -> None:
         idle = measure_latency(address, args.idle_latency_seconds)
 
         ctx = mp.get_context("spawn")
-        start, done = ctx.Event(), ctx.Queue()
-        clients = [
-            ctx.Process(target=ingest_client, args=(address, i, args.batches, args.points, start, done))
-            for i in range(args.clients)
-        ]
-        for c in clients:
-            c.start()
-        time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
-        began = time.time()
-        start.set()
-        results = [done.get(timeout=600) for _ in clients]
-        for c in clients:
-            c.join()
-        accepted = sum(a for a, _ in results)
-        elapsed = max(t for _, t in results) - began
+        rates: dict[str, dict[str, float]] = {}
+        for n, encoding in enumerate(ENCODINGS):
+            start, done = ctx.Event(), ctx.Queue()
+            clients = [
+                ctx.Process(
+                    target=ingest_client,
+                    args=(address, 10 * n + i, args.batches, args.points, encoding, start, done),
+                )
+                for i in range(args.clients)
+            ]
+            for c in clients:
+                c.start()
+            time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
+            began = time.time()
+            start.set()
+            results = [done.get(timeout=600) for _ in clients]
+            for c in clients:
+                c.join()
+            accepted = sum(a for a, _ in results)
+            elapsed = max(t for _, t in results) - began
+            rates[encoding] = {"accepted": accepted, "seconds": elapsed, "rate": accepted / elapsed}
         # latency under load: a second, four times longer pass of the same clients, probed meanwhile
         start2, done2 = ctx.Event(), ctx.Queue()
         again = [
-            ctx.Process(target=ingest_client, args=(address, 100 + i, 4 * args.batches, args.points, start2, done2))
+            ctx.Process(
+                target=ingest_client,
+                args=(address, 100 + i, 4 * args.batches, args.points, "columns", start2, done2),
+            )
             for i in range(args.clients)
         ]
         for c in again:
@@ -211,8 +239,7 @@ def main() -> None:
         service.wait(10)
 
     expected = args.clients * args.batches * args.points
-    rate = accepted / elapsed
-    result = {
+    result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "grpcio": grpc.__version__},
         "setup": {
             "clients": args.clients,
@@ -221,11 +248,15 @@ def main() -> None:
             "service": "submarine metrics serve in its own process, loopback, token checked",
         },
         "ingest": {
-            "points_accepted": accepted,
-            "points_sent": expected,
-            "seconds": round(elapsed, 3),
-            "points_per_second": round(rate),
+            encoding: {
+                "points_accepted": r["accepted"],
+                "points_sent": expected,
+                "seconds": round(r["seconds"], 3),
+                "points_per_second": round(r["rate"]),
+            }
+            for encoding, r in rates.items()
         },
+        "columns_rate_over_points_rate": rates["columns"]["rate"] / rates["points"]["rate"],
         "watch_latency_seconds": {
             "idle": {"median": round(statistics.median(idle), 5), "p99": round(quantile(idle, 0.99), 5)},
             "under_ingest_load": {
@@ -245,8 +276,17 @@ def main() -> None:
             f"{os.cpu_count()} CPUs shared by the service, {args.clients} client processes and the Watch consumer; "
             f"grpcio {grpc.__version__}, Python {platform.python_version()}.",
             "",
-            f"Ingest: {args.clients} clients × {args.batches} batches × {args.points} points: {accepted} of {expected} "
-            f"points accepted in {elapsed:.2f} s = **{rate:,.0f} points/s**.",
+            f"Ingest: {args.clients} clients × {args.batches} batches × {args.points} points each way:",
+            "",
+            "| batches carry | points accepted | seconds | points/s |",
+            "|---|---|---|---|",
+            *(
+                f"| {encoding} | {r['accepted']} of {expected} | {r['seconds']:.2f} | **{r['rate']:,.0f}** |"
+                for encoding, r in rates.items()
+            ),
+            "",
+            f"columns / points: {result['columns_rate_over_points_rate']:.2f} (columns cost the service a StepPoint "
+            "built per step; they save the sender building them).",
             "",
             "| Watch latency (send → consumer) | median ms | p99 ms | samples |",
             "|---|---|---|---|",

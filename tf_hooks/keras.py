@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -159,34 +160,46 @@ class _MetricsCallbackLogic(ReportingHook):
     def _drain(self) -> list[StepBlock | int]:
         """The sink's thread: the steps the training thread appended, as blocks (see the class)."""
         steps = self._steps
-        popleft = steps.popleft
-        items = [popleft() for _ in range(len(steps))]
+        # C-level loops only where a loop runs per step: this thread shares the core with training.
+        items = list(map(operator.call, itertools.repeat(steps.popleft, len(steps))))
         if not items:
             return []
         indexes, batches, clocks, logs, spans = zip(*items, strict=True)
         learning_rate = as_floats([self._lr])[0] if self._lr is not None else math.nan  # once per drain
         out: list[StepBlock | int] = []
+        if spans.count(spans[0]) == len(spans):  # the usual case: one span (identity is checked first)
+            stops = [len(spans)]
+        else:
+            stops = [*(i for i in range(1, len(spans)) if spans[i] is not spans[i - 1]), len(spans)]
         start = 0
-        for stop in [*(i for i in range(1, len(spans)) if spans[i] is not spans[i - 1]), len(spans)]:
-            index = np.array(indexes[start:stop], dtype=np.int64)
-            lost = np.diff(index, prepend=self._next_index - 1) - 1
-            self._next_index = int(index[-1]) + 1
+        for stop in stops:
+            first, last = indexes[start], indexes[stop - 1]
+            if first == self._next_index and last - first == stop - start - 1:
+                lost = None  # the deque dropped nothing (checked without a loop over the steps)
+            else:
+                lost = np.diff(np.array(indexes[start:stop], dtype=np.int64), prepend=self._next_index - 1) - 1
+            self._next_index = last + 1
             try:
                 block = self._block(spans[start], batches[start:stop], clocks[start:stop], logs[start:stop])
             except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
                 self._failed("failed to convert steps; skipped")
-                out.append(int(lost.sum()) + stop - start)
+                out.append((0 if lost is None else int(lost.sum())) + stop - start)
             else:
                 if not math.isnan(learning_rate):
-                    block = dataclasses.replace(block, learning_rate=np.full(len(index), learning_rate))
-                out.append(dataclasses.replace(block, lost_before=lost if lost.any() else None))
+                    block = dataclasses.replace(block, learning_rate=np.full(stop - start, learning_rate))
+                if lost is not None and lost.any():
+                    block = dataclasses.replace(block, lost_before=lost)
+                out.append(block)
             start = stop
         return out
 
     def _block(self, span: _Span, batches: Sequence[int], clocks: Sequence[float], logs: Sequence[Any]) -> StepBlock:
         """Steps of one span as columns: step number, wall time, step time, examples per second (from
         the clock readings), loss and user metrics (from Keras's logs)."""
-        step = np.array(batches, dtype=np.int64) + (span.base + 1)
+        if batches[-1] - batches[0] == len(batches) - 1:  # consecutive batches, as fit runs them
+            step = np.arange(batches[0], batches[-1] + 1, dtype=np.int64) + (span.base + 1)
+        else:
+            step = np.array(batches, dtype=np.int64) + (span.base + 1)
         clock = np.array(clocks, dtype=np.float64)
         prev_span, prev_step, prev_clock = self._prev
         if prev_span is not span:
@@ -199,13 +212,15 @@ class _MetricsCallbackLogic(ReportingHook):
         batch_size = span.batch_size
         loss = user = None
         if any(logs):
-            loss = as_floats([entry.get("loss") if entry else None for entry in logs])
+            if not all(logs):  # some steps came without logs
+                logs = [entry or {} for entry in logs]
+            loss = as_floats(_values(logs, "loss"))
             if self._user_metrics:
                 if self._user_metrics is True:
-                    names = dict.fromkeys(k for entry in logs if entry for k in entry if k != "loss")
+                    names = sorted(set().union(*logs) - {"loss"})
                 else:
-                    names = dict.fromkeys(self._user_metrics)
-                user = {name: as_floats([entry.get(name) if entry else None for entry in logs]) for name in names}
+                    names = list(dict.fromkeys(self._user_metrics))
+                user = {name: as_floats(_values(logs, name)) for name in names}
         return StepBlock(
             span.rank,
             span.world_size,
@@ -262,6 +277,14 @@ class _MetricsCallbackLogic(ReportingHook):
         if callable(rate) and not hasattr(rate, "numpy"):  # a schedule object
             rate = rate(optimizer.iterations)  # type: ignore[union-attr]
         return float(rate)
+
+
+def _values(logs: Sequence[Any], name: str) -> list[Any]:
+    """``logs[i].get(name)`` for every step (a C-level loop when the logs are dicts, as Keras's are)."""
+    try:
+        return list(map(dict.get, logs, itertools.repeat(name)))
+    except TypeError:  # another mapping type
+        return [entry.get(name) for entry in logs]
 
 
 _classes: dict[ModuleType, type] = {}
