@@ -225,6 +225,13 @@ class GrpcSink(MetricsSink):
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._abandon = threading.Event()
+        self._retrying = Retrying(  # used by the sender thread only
+            retry=retry_if_exception_type(_Retryable),
+            wait=wait_exponential(multiplier=config.backoff_initial, max=config.backoff_max)
+            + wait_random(0, config.backoff_initial),
+            stop=stop_when_event_set(self._abandon),
+            sleep=self._sleep,
+        )
         self._thread = threading.Thread(target=self._run, name="tf-hooks-metrics-sender", daemon=True)
         self._thread.start()
 
@@ -440,11 +447,11 @@ class GrpcSink(MetricsSink):
         config = self._config
         try:
             while not self._abandon.is_set():
-                self._pull()
-                with self._lock:
-                    pending = bool(self._queue or self._inflight)
-                if not pending and self._closing.is_set():
-                    break
+                if self._closing.is_set():
+                    self._pull()
+                    with self._lock:
+                        if not (self._queue or self._inflight):
+                            break
                 self._wake.wait(config.flush_interval)
                 self._wake.clear()
                 try:
@@ -467,16 +474,8 @@ class GrpcSink(MetricsSink):
                 self._settled.notify_all()
 
     def _send_with_retries(self) -> None:
-        config = self._config
-        retrying = Retrying(
-            retry=retry_if_exception_type(_Retryable),
-            wait=wait_exponential(multiplier=config.backoff_initial, max=config.backoff_max)
-            + wait_random(0, config.backoff_initial),
-            stop=stop_when_event_set(self._abandon),
-            sleep=self._sleep,
-        )
         try:
-            for attempt in retrying:
+            for attempt in self._retrying:  # each loop starts afresh (tenacity resets its state)
                 with attempt:
                     self._send_once()
         except RetryError:
