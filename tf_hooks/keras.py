@@ -180,22 +180,24 @@ class _MetricsCallbackLogic(ReportingHook):
                 lost = np.diff(np.array(indexes[start:stop], dtype=np.int64), prepend=self._next_index - 1) - 1
             self._next_index = last + 1
             try:
-                block = self._block(spans[start], batches[start:stop], clocks[start:stop], logs[start:stop])
+                block = self._block(
+                    spans[start], batches[start:stop], clocks[start:stop], logs[start:stop], learning_rate
+                )
             except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
                 self._failed("failed to convert steps; skipped")
                 out.append((0 if lost is None else int(lost.sum())) + stop - start)
             else:
-                if not math.isnan(learning_rate):
-                    block = dataclasses.replace(block, learning_rate=np.full(stop - start, learning_rate))
                 if lost is not None and lost.any():
                     block = dataclasses.replace(block, lost_before=lost)
                 out.append(block)
             start = stop
         return out
 
-    def _block(self, span: _Span, batches: Sequence[int], clocks: Sequence[float], logs: Sequence[Any]) -> StepBlock:
+    def _block(
+        self, span: _Span, batches: Sequence[int], clocks: Sequence[float], logs: Sequence[Any], learning_rate: float
+    ) -> StepBlock:
         """Steps of one span as columns: step number, wall time, step time, examples per second (from
-        the clock readings), loss and user metrics (from Keras's logs)."""
+        the clock readings), loss and user metrics (from Keras's logs), ``learning_rate`` (NaN: none)."""
         if batches[-1] - batches[0] == len(batches) - 1:  # consecutive batches, as fit runs them
             step = np.arange(batches[0], batches[-1] + 1, dtype=np.int64) + (span.base + 1)
         else:
@@ -230,6 +232,7 @@ class _MetricsCallbackLogic(ReportingHook):
             examples_per_second=batch_size / step_time if batch_size else None,
             step_time_seconds=step_time,
             batch_size=np.full(len(step), batch_size, dtype=np.int64) if batch_size else None,
+            learning_rate=None if math.isnan(learning_rate) else np.full(len(step), learning_rate),
             user_metrics=user or {},
         )
 

@@ -147,11 +147,6 @@ class _Flight:
             self._payload = None
         return done
 
-    @property
-    def batch(self) -> metrics_pb2.ReportBatch:
-        """The message the service will parse (for tests and debugging)."""
-        return metrics_pb2.ReportBatch.FromString(self.payload())
-
 
 class _Retryable(Exception):
     """A stream failed for a reason that may pass (service down, slow, restarting)."""
