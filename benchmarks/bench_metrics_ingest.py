@@ -7,7 +7,8 @@
   as ``columns`` (a StepColumns per batch, what ``tf_hooks`` sends), side by side.
 - Latency: a probe sends one single-point batch every 10 ms, its ``wall_time`` set just before
   sending; a ``Watch`` consumer notes when each arrives. Measured once with the service idle and
-  once while the ingest clients stream ``columns`` (a second pass, four times as long). Median and p99.
+  once while the ingest clients stream ``columns`` (a second pass, sized from the measured columns
+  rate to last about ``--load-seconds``). Median and p99.
 
 Everything runs on this machine (clients, service, consumer share its CPUs). Writes
 ``benchmarks/results/metrics_ingest.json`` and ``metrics_ingest.md``.
@@ -65,7 +66,8 @@ def start_service() -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(1)
 
 
-ENCODINGS = ("points", "columns")
+#: (label, encoding, a Watch on every job open meanwhile)
+PASSES = (("points", "points", False), ("columns", "columns", False), ("columns_watched", "columns", True))
 
 
 def batches(client: int, count: int, points: int, encoding: str) -> list[bytes]:
@@ -120,6 +122,33 @@ def ingest_client(
         start.wait()
         ack = report(iter(payload), metadata=AUTH, timeout=300)
     done.put((ack.accepted, time.time()))
+
+
+class WatchAll:
+    """A ``Watch`` on every job, counting the points it is sent (what a policy engine watching the
+    whole cluster costs the service)."""
+
+    def __init__(self, address: str) -> None:
+        self.points = 0
+        self.dropped = 0
+        self._channel = grpc.insecure_channel(address)
+        stub = metrics_pb2_grpc.MetricsServiceStub(self._channel)
+        self._stream = stub.Watch(metrics_pb2.WatchRequest(), metadata=AUTH)
+        self._reader = threading.Thread(target=self._consume, daemon=True)
+        self._reader.start()
+
+    def _consume(self) -> None:
+        try:
+            for event in self._stream:
+                self.points += len(event.points)
+                self.dropped = max(self.dropped, event.events_dropped)
+        except grpc.RpcError:
+            pass  # cancelled at the end
+
+    def close(self) -> None:
+        self._stream.cancel()
+        self._reader.join(10)
+        self._channel.close()
 
 
 def measure_latency(
@@ -182,6 +211,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40, help="batches per client")
     parser.add_argument("--points", type=int, default=500, help="points per batch")
     parser.add_argument("--idle-latency-seconds", type=float, default=3.0)
+    parser.add_argument("--load-seconds", type=float, default=10.0, help="how long the latency-under-load pass lasts")
     args = parser.parse_args()
 
     service, address = start_service()
@@ -190,7 +220,8 @@ def main() -> None:
 
         ctx = mp.get_context("spawn")
         rates: dict[str, dict[str, float]] = {}
-        for n, encoding in enumerate(ENCODINGS):
+        watched: dict[str, int] = {}
+        for n, (label, encoding, watch) in enumerate(PASSES):
             start, done = ctx.Event(), ctx.Queue()
             clients = [
                 ctx.Process(
@@ -201,6 +232,7 @@ def main() -> None:
             ]
             for c in clients:
                 c.start()
+            watcher = WatchAll(address) if watch else None
             time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
             began = time.time()
             start.set()
@@ -209,13 +241,22 @@ def main() -> None:
                 c.join()
             accepted = sum(a for a, _ in results)
             elapsed = max(t for _, t in results) - began
-            rates[encoding] = {"accepted": accepted, "seconds": elapsed, "rate": accepted / elapsed}
-        # latency under load: a second, four times longer pass of the same clients, probed meanwhile
+            rates[label] = {"accepted": accepted, "seconds": elapsed, "rate": accepted / elapsed}
+            if watcher is not None:
+                watched["at_last_ack"] = watcher.points
+                time.sleep(2.0)  # let the watcher catch up before counting what it got
+                watcher.close()
+                watched["in_all"] = watcher.points
+                watched["events_dropped"] = watcher.dropped
+        # latency under load: a second, longer pass of the same clients, probed meanwhile
+        load_batches = max(
+            args.batches, round(args.load_seconds * rates["columns"]["rate"] / (args.clients * args.points))
+        )
         start2, done2 = ctx.Event(), ctx.Queue()
         again = [
             ctx.Process(
                 target=ingest_client,
-                args=(address, 100 + i, 4 * args.batches, args.points, "columns", start2, done2),
+                args=(address, 100 + i, load_batches, args.points, "columns", start2, done2),
             )
             for i in range(args.clients)
         ]
@@ -245,6 +286,7 @@ def main() -> None:
             "clients": args.clients,
             "batches_per_client": args.batches,
             "points_per_batch": args.points,
+            "load_pass_batches_per_client": load_batches,
             "service": "submarine metrics serve in its own process, loopback, token checked",
         },
         "ingest": {
@@ -256,6 +298,7 @@ def main() -> None:
             }
             for encoding, r in rates.items()
         },
+        "watch_all_points_seen": watched,
         "columns_rate_over_points_rate": rates["columns"]["rate"] / rates["points"]["rate"],
         "watch_latency_seconds": {
             "idle": {"median": round(statistics.median(idle), 5), "p99": round(quantile(idle, 0.99), 5)},
@@ -285,8 +328,13 @@ def main() -> None:
                 for encoding, r in rates.items()
             ),
             "",
-            f"columns / points: {result['columns_rate_over_points_rate']:.2f} (columns cost the service a StepPoint "
-            "built per step; they save the sender building them).",
+            f"columns_watched: columns while a Watch on every job is open; it saw {watched['at_last_ack']} points "
+            f"by the last ack, {watched['in_all']} in all ({watched['events_dropped']} events dropped).",
+            "",
+            f"columns / points: {result['columns_rate_over_points_rate']:.2f} (the service keeps columns as NumPy "
+            "arrays; a point batch costs it a message per step to parse and check).",
+            "",
+            f"Watch latency under load: while the {args.clients} clients stream {load_batches} column batches each.",
             "",
             "| Watch latency (send → consumer) | median ms | p99 ms | samples |",
             "|---|---|---|---|",

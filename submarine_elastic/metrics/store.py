@@ -8,6 +8,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
+
 from submarine_elastic.metrics.api import (
     IngestResult,
     InvalidPointError,
@@ -18,6 +20,7 @@ from submarine_elastic.metrics.api import (
     UnknownJobError,
 )
 from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.steps import Steps
 from submarine_elastic.metrics.validation import validate_batch
 
 
@@ -28,21 +31,43 @@ class _Header(NamedTuple):
     world_size: int
 
 
-class _Entry(NamedTuple):
+class _Chunk(NamedTuple):
+    """Steps the store accepted from one batch."""
+
     header: _Header
-    point: metrics_pb2.StepPoint
+    steps: Steps
     received: float
 
 
-def _recorded(entry: _Entry) -> metrics_pb2.RecordedPoint:
-    header = entry.header
-    return metrics_pb2.RecordedPoint(
-        worker=metrics_pb2.WorkerRef(instance=header.instance, rank=header.rank),
-        incarnation=header.incarnation,
-        world_size=header.world_size,
-        point=entry.point,
-        received_time=entry.received,
-    )
+def _recorded(chunk: _Chunk) -> list[metrics_pb2.RecordedPoint]:
+    header = chunk.header
+    worker = metrics_pb2.WorkerRef(instance=header.instance, rank=header.rank)
+    return [
+        metrics_pb2.RecordedPoint(
+            worker=worker,
+            incarnation=header.incarnation,
+            world_size=header.world_size,
+            point=point,
+            received_time=chunk.received,
+        )
+        for point in chunk.steps.points()
+    ]
+
+
+class _Pending:
+    """Steps a subscription has not read yet; the first reader builds the event, outside the store's lock."""
+
+    __slots__ = ("job_id", "chunk", "_event")
+
+    def __init__(self, job_id: str, chunk: _Chunk) -> None:
+        self.job_id = job_id
+        self.chunk = chunk
+        self._event: metrics_pb2.WatchEvent | None = None
+
+    def event(self) -> metrics_pb2.WatchEvent:
+        if self._event is None:  # two readers at once both build it; either copy serves
+            self._event = metrics_pb2.WatchEvent(job_id=self.job_id, points=_recorded(self.chunk))
+        return self._event
 
 
 class _Throughput:
@@ -59,7 +84,9 @@ class _Job:
 
     def __init__(self, job_id: str, points: int, trend_window: int) -> None:
         self.job_id = job_id
-        self.ring: deque[_Entry] = deque(maxlen=points)
+        self.capacity = points
+        self.ring: deque[_Chunk] = deque()
+        self.ring_points = 0
         self.last_seq: OrderedDict[tuple[str, str], int] = OrderedDict()
         self.seen: OrderedDict[str, float] = OrderedDict()
         self.throughput: dict[int, _Throughput] = {}
@@ -79,7 +106,7 @@ class _Subscription(Subscription):
     def __init__(self, store: InMemoryStore, job_id: str | None, capacity: int) -> None:
         self.job_id = job_id
         self._store = store
-        self._events: deque[metrics_pb2.WatchEvent] = deque()
+        self._events: deque[_Pending] = deque()
         self._capacity = capacity
         self._cond = threading.Condition(threading.Lock())
         self._dropped = 0
@@ -93,7 +120,7 @@ class _Subscription(Subscription):
     def closed(self) -> bool:
         return self._closed
 
-    def put(self, event: metrics_pb2.WatchEvent) -> None:
+    def put(self, event: _Pending) -> None:
         with self._cond:
             if self._closed:
                 return
@@ -111,7 +138,10 @@ class _Subscription(Subscription):
                 if remaining <= 0:
                     return None
                 self._cond.wait(remaining)
-            return self._events.popleft() if self._events else None
+            if not self._events:
+                return None
+            pending = self._events.popleft()
+        return pending.event()
 
     def close(self) -> None:
         with self._cond:
@@ -172,35 +202,28 @@ class InMemoryStore(MetricsStore):
 
     def ingest(self, batch: metrics_pb2.ReportBatch) -> IngestResult:
         try:
-            points = validate_batch(batch)
+            steps = validate_batch(batch)
         except InvalidPointError:
             self._count_rejected(batch)
             raise
         worker = batch.worker
         header = _Header(worker.instance, worker.rank, batch.incarnation, batch.world_size)
         key = (header.instance, header.incarnation)
-        alpha = self._alpha
         with self._lock:
             now = self._clock()
             job = self._job_for(batch.job_id)
             last = job.last_seq.get(key, 0)
-            accepted: list[_Entry] = []
-            duplicates = 0
-            ring_append = job.ring.append
-            for point in points:
-                seq = point.seq
-                if seq <= last:
-                    duplicates += 1
-                    continue
-                job.missing += seq - last - 1
-                last = seq
-                entry = _Entry(header, point, now)
-                ring_append(entry)
-                accepted.append(entry)
+            accepted = steps.after(last)
+            count = len(accepted)
+            duplicates = len(steps) - count
             job.duplicate += duplicates
-            if accepted:
-                self._aggregate(job, header.world_size, accepted, alpha)
-                job.received += len(accepted)
+            if count:
+                job.missing += accepted.last_seq - last - count
+                last = accepted.last_seq
+                chunk = _Chunk(header, accepted, now)
+                self._keep(job, chunk)
+                self._aggregate(job, header.world_size, accepted, self._alpha)
+                job.received += count
                 job.last_update = now
                 job.world_size = header.world_size
                 job.last_seq[key] = last
@@ -213,11 +236,11 @@ class InMemoryStore(MetricsStore):
                     job.seen.popitem(last=False)
                 self._jobs.move_to_end(batch.job_id)
                 if self._subs:
-                    self._publish(batch.job_id, accepted)
+                    self._publish(batch.job_id, chunk)
             return IngestResult(
                 job_id=batch.job_id,
                 key=f"{batch.job_id}/{header.instance}/{header.incarnation}",
-                accepted=len(accepted),
+                accepted=count,
                 duplicates=duplicates,
                 last_seq=last,
             )
@@ -232,33 +255,36 @@ class InMemoryStore(MetricsStore):
         return job
 
     @staticmethod
-    def _aggregate(job: _Job, world_size: int, accepted: list[_Entry], alpha: float) -> None:
+    def _keep(job: _Job, chunk: _Chunk) -> None:
+        """Appends ``chunk`` to the job's ring, dropping its oldest steps beyond the ring's capacity."""
+        ring = job.ring
+        ring.append(chunk)
+        job.ring_points += len(chunk.steps)
+        while job.ring_points > job.capacity:
+            oldest = ring[0]
+            size = len(oldest.steps)
+            excess = job.ring_points - job.capacity
+            if size <= excess:
+                ring.popleft()
+                job.ring_points -= size
+            else:
+                ring[0] = oldest._replace(steps=oldest.steps.tail(size - excess))
+                job.ring_points -= excess
+
+    @staticmethod
+    def _aggregate(job: _Job, world_size: int, steps: Steps, alpha: float) -> None:
         stat = job.throughput.get(world_size)
         if stat is None:
             stat = job.throughput[world_size] = _Throughput()
-        eps = stat.eps
-        step_time = stat.step_time
-        loss_ema = job.loss_ema
-        last_loss = job.last_loss
-        losses_append = job.losses.append
-        for entry in accepted:
-            point = entry.point
-            if point.HasField("examples_per_second"):
-                value = point.examples_per_second
-                eps = value if eps is None else eps + alpha * (value - eps)
-            if point.HasField("step_time_seconds"):
-                value = point.step_time_seconds
-                step_time = value if step_time is None else step_time + alpha * (value - step_time)
-            if point.HasField("loss"):
-                last_loss = point.loss
-                loss_ema = last_loss if loss_ema is None else loss_ema + alpha * (last_loss - loss_ema)
-                losses_append((point.step, last_loss))
-        stat.eps = eps
-        stat.step_time = step_time
-        stat.points += len(accepted)
-        job.loss_ema = loss_ema
-        job.last_loss = last_loss
-        job.last_step = accepted[-1].point.step
+        stat.eps = _ema(stat.eps, steps.values("examples_per_second"), alpha)
+        stat.step_time = _ema(stat.step_time, steps.values("step_time_seconds"), alpha)
+        stat.points += len(steps)
+        losses = steps.values("loss")
+        if len(losses):
+            job.loss_ema = _ema(job.loss_ema, losses, alpha)
+            job.last_loss = float(losses[-1])
+            job.losses.extend(steps.losses(job.losses.maxlen or len(losses)))
+        job.last_step = steps.last_step
 
     def _count_rejected(self, batch: metrics_pb2.ReportBatch) -> None:
         count = max(1, len(batch.points) or len(batch.columns.seq))
@@ -269,11 +295,11 @@ class InMemoryStore(MetricsStore):
             else:
                 job.rejected += count
 
-    def _publish(self, job_id: str, accepted: list[_Entry]) -> None:
+    def _publish(self, job_id: str, chunk: _Chunk) -> None:
         targets = [sub for sub in self._subs if sub.job_id is None or sub.job_id == job_id]
         if not targets:
             return
-        event = metrics_pb2.WatchEvent(job_id=job_id, points=[_recorded(entry) for entry in accepted])
+        event = _Pending(job_id, chunk)
         for sub in targets:
             sub.put(event)
 
@@ -321,9 +347,16 @@ class InMemoryStore(MetricsStore):
             job = self._jobs.get(job_id)
             if job is None:
                 raise UnknownJobError(job_id)
-            count = min(max(max_points, 0), len(job.ring))
-            entries = list(job.ring)[len(job.ring) - count :]
-        return [_recorded(entry) for entry in entries]
+            wanted = min(max(max_points, 0), job.ring_points)
+            chunks: list[_Chunk] = []
+            for chunk in reversed(job.ring):
+                if wanted <= 0:
+                    break
+                size = len(chunk.steps)
+                chunks.append(chunk if size <= wanted else chunk._replace(steps=chunk.steps.tail(wanted)))
+                wanted -= size
+        # Chunks never change once kept, so the messages are built outside the lock.
+        return [recorded for chunk in reversed(chunks) for recorded in _recorded(chunk)]
 
     def rejected_unattributed(self) -> int:
         with self._lock:
@@ -349,6 +382,21 @@ class InMemoryStore(MetricsStore):
             subs = list(self._subs)
         for sub in subs:
             sub.close()
+
+
+def _ema(start: float | None, values: np.ndarray, alpha: float) -> float | None:
+    """The exponential moving average ``start`` becomes after ``values`` (the first value when None),
+    as ``ema += alpha * (value - ema)`` one value at a time would give, in closed form."""
+    if start is None:
+        if not len(values):
+            return None
+        start, values = float(values[0]), values[1:]
+    count = len(values)
+    if not count:
+        return start
+    decay = 1.0 - alpha
+    weights = alpha * decay ** np.arange(count - 1, -1, -1, dtype=np.float64)
+    return float(decay**count * start + weights @ values)
 
 
 def _slope(points: deque[tuple[int, float]]) -> float | None:

@@ -18,6 +18,7 @@ from submarine_elastic.metrics.api import (
     InvalidPointError,
 )
 from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.steps import ColumnSteps, PointSteps, Steps
 
 _RANGE = f"a finite number in [-{MAX_ABS_VALUE:g}, {MAX_ABS_VALUE:g}]"
 _NON_NEGATIVE = f"a finite number in [0, {MAX_ABS_VALUE:g}]"
@@ -41,12 +42,11 @@ def validate_job_id(job_id: str) -> None:
         raise InvalidPointError("job_id", f"{_short(job_id)} is not a job name ([a-z][a-z0-9-]{{0,63}})")
 
 
-def validate_batch(batch: metrics_pb2.ReportBatch) -> Sequence[metrics_pb2.StepPoint]:
+def validate_batch(batch: metrics_pb2.ReportBatch) -> Steps:
     """Checks every rule of ``metrics.proto`` on ``batch``; stops at the first broken one.
 
     Returns:
-        The batch's points: ``batch.points``, or new ``StepPoint`` messages built from
-        ``batch.columns`` (a NaN, or a batch size of 0, there is a field left out here).
+        The batch's steps: its points, or its columns copied into NumPy arrays.
 
     Raises:
         InvalidPointError: naming the first field that breaks a rule.
@@ -66,7 +66,7 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> Sequence[metrics_pb2.StepP
     if batch.HasField("columns"):
         if batch.points:
             raise InvalidPointError("columns", "a batch carries its steps in points or in columns, not in both")
-        return _points_of_columns(batch.columns)
+        return _column_steps(batch.columns)
     points = batch.points
     if not 1 <= len(points) <= MAX_POINTS_PER_BATCH:
         raise InvalidPointError("points", f"{len(points)} points; a batch holds 1 to {MAX_POINTS_PER_BATCH}")
@@ -78,12 +78,12 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> Sequence[metrics_pb2.StepP
             raise InvalidPointError(f"points[{i}].seq", f"{seq} {what}")
         previous_seq = seq
         _validate_point(i, point)
-    return points
+    return PointSteps(points)
 
 
-def _points_of_columns(columns: metrics_pb2.StepColumns) -> list[metrics_pb2.StepPoint]:
+def _column_steps(columns: metrics_pb2.StepColumns) -> ColumnSteps:
     """Checks ``columns`` against the same rules as points, all values of a column at once."""
-    seq = np.array(columns.seq, dtype=np.uint64)
+    seq = np.fromiter(columns.seq, np.uint64, len(columns.seq))
     n = len(seq)
     if not 1 <= n <= MAX_POINTS_PER_BATCH:
         raise InvalidPointError("columns.seq", f"{n} steps; a batch holds 1 to {MAX_POINTS_PER_BATCH}")
@@ -96,7 +96,7 @@ def _points_of_columns(columns: metrics_pb2.StepColumns) -> list[metrics_pb2.Ste
     def column(name: str, values: Sequence[float]) -> np.ndarray:
         if len(values) != n:
             raise InvalidPointError(f"columns.{name}", f"{len(values)} values; columns.seq has {n}")
-        return np.array(values, dtype=np.int64 if name in ("step", "batch_size") else np.float64)
+        return np.fromiter(values, np.int64 if name in ("step", "batch_size") else np.float64, n)
 
     def optional_column(name: str, values: Sequence[float]) -> np.ndarray | None:
         if len(values) == 0:
@@ -144,25 +144,7 @@ def _points_of_columns(columns: metrics_pb2.StepColumns) -> list[metrics_pb2.Ste
             check(f"user_metrics[{metric.name}]", values, ok, f"NaN or {_RANGE}")
             user.append((metric.name, values))
 
-    # Build the points from Python lists: one conversion per column instead of one per value.
-    rows: list[dict[str, object]] = [
-        {"seq": q, "step": s, "wall_time": w}
-        for q, s, w in zip(seq.tolist(), step.tolist(), wall_time.tolist(), strict=True)
-    ]
-    for name, values in optional:
-        for row, value in zip(rows, values.tolist(), strict=True):
-            if value == value:  # not NaN
-                row[name] = value
-    if batch_size is not None:
-        for row, size in zip(rows, batch_size.tolist(), strict=True):
-            if size:
-                row["batch_size"] = size
-    points = [metrics_pb2.StepPoint(**row) for row in rows]  # type: ignore[arg-type]
-    for name, values in user:
-        for point, value in zip(points, values.tolist(), strict=True):
-            if value == value:
-                point.user_metrics[name] = value
-    return points
+    return ColumnSteps(seq, step, wall_time, dict(optional), batch_size, dict(user))
 
 
 def _validate_point(i: int, point: metrics_pb2.StepPoint) -> None:

@@ -121,7 +121,7 @@ def test_columns_carry_the_same_points() -> None:
     b.points[1].ClearField("loss")
     b.points[1].ClearField("batch_size")
     del b.points[1].user_metrics["accuracy"]
-    assert list(validate_batch(as_columns(b))) == list(b.points)
+    assert validate_batch(as_columns(b)).points() == list(b.points)
 
 
 def _col(path: str, index: int | None, value: object) -> Callable[[metrics_pb2.ReportBatch], None]:
@@ -299,7 +299,7 @@ def _seqs(b: metrics_pb2.ReportBatch) -> list[int]:
 @settings(max_examples=100, deadline=None)
 @given(_valid_batch)
 def test_a_valid_batch_means_the_same_in_columns(b: metrics_pb2.ReportBatch) -> None:
-    assert list(validate_batch(as_columns(b))) == list(validate_batch(b))
+    assert validate_batch(as_columns(b)).points() == validate_batch(b).points()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -347,3 +347,45 @@ def test_arbitrary_batches_never_corrupt_the_store(batches: list[metrics_pb2.Rep
                     points=[recorded.point],
                 )
             )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_valid_batch, st.booleans()), max_size=10), st.integers(1, 9), st.floats(0.05, 1.0))
+def test_the_store_keeps_what_a_step_by_step_model_keeps(
+    batches: list[tuple[metrics_pb2.ReportBatch, bool]], ring: int, alpha: float
+) -> None:
+    """Points batches or column batches, the ring, dedup and aggregates are those of one step at a time."""
+    store = InMemoryStore(points_per_job=ring, ema_alpha=alpha, trend_window=4)
+
+    def ema(old: float | None, value: float) -> float:
+        return value if old is None else old + alpha * (value - old)
+
+    held: dict[tuple[str, str, str], int] = {}
+    kept: dict[str, list[tuple[str, str, int, metrics_pb2.StepPoint]]] = {}
+    eps: dict[tuple[str, int], float] = {}
+    loss_ema: dict[str, float] = {}
+    losses: dict[str, list[tuple[int, float]]] = {}
+    for b, in_columns in batches:
+        store.ingest(as_columns(b) if in_columns else b)
+        key = (b.job_id, b.worker.instance, b.incarnation)
+        for p in b.points:
+            if p.seq <= held.get(key, 0):
+                continue
+            held[key] = p.seq
+            kept.setdefault(b.job_id, []).append((b.worker.instance, b.incarnation, b.world_size, p))
+            eps[b.job_id, b.world_size] = ema(eps.get((b.job_id, b.world_size)), p.examples_per_second)
+            loss_ema[b.job_id] = ema(loss_ema.get(b.job_id), p.loss)
+            losses.setdefault(b.job_id, []).append((p.step, p.loss))
+    for job, points in kept.items():
+        series = store.series(job, 100)
+        assert [(r.worker.instance, r.incarnation, r.world_size, r.point) for r in series] == points[-ring:]
+        s = store.summary(job)
+        assert s.points_received == len(points)
+        assert (s.last_step, s.last_loss) == (points[-1][3].step, points[-1][3].loss)
+        assert s.loss_ema == pytest.approx(loss_ema[job], rel=1e-9, abs=1e-6)
+        assert {t.world_size: t.per_worker_examples_per_second for t in s.throughput} == pytest.approx(
+            {size: value for (j, size), value in eps.items() if j == job}, rel=1e-9, abs=1e-6
+        )
+        trend = losses[job][-4:]
+        distinct = len({step for step, _ in trend}) > 1
+        assert (s.loss_slope_per_step is not None) == distinct

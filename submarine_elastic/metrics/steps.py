@@ -1,0 +1,176 @@
+"""A checked batch's steps as the store keeps them.
+
+A batch of ``points`` stays as its ``StepPoint`` messages (:class:`PointSteps`); a batch of
+``columns`` stays as NumPy columns (:class:`ColumnSteps`), and ``StepPoint`` messages are built
+from them only when someone reads the points (``GetJob``, ``Watch``). Both are immutable, so a
+reader may build messages from them without holding the store's lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Protocol
+
+import numpy as np
+
+from submarine_elastic.metrics.proto import metrics_pb2
+
+
+class Steps(Protocol):
+    """Steps of one batch, seq strictly rising."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def last_seq(self) -> int: ...
+
+    @property
+    def last_step(self) -> int: ...
+
+    def after(self, seq: int) -> Steps:
+        """The steps whose seq is above ``seq`` (a suffix, since seqs rise)."""
+        ...
+
+    def tail(self, count: int) -> Steps:
+        """The last ``count`` steps (0 < count <= len)."""
+        ...
+
+    def values(self, name: str) -> np.ndarray:
+        """The values of the optional float field ``name``, in step order, left-out ones skipped."""
+        ...
+
+    def losses(self, limit: int) -> list[tuple[int, float]]:
+        """``(step, loss)`` of the last ``limit`` steps that carry a loss."""
+        ...
+
+    def points(self) -> list[metrics_pb2.StepPoint]:
+        """The steps as messages (built, for columns)."""
+        ...
+
+
+class PointSteps:
+    """Steps that arrived as ``StepPoint`` messages."""
+
+    __slots__ = ("_points",)
+
+    def __init__(self, points: Sequence[metrics_pb2.StepPoint]) -> None:
+        self._points = points
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    @property
+    def last_seq(self) -> int:
+        return int(self._points[-1].seq)
+
+    @property
+    def last_step(self) -> int:
+        return int(self._points[-1].step)
+
+    def after(self, seq: int) -> PointSteps:
+        if self._points[0].seq > seq:
+            return self
+        return PointSteps(self._points[bisect.bisect_right(self._points, seq, key=attrgetter("seq")) :])
+
+    def tail(self, count: int) -> PointSteps:
+        return PointSteps(self._points[len(self._points) - count :])
+
+    def values(self, name: str) -> np.ndarray:
+        return np.array([getattr(p, name) for p in self._points if p.HasField(name)], dtype=np.float64)
+
+    def losses(self, limit: int) -> list[tuple[int, float]]:
+        return [(p.step, p.loss) for p in self._points if p.HasField("loss")][-limit:]
+
+    def points(self) -> list[metrics_pb2.StepPoint]:
+        return list(self._points)
+
+
+class ColumnSteps:
+    """Steps that arrived as ``StepColumns``: NaN (batch size 0) where a step leaves a field out.
+
+    ``optional`` and ``user`` hold only the columns the batch carried.
+    """
+
+    __slots__ = ("seq", "step", "wall_time", "optional", "batch_size", "user")
+
+    def __init__(
+        self,
+        seq: np.ndarray,
+        step: np.ndarray,
+        wall_time: np.ndarray,
+        optional: dict[str, np.ndarray],
+        batch_size: np.ndarray | None,
+        user: dict[str, np.ndarray],
+    ) -> None:
+        self.seq = seq
+        self.step = step
+        self.wall_time = wall_time
+        self.optional = optional
+        self.batch_size = batch_size
+        self.user = user
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @property
+    def last_seq(self) -> int:
+        return int(self.seq[-1])
+
+    @property
+    def last_step(self) -> int:
+        return int(self.step[-1])
+
+    def after(self, seq: int) -> ColumnSteps:
+        if self.seq[0] > seq:
+            return self
+        return self._rows(int(np.searchsorted(self.seq, np.uint64(seq), side="right")))
+
+    def tail(self, count: int) -> ColumnSteps:
+        return self._rows(len(self.seq) - count)
+
+    def _rows(self, start: int) -> ColumnSteps:
+        """Rows ``start:``, copied so a kept tail does not hold the whole batch's arrays."""
+        return ColumnSteps(
+            self.seq[start:].copy(),
+            self.step[start:].copy(),
+            self.wall_time[start:].copy(),
+            {name: values[start:].copy() for name, values in self.optional.items()},
+            None if self.batch_size is None else self.batch_size[start:].copy(),
+            {name: values[start:].copy() for name, values in self.user.items()},
+        )
+
+    def values(self, name: str) -> np.ndarray:
+        column = self.optional.get(name)
+        if column is None:
+            return np.empty(0)
+        return column[~np.isnan(column)]
+
+    def losses(self, limit: int) -> list[tuple[int, float]]:
+        loss = self.optional.get("loss")
+        if loss is None:
+            return []
+        present = np.flatnonzero(~np.isnan(loss))[-limit:]
+        return list(zip(self.step[present].tolist(), loss[present].tolist(), strict=True))
+
+    def points(self) -> list[metrics_pb2.StepPoint]:
+        # One conversion to Python per column, not one per value.
+        rows: list[dict[str, object]] = [
+            {"seq": q, "step": s, "wall_time": w}
+            for q, s, w in zip(self.seq.tolist(), self.step.tolist(), self.wall_time.tolist(), strict=True)
+        ]
+        for name, values in self.optional.items():
+            for row, value in zip(rows, values.tolist(), strict=True):
+                if value == value:  # not NaN
+                    row[name] = value
+        if self.batch_size is not None:
+            for row, size in zip(rows, self.batch_size.tolist(), strict=True):
+                if size:
+                    row["batch_size"] = size
+        points = [metrics_pb2.StepPoint(**row) for row in rows]  # type: ignore[arg-type]
+        for name, values in self.user.items():
+            for point, value in zip(points, values.tolist(), strict=True):
+                if value == value:
+                    point.user_metrics[name] = value
+        return points
