@@ -74,9 +74,23 @@ def test_fixed_local_batch_scales_the_learning_rate():
 def test_momentum_ramp_follows_dynamic_minibatch_sgd():
     assert [rules.momentum_gamma(t, 10, 3.0, 8) for t in (9, 10, 14, 18, 30)] == [1.0, 1.0, 2.0, 3.0, 3.0]
     rule = rules.BatchRule("fixed_local", 32, 0.1, lr_scaling="linear", ramp_steps=8)
-    assert rule.lr_at(100, 100, 1, 2) == pytest.approx(0.1)
-    assert rule.lr_at(104, 100, 1, 2) == pytest.approx(0.15)
-    assert rule.lr_at(120, 100, 1, 2) == pytest.approx(0.2)
+    assert rule.lr_at(100, 100, 0.1, 2) == pytest.approx(0.1)
+    assert rule.lr_at(104, 100, 0.1, 2) == pytest.approx(0.15)
+    assert rule.lr_at(120, 100, 0.1, 2) == pytest.approx(0.2)
+    assert rule.lr_at(100, 100, 0.0, 2) == pytest.approx(0.2)  # the ring's first size: no ramp
+
+
+def test_a_resize_in_the_middle_of_a_ramp_goes_on_from_the_current_rate():
+    rule = rules.BatchRule("fixed_local", 32, 0.1, lr_scaling="linear", ramp_steps=8)
+    before = rule.lr_at(104, 100, 0.1, 2)  # half way from 0.1 to 0.2
+    # 2 -> 4 workers at step 104: the new ramp starts where the rate is, not at 2 workers' 0.2
+    assert rule.lr_at(104, 104, before, 4) == pytest.approx(before)
+    assert rule.lr_at(108, 104, before, 4) == pytest.approx((before + 0.4) / 2)
+    assert rule.lr_at(112, 104, before, 4) == pytest.approx(0.4)
+    rates = [rule.lr_at(t, 100, 0.1, 2) for t in range(100, 105)] + [
+        rule.lr_at(t, 104, before, 4) for t in range(105, 113)
+    ]
+    assert all(b - a <= (0.4 - before) / 8 + 1e-12 for a, b in zip(rates, rates[1:], strict=False)), rates
 
 
 @pytest.mark.parametrize(

@@ -242,7 +242,7 @@ class ElasticKerasTrainer:
         model.compile(optimizer=optimizer, loss=loss, metrics=list(metrics or []), **compile_kwargs)
         optimizer.build(model.trainable_variables)
         self.state = hvd_keras.elastic.KerasState(
-            model, optimizer, epoch=0, batch=0, cursor=0, workers=0, resized_from=0, resized_at=0, history=[]
+            model, optimizer, epoch=0, batch=0, cursor=0, workers=0, ramp_from_lr=0.0, resized_at=0, history=[]
         )
         self.state.register_reset_callbacks([self._on_reset])
 
@@ -451,7 +451,12 @@ class _CallbackTypes:
                 self._global_batch = trainer.rule.global_batch(size)
                 self._step = int(trainer.optimizer.iterations.numpy())
                 if state.workers != size:
-                    state.resized_from = state.workers or size
+                    # Ramp from the rate in effect now, even in the middle of the last resize's ramp.
+                    state.ramp_from_lr = (
+                        trainer.rule.lr_at(self._step, state.resized_at, state.ramp_from_lr, state.workers)
+                        if state.workers
+                        else 0.0
+                    )
                     state.resized_at = self._step
                     state.workers = size
                 self._lr = None
@@ -486,7 +491,7 @@ class _CallbackTypes:
 
             def _set_lr(self) -> None:
                 rule, state = self.trainer.rule, self.trainer.state
-                lr = rule.lr_at(self._step, state.resized_at, state.resized_from, state.workers)
+                lr = rule.lr_at(self._step, state.resized_at, state.ramp_from_lr, state.workers)
                 if lr != self._lr:
                     self.trainer.optimizer.learning_rate = lr
                     self._lr = lr

@@ -101,12 +101,17 @@ class BatchRule:
         ratio = workers / self.base_workers
         return self.base_lr * (ratio if self.lr_scaling == "linear" else math.sqrt(ratio))
 
-    def lr_at(self, step: int, resized_at: int, old_workers: int, workers: int) -> float:
-        """The learning rate at ``step`` after a resize from ``old_workers`` at step ``resized_at``."""
-        old, new = self.target_lr(old_workers), self.target_lr(workers)
-        if self.ramp_steps == 0 or old == new:
+    def lr_at(self, step: int, resized_at: int, from_lr: float, workers: int) -> float:
+        """The learning rate at ``step`` after a resize to ``workers`` at step ``resized_at``, when the
+        rate was ``from_lr``: a ramp from ``from_lr`` to :meth:`target_lr` over ``ramp_steps`` steps.
+
+        ``from_lr`` is the rate in effect at the resize, so a resize in the middle of a ramp goes on
+        from where the rate was rather than jumping; 0 (no rate yet) means no ramp.
+        """
+        new = self.target_lr(workers)
+        if self.ramp_steps == 0 or from_lr <= 0 or from_lr == new:
             return new
-        return old * momentum_gamma(step, resized_at, new / old, self.ramp_steps)
+        return from_lr * momentum_gamma(step, resized_at, new / from_lr, self.ramp_steps)
 
 
 def _check_workers(workers: int) -> None:
