@@ -55,11 +55,9 @@ import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
-import re  # noqa: E402
 import resource  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -69,6 +67,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from _metrics_service import start_metrics_service  # noqa: E402
 
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc  # noqa: E402
 from tf_hooks import MetricsCallback  # noqa: E402
@@ -181,24 +180,6 @@ def process_cpu_ns(pid: int) -> int:
         return int(f.read().split()[0])
 
 
-def start_service() -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "SUBMARINE_METRICS_TOKEN": TOKEN}
-    command = "from submarine_elastic.cli.main import main; main()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", command, "metrics", "serve", "--port", "0"], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"listening on (\S+:\d+)", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"the metrics service did not start: {line!r}")
-    if SERVICE_CORES:
-        for tid in os.listdir(f"/proc/{proc.pid}/task"):
-            os.sched_setaffinity(int(tid), SERVICE_CORES)
-    return proc, match.group(1)
-
-
 def build_model(steps: int) -> tuple[Any, Any]:
     tf.keras.utils.set_random_seed(0)
     model = tf.keras.Sequential(
@@ -289,8 +270,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=30_000, help="reported/unreported step pairs of part 2")
     parser.add_argument("--no-pin", action="store_true", help="leave the process and the service unpinned")
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error(f"--rounds must be at least 2 (a confidence interval needs two), got {args.rounds}")
+    if args.steps < 100 or args.pairs < 2:
+        parser.error(f"--steps must be at least 100 and --pairs at least 2, got {args.steps} and {args.pairs}")
 
-    service, address = start_service()
+    service, address = start_metrics_service(TOKEN, SERVICE_CORES)
     dead_socket = socket.socket()
     dead_socket.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
     dead = f"127.0.0.1:{dead_socket.getsockname()[1]}"

@@ -23,9 +23,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -34,36 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _metrics_service import start_metrics_service
 
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOKEN = "bench-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-def start_service() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from submarine_elastic.cli.main import main; main()",
-            "metrics",
-            "serve",
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "SUBMARINE_METRICS_TOKEN": TOKEN},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"listening on (\S+:\d+)", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"the metrics service did not start: {line!r}")
-    return proc, match.group(1)
 
 
 #: (label, encoding, a Watch on every job open meanwhile)
@@ -214,7 +189,7 @@ def main() -> None:
     parser.add_argument("--load-seconds", type=float, default=10.0, help="how long the latency-under-load pass lasts")
     args = parser.parse_args()
 
-    service, address = start_service()
+    service, address = start_metrics_service(TOKEN)
     try:
         idle = measure_latency(address, args.idle_latency_seconds)
 
