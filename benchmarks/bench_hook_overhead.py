@@ -272,8 +272,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error(f"--rounds must be at least 2 (a confidence interval needs two), got {args.rounds}")
-    if args.steps < 100 or args.pairs < 2:
-        parser.error(f"--steps must be at least 100 and --pairs at least 2, got {args.steps} and {args.pairs}")
+    if args.steps <= 2 * SKIP or args.pairs < 2:
+        parser.error(f"--steps must be above {2 * SKIP} and --pairs at least 2, got {args.steps} and {args.pairs}")
 
     service, address = start_metrics_service(TOKEN, SERVICE_CORES)
     dead_socket = socket.socket()
