@@ -1,14 +1,18 @@
-"""``submarine cluster up|down|status``: the local Hadoop YARN pseudo-cluster."""
+"""``submarine cluster up|down|status|daemon``: the local Hadoop YARN pseudo-cluster, or one of its
+daemons in the foreground (a container of the docker-compose cluster)."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import socket
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
+from submarine_elastic.cluster import ROLES, ClusterError, ClusterSpec, LocalCluster, Placement
 
 console = Console()
 err = Console(stderr=True)
@@ -35,32 +39,37 @@ def cluster() -> None:
     """Start, stop and inspect the local Hadoop YARN pseudo-cluster."""
 
 
-@cluster.command()
-@dir_option
-@click.option(
-    "--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True, help="Number of NodeManagers."
-)
-@click.option(
+node_memory_option = click.option(
     "--node-memory-mb",
     type=click.IntRange(min=512),
     default=4096,
     show_default=True,
     help="Memory each NodeManager offers to containers.",
 )
-@click.option(
+node_vcores_option = click.option(
     "--node-vcores",
     type=click.IntRange(min=1),
     default=4,
     show_default=True,
     help="Virtual cores each NodeManager offers to containers.",
 )
-@click.option(
+port_base_option = click.option(
     "--port-base",
     type=click.IntRange(min=1024, max=65000),
     default=18000,
     show_default=True,
     help="Ports are base+offset: ZooKeeper base+181, RM web base+88, NM i base+100+10i.",
 )
+
+
+@cluster.command()
+@dir_option
+@click.option(
+    "--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True, help="Number of NodeManagers."
+)
+@node_memory_option
+@node_vcores_option
+@port_base_option
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
@@ -78,6 +87,58 @@ def up(
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)
+
+
+@cluster.command()
+@dir_option
+@click.argument("role", type=click.Choice(ROLES))
+@click.option("--zk-host", default="zookeeper", show_default=True, help="Host name ZooKeeper is reached by.")
+@click.option("--rm-host", default="resourcemanager", show_default=True, help="Host name the RM is reached by.")
+@click.option(
+    "--node-host", default=None, help="Host name this NodeManager is reached by [default: this machine's name]."
+)
+@click.option(
+    "--node",
+    type=click.IntRange(min=0, max=15),
+    default=0,
+    show_default=True,
+    help="Which NodeManager this is, for several on one host (its ports and directories).",
+)
+@node_memory_option
+@node_vcores_option
+@port_base_option
+@click.option("--dry-run", is_flag=True, help="Print the command and the environment it adds instead of running it.")
+def daemon(
+    cluster_dir: Path | None,
+    role: str,
+    zk_host: str,
+    rm_host: str,
+    node_host: str | None,
+    node: int,
+    node_memory_mb: int,
+    node_vcores: int,
+    port_base: int,
+    dry_run: bool,
+) -> None:
+    """Run one daemon (ROLE) in the foreground, logging to stderr.
+
+    What each container of the docker-compose cluster runs: the daemons reach each other by host name
+    and listen on every interface. `up` starts all of them on one host instead.
+    """
+    try:
+        spec = ClusterSpec(nodes=node + 1, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
+        placement = Placement(zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname())
+        local = _cluster(cluster_dir)
+        command, added = local.daemon_command(role, spec, placement, node=node)
+    except (ClusterError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if dry_run:
+        for key, value in sorted(added.items()):
+            click.echo(f"{key}={shlex.quote(value)}")
+        click.echo(shlex.join(command))
+        return
+    os.chdir(local.dir)
+    os.execve(command[0], command, {**os.environ, **added})
 
 
 @cluster.command()

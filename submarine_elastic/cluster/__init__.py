@@ -1,18 +1,21 @@
 """The local Hadoop YARN pseudo-cluster: real ZooKeeper, ResourceManager and NodeManager JVMs."""
 
 from submarine_elastic.cluster.api import (
+    ROLES,
     ClusterAlreadyUpError,
     ClusterError,
     ClusterNotUpError,
     ClusterSpec,
     ClusterStatus,
     DaemonStartError,
+    Placement,
     PortInUseError,
     PrerequisiteError,
 )
 from submarine_elastic.cluster.local import LocalCluster
 
 __all__ = [
+    "ROLES",
     "ClusterAlreadyUpError",
     "ClusterError",
     "ClusterNotUpError",
@@ -20,6 +23,7 @@ __all__ = [
     "ClusterStatus",
     "DaemonStartError",
     "LocalCluster",
+    "Placement",
     "PortInUseError",
     "PrerequisiteError",
 ]

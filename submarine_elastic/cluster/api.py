@@ -108,6 +108,27 @@ class ClusterSpec:
         return ports
 
 
+ROLES = ("zookeeper", "resourcemanager", "nodemanager")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the daemons of a cluster whose daemons do not share one host listen (the docker-compose
+    cluster: one container per daemon). Each daemon binds every interface and is reached by its host name.
+    """
+
+    zk_host: str
+    rm_host: str
+    #: the host name the NodeManager itself is reached by (its container's name)
+    node_host: str
+
+    def __post_init__(self) -> None:
+        for name in ("zk_host", "rm_host", "node_host"):
+            value = getattr(self, name)
+            if not value or not all(c.isalnum() or c in ".-" for c in value):
+                raise ValueError(f"{name} must be a host name or an IPv4 address, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Daemon:
     """One JVM that ``up`` started: its role, pid, the pid's start time (guards against pid reuse)."""

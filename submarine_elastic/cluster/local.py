@@ -33,6 +33,7 @@ import requests
 
 from submarine_elastic import env
 from submarine_elastic.cluster.api import (
+    ROLES,
     ClusterAlreadyUpError,
     ClusterNotUpError,
     ClusterSpec,
@@ -40,6 +41,7 @@ from submarine_elastic.cluster.api import (
     Daemon,
     DaemonStartError,
     NodeInfo,
+    Placement,
     PortInUseError,
     PrerequisiteError,
     ServiceSummary,
@@ -197,7 +199,7 @@ class LocalCluster:
 
             say(f"starting ResourceManager (web {spec.rm_url})")
             self._write_conf("rm", spec, tarball)
-            started.append(self._start_daemon(java, "rm", RM_MAIN, "512m", spec, rm=True))
+            started.append(self._start_daemon(java, "rm", RM_MAIN, "512m", rm=True))
             self._write_state(spec, started)
             _wait(lambda: _rm_started(spec.rm_url), timeout, started[-1], "did not answer on its web address")
 
@@ -205,7 +207,7 @@ class LocalCluster:
             nm_daemons = []
             for i in range(spec.nodes):
                 self._write_conf(f"nm-{i}", spec, tarball, node=i)
-                nm_daemons.append(self._start_daemon(java, f"nm-{i}", NM_MAIN, "256m", spec))
+                nm_daemons.append(self._start_daemon(java, f"nm-{i}", NM_MAIN, "256m"))
                 started.append(nm_daemons[-1])
                 self._write_state(spec, started)
             self._wait_nodes(spec, nm_daemons, timeout, say)
@@ -250,19 +252,23 @@ class LocalCluster:
         tmp.replace(tarball)
         return tarball
 
-    def _write_conf(self, name: str, spec: ClusterSpec, tarball: Path, node: int | None = None) -> Path:
+    def _write_conf(
+        self, name: str, spec: ClusterSpec, tarball: Path, node: int | None = None, placement: Placement | None = None
+    ) -> Path:
         conf = self.dir / "conf" / name
         conf.mkdir(parents=True, exist_ok=True)
         for f in CONF_FILES:
             shutil.copyfile(self.conf_template / f, conf / f)
-        host = spec.host
+        zk_host, rm_host, node_host = (
+            (placement.zk_host, placement.rm_host, placement.node_host) if placement else (spec.host,) * 3
+        )
         core = {
-            "hadoop.registry.zk.quorum": f"{host}:{spec.zk_port}",
+            "hadoop.registry.zk.quorum": f"{zk_host}:{spec.zk_port}",
             "hadoop.tmp.dir": str(self.dir / "tmp"),
         }
         yarn = {
-            "yarn.resourcemanager.hostname": host,
-            **{k: f"{host}:{p}" for k, p in spec.rm_ports().items()},
+            "yarn.resourcemanager.hostname": rm_host,
+            **{k: f"{rm_host}:{p}" for k, p in spec.rm_ports().items()},
             "yarn.service.base.path": str(self.dir / "yarn-services"),
             "yarn.service.framework.path": f"file://{tarball}",
             "yarn.service.am.java.opts": AM_JAVA_OPTS,
@@ -273,20 +279,27 @@ class LocalCluster:
         }
         if node is not None:
             nm_dir = self.dir / f"nm-{node}"
-            yarn.update({k: f"{host}:{p}" for k, p in spec.nm_ports(node).items()})
+            yarn.update({k: f"{node_host}:{p}" for k, p in spec.nm_ports(node).items()})
             yarn.update(
                 {
-                    "yarn.nodemanager.hostname": host,
+                    "yarn.nodemanager.hostname": node_host,
                     "yarn.nodemanager.local-dirs": str(nm_dir / "local"),
                     "yarn.nodemanager.log-dirs": str(nm_dir / "logs"),
                     "yarn.nodemanager.recovery.dir": str(nm_dir / "recovery"),
                 }
             )
+        if placement:
+            # Reached by host name, listening on every interface of the daemon's own container.
+            yarn["yarn.resourcemanager.bind-host"] = "0.0.0.0"
+            yarn["yarn.nodemanager.bind-host"] = "0.0.0.0"
         _override_xml(conf / "core-site.xml", core)
         _override_xml(conf / "yarn-site.xml", yarn)
         return conf
 
     def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
+        return self._spawn("zk", self._zk_command(java, spec, spec.host), env=None)
+
+    def _zk_command(self, java: str, spec: ClusterSpec, bind_host: str, *, console: bool = False) -> list[str]:
         conf = self.dir / "conf" / "zk"
         conf.mkdir(parents=True, exist_ok=True)
         (self.dir / "zk").mkdir(exist_ok=True)
@@ -296,27 +309,29 @@ class LocalCluster:
             for line in template.splitlines()
             if not line.startswith(("dataDir=", "clientPort=", "clientPortAddress="))
         ]
-        lines += [f"dataDir={self.dir / 'zk'}", f"clientPort={spec.zk_port}", f"clientPortAddress={spec.host}"]
+        lines += [f"dataDir={self.dir / 'zk'}", f"clientPort={spec.zk_port}", f"clientPortAddress={bind_host}"]
         (conf / "zoo.cfg").write_text("\n".join(lines) + "\n")
         shutil.copyfile(self.conf_template / "log4j.properties", conf / "log4j.properties")
-        cmd = [
+        return [
             java,
             "-Xmx128m",
             *JVM_LEAN,
-            *self._log_props("zk", conf),
+            *self._log_props("zk", conf, console=console),
             "-Dzookeeper.admin.enableServer=false",
             "-cp",
             f"{conf}:{self.lib}/*",
             ZK_MAIN,
             str(conf / "zoo.cfg"),
         ]
-        return self._spawn("zk", cmd, env=None)
 
-    def _start_daemon(
-        self, java: str, name: str, main: str, heap: str, spec: ClusterSpec, *, rm: bool = False
-    ) -> Daemon:
+    def _start_daemon(self, java: str, name: str, main: str, heap: str, *, rm: bool = False) -> Daemon:
+        return self._spawn(name, *self._daemon_command(java, name, main, heap, rm=rm))
+
+    def _daemon_command(
+        self, java: str, name: str, main: str, heap: str, *, rm: bool = False, console: bool = False
+    ) -> tuple[list[str], dict[str, str]]:
         conf = self.dir / "conf" / name
-        cmd = [java, f"-Xmx{heap}", *JVM_LEAN, *JAVA17_OPENS, *self._log_props(name, conf)]
+        cmd = [java, f"-Xmx{heap}", *JVM_LEAN, *JAVA17_OPENS, *self._log_props(name, conf, console=console)]
         if rm:
             # Where the services API finds the AM's jars when no framework tarball is usable.
             cmd.append(f"-Dservice.libdir={self.lib}")
@@ -327,10 +342,11 @@ class LocalCluster:
             "HADOOP_YARN_HOME": str(self.lib.parent),
             "HADOOP_COMMON_HOME": str(self.lib.parent),
         }
-        return self._spawn(name, cmd, env=daemon_env)
+        return cmd, daemon_env
 
-    def _log_props(self, name: str, conf: Path) -> list[str]:
+    def _log_props(self, name: str, conf: Path, *, console: bool = False) -> list[str]:
         logs = self.dir / "logs"
+        appender = "console" if console else "RFA"
         return [
             f"-Dsubmarine.cluster.dir={self.dir}",
             f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
@@ -338,11 +354,40 @@ class LocalCluster:
             f"-Dhadoop.log.file={name}.log",
             f"-Dyarn.log.dir={logs}",
             f"-Dyarn.log.file={name}.log",
-            "-Dhadoop.root.logger=INFO,RFA",
-            "-Dzookeeper.root.logger=INFO,RFA",
+            f"-Dhadoop.root.logger=INFO,{appender}",
+            f"-Dzookeeper.root.logger=INFO,{appender}",
             f"-Dzookeeper.log.dir={logs}",
             f"-Dzookeeper.log.file={name}.log",
         ]
+
+    def daemon_command(
+        self, role: str, spec: ClusterSpec, placement: Placement, *, node: int = 0
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that run one daemon of ``spec`` in the foreground, logging
+        to stderr: what each container of the docker-compose cluster runs (``submarine cluster daemon``).
+
+        Writes the daemon's configuration under the cluster directory first (reached by the host names
+        of ``placement``, listening on every interface). ``node`` numbers a NodeManager (its ports and
+        directories), for several on one host.
+
+        Raises:
+            ValueError: ``role`` is not one of ``ROLES``, or ``node`` is not below ``spec.nodes``.
+            PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
+        """
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        if not 0 <= node < spec.nodes:
+            raise ValueError(f"node must be in [0, {spec.nodes}), got {node}")
+        java = self._check_prerequisites()
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        if role == "zookeeper":
+            return self._zk_command(java, spec, "0.0.0.0", console=True), {}
+        tarball = self._dependency_tarball(lambda msg: log.info("%s", msg))
+        if role == "resourcemanager":
+            self._write_conf("rm", spec, tarball, placement=placement)
+            return self._daemon_command(java, "rm", RM_MAIN, "512m", rm=True, console=True)
+        self._write_conf(f"nm-{node}", spec, tarball, node=node, placement=placement)
+        return self._daemon_command(java, f"nm-{node}", NM_MAIN, "256m", console=True)
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None) -> Daemon:
         out = self.dir / "logs" / f"{name}.out"

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,3 +123,70 @@ def test_down_stops_daemons_and_the_containers_they_ran(tmp_path: Path):
     assert {d.pid for d in stopped} == daemon_pids
     assert processes_under(tmp_path / "cluster") == []
     assert not cluster.state_file.exists()
+
+
+def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path: Path):
+    """What each container of the docker-compose cluster runs, here with every host name 127.0.0.1."""
+    spec = ClusterSpec(nodes=2, port_base=PORT_BASE + 900)
+    directory = tmp_path / "cluster"
+    hosts = ["--zk-host", "127.0.0.1", "--rm-host", "127.0.0.1", "--node-host", "127.0.0.1"]
+    common = ["--cluster-dir", str(directory), "--port-base", str(spec.port_base), *hosts]
+    started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str, *args: str) -> None:
+        log = (tmp_path / f"{name}.err").open("wb")
+        started[name] = subprocess.Popen(
+            [str(Path(sys.executable).with_name("submarine")), "cluster", "daemon", *args, *common],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    def until(ready: Callable[[], bool], what: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = {name: p.returncode for name, p in started.items() if p.poll() is not None}
+            assert not dead, f"exited while waiting for {what}: {dead}"
+            with contextlib.suppress(requests.RequestException, OSError):
+                if ready():
+                    return
+            time.sleep(0.5)
+        raise AssertionError(f"{what} within {timeout} s")
+
+    def zk_ok() -> bool:
+        with socket.create_connection(("127.0.0.1", spec.zk_port), timeout=2) as s:
+            s.sendall(b"ruok")
+            return s.recv(4) == b"imok"
+
+    def running_nodes() -> list[int]:
+        nodes = requests.get(f"{spec.rm_url}/ws/v1/cluster/nodes", timeout=5).json()["nodes"] or {"node": []}
+        return sorted(int(n["id"].rsplit(":", 1)[1]) for n in nodes["node"] if n["state"] == "RUNNING")
+
+    try:
+        start("zk", "zookeeper")
+        until(zk_ok, "ZooKeeper to answer 'ruok'")
+        start("rm", "resourcemanager")
+        start("nm-0", "nodemanager", "--node", "0")
+        start("nm-1", "nodemanager", "--node", "1", "--node-memory-mb", "2048")
+        expected = [spec.nm_ports(i)["yarn.nodemanager.address"] for i in range(2)]
+        until(lambda: running_nodes() == expected, f"NodeManagers on ports {expected} RUNNING", timeout=240)
+        resp = requests.get(f"{spec.rm_url}/app/v1/services/version", params={"user.name": "test"}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        memory = requests.get(f"{spec.rm_url}/ws/v1/cluster/metrics", timeout=5).json()["clusterMetrics"]
+        assert memory["totalMB"] == spec.node_memory_mb + 2048
+        for name, proc in started.items():
+            # The command replaces itself with the JVM, so a container's stop signal reaches the daemon.
+            assert (Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0]).endswith(b"java"), name
+        assert b"ResourceManager" in (tmp_path / "rm.err").read_bytes()  # logs go to stderr
+    finally:
+        for proc in reversed(started.values()):
+            proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, proc in started.items():
+            try:
+                codes[name] = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = "killed after 60 s"
+    assert all(isinstance(code, int) for code in codes.values()), codes
+    assert processes_under(directory) == []

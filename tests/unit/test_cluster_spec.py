@@ -8,12 +8,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import (
     ClusterAlreadyUpError,
     ClusterNotUpError,
     ClusterSpec,
     LocalCluster,
+    Placement,
     PortInUseError,
     PrerequisiteError,
 )
@@ -117,3 +120,32 @@ def test_status_and_down_without_a_cluster(tmp_path: Path):
         cluster.status()
     with pytest.raises(ClusterNotUpError):
         cluster.down()
+
+
+@pytest.mark.parametrize("host", ["", "rm host", "rm;rm", "rm:8088"])
+def test_a_placement_names_the_bad_host(host: str):
+    with pytest.raises(ValueError, match=r"rm_host must be a host name or an IPv4 address, got"):
+        Placement(zk_host="zookeeper", rm_host=host, node_host="nm-1")
+
+
+def test_daemon_command_refuses_an_unknown_role_or_node(tmp_path: Path, fake_lib: Path):
+    cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
+    placement = Placement(zk_host="zookeeper", rm_host="resourcemanager", node_host="nm-1")
+    with pytest.raises(
+        ValueError, match="role must be one of zookeeper, resourcemanager, nodemanager, got 'historyserver'"
+    ):
+        cluster.daemon_command("historyserver", ClusterSpec(), placement)
+    with pytest.raises(ValueError, match=r"node must be in \[0, 2\), got 2"):
+        cluster.daemon_command("nodemanager", ClusterSpec(nodes=2), placement, node=2)
+    assert not (tmp_path / "c" / "conf").exists()
+
+
+def test_the_daemon_command_tells_a_bad_host_name_and_runs_nothing(
+    tmp_path: Path, fake_lib: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("SUBMARINE_HADOOP_LIB", str(fake_lib))
+    result = CliRunner().invoke(
+        cli, ["cluster", "daemon", "nodemanager", "--node-host", "bad host", "--cluster-dir", str(tmp_path / "c")]
+    )
+    assert result.exit_code == 1
+    assert "node_host must be a host name or an IPv4 address, got 'bad host'" in result.output

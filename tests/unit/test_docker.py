@@ -1,0 +1,153 @@
+"""docker/: the image and the docker-compose cluster, checked without a Docker engine.
+
+Every container command goes through the real CLI (``--dry-run``), so a flag the CLI does not
+know, a role it does not have, or a host name that does not match a service fails here.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.cluster import ClusterSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE: dict[str, Any] = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+NODEMANAGERS = sorted(name for name in SERVICES if name.startswith("nodemanager"))
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments) of docker/Dockerfile, continuation lines joined, comments left out."""
+    text = re.sub(r"\\\n", " ", (DOCKER / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction, args in dockerfile():
+        if instruction == "ENV":
+            env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
+    return env
+
+
+def site(path: Path) -> dict[str, str]:
+    return {prop.findtext("name", ""): prop.findtext("value", "") for prop in ET.parse(path).getroot().iter("property")}
+
+
+@pytest.fixture()
+def fake_lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "hadoop-yarn-server-resourcemanager-3.4.2.jar").write_bytes(b"")
+    monkeypatch.setenv("SUBMARINE_HADOOP_LIB", str(lib))
+    return lib
+
+
+def dry_run(command: list[str], cluster_dir: Path) -> str:
+    assert command[:2] == ["cluster", "daemon"], command
+    result = CliRunner().invoke(cli, [*command, "--dry-run", "--cluster-dir", str(cluster_dir)])
+    assert result.exit_code == 0, f"{command}: {result.output}"
+    return result.output
+
+
+def test_the_cluster_has_zookeeper_a_resourcemanager_and_nodemanagers() -> None:
+    assert {"zookeeper", "resourcemanager"} <= set(SERVICES)
+    assert len(NODEMANAGERS) >= 2
+    for name, service in SERVICES.items():
+        assert service["hostname"] == name, "the daemons reach each other by service name"
+        assert service["image"] == "submarine-elastic:latest"
+        assert service["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_each_container_command_is_a_daemon_the_cli_runs(name: str, tmp_path: Path, fake_lib: Path) -> None:
+    command = [str(part) for part in SERVICES[name]["command"]]
+    role = command[2]
+    assert name.startswith(role)
+    printed = dry_run(command, tmp_path / name)
+    assert printed.splitlines()[-1].split()[0].endswith("java")
+    spec = ClusterSpec()
+    if role == "zookeeper":
+        assert f"clientPort={spec.zk_port}" in (tmp_path / name / "conf" / "zk" / "zoo.cfg").read_text()
+        return
+    conf = tmp_path / name / "conf" / ("rm" if role == "resourcemanager" else "nm-0")
+    core, yarn = site(conf / "core-site.xml"), site(conf / "yarn-site.xml")
+    assert core["hadoop.registry.zk.quorum"] == f"zookeeper:{spec.zk_port}"
+    assert yarn["yarn.resourcemanager.hostname"] == "resourcemanager"
+    assert yarn["yarn.resourcemanager.webapp.address"] == f"resourcemanager:{spec.rm_web_port}"
+    assert yarn["yarn.resourcemanager.bind-host"] == "0.0.0.0"
+    assert yarn["yarn.service.base.path"] == str(tmp_path / name / "yarn-services")
+    if role == "nodemanager":
+        assert yarn["yarn.nodemanager.hostname"] == name
+        assert yarn["yarn.nodemanager.address"].startswith(f"{name}:")
+
+
+def test_the_services_directory_is_one_volume_for_the_rm_and_every_node() -> None:
+    """The RM writes a service's files under yarn.service.base.path; its ApplicationMaster reads them
+    on whichever node it runs."""
+    base = f"{dockerfile_env()['SUBMARINE_CLUSTER_DIR']}/yarn-services"
+    for name in ["resourcemanager", *NODEMANAGERS]:
+        assert f"yarn-services:{base}" in SERVICES[name]["volumes"], name
+    assert "yarn-services" in COMPOSE["volumes"]
+
+
+def test_ports_and_health_checks_match_the_cluster_spec() -> None:
+    spec = ClusterSpec()
+    assert SERVICES["resourcemanager"]["ports"] == [f"{spec.rm_web_port}:{spec.rm_web_port}"]
+    for service in SERVICES.values():
+        assert service["environment"]["SUBMARINE_RM_URL"] == f"http://resourcemanager:{spec.rm_web_port}"
+    assert f"/dev/tcp/127.0.0.1/{spec.zk_port} " in " ".join(SERVICES["zookeeper"]["healthcheck"]["test"])
+    assert " ".join(SERVICES["resourcemanager"]["healthcheck"]["test"]).endswith(f"/{spec.rm_web_port}")
+    assert SERVICES["resourcemanager"]["depends_on"]["zookeeper"]["condition"] == "service_healthy"
+    for name in NODEMANAGERS:
+        assert SERVICES[name]["depends_on"]["resourcemanager"]["condition"] == "service_healthy"
+
+
+def test_the_image_copies_what_exists_and_installs_with_the_project_script() -> None:
+    steps = dockerfile()
+    copies = [shlex.split(args) for instruction, args in steps if instruction == "COPY"]
+    assert copies
+    for *sources, _dest in copies:
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    copied = {Path(source).parts[0] for *sources, _ in copies for source in sources}
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    packages = setup["options.packages.find"]["include"].split()
+    assert {package.rstrip("*") for package in packages} <= copied
+    runs = [args for instruction, args in steps if instruction == "RUN"]
+    assert any("scripts/install.sh" in run for run in runs)
+    workdir = next(args for instruction, args in steps if instruction == "WORKDIR")
+    assert dockerfile_env()["PATH"].startswith(f"{workdir}/.venv/bin:"), "install.sh puts the venv in the repo"
+    entrypoint = next(args for instruction, args in steps if instruction == "ENTRYPOINT")
+    assert entrypoint == '["submarine"]'
+    assert "submarine = submarine_elastic.cli.main:main" in setup["options.entry_points"]["console_scripts"]
+
+
+def test_the_image_step_that_prepares_the_am_archive_runs(tmp_path: Path, fake_lib: Path) -> None:
+    (prepare,) = [args for instruction, args in dockerfile() if instruction == "RUN" and "submarine " in args]
+    first = shlex.split(prepare.split("&&")[0].split(">")[0])
+    assert first[0] == "submarine"
+    args = [a for a in first[1:]]
+    at = args.index("--cluster-dir")
+    del args[at : at + 2]
+    args.remove("--dry-run")
+    dry_run(args, tmp_path / "prepare")
+    assert (fake_lib.parent / "service-dep.tar.gz").is_file()
+
+
+def test_the_build_context_leaves_out_what_the_image_builds_itself() -> None:
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", "build", ".git"} <= ignored
