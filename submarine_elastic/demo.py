@@ -21,7 +21,7 @@ from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
 from submarine_elastic.elastic.api import ElasticError, Limits
-from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.client import JobClient, forget_job, submit
 from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
@@ -80,6 +80,7 @@ def run(name: str) -> int:
                     time.sleep(1)
         finally:
             yarn.destroy(name, missing_ok=True)
+            forget_job(name)
     finals = [json.loads(p.read_text()) for p in sorted((work / "log").glob("final-rank*.json"))]
     if not finals:
         console.print(f"[red]the job left no result in {work}/log[/red]")

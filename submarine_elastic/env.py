@@ -23,12 +23,12 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
 | ``SUBMARINE_DRIVER_PORT`` | job | port of the job driver's control plane (agents attach, ``job flex`` resizes) |
 | ``SUBMARINE_JOB_TOKEN`` | job | bearer token of the job driver's control plane |
-| ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``) |
+| ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``); ``job run`` points it at the file YARN localizes into each container |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
-| ``SUBMARINE_JOBS_DIR`` | client | the jobs' control tokens, one file each (default ``~/.submarine-elastic/jobs``) |
+| ``SUBMARINE_JOBS_DIR`` | client | the jobs' control tokens, and the secrets their containers get (``<job>/``, localized by YARN, so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
 """
 

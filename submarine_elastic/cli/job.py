@@ -14,7 +14,7 @@ from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
-from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.client import JobClient, forget_job, submit
 from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service, parse_env
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
@@ -311,5 +311,9 @@ def kill(name: str) -> None:
             yarn.destroy(name, wait=True)
         except YarnError as exc:
             raise _fail(exc) from exc
+    try:
+        forget_job(name)
+    except OSError as exc:
+        raise click.ClickException(f"job {name} is gone but its token files stay: {exc}") from exc
     process.finish_job(name)
     console.print(f"job {name} killed")

@@ -73,7 +73,7 @@ from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.dse.api import Backend, BackendError, JobRunner, JobState, Point, Value
 from submarine_elastic.elastic.api import DriverUnreachableError, Limits
-from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.client import JobClient, forget_job, submit
 from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources
 from submarine_elastic.metrics.api import ServerStartError, Subscription, UnknownJobError
 from submarine_elastic.metrics.proto import metrics_pb2
@@ -516,11 +516,10 @@ class YarnJobRunner(JobRunner):
             self._yarn.destroy(name, missing_ok=True, timeout=self._kill_timeout)
         except YarnError as exc:
             raise BackendError(f"cannot remove job {name}: {exc}") from exc
-        token = env.jobs_dir() / f"{name}.json"
         try:
-            token.unlink(missing_ok=True)
+            forget_job(name)
         except OSError as exc:
-            raise BackendError(f"job {name} is gone but its token file {token} stays: {exc.strerror}") from exc
+            raise BackendError(f"job {name} is gone but its token files stay: {exc}") from exc
 
     def close(self) -> None:
         self._yarn.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import grpc
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
-from submarine_elastic.elastic.jobspec import JobRequest, build_service
+from submarine_elastic.elastic.jobspec import SECRET_ENV, JobRequest, build_service, write_secrets
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -32,6 +33,9 @@ def save_token(job: str, token: str) -> Path:
 def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
     """Submit the job's YARN service (without waiting for it to start) and keep its control token.
 
+    The token and the job's secrets are written first (see :func:`write_secrets`); if the RM refuses
+    the job they are removed again.
+
     Raises:
         JobSpecError: the request makes no valid spec (nothing is sent).
         YarnError: the RM refused it (with ``replace``, a job of that name is destroyed first).
@@ -39,16 +43,35 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
     service = build_service(req)
     if replace:
         yarn.destroy(req.name, missing_ok=True)
-    save_token(req.name, req.token)
-    yarn.create(service, wait=False)
+    token = save_token(req.name, req.token)
+    secrets = write_secrets(req)
+    try:
+        yarn.create(service, wait=False)
+    except BaseException:
+        token.unlink(missing_ok=True)
+        shutil.rmtree(secrets, ignore_errors=True)
+        raise
 
 
-def load_token(job: str, yarn: YarnServiceClient) -> str | None:
+def forget_job(job: str) -> None:
+    """Removes what :func:`submit` kept of a job that is gone: its control token and its secrets.
+
+    Raises:
+        OSError: a file could not be removed.
+    """
+    (env.jobs_dir() / f"{job}.json").unlink(missing_ok=True)
+    secrets = env.jobs_dir() / job
+    if secrets.is_dir():
+        shutil.rmtree(secrets)
+
+
+def load_token(job: str) -> str | None:
+    """The job's control token as :func:`submit` kept it, or None."""
     path = env.jobs_dir() / f"{job}.json"
     if path.is_file():
         return str(json.loads(path.read_text())["token"])
-    raw = yarn.status(job).raw
-    return (raw.get("configuration", {}).get("env", {}) or {}).get("SUBMARINE_JOB_TOKEN")
+    secret = env.jobs_dir() / job / SECRET_ENV["SUBMARINE_JOB_TOKEN"]
+    return secret.read_text() if secret.is_file() else None
 
 
 class JobClient:
@@ -62,7 +85,7 @@ class JobClient:
         self.job = job
         self.timeout = timeout
         target = driver_address(job, client=yarn, timeout=locate_timeout)
-        token = load_token(job, yarn)
+        token = load_token(job)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.ElasticDriverStub(self._channel)

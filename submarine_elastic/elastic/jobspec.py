@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import re
 import secrets
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
+from submarine_elastic.env import jobs_dir
 from submarine_elastic.yarn import InvalidSpecError, Service
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "yarn_service_specs" / "elastic-job.json"
@@ -89,6 +91,39 @@ class JobRequest:
     python: str = sys.executable
     driver_port: int = field(default_factory=lambda: free_port())
     token: str = field(default_factory=lambda: new_token())
+    #: where :func:`write_secrets` puts the job's secrets, at a path every NodeManager can read
+    #: (the jobs directory on a pseudo-cluster, a shared volume in the docker-compose cluster)
+    secrets_dir: Path | None = None
+
+    def secrets_path(self) -> Path:
+        return self.secrets_dir or jobs_dir() / self.name
+
+
+#: Variables whose values are secrets, and the file each is localized to in a container. The spec
+#: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
+#: shows it to whoever may read the service.
+SECRET_ENV = {"SUBMARINE_JOB_TOKEN": "job.token", "SUBMARINE_METRICS_TOKEN": "metrics.token"}
+
+
+def job_secrets(req: JobRequest) -> dict[str, str]:
+    """The job's secrets by the name of their file: its control token, and the secret variables of ``--env``."""
+    values = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
+    return {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
+
+
+def write_secrets(req: JobRequest) -> Path:
+    """Writes :func:`job_secrets` into ``req.secrets_path()`` (directory 0700, files 0600); returns it."""
+    directory = req.secrets_path()
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    for dest, value in job_secrets(req).items():
+        path = directory / dest
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(value)
+        tmp.replace(path)
+    return directory
 
 
 def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -172,7 +207,17 @@ def build_service(req: JobRequest) -> Service:
     if req.checkpoint_path:
         common["SUBMARINE_CHECKPOINT_PATH"] = req.checkpoint_path
     common.update(req.env)
+    # Secrets travel as files YARN localizes into each container, never as values in the spec.
+    secret_files = job_secrets(req)
+    for name, dest in SECRET_ENV.items():
+        if common.pop(name, None):
+            common[f"{name}_FILE"] = f"$PWD/{dest}"
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
+    if secret_files:
+        directory = req.secrets_path().resolve()
+        raw["configuration"]["files"] = [
+            {"type": "STATIC", "src_file": f"file://{directory / dest}", "dest_file": dest} for dest in secret_files
+        ]
     for comp in raw["components"]:
         if comp["name"] == DRIVER_COMPONENT:
             comp["launch_command"] = f"{req.python} -m submarine_elastic.elastic.driver"

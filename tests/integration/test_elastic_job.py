@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.elastic.client import JobClient, load_token
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
@@ -112,7 +112,11 @@ def metrics_service() -> Iterator[MetricsServer]:
 
 
 def test_flex_2_3_1_2_keeps_every_sample_and_step(
-    yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path, metrics_service: MetricsServer
+    yarn: YarnServiceClient,
+    yarn_cluster: LocalCluster,
+    cluster_spec: ClusterSpec,
+    tmp_path: Path,
+    metrics_service: MetricsServer,
 ):
     name = "elastic-flex"
     metrics_env = {
@@ -134,6 +138,14 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
                         time.sleep(0.5)
                 time.sleep(2)  # train a few steps at this size
             assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
+        # The tokens reached the driver, the agents and the hooks, yet neither the service the RM
+        # shows nor the RM's log (which records every spec it is sent) holds them.
+        job_token = load_token(name)
+        assert job_token
+        rm_log = (yarn_cluster.dir / "logs" / "rm.log").read_text()
+        assert f"name: {name}" in rm_log, "the RM no longer logs the spec: this check checks nothing"
+        for shown in (json.dumps(yarn.status(name).raw), rm_log):
+            assert job_token not in shown and "metrics-test-token" not in shown
         finish(yarn, name, tmp_path)
     finally:
         yarn.destroy(name, missing_ok=True)

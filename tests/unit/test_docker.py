@@ -94,13 +94,15 @@ def test_each_container_command_is_a_daemon_the_cli_runs(name: str, tmp_path: Pa
         assert yarn["yarn.nodemanager.address"].startswith(f"{name}:")
 
 
-def test_the_services_directory_is_one_volume_for_the_rm_and_every_node() -> None:
-    """The RM writes a service's files under yarn.service.base.path; its ApplicationMaster reads them
-    on whichever node it runs."""
-    base = f"{dockerfile_env()['SUBMARINE_CLUSTER_DIR']}/yarn-services"
+def test_the_services_and_jobs_directories_are_volumes_shared_by_the_rm_and_every_node() -> None:
+    """The RM writes a service's files under yarn.service.base.path and `job run` a job's secrets
+    under the jobs directory; the containers read both on whichever node they run."""
+    env = dockerfile_env()
+    shared = {"yarn-services": f"{env['SUBMARINE_CLUSTER_DIR']}/yarn-services", "jobs": env["SUBMARINE_JOBS_DIR"]}
     for name in ["resourcemanager", *NODEMANAGERS]:
-        assert f"yarn-services:{base}" in SERVICES[name]["volumes"], name
-    assert "yarn-services" in COMPOSE["volumes"]
+        for volume, path in shared.items():
+            assert f"{volume}:{path}" in SERVICES[name]["volumes"], (name, volume)
+    assert set(shared) <= set(COMPOSE["volumes"])
 
 
 def test_ports_and_health_checks_match_the_cluster_spec() -> None:

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import base64
+import json
+import stat
+from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import FlexRefusedError, Limits
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service, parse_env
+from submarine_elastic.elastic.client import forget_job, load_token, submit
+from submarine_elastic.elastic.jobspec import (
+    JobRequest,
+    JobSpecError,
+    WorkerResources,
+    build_service,
+    parse_env,
+    write_secrets,
+)
+from submarine_elastic.yarn import YarnError
 
 
 def request(**kw: object) -> JobRequest:
@@ -94,3 +107,61 @@ def test_a_bad_flag_is_refused_before_anything_is_sent():
         assert result.exit_code != 0, args
         assert flag in result.output, result.output
         assert "unreachable" not in result.output
+
+
+def test_secrets_reach_the_containers_as_files_never_as_values_in_the_spec(tmp_path: Path):
+    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret", "OTHER": "1"}, secrets_dir=tmp_path / "s")
+    spec = build_service(req).to_dict()
+    text = json.dumps(spec)
+    assert "t0ken" not in text and "m3trics-secret" not in text
+    env = spec["configuration"]["env"]
+    assert "SUBMARINE_JOB_TOKEN" not in env and "SUBMARINE_METRICS_TOKEN" not in env
+    assert env["SUBMARINE_JOB_TOKEN_FILE"] == "$PWD/job.token"
+    assert env["SUBMARINE_METRICS_TOKEN_FILE"] == "$PWD/metrics.token"
+    assert env["OTHER"] == "1"
+    files = {f["dest_file"]: f for f in spec["configuration"]["files"]}
+    assert {dest: f["src_file"] for dest, f in files.items()} == {
+        "job.token": f"file://{tmp_path / 's' / 'job.token'}",
+        "metrics.token": f"file://{tmp_path / 's' / 'metrics.token'}",
+    }
+    assert {f["type"] for f in files.values()} == {"STATIC"}
+
+
+def test_secrets_are_written_readable_by_their_owner_only(tmp_path: Path):
+    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret"}, secrets_dir=tmp_path / "s")
+    directory = write_secrets(req)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert {p.name: (p.read_text(), stat.S_IMODE(p.stat().st_mode)) for p in directory.iterdir()} == {
+        "job.token": ("t0ken", 0o600),
+        "metrics.token": ("m3trics-secret", 0o600),
+    }
+
+
+class RecordingYarn:
+    """Stands in for the RM: records what it is sent, refuses it when told to."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.created: list[dict] = []
+
+    def destroy(self, name: str, missing_ok: bool = False) -> None:
+        pass
+
+    def create(self, service: Any, wait: bool = False) -> None:
+        if self.refuse:
+            raise YarnError("quota exceeded")
+        self.created.append(service.to_dict())
+
+
+def test_a_refused_job_leaves_no_secret_behind(tmp_path: Path):
+    req = request(secrets_dir=tmp_path / "s")
+    with pytest.raises(YarnError, match="quota"):
+        submit(RecordingYarn(refuse=True), req)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()
+    assert load_token("mnist") is None
+    yarn = RecordingYarn()
+    submit(yarn, req)  # type: ignore[arg-type]
+    assert (tmp_path / "s" / "job.token").read_text() == "t0ken"
+    assert load_token("mnist") == "t0ken"
+    forget_job("mnist")
+    assert load_token("mnist") is None
