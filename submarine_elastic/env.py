@@ -24,6 +24,8 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_DRIVER_PORT`` | job | port of the job driver's control plane (agents attach, ``job flex`` resizes) |
 | ``SUBMARINE_JOB_TOKEN`` | job | bearer token of the job driver's control plane |
 | ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``); ``job run`` points it at the file YARN localizes into each container |
+| ``SUBMARINE_DRIVER_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the driver's certificate chain and key (PEM): with both, its control plane speaks TLS only |
+| ``SUBMARINE_DRIVER_TLS_CA_FILE`` | job | certificates the agents trust for the driver (PEM); with it, they connect over TLS |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
@@ -173,6 +175,32 @@ def job_token() -> str | None:
         return value
     path = _get("SUBMARINE_JOB_TOKEN_FILE")
     return Path(path).expanduser().read_text().strip() if path else None
+
+
+def driver_tls() -> tuple[bytes, bytes] | None:
+    """The driver's certificate chain and key, PEM (``SUBMARINE_DRIVER_TLS_CERT_FILE`` and ``..._KEY_FILE``),
+    or None when neither is set.
+
+    Raises:
+        ValueError: only one of the two is set.
+        OSError: a file cannot be read.
+    """
+    cert, key = _get("SUBMARINE_DRIVER_TLS_CERT_FILE"), _get("SUBMARINE_DRIVER_TLS_KEY_FILE")
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ValueError("SUBMARINE_DRIVER_TLS_CERT_FILE and SUBMARINE_DRIVER_TLS_KEY_FILE go together")
+    return Path(cert).read_bytes(), Path(key).read_bytes()
+
+
+def driver_tls_ca() -> bytes | None:
+    """Certificates the agents trust for the driver, PEM (``SUBMARINE_DRIVER_TLS_CA_FILE``), or None.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    path = _get("SUBMARINE_DRIVER_TLS_CA_FILE")
+    return Path(path).read_bytes() if path else None
 
 
 def worker_limits() -> tuple[int, int, int]:

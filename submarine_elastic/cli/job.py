@@ -15,7 +15,14 @@ from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import JobClient, forget_job, submit
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service, parse_env
+from submarine_elastic.elastic.jobspec import (
+    DriverTls,
+    JobRequest,
+    JobSpecError,
+    WorkerResources,
+    build_service,
+    parse_env,
+)
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 console = Console()
@@ -72,6 +79,19 @@ def job() -> None:
     default=None,
     help="Resize the job by this policy (name or module:Class); starts the controller if none runs.",
 )
+@click.option(
+    "--tls_cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The driver's certificate chain (PEM): its control plane then speaks TLS only. Needs --tls_key.",
+)
+@click.option("--tls_key", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Its private key (PEM).")
+@click.option(
+    "--tls_ca",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Certificates the agents and `job flex|show` trust for the driver [default: --tls_cert].",
+)
 @click.option("--wait_job_finish", is_flag=True, help="Follow the job to its end with a live view.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds --wait_job_finish waits.")
 def run(
@@ -90,6 +110,9 @@ def run(
     docker_image: str | None,
     workdir: Path | None,
     policy: str | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_ca: Path | None,
     wait_job_finish: bool,
     timeout: float,
 ) -> None:
@@ -98,8 +121,13 @@ def run(
     hi = max_workers if max_workers is not None else num_workers
     if not elastic and (lo != num_workers or hi != num_workers):
         raise click.BadParameter("--min_workers/--max_workers need --elastic", param_hint="--min_workers")
+    if (tls_cert is None) != (tls_key is None) or (tls_ca is not None and tls_cert is None):
+        raise click.BadParameter(
+            "--tls_cert and --tls_key go together (and --tls_ca needs them)", param_hint="--tls_cert"
+        )
     try:
         limits = Limits(num_workers, lo, hi)
+        tls = DriverTls.load(tls_cert, tls_key, tls_ca) if tls_cert is not None and tls_key is not None else None
         req = JobRequest(
             name=name,
             launch_cmd=worker_launch_cmd,
@@ -114,6 +142,7 @@ def run(
             queue=queue,
             docker_image=docker_image,
             workdir=(workdir or Path.cwd()).resolve(),
+            tls=tls,
         )
     except (ValueError, JobSpecError) as exc:
         raise _fail(exc) from exc

@@ -142,10 +142,13 @@ class Agent:
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 
-    def run(self, target: str, token: str | None) -> int:
+    def run(self, target: str, token: str | None, tls_ca: bytes | None = None) -> int:
         self.start_training()
         metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        channel = grpc.insecure_channel(target)
+        if tls_ca is None:
+            channel = grpc.insecure_channel(target)
+        else:
+            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=tls_ca))
         try:
             grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
         except grpc.FutureTimeoutError:
@@ -203,7 +206,7 @@ def main() -> int:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    return agent.run(target, env.job_token())
+    return agent.run(target, env.job_token(), env.driver_tls_ca())
 
 
 if __name__ == "__main__":

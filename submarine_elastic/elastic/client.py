@@ -19,14 +19,15 @@ from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.yarn import YarnServiceClient
 
 
-def save_token(job: str, token: str) -> Path:
-    """Keep a job's control token for later ``job flex|show`` calls (file mode 0600)."""
+def save_token(job: str, token: str, tls_ca: str | None = None) -> Path:
+    """Keep a job's control token, and the certificates its driver is checked against, for later
+    ``job flex|show`` calls (file mode 0600)."""
     jobs = env.jobs_dir()
     jobs.mkdir(parents=True, exist_ok=True)
     path = jobs / f"{job}.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"token": token}, f)
+        json.dump({"token": token, **({"tls_ca": tls_ca} if tls_ca else {})}, f)
     return path
 
 
@@ -43,7 +44,7 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
     service = build_service(req)
     if replace:
         yarn.destroy(req.name, missing_ok=True)
-    token = save_token(req.name, req.token)
+    token = save_token(req.name, req.token, req.tls.ca if req.tls else None)
     secrets = write_secrets(req)
     try:
         yarn.create(service, wait=False)
@@ -63,6 +64,13 @@ def forget_job(job: str) -> None:
     secrets = env.jobs_dir() / job
     if secrets.is_dir():
         shutil.rmtree(secrets)
+
+
+def load_tls_ca(job: str) -> bytes | None:
+    """The certificates the job's driver is checked against, if it was started with TLS."""
+    path = env.jobs_dir() / f"{job}.json"
+    ca = json.loads(path.read_text()).get("tls_ca") if path.is_file() else None
+    return ca.encode() if ca else None
 
 
 def load_token(job: str) -> str | None:
@@ -87,7 +95,11 @@ class JobClient:
         target = driver_address(job, client=yarn, timeout=locate_timeout)
         token = load_token(job)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(target)
+        ca = load_tls_ca(job)
+        if ca is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca))
         self._stub = pb_grpc.ElasticDriverStub(self._channel)
 
     def close(self) -> None:

@@ -305,15 +305,23 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return 0, time.time()
         return code, time.time()
 
-    def run(self, port: int) -> int:
+    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
+        """Serves the control plane on ``port`` (TLS only, given ``tls``: certificate chain and key, PEM)
+        and drives the job until it ends; returns the exit code."""
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
         pb_grpc.add_ElasticDriverServicer_to_server(self, server)
-        bound = server.add_insecure_port(f"0.0.0.0:{port}")
+        address = f"0.0.0.0:{port}"
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
         if bound == 0:
             log.error("cannot listen on port %d (taken?)", port)
             return 2
         server.start()
-        log.info("driver of job %s listening on port %d; limits %s", self.job, port, self.limits)
+        log.info(
+            "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
+        )
         threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
 
         hvd_driver = ElasticDriver(
@@ -387,9 +395,14 @@ def main() -> int:
         return 2
     num, lo, hi = env.worker_limits()
     timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
+    try:
+        tls = env.driver_tls()
+    except (ValueError, OSError) as exc:
+        log.error("TLS: %s", exc)
+        return 2
     with YarnServiceClient(rm) as yarn:
         driver = JobDriver(job, Limits(num, lo, hi), yarn, env.job_token(), env.gloo_iface() or "lo", timeout)
-        return driver.run(port)
+        return driver.run(port, tls)
 
 
 if __name__ == "__main__":

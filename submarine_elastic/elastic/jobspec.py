@@ -72,6 +72,44 @@ class WorkerResources:
 
 
 @dataclass(frozen=True)
+class DriverTls:
+    """TLS for the job driver's control plane: its certificate chain and key, and the certificates its
+    callers (the agents, ``job flex|show``) trust for it, all PEM. The certificate must name the hosts
+    the driver may run on."""
+
+    cert: str
+    key: str
+    ca: str
+
+    def __repr__(self) -> str:  # never show the key
+        return "DriverTls(cert=..., key=***, ca=...)"
+
+    @classmethod
+    def load(cls, cert: Path, key: Path, ca: Path | None = None) -> DriverTls:
+        """Reads the PEM files (``ca`` defaults to ``cert``, for a self-signed certificate).
+
+        Raises:
+            JobSpecError: a file cannot be read or holds no PEM block of the right kind (the flag named).
+        """
+
+        def pem(flag: str, path: Path, kinds: tuple[str, ...]) -> str:
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise JobSpecError(f"{flag} {path}: cannot read it ({exc})") from exc
+            if not any(f"-----BEGIN {kind}-----" in text for kind in kinds):
+                raise JobSpecError(f"{flag} {path}: no PEM {' or '.join(kinds)} in it")
+            return text
+
+        certificate = pem("--tls_cert", cert, ("CERTIFICATE",))
+        return cls(
+            cert=certificate,
+            key=pem("--tls_key", key, ("PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY")),
+            ca=certificate if ca is None else pem("--tls_ca", ca, ("CERTIFICATE",)),
+        )
+
+
+@dataclass(frozen=True)
 class JobRequest:
     """What ``submarine job run`` was asked for."""
 
@@ -90,10 +128,11 @@ class JobRequest:
     workdir: Path = field(default_factory=Path.cwd)
     python: str = sys.executable
     driver_port: int = field(default_factory=lambda: free_port())
-    token: str = field(default_factory=lambda: new_token())
+    token: str = field(default_factory=lambda: new_token(), repr=False)
     #: where :func:`write_secrets` puts the job's secrets, at a path every NodeManager can read
     #: (the jobs directory on a pseudo-cluster, a shared volume in the docker-compose cluster)
     secrets_dir: Path | None = None
+    tls: DriverTls | None = None
 
     def secrets_path(self) -> Path:
         return self.secrets_dir or jobs_dir() / self.name
@@ -103,12 +142,22 @@ class JobRequest:
 #: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
 #: shows it to whoever may read the service.
 SECRET_ENV = {"SUBMARINE_JOB_TOKEN": "job.token", "SUBMARINE_METRICS_TOKEN": "metrics.token"}
+#: The driver's TLS files (``--tls_cert/--tls_key/--tls_ca``) and the variable naming each in a container.
+TLS_FILES = {
+    "SUBMARINE_DRIVER_TLS_CERT_FILE": "driver.crt",
+    "SUBMARINE_DRIVER_TLS_KEY_FILE": "driver.key",
+    "SUBMARINE_DRIVER_TLS_CA_FILE": "driver-ca.crt",
+}
 
 
 def job_secrets(req: JobRequest) -> dict[str, str]:
-    """The job's secrets by the name of their file: its control token, and the secret variables of ``--env``."""
+    """The files a job's containers get, by name: its control token, the secret variables of ``--env``,
+    and the driver's TLS files."""
     values = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
-    return {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
+    files = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
+    if req.tls is not None:
+        files.update(zip(TLS_FILES.values(), (req.tls.cert, req.tls.key, req.tls.ca), strict=True))
+    return files
 
 
 def write_secrets(req: JobRequest) -> Path:
@@ -212,6 +261,8 @@ def build_service(req: JobRequest) -> Service:
     for name, dest in SECRET_ENV.items():
         if common.pop(name, None):
             common[f"{name}_FILE"] = f"$PWD/{dest}"
+    if req.tls is not None:
+        common.update({name: f"$PWD/{dest}" for name, dest in TLS_FILES.items()})
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
     if secret_files:
         directory = req.secrets_path().resolve()

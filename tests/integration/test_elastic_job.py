@@ -11,11 +11,13 @@ import collections
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -23,10 +25,14 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.client import JobClient, load_token
+from submarine_elastic.elastic.locate import driver_address
+from submarine_elastic.elastic.proto.elastic_pb2 import StatusRequest
+from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import submarine, wait_finished
+from tests.tls import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = 2048
 
 
-def start_job(rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None) -> None:
+def start_job(
+    rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None, *flags: str
+) -> None:
     cmd = (
         f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
         f"--until-file {work}/stop --log-dir {work}/log"
@@ -57,6 +65,7 @@ def start_job(rm_url: str, name: str, work: Path, workers: int = 2, env: dict[st
         "--worker_launch_cmd",
         cmd,
         *[arg for k, v in (env or {}).items() for arg in ("--env", f"{k}={v}")],
+        *flags,
     )
 
 
@@ -179,6 +188,26 @@ def test_flex_outside_the_limits_is_refused(yarn: YarnServiceClient, cluster_spe
         assert result.exit_code != 0
         assert "above the job's --max_workers 3" in result.output
         assert yarn.status(name).component("worker").number_of_containers == 1
+    finally:
+        yarn.destroy(name, missing_ok=True)
+
+
+def test_a_job_with_tls_answers_its_agents_and_flex_over_tls_only(
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path
+):
+    name = "elastic-tls"
+    cert, key = self_signed(tmp_path / "pki", ["localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()])
+    start_job(cluster_spec.rm_url, name, tmp_path, 1, None, "--tls_cert", str(cert), "--tls_key", str(key))
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(1, timeout=240)  # the agent attached over TLS
+        out = submarine(cluster_spec.rm_url, "job", "flex", name, "--workers", "2", "--timeout", "240")
+        assert "ring has 2 workers" in out
+        target = driver_address(name, client=yarn, timeout=30)
+        with grpc.insecure_channel(target) as plain:
+            with pytest.raises(grpc.RpcError) as refused:
+                ElasticDriverStub(plain).Status(StatusRequest(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         yarn.destroy(name, missing_ok=True)
 

@@ -15,6 +15,7 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import FlexRefusedError, Limits
 from submarine_elastic.elastic.client import forget_job, load_token, submit
 from submarine_elastic.elastic.jobspec import (
+    DriverTls,
     JobRequest,
     JobSpecError,
     WorkerResources,
@@ -23,6 +24,7 @@ from submarine_elastic.elastic.jobspec import (
     write_secrets,
 )
 from submarine_elastic.yarn import YarnError
+from tests.tls import self_signed
 
 
 def request(**kw: object) -> JobRequest:
@@ -165,3 +167,56 @@ def test_a_refused_job_leaves_no_secret_behind(tmp_path: Path):
     assert load_token("mnist") == "t0ken"
     forget_job("mnist")
     assert load_token("mnist") is None
+
+
+def test_driver_tls_files_reach_the_containers_and_the_key_stays_out_of_the_spec(tmp_path: Path):
+    cert, key = self_signed(tmp_path / "pki")
+    tls = DriverTls.load(cert, key)
+    assert tls.ca == tls.cert  # self-signed: the certificate is its own authority
+    assert "PRIVATE" not in repr(tls)
+    req = request(tls=tls, secrets_dir=tmp_path / "s")
+    spec = build_service(req).to_dict()
+    assert "PRIVATE KEY" not in json.dumps(spec) and "t0ken" not in repr(req)
+    env = spec["configuration"]["env"]
+    assert env["SUBMARINE_DRIVER_TLS_CERT_FILE"] == "$PWD/driver.crt"
+    assert env["SUBMARINE_DRIVER_TLS_KEY_FILE"] == "$PWD/driver.key"
+    assert env["SUBMARINE_DRIVER_TLS_CA_FILE"] == "$PWD/driver-ca.crt"
+    assert {f["dest_file"] for f in spec["configuration"]["files"]} == {
+        "job.token",
+        "driver.crt",
+        "driver.key",
+        "driver-ca.crt",
+    }
+    written = write_secrets(req)
+    assert (written / "driver.key").read_text() == key.read_text()
+    assert stat.S_IMODE((written / "driver.key").stat().st_mode) == 0o600
+
+
+def test_driver_tls_files_that_are_not_pem_name_the_flag(tmp_path: Path):
+    cert, key = self_signed(tmp_path / "pki")
+    with pytest.raises(JobSpecError, match=r"--tls_key .*key\.txt: cannot read it"):
+        DriverTls.load(cert, tmp_path / "key.txt")
+    with pytest.raises(JobSpecError, match=r"--tls_cert .*key\.pem: no PEM CERTIFICATE in it"):
+        DriverTls.load(key, key)
+    with pytest.raises(JobSpecError, match=r"--tls_ca .*key\.pem: no PEM CERTIFICATE in it"):
+        DriverTls.load(cert, key, key)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--tls_key", "k.pem"],
+        ["--tls_cert", "c.pem"],
+        ["--tls_ca", "c.pem"],
+        ["--tls_ca", "c.pem", "--tls_key", "k.pem"],
+    ],
+)
+def test_job_run_refuses_half_a_tls_setup_and_sends_nothing(flags: list[str]):
+    result = CliRunner().invoke(
+        cli,
+        ["job", "run", "--name", "tls-half", "--worker_launch_cmd", "python t.py", *flags],
+        env={"SUBMARINE_RM_URL": "http://127.0.0.1:9"},  # nothing listens: a request would fail differently
+    )
+    assert result.exit_code == 2
+    assert "--tls_cert and --tls_key go together" in result.output
+    assert load_token("tls-half") is None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 import threading
 import time
 import urllib.request
@@ -23,6 +21,7 @@ from submarine_elastic.metrics.api import SERVICE_NAME, ServerStartError
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
+from tests.tls import self_signed
 
 TOKEN = "t0ken-for-tests"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -226,17 +225,7 @@ def test_constructor_rejects_bad_arguments() -> None:
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed; it makes the test certificate")
-    d = tmp_path_factory.mktemp("tls")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        + ["-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "1", "-subj", "/CN=localhost"]
-        + ["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True,
-        capture_output=True,
-    )
-    return d / "cert.pem", d / "key.pem"
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def test_tls_with_token(tls_files: tuple[Path, Path]) -> None:
