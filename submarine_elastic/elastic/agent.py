@@ -195,8 +195,9 @@ def main() -> int:
     container_id = os.environ.get("CONTAINER_ID") or f"{instance}-{os.getpid()}"
     host = os.environ.get("NM_HOST") or socket.gethostname()
     try:
+        token, tls_ca = env.job_token(), env.driver_tls_ca()
         target = driver_address()
-    except ElasticError as exc:
+    except (ElasticError, OSError) as exc:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)
@@ -206,7 +207,7 @@ def main() -> int:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    return agent.run(target, env.job_token(), env.driver_tls_ca())
+    return agent.run(target, token, tls_ca)
 
 
 if __name__ == "__main__":

@@ -396,12 +396,12 @@ def main() -> int:
     num, lo, hi = env.worker_limits()
     timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
     try:
-        tls = env.driver_tls()
+        token, tls = env.job_token(), env.driver_tls()
     except (ValueError, OSError) as exc:
-        log.error("TLS: %s", exc)
+        log.error("cannot read the job's token or TLS files: %s", exc)
         return 2
     with YarnServiceClient(rm) as yarn:
-        driver = JobDriver(job, Limits(num, lo, hi), yarn, env.job_token(), env.gloo_iface() or "lo", timeout)
+        driver = JobDriver(job, Limits(num, lo, hi), yarn, token, env.gloo_iface() or "lo", timeout)
         return driver.run(port, tls)
 
 
