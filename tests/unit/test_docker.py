@@ -142,7 +142,7 @@ def test_the_image_step_that_prepares_the_am_archive_runs(tmp_path: Path, fake_l
     (prepare,) = [args for instruction, args in dockerfile() if instruction == "RUN" and "submarine " in args]
     first = shlex.split(prepare.split("&&")[0].split(">")[0])
     assert first[0] == "submarine"
-    args = [a for a in first[1:]]
+    args = first[1:]
     at = args.index("--cluster-dir")
     del args[at : at + 2]
     args.remove("--dry-run")
