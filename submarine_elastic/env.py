@@ -30,7 +30,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
-| ``SUBMARINE_JOBS_DIR`` | client | the jobs' control tokens, and the secrets their containers get (``<job>/``, localized by YARN, so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
+| ``SUBMARINE_JOBS_DIR`` | client | one directory per job: its control token, secrets and TLS files, which YARN localizes into its containers (so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
 """
 
@@ -236,6 +236,6 @@ def controller_dir() -> Path:
 
 
 def jobs_dir() -> Path:
-    """Where ``submarine job run`` keeps each job's control token (``SUBMARINE_JOBS_DIR``)."""
+    """Where ``submarine job run`` keeps each job's token, secrets and TLS files (``SUBMARINE_JOBS_DIR``)."""
     value = _get("SUBMARINE_JOBS_DIR")
     return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "jobs"

@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import time
-from pathlib import Path
 
 import grpc
 
-from submarine_elastic import env
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
-from submarine_elastic.elastic.jobspec import SECRET_ENV, JobRequest, build_service, write_secrets
+from submarine_elastic.elastic.jobspec import SECRET_ENV, TLS_FILES, JobRequest, build_service, job_dir, write_secrets
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.yarn import YarnServiceClient
 
 
-def save_token(job: str, token: str, tls_ca: str | None = None) -> Path:
-    """Keep a job's control token, and the certificates its driver is checked against, for later
-    ``job flex|show`` calls (file mode 0600)."""
-    jobs = env.jobs_dir()
-    jobs.mkdir(parents=True, exist_ok=True)
-    path = jobs / f"{job}.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"token": token, **({"tls_ca": tls_ca} if tls_ca else {})}, f)
-    return path
-
-
 def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
     """Submit the job's YARN service (without waiting for it to start) and keep its control token.
 
-    The token and the job's secrets are written first (see :func:`write_secrets`); if the RM refuses
-    the job they are removed again.
+    The token, the job's secrets and its TLS files are written first (see :func:`write_secrets`); if the
+    RM refuses the job they are removed again.
 
     Raises:
         JobSpecError: the request makes no valid spec (nothing is sent).
@@ -44,42 +28,34 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
     service = build_service(req)
     if replace:
         yarn.destroy(req.name, missing_ok=True)
-    token = save_token(req.name, req.token, req.tls.ca if req.tls else None)
-    secrets = write_secrets(req)
+    kept = write_secrets(req)
     try:
         yarn.create(service, wait=False)
     except BaseException:
-        token.unlink(missing_ok=True)
-        shutil.rmtree(secrets, ignore_errors=True)
+        shutil.rmtree(kept, ignore_errors=True)
         raise
 
 
 def forget_job(job: str) -> None:
-    """Removes what :func:`submit` kept of a job that is gone: its control token and its secrets.
+    """Removes what :func:`submit` kept of a job that is gone.
 
     Raises:
         OSError: a file could not be removed.
     """
-    (env.jobs_dir() / f"{job}.json").unlink(missing_ok=True)
-    secrets = env.jobs_dir() / job
-    if secrets.is_dir():
-        shutil.rmtree(secrets)
+    if job_dir(job).is_dir():
+        shutil.rmtree(job_dir(job))
 
 
 def load_tls_ca(job: str) -> bytes | None:
     """The certificates the job's driver is checked against, if it was started with TLS."""
-    path = env.jobs_dir() / f"{job}.json"
-    ca = json.loads(path.read_text()).get("tls_ca") if path.is_file() else None
-    return ca.encode() if ca else None
+    path = job_dir(job) / TLS_FILES["SUBMARINE_DRIVER_TLS_CA_FILE"]
+    return path.read_bytes() if path.is_file() else None
 
 
 def load_token(job: str) -> str | None:
     """The job's control token as :func:`submit` kept it, or None."""
-    path = env.jobs_dir() / f"{job}.json"
-    if path.is_file():
-        return str(json.loads(path.read_text())["token"])
-    secret = env.jobs_dir() / job / SECRET_ENV["SUBMARINE_JOB_TOKEN"]
-    return secret.read_text() if secret.is_file() else None
+    path = job_dir(job) / SECRET_ENV["SUBMARINE_JOB_TOKEN"]
+    return path.read_text() if path.is_file() else None
 
 
 class JobClient:

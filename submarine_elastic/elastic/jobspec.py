@@ -129,13 +129,15 @@ class JobRequest:
     python: str = sys.executable
     driver_port: int = field(default_factory=lambda: free_port())
     token: str = field(default_factory=lambda: new_token(), repr=False)
-    #: where :func:`write_secrets` puts the job's secrets, at a path every NodeManager can read
-    #: (the jobs directory on a pseudo-cluster, a shared volume in the docker-compose cluster)
-    secrets_dir: Path | None = None
     tls: DriverTls | None = None
 
-    def secrets_path(self) -> Path:
-        return self.secrets_dir or jobs_dir() / self.name
+
+def job_dir(job: str) -> Path:
+    """What ``job run`` keeps of a job: its control token, its secrets and its driver's TLS files, one
+    file each, under the jobs directory. The containers get them from here (YARN localizes them), so it
+    must be a path every NodeManager reads: the jobs directory on a pseudo-cluster, a shared volume in
+    the docker-compose cluster."""
+    return jobs_dir() / job
 
 
 #: Variables whose values are secrets, and the file each is localized to in a container. The spec
@@ -161,13 +163,13 @@ def job_secrets(req: JobRequest) -> dict[str, str]:
 
 
 def write_secrets(req: JobRequest) -> Path:
-    """Writes :func:`job_secrets` into ``req.secrets_path()`` (directory 0700, files 0600); returns it."""
-    directory = req.secrets_path()
+    """Writes :func:`job_secrets` into :func:`job_dir` (directory 0700, files 0600); returns it."""
+    directory = job_dir(req.name)
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     for dest, value in job_secrets(req).items():
         path = directory / dest
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f"{dest}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(value)
@@ -265,7 +267,7 @@ def build_service(req: JobRequest) -> Service:
         common.update({name: f"$PWD/{dest}" for name, dest in TLS_FILES.items()})
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
     if secret_files:
-        directory = req.secrets_path().resolve()
+        directory = job_dir(req.name).resolve()
         raw["configuration"]["files"] = [
             {"type": "STATIC", "src_file": f"file://{directory / dest}", "dest_file": dest} for dest in secret_files
         ]

@@ -27,6 +27,12 @@ from submarine_elastic.yarn import YarnError
 from tests.tls import self_signed
 
 
+@pytest.fixture(autouse=True)
+def jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SUBMARINE_JOBS_DIR", str(tmp_path / "jobs"))
+    return tmp_path / "jobs"
+
+
 def request(**kw: object) -> JobRequest:
     args: dict = {
         "name": "mnist",
@@ -112,7 +118,7 @@ def test_a_bad_flag_is_refused_before_anything_is_sent():
 
 
 def test_secrets_reach_the_containers_as_files_never_as_values_in_the_spec(tmp_path: Path):
-    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret", "OTHER": "1"}, secrets_dir=tmp_path / "s")
+    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret", "OTHER": "1"})
     spec = build_service(req).to_dict()
     text = json.dumps(spec)
     assert "t0ken" not in text and "m3trics-secret" not in text
@@ -123,14 +129,14 @@ def test_secrets_reach_the_containers_as_files_never_as_values_in_the_spec(tmp_p
     assert env["OTHER"] == "1"
     files = {f["dest_file"]: f for f in spec["configuration"]["files"]}
     assert {dest: f["src_file"] for dest, f in files.items()} == {
-        "job.token": f"file://{tmp_path / 's' / 'job.token'}",
-        "metrics.token": f"file://{tmp_path / 's' / 'metrics.token'}",
+        "job.token": f"file://{tmp_path / 'jobs' / 'mnist' / 'job.token'}",
+        "metrics.token": f"file://{tmp_path / 'jobs' / 'mnist' / 'metrics.token'}",
     }
     assert {f["type"] for f in files.values()} == {"STATIC"}
 
 
 def test_secrets_are_written_readable_by_their_owner_only(tmp_path: Path):
-    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret"}, secrets_dir=tmp_path / "s")
+    req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret"})
     directory = write_secrets(req)
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert {p.name: (p.read_text(), stat.S_IMODE(p.stat().st_mode)) for p in directory.iterdir()} == {
@@ -156,14 +162,14 @@ class RecordingYarn:
 
 
 def test_a_refused_job_leaves_no_secret_behind(tmp_path: Path):
-    req = request(secrets_dir=tmp_path / "s")
+    req = request()
     with pytest.raises(YarnError, match="quota"):
         submit(RecordingYarn(refuse=True), req)  # type: ignore[arg-type]
-    assert not (tmp_path / "s").exists()
+    assert not (tmp_path / "jobs" / "mnist").exists()
     assert load_token("mnist") is None
     yarn = RecordingYarn()
     submit(yarn, req)  # type: ignore[arg-type]
-    assert (tmp_path / "s" / "job.token").read_text() == "t0ken"
+    assert (tmp_path / "jobs" / "mnist" / "job.token").read_text() == "t0ken"
     assert load_token("mnist") == "t0ken"
     forget_job("mnist")
     assert load_token("mnist") is None
@@ -174,7 +180,7 @@ def test_driver_tls_files_reach_the_containers_and_the_key_stays_out_of_the_spec
     tls = DriverTls.load(cert, key)
     assert tls.ca == tls.cert  # self-signed: the certificate is its own authority
     assert "PRIVATE" not in repr(tls)
-    req = request(tls=tls, secrets_dir=tmp_path / "s")
+    req = request(tls=tls)
     spec = build_service(req).to_dict()
     assert "PRIVATE KEY" not in json.dumps(spec) and "t0ken" not in repr(req)
     env = spec["configuration"]["env"]
