@@ -1,9 +1,18 @@
 """The worker agent: the main process of every ``worker`` container of an elastic job.
 
 It starts the training command at once, so imports, model and data are built while the job's ring
-keeps training (the script then blocks in :func:`tf_hooks.elastic.ring.init_horovod`), attaches to
-the job's driver over gRPC, and relays: Hello, Warm when the script is ready to join, Exited when it
-ends; Start (the slot's Horovod environment), Leave (scale-in) and Stop from the driver.
+keeps training, attaches to the job's driver over gRPC, and relays: Hello, Warm when the script is
+ready to join, Exited when it ends; Start (the slot's Horovod environment), Leave (scale-in) and Stop
+from the driver.
+
+The script joins with its own ``hvd.init()``: the command runs with ``tf_hooks/elastic/_site`` first
+on ``PYTHONPATH``, whose ``sitecustomize`` makes the first ``hvd.init()`` of any Python process wait for
+the slot (:mod:`tf_hooks.elastic.autojoin`), and a later one, after a Leave, exit with status 0.
+
+Every incarnation of the training process writes its stdout and stderr to its own file in the
+container's log directory (``training-N.log``; YARN relaunches a failed agent in the same container
+and overwrites ``stderr.txt``), and to the agent's own streams. A failed process's last stderr lines
+go to the driver with its Exited event, so ``submarine job show`` can say why it failed.
 
 Exit status, which YARN's restart policy (ALWAYS) acts on:
 - the training process failed (not on the driver's request): the agent exits with its code, YARN
@@ -19,6 +28,7 @@ in ``SUBMARINE_WORKER_CMD_B64`` (so no quoting of the user's command can break Y
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import logging
 import os
@@ -30,6 +40,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 import grpc
 
@@ -43,6 +55,54 @@ log = logging.getLogger("submarine_elastic.agent")
 
 CONNECT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
+#: Lines of a failed process's stderr sent to the driver, and the most characters they may take.
+TAIL_LINES = 30
+TAIL_CHARS = 4000
+
+
+def site_dir() -> Path:
+    """The directory whose ``sitecustomize`` makes ``hvd.init()`` join the job's ring."""
+    import tf_hooks.elastic
+
+    return Path(tf_hooks.elastic.__file__).resolve().parent / "_site"
+
+
+def log_dir() -> Path:
+    """The container's first log directory (YARN's ``LOG_DIRS``), else the working directory."""
+    dirs = [d for d in os.environ.get("LOG_DIRS", "").split(",") if d]
+    return Path(dirs[0]) if dirs else Path.cwd()
+
+
+def next_log_path(directory: Path) -> Path:
+    """``training-N.log`` with N one above the highest incarnation already logged in ``directory``."""
+    taken = [int(p.stem.split("-", 1)[1]) for p in directory.glob("training-*.log") if p.stem[9:].isdigit()]
+    return directory / f"training-{max(taken, default=0) + 1}.log"
+
+
+class _Tee:
+    """Copies one stream of the training process to the agent's stream and the incarnation's log,
+    keeping its last lines."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes], log: IO[bytes], lock: threading.Lock) -> None:
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
+        self._source, self._sink, self._log, self._lock = source, sink, log, lock
+        self.thread = threading.Thread(target=self._run, daemon=True, name="tee")
+        self.thread.start()
+
+    def _run(self) -> None:
+        for line in iter(self._source.readline, b""):
+            self.tail.append(line)
+            with self._lock:
+                for out in (self._sink, self._log):
+                    try:
+                        out.write(line)
+                        out.flush()
+                    except (OSError, ValueError):
+                        pass
+
+    def text(self) -> str:
+        text = b"".join(self.tail).decode(errors="replace")
+        return text[-TAIL_CHARS:]
 
 
 class Agent:
@@ -59,6 +119,10 @@ class Agent:
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel_end: socket.socket | None = None
         self.started_at = 0.0
+        self.joined = False
+        self.log_path: Path | None = None
+        self._tees: list[_Tee] = []
+        self._logfile: IO[bytes] | None = None
 
     # -------------------------------------------------------------- the training process
 
@@ -68,7 +132,13 @@ class Agent:
         child_env = dict(os.environ)
         child_env["SUBMARINE_AGENT_FD"] = str(theirs.fileno())
         child_env.pop("SUBMARINE_WORKER_CMD_B64", None)
+        paths = [str(site_dir()), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))]
+        child_env["PYTHONPATH"] = os.pathsep.join(paths)
         workdir = env.workdir()
+        directory = log_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.log_path = next_log_path(directory)
+        logfile = open(self.log_path, "ab")  # closed in wait_training
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             ["/bin/bash", "-c", self.command],
@@ -76,16 +146,30 @@ class Agent:
             env=child_env,
             pass_fds=(theirs.fileno(),),
             start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         theirs.close()
-        log.info("%s: started training process %d: %s", self.instance, self.proc.pid, self.command)
+        lock = threading.Lock()
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._tees = [
+            _Tee(self.proc.stdout, sys.stdout.buffer, logfile, lock),
+            _Tee(self.proc.stderr, sys.stderr.buffer, logfile, lock),
+        ]
+        self._logfile = logfile
+        log.info(
+            "%s: started training process %d (log %s): %s", self.instance, self.proc.pid, self.log_path, self.command
+        )
         threading.Thread(target=self._read_child, daemon=True, name="child-channel").start()
 
     def _read_child(self) -> None:
         assert self.channel_end is not None
         buf = b""
         while not buf.endswith(b"\n"):
-            chunk = self.channel_end.recv(4096)
+            try:
+                chunk = self.channel_end.recv(4096)
+            except OSError:
+                return
             if not chunk:
                 return
             buf += chunk
@@ -95,17 +179,44 @@ class Agent:
             log.error("%s: unreadable message from the training process: %r", self.instance, buf[:200])
             return
         if message.get("event") == "warm":
+            self.joined = True
             warmup = time.monotonic() - self.started_at
             log.info("%s: training process warm after %.1f s", self.instance, warmup)
             self.events.put(pb.AgentEvent(warm=pb.Warm(pid=int(message.get("pid", 0)), warmup_seconds=warmup)))
 
+    def wait_training(self) -> int:
+        """Blocks until the training process ended and its output is copied; returns its status."""
+        assert self.proc is not None
+        code = self.proc.wait()
+        for tee in self._tees:
+            tee.thread.join(timeout=5)
+        if self._logfile is not None:
+            self._logfile.close()
+        return code
+
+    def exited_event(self, code: int, leaving: bool) -> pb.AgentEvent:
+        failed = not leaving and (code != 0 or not self.joined)
+        tail = self._tees[1].text() if failed and len(self._tees) > 1 else ""
+        return pb.AgentEvent(
+            exited=pb.Exited(
+                exit_code=code,
+                leaving=leaving,
+                joined=self.joined,
+                stderr_tail=tail,
+                log_path=str(self.log_path or ""),
+            )
+        )
+
     def send_slot_env(self, slot_env: dict[str, str]) -> None:
+        self._tell_child({"env": slot_env})
+
+    def _tell_child(self, message: dict[str, object]) -> None:
         if self.channel_end is None:
             return
         try:
-            self.channel_end.sendall(json.dumps({"env": slot_env}).encode() + b"\n")
+            self.channel_end.sendall(json.dumps(message).encode() + b"\n")
         except OSError as exc:
-            log.warning("%s: could not hand the slot to the training process: %s", self.instance, exc)
+            log.warning("%s: could not tell the training process %s: %s", self.instance, sorted(message), exc)
 
     def stop_training(self, grace: float) -> None:
         proc = self.proc
@@ -139,6 +250,7 @@ class Agent:
         elif kind == "leave":
             log.info("%s: leaving the ring (scale-in)", self.instance)
             self.leaving = True
+            self._tell_child({"leave": True})
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 
@@ -160,11 +272,10 @@ class Agent:
         reader = threading.Thread(target=self._read_commands, args=(commands,), daemon=True, name="driver-stream")
         reader.start()
 
-        assert self.proc is not None
-        code = self.proc.wait()
+        code = self.wait_training()
         leaving = self.leaving or self.stopping
         log.info("%s: training process exited with %d%s", self.instance, code, " (leaving)" if leaving else "")
-        self.events.put(pb.AgentEvent(exited=pb.Exited(exit_code=code, leaving=leaving)))
+        self.events.put(self.exited_event(code, leaving))
         if code != 0 and not leaving:
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
             self.events.put(None)

@@ -15,11 +15,16 @@ it, so scale-in happens at a commit boundary.
 Resizes (``Flex``) run one at a time on a background thread:
 - out: YARN is flexed up; the new containers' agents attach and warm up while the ring trains; the
   ring re-forms with them at its next commit;
-- in: the leaving instances (the highest-numbered, or the named ones) are withdrawn from discovery,
-  the ring re-forms without them at its next commit, their processes exit, and only then is YARN
-  flexed down (or the named instances decommissioned).
+- in: the leaving workers (those not yet in the ring, then the highest ranks, so rank 0 stays; or
+  the named instances) are withdrawn from discovery, the ring re-forms without them at its next
+  commit, their processes exit, and only then is YARN flexed down (or the leaving instances
+  decommissioned by name, when they are not the highest-numbered).
 
-The driver's exit ends the YARN service (the component reports its state as the service's).
+Failures are explained: the first failed training processes are kept with the last lines of their
+stderr (:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed,
+one failed training process, or one that finished without ever calling ``hvd.init()``, fails the
+job at once with its reason (start-up failures repeat in every relaunch). The driver's exit ends the
+YARN service (the component reports its state as the service's); its last stderr line is the reason.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -52,6 +58,8 @@ from submarine_elastic.yarn import YarnError, YarnServiceClient, instance_number
 log = logging.getLogger("submarine_elastic.driver")
 
 LEAVE_TIMEOUT_S = 300.0
+#: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
+MAX_FAILURES = 8
 
 
 @dataclass
@@ -66,6 +74,8 @@ class AgentHandle:
     exit_code: int | None = None
     exited: threading.Event = field(default_factory=threading.Event)
     connected: bool = True
+
+    joined: bool = False  # its training process asked to join a ring
 
     @property
     def number(self) -> int:
@@ -139,6 +149,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._elastic_timeout = elastic_timeout
         self._server_ip = "127.0.0.1"
         self._rendezvous_port = 0
+        self.failures: list[pb.WorkerFailure] = []
+        self.error = ""
+        self.ring_formed = False
+        self._fatal = threading.Event()
 
     # ------------------------------------------------------------------ gRPC
 
@@ -177,10 +191,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 kind = event.WhichOneof("event")
                 if kind == "warm":
                     log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
-                    self.registry.update(agent.agent_id, state="warm")
+                    self.registry.update(agent.agent_id, state="warm", joined=True)
                 elif kind == "exited":
                     code = event.exited.exit_code
                     log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
+                    self._note_exit(agent, event.exited)
                     agent.exit_code = code
                     self.registry.update(agent.agent_id, state="exited")
                     agent.exited.set()
@@ -193,6 +208,54 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 agent.exited.set()
             agent.commands.put(None)
             log.info("agent detached: %s", agent.instance)
+
+    def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
+        """Keeps a failed (or never joined) training process's reason; fails the job when the ring
+        has not formed yet, or when the process finished without ever joining it."""
+        if exited.leaving or agent.leaving:
+            return
+        code = exited.exit_code
+        if code == 0 and exited.joined:
+            return
+        if code == 0:
+            reason = (
+                f"{agent.instance}'s training process finished without joining the job's ring: it never called "
+                f"hvd.init(), so it trained alone. Call hvd.init() (any Horovod binding) before training."
+            )
+        else:
+            reason = f"{agent.instance}'s training process {_describe_exit(code)}" + (
+                "" if exited.joined else " before it joined the ring"
+            )
+        failure = pb.WorkerFailure(
+            time=time.time(),
+            instance=agent.instance,
+            container_id=agent.container_id,
+            rank=self._ranks().get(agent.agent_id, -1),
+            exit_code=code,
+            reason=reason,
+            stderr_tail=exited.stderr_tail,
+            log_path=exited.log_path,
+        )
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append(failure)
+        log.error("%s%s", reason, f"; its stderr ended with:\n{exited.stderr_tail}" if exited.stderr_tail else "")
+        if code == 0 or not self.ring_formed:
+            self._give_up(failure)
+
+    def _give_up(self, failure: pb.WorkerFailure) -> None:
+        if not self.error:
+            last = _last_line(failure.stderr_tail)
+            self.error = failure.reason + (f": {last}" if last else "")
+        self._fatal.set()
+        if self._hvd is not None:
+            self._hvd.stop(error_message=self.error)
+
+    def _ranks(self) -> dict[str, int]:
+        ranks: dict[str, int] = {}
+        if self._hvd is not None:
+            for host, slots in self._hvd.host_assignments.items():
+                ranks[host] = slots[0].rank if slots else -1
+        return ranks
 
     def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
         if not self._authorized(context):
@@ -212,10 +275,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
         if not self._authorized(context):
             return pb.JobStatus()
-        ranks: dict[str, int] = {}
-        if self._hvd is not None:
-            for host, slots in self._hvd.host_assignments.items():
-                ranks[host] = slots[0].rank if slots else -1
+        ranks = self._ranks()
         workers = [
             pb.WorkerStatus(
                 instance=a.instance,
@@ -234,7 +294,24 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             max_workers=self.limits.max,
             workers=workers,
             timeline=self.timeline,
+            error=self.error or self._waiting_reason(),
+            failures=self.failures,
         )
+
+    def _waiting_reason(self) -> str:
+        """Why the ring has not formed yet ('' once it has, or when nothing is wrong)."""
+        if self.ring_formed or self.phase != "waiting":
+            return ""
+        agents = [a for a in self.registry.snapshot() if a.connected]
+        joined = [a for a in agents if a.joined]
+        if not agents:
+            return "no worker agent has attached yet (containers starting?)"
+        if len(joined) < self.limits.min:
+            return (
+                f"{len(agents)} worker(s) attached, {len(joined)} asked to join the ring (need {self.limits.min}): "
+                f"the training processes have not called hvd.init() yet"
+            )
+        return ""
 
     # ------------------------------------------------------------------ resizing
 
@@ -260,11 +337,15 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if remove:
             leavers = [a for a in live if a.instance in remove]
         else:
-            leavers = sorted(live, key=lambda a: a.number)[workers:]
+            leavers = choose_leavers(live, self._ranks(), len(live) - workers)
         self.target = workers
         for agent in leavers:
-            agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
             self.registry.update(agent.agent_id, leaving=True)
+        # Leave only once Horovod offers the leavers no more: the ring they then re-form gives them no
+        # slot, and they exit cleanly (tf_hooks.elastic.autojoin) instead of holding a rank.
+        self._wait_withdrawn({a.agent_id for a in leavers})
+        for agent in leavers:
+            agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
@@ -274,6 +355,19 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self.yarn.flex(self.job, WORKER_COMPONENT, workers)
         else:
             self.yarn.decommission(self.job, WORKER_COMPONENT, [a.instance for a in leavers])
+
+    def _wait_withdrawn(self, agent_ids: set[str], timeout: float = 30.0) -> None:
+        """Blocks until Horovod's host manager no longer lists ``agent_ids`` (its discovery polls every
+        second), at most ``timeout`` s."""
+        if self._hvd is None:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            offered = set(self._hvd._host_manager.current_hosts.available_hosts)
+            if not offered & agent_ids:
+                return
+            time.sleep(0.1)
+        log.warning("Horovod still offers %s after %.0f s", sorted(agent_ids), timeout)
 
     # ------------------------------------------------------------------ Horovod
 
@@ -300,10 +394,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 agent.exited.wait(15)
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
-        if agent.leaving:
-            # Removed on scale-in: Horovod has already dropped the host, the exit is expected.
+        if agent.leaving and not self._hvd_assigned(slot_info):
+            # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
             return 0, time.time()
         return code, time.time()
+
+    def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
+        return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
 
     def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
         """Serves the control plane on ``port`` (TLS only, given ``tls``: certificate chain and key, PEM)
@@ -345,33 +442,77 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             n = len(self.registry.available())
             return n >= self.target or (n >= self.limits.min and time.monotonic() - started > 30)
 
-        while not self.registry.wait(enough, 1.0):
+        while not self.registry.wait(lambda: enough() or self._fatal.is_set(), 1.0):
             if time.monotonic() - started > self._elastic_timeout:
-                log.error(
-                    "only %d of at least %d workers became ready within %d s",
-                    len(self.registry.available()),
-                    self.limits.min,
-                    self._elastic_timeout,
-                )
-                self.phase = "failed"
-                return 3
+                ready = len(self.registry.available())
+                why = self._waiting_reason() or f"only {ready} of at least {self.limits.min} workers became ready"
+                self.error = f"the ring did not form within {self._elastic_timeout} s (HOROVOD_ELASTIC_TIMEOUT): {why}"
+                return self._end(server, 3)
+            if self._fatal.is_set():
+                return self._end(server, 3)
+        if self._fatal.is_set():
+            return self._end(server, 3)
         self.phase = "running"
+        self.ring_formed = True
         hvd_driver.start(min(self.target, len(self.registry.available())), self._create_worker)
         results = hvd_driver.get_results()
         hvd_driver.stop()
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
-        if results.error_message or failed:
-            log.error("job failed: %s %s", results.error_message or "", failed or "")
+        if results.error_message or failed or self._fatal.is_set():
+            if not self.error:
+                first = self.failures[0] if self.failures else None
+                self.error = (
+                    first.reason + (f": {_last_line(first.stderr_tail)}" if _last_line(first.stderr_tail) else "")
+                    if first is not None
+                    else f"Horovod ended the job: {results.error_message or failed}"
+                )
+            return self._end(server, 1)
+        log.info("job finished: every worker exited cleanly")
+        self.phase = "finished"
+        return self._end(server, 0)
+
+    def _end(self, server: grpc.Server, rc: int) -> int:
+        """Stops every agent stream and the server; logs the reason of a failure as the last line."""
+        if rc != 0:
             self.phase = "failed"
-            rc = 1
-        else:
-            log.info("job finished: every worker exited cleanly")
-            self.phase = "finished"
-            rc = 0
+            log.error("job failed: %s", self.error or "unknown reason")
+            for failure in self.failures[:1]:
+                if failure.stderr_tail:
+                    sys.stderr.write(f"--- {failure.instance} stderr (last lines) ---\n{failure.stderr_tail}\n")
+            sys.stderr.write(f"submarine-elastic job {self.job} failed: {self.error or 'unknown reason'}\n")
+            sys.stderr.flush()
         for agent in self.registry.snapshot():
             agent.commands.put(None)
         server.stop(grace=2)
         return rc
+
+
+def choose_leavers(live: list[AgentHandle], ranks: dict[str, int], count: int) -> list[AgentHandle]:
+    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the
+    highest ranks, so rank 0 (and whatever the script does only there) stays where it is."""
+    if count <= 0:
+        return []
+
+    def cost(agent: AgentHandle) -> tuple[int, int, int]:
+        rank = ranks.get(agent.agent_id, -1)
+        return (0 if rank < 0 else 1, -rank, -agent.number)
+
+    return sorted(live, key=cost)[:count]
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _my_ip(iface: str) -> str:
@@ -406,4 +547,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Horovod's driver and the gRPC server leave non-daemon threads behind; the job ends with the driver.
+    os._exit(code)

@@ -121,6 +121,13 @@ def _package_version(module: str) -> str | None:
     return str(version) if version else None
 
 
+def keras_problem_now() -> str | None:
+    """:func:`keras_problem` for the ``tf.keras`` of this process (resolves it; imports TensorFlow)."""
+    import tensorflow as tf
+
+    return keras_problem(keras_version(tf.keras), os.environ.get(LEGACY_KERAS_ENV))
+
+
 def require_keras2(model: Any = None) -> ModuleType:
     """Returns ``tf.keras`` when it is Keras 2 (and ``model``, if given, is one of its models).
 
@@ -529,6 +536,7 @@ __all__ = [
     "RanksDivergedError",
     "ResetTiming",
     "keras_problem",
+    "keras_problem_now",
     "keras_version",
     "require_keras2",
 ]

@@ -7,6 +7,10 @@ until the job's driver places it in a ring (the agent passes on the slot's Horov
 joiner's start-up runs while the current ring keeps training; only the re-form is on its critical path.
 
 Outside an agent (``horovodrun``, a plain ``python``) :func:`init_horovod` is just ``hvd.init()``.
+
+The channel stays open once the process is in a ring: on scale-in the agent writes ``{"leave": true}``
+into it, and :func:`leave_requested` (asked by :mod:`tf_hooks.elastic.autojoin` when Horovod re-forms
+the ring) tells the process to exit cleanly instead of being thrown out of the ring by Horovod.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ class RingJoinError(RuntimeError):
     """The agent's channel closed or sent something unreadable before the ring formed."""
 
 
+#: The agent's end of the channel once this process is in a ring (None: not started by an agent).
+_channel: socket.socket | None = None
+_leave_seen = False
+
+
 def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     """Tell the agent this process is warm and block until it sends the slot's Horovod environment.
 
@@ -34,10 +43,12 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
         RingJoinError: the agent went away or sent a malformed message.
         TimeoutError: ``timeout`` passed first.
     """
+    global _channel
     fd = env.agent_fd()
     if fd is None:
         return {}
     sock = socket.socket(fileno=fd)
+    placed = False
     try:
         sock.settimeout(timeout)
         sock.sendall(json.dumps({"event": "warm", "pid": os.getpid(), "time": time.time()}).encode() + b"\n")
@@ -55,11 +66,43 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
             slot_env = {str(k): str(v) for k, v in message["env"].items()}
         except (ValueError, KeyError, AttributeError) as exc:
             raise RingJoinError(f"unreadable message from the worker agent: {buf[:200]!r}") from exc
+        placed = True
     finally:
-        sock.close()
+        if not placed:
+            sock.close()
+    _channel = sock
     os.environ.pop("SUBMARINE_AGENT_FD", None)
     os.environ.update(slot_env)
     return slot_env
+
+
+def leave_requested() -> bool:
+    """Whether the agent has asked this process to leave the ring (scale-in). Never blocks.
+
+    Answers False outside an agent, before the process is in a ring, and when the agent is gone.
+    """
+    global _leave_seen
+    if _leave_seen or _channel is None:
+        return _leave_seen
+    try:
+        _channel.setblocking(False)
+        data = _channel.recv(65536)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return False
+    finally:
+        try:
+            _channel.setblocking(True)
+        except OSError:
+            pass
+    for line in data.splitlines():
+        try:
+            if json.loads(line).get("leave"):
+                _leave_seen = True
+        except (ValueError, AttributeError):
+            continue
+    return _leave_seen
 
 
 def init_horovod(timeout: float | None = None) -> Any:

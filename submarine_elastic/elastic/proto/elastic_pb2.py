@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/elastic/proto/elastic.proto\x12\x1csubmarine_elastic.elastic.v1\"\xb7\x01\n\nAgentEvent\x12\x34\n\x05hello\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.HelloH\x00\x12\x32\n\x04warm\x18\x02 \x01(\x0b\x32\".submarine_elastic.elastic.v1.WarmH\x00\x12\x36\n\x06\x65xited\x18\x03 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"O\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\"+\n\x04Warm\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x16\n\x0ewarmup_seconds\x18\x02 \x01(\x01\",\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0f\n\x07leaving\x18\x02 \x01(\x08\"\xb9\x01\n\x0c\x41gentCommand\x12\x34\n\x05start\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.StartH\x00\x12\x34\n\x05leave\x18\x02 \x01(\x0b\x32#.submarine_elastic.elastic.v1.LeaveH\x00\x12\x32\n\x04stop\x18\x03 \x01(\x0b\x32\".submarine_elastic.elastic.v1.StopH\x00\x42\t\n\x07\x63ommand\"n\n\x05Start\x12\x39\n\x03\x65nv\x18\x01 \x03(\x0b\x32,.submarine_elastic.elastic.v1.Start.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x07\n\x05Leave\"\x1d\n\x04Stop\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\">\n\x0b\x46lexRequest\x12\x0f\n\x07workers\x18\x01 \x01(\x05\x12\x0e\n\x06remove\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\tFlexReply\x12\x10\n\x08previous\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"S\n\x0cWorkerStatus\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\"U\n\x0bResizeEvent\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x02 \x01(\x05\x12\x12\n\nto_workers\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xef\x01\n\tJobStatus\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x05 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x06 \x01(\x05\x12;\n\x07workers\x18\x07 \x03(\x0b\x32*.submarine_elastic.elastic.v1.WorkerStatus\x12;\n\x08timeline\x18\x08 \x03(\x0b\x32).submarine_elastic.elastic.v1.ResizeEvent2\xaf\x02\n\rElasticDriver\x12\x62\n\x06\x41ttach\x12(.submarine_elastic.elastic.v1.AgentEvent\x1a*.submarine_elastic.elastic.v1.AgentCommand(\x01\x30\x01\x12Z\n\x04\x46lex\x12).submarine_elastic.elastic.v1.FlexRequest\x1a\'.submarine_elastic.elastic.v1.FlexReply\x12^\n\x06Status\x12+.submarine_elastic.elastic.v1.StatusRequest\x1a\'.submarine_elastic.elastic.v1.JobStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/elastic/proto/elastic.proto\x12\x1csubmarine_elastic.elastic.v1\"\xb7\x01\n\nAgentEvent\x12\x34\n\x05hello\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.HelloH\x00\x12\x32\n\x04warm\x18\x02 \x01(\x0b\x32\".submarine_elastic.elastic.v1.WarmH\x00\x12\x36\n\x06\x65xited\x18\x03 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"O\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\"+\n\x04Warm\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x16\n\x0ewarmup_seconds\x18\x02 \x01(\x01\"c\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0f\n\x07leaving\x18\x02 \x01(\x08\x12\x0e\n\x06joined\x18\x03 \x01(\x08\x12\x13\n\x0bstderr_tail\x18\x04 \x01(\t\x12\x10\n\x08log_path\x18\x05 \x01(\t\"\xb9\x01\n\x0c\x41gentCommand\x12\x34\n\x05start\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.StartH\x00\x12\x34\n\x05leave\x18\x02 \x01(\x0b\x32#.submarine_elastic.elastic.v1.LeaveH\x00\x12\x32\n\x04stop\x18\x03 \x01(\x0b\x32\".submarine_elastic.elastic.v1.StopH\x00\x42\t\n\x07\x63ommand\"n\n\x05Start\x12\x39\n\x03\x65nv\x18\x01 \x03(\x0b\x32,.submarine_elastic.elastic.v1.Start.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x07\n\x05Leave\"\x1d\n\x04Stop\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\">\n\x0b\x46lexRequest\x12\x0f\n\x07workers\x18\x01 \x01(\x05\x12\x0e\n\x06remove\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\tFlexReply\x12\x10\n\x08previous\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"S\n\x0cWorkerStatus\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\"U\n\x0bResizeEvent\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x02 \x01(\x05\x12\x12\n\nto_workers\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9d\x01\n\rWorkerFailure\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x13\n\x0bstderr_tail\x18\x07 \x01(\t\x12\x10\n\x08log_path\x18\x08 \x01(\t\"\xbd\x02\n\tJobStatus\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x05 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x06 \x01(\x05\x12;\n\x07workers\x18\x07 \x03(\x0b\x32*.submarine_elastic.elastic.v1.WorkerStatus\x12;\n\x08timeline\x18\x08 \x03(\x0b\x32).submarine_elastic.elastic.v1.ResizeEvent\x12\r\n\x05\x65rror\x18\t \x01(\t\x12=\n\x08\x66\x61ilures\x18\n \x03(\x0b\x32+.submarine_elastic.elastic.v1.WorkerFailure2\xaf\x02\n\rElasticDriver\x12\x62\n\x06\x41ttach\x12(.submarine_elastic.elastic.v1.AgentEvent\x1a*.submarine_elastic.elastic.v1.AgentCommand(\x01\x30\x01\x12Z\n\x04\x46lex\x12).submarine_elastic.elastic.v1.FlexRequest\x1a\'.submarine_elastic.elastic.v1.FlexReply\x12^\n\x06Status\x12+.submarine_elastic.elastic.v1.StatusRequest\x1a\'.submarine_elastic.elastic.v1.JobStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,29 +40,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WARM']._serialized_start=346
   _globals['_WARM']._serialized_end=389
   _globals['_EXITED']._serialized_start=391
-  _globals['_EXITED']._serialized_end=435
-  _globals['_AGENTCOMMAND']._serialized_start=438
-  _globals['_AGENTCOMMAND']._serialized_end=623
-  _globals['_START']._serialized_start=625
-  _globals['_START']._serialized_end=735
-  _globals['_START_ENVENTRY']._serialized_start=693
-  _globals['_START_ENVENTRY']._serialized_end=735
-  _globals['_LEAVE']._serialized_start=737
-  _globals['_LEAVE']._serialized_end=744
-  _globals['_STOP']._serialized_start=746
-  _globals['_STOP']._serialized_end=775
-  _globals['_FLEXREQUEST']._serialized_start=777
-  _globals['_FLEXREQUEST']._serialized_end=839
-  _globals['_FLEXREPLY']._serialized_start=841
-  _globals['_FLEXREPLY']._serialized_end=903
-  _globals['_STATUSREQUEST']._serialized_start=905
-  _globals['_STATUSREQUEST']._serialized_end=920
-  _globals['_WORKERSTATUS']._serialized_start=922
-  _globals['_WORKERSTATUS']._serialized_end=1005
-  _globals['_RESIZEEVENT']._serialized_start=1007
-  _globals['_RESIZEEVENT']._serialized_end=1092
-  _globals['_JOBSTATUS']._serialized_start=1095
-  _globals['_JOBSTATUS']._serialized_end=1334
-  _globals['_ELASTICDRIVER']._serialized_start=1337
-  _globals['_ELASTICDRIVER']._serialized_end=1640
+  _globals['_EXITED']._serialized_end=490
+  _globals['_AGENTCOMMAND']._serialized_start=493
+  _globals['_AGENTCOMMAND']._serialized_end=678
+  _globals['_START']._serialized_start=680
+  _globals['_START']._serialized_end=790
+  _globals['_START_ENVENTRY']._serialized_start=748
+  _globals['_START_ENVENTRY']._serialized_end=790
+  _globals['_LEAVE']._serialized_start=792
+  _globals['_LEAVE']._serialized_end=799
+  _globals['_STOP']._serialized_start=801
+  _globals['_STOP']._serialized_end=830
+  _globals['_FLEXREQUEST']._serialized_start=832
+  _globals['_FLEXREQUEST']._serialized_end=894
+  _globals['_FLEXREPLY']._serialized_start=896
+  _globals['_FLEXREPLY']._serialized_end=958
+  _globals['_STATUSREQUEST']._serialized_start=960
+  _globals['_STATUSREQUEST']._serialized_end=975
+  _globals['_WORKERSTATUS']._serialized_start=977
+  _globals['_WORKERSTATUS']._serialized_end=1060
+  _globals['_RESIZEEVENT']._serialized_start=1062
+  _globals['_RESIZEEVENT']._serialized_end=1147
+  _globals['_WORKERFAILURE']._serialized_start=1150
+  _globals['_WORKERFAILURE']._serialized_end=1307
+  _globals['_JOBSTATUS']._serialized_start=1310
+  _globals['_JOBSTATUS']._serialized_end=1627
+  _globals['_ELASTICDRIVER']._serialized_start=1630
+  _globals['_ELASTICDRIVER']._serialized_end=1933
 # @@protoc_insertion_point(module_scope)

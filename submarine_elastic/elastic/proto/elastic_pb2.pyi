@@ -36,12 +36,18 @@ class Warm(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., warmup_seconds: _Optional[float] = ...) -> None: ...
 
 class Exited(_message.Message):
-    __slots__ = ("exit_code", "leaving")
+    __slots__ = ("exit_code", "leaving", "joined", "stderr_tail", "log_path")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     LEAVING_FIELD_NUMBER: _ClassVar[int]
+    JOINED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     leaving: bool
-    def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ...) -> None: ...
+    joined: bool
+    stderr_tail: str
+    log_path: str
+    def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
     __slots__ = ("start", "leave", "stop")
@@ -124,8 +130,28 @@ class ResizeEvent(_message.Message):
     reason: str
     def __init__(self, time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class WorkerFailure(_message.Message):
+    __slots__ = ("time", "instance", "container_id", "rank", "exit_code", "reason", "stderr_tail", "log_path")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    instance: str
+    container_id: str
+    rank: int
+    exit_code: int
+    reason: str
+    stderr_tail: str
+    log_path: str
+    def __init__(self, time: _Optional[float] = ..., instance: _Optional[str] = ..., container_id: _Optional[str] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
+
 class JobStatus(_message.Message):
-    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline")
+    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures")
     JOB_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +160,8 @@ class JobStatus(_message.Message):
     MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
     job: str
     phase: str
     target: int
@@ -142,4 +170,6 @@ class JobStatus(_message.Message):
     max_workers: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     timeline: _containers.RepeatedCompositeFieldContainer[ResizeEvent]
-    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ...) -> None: ...
+    error: str
+    failures: _containers.RepeatedCompositeFieldContainer[WorkerFailure]
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,248 @@
+"""Make a plain Horovod script join its job's ring: ``hvd.init()`` as written, no project call needed.
+
+The worker agent starts the training command with ``tf_hooks/elastic/_site`` first on ``PYTHONPATH``;
+the ``sitecustomize`` there calls :func:`install` before the user's code runs. From then on, in that
+process and any Python process it starts:
+
+- the first ``hvd.init()`` (of any Horovod binding: ``horovod.tensorflow``, ``horovod.tensorflow.keras``,
+  ...) first does :func:`tf_hooks.elastic.ring.wait_for_slot`: it tells the agent the process is warm
+  and blocks until the job's driver places it in a ring, then initialises Horovod in it. So a script
+  written for ``horovodrun`` never trains alone at world size 1.
+- a later ``hvd.init()`` (Horovod's elastic reset re-initialises after every resize), when the agent has
+  asked the process to leave (scale-in), asks the job's rendezvous for this process's slot in the new
+  ring, as Horovod's own ``init`` would; the driver sends Leave only once Horovod no longer offers the
+  worker, so the answer is "no slot", and the process exits with status 0 instead of being aborted by
+  Horovod (``SIGABRT``, "has been removed from elastic job").
+- importing Horovod's Keras binding under Keras 2 (``TF_USE_LEGACY_KERAS=1``) points its backend at
+  ``tf.keras.backend``: Horovod binds the ``keras`` package's (Keras 3) backend, with which its
+  ``MetricAverageCallback`` and ``broadcast``/``allgather`` helpers fail at the first epoch end.
+- ``hvd.elastic.TensorFlowKerasState`` (and ``KerasState``) builds the optimizer's slots before it
+  synchronises: a joiner's optimizer has none until its first step, so Horovod's broadcast of rank 0's
+  slots would wait forever for the joiner (the ring hangs at the first scale-out).
+- importing Horovod's Keras binding under Keras 3 replaces the helpers that cannot work there
+  (``DistributedOptimizer`` does not allreduce in ``fit``; ``elastic.KerasState`` and the broadcast and
+  metric-average callbacks fail) by functions that raise :class:`~tf_hooks.elastic.keras.KerasVersionError`
+  with the way out, so such a script fails at the line that uses them instead of training unsynchronised.
+
+Nothing here imports TensorFlow or Horovod: it waits for the script to do so.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Where ``HorovodBasics`` (whose ``init`` every binding calls) is defined.
+BASICS_MODULE = "horovod.common.basics"
+#: Where ``TensorFlowKerasState`` (the base of ``KerasState``) is defined.
+TF_ELASTIC_MODULE = "horovod.tensorflow.elastic"
+#: Horovod's Keras bindings, and their helpers that need Keras 2 (attribute paths in the module).
+KERAS_MODULES = ("horovod.tensorflow.keras", "horovod.keras")
+KERAS2_ONLY = (
+    "DistributedOptimizer",
+    "broadcast_global_variables",
+    "load_model",
+    "elastic.KerasState",
+    "callbacks.BroadcastGlobalVariablesCallback",
+    "callbacks.MetricAverageCallback",
+)
+#: Exit status of a process that left the ring on the agent's request.
+LEFT_RING = 0
+
+_installed = False
+
+
+def install() -> None:
+    """Hooks Horovod's ``init`` and Keras binding in this process (idempotent). Never raises."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if BASICS_MODULE in sys.modules:
+        _patch_basics(sys.modules[BASICS_MODULE])
+    hooks: dict[str, Callable[[ModuleType], None]] = {
+        BASICS_MODULE: _patch_basics,
+        TF_ELASTIC_MODULE: _patch_keras_state,
+        **dict.fromkeys(KERAS_MODULES, _guard_keras),
+    }
+    for name, hook in hooks.items():
+        if name in sys.modules:
+            hook(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(hooks))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a function on a module right after it is executed, whoever imports it."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.hooks = hooks
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        hook = self.hooks.get(fullname)
+        if hook is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _HookedLoader(spec.loader, hook)
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, hook: Callable[[ModuleType], None]) -> None:
+        self.loader = loader
+        self.hook = hook
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = self.loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.hook(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks and tools
+        return getattr(self.loader, name)
+
+
+def _patch_basics(module: ModuleType) -> None:
+    basics = getattr(module, "HorovodBasics", None)
+    if basics is None or getattr(basics.init, "_submarine_autojoin", False):
+        return
+    original = basics.init
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        join_or_leave()
+        return original(self, *args, **kwargs)
+
+    init._submarine_autojoin = True  # type: ignore[attr-defined]
+    init.__doc__ = original.__doc__
+    basics.init = init
+
+
+def _patch_keras_state(module: ModuleType) -> None:
+    state = getattr(module, "TensorFlowKerasState", None)
+    if state is None or getattr(state.sync, "_submarine_autojoin", False):
+        return
+    original = state.sync
+
+    def sync(self: Any) -> None:
+        build_optimizer_slots(getattr(self, "model", None), getattr(self, "optimizer", None))
+        original(self)
+
+    sync._submarine_autojoin = True  # type: ignore[attr-defined]
+    state.sync = sync
+
+
+def build_optimizer_slots(model: Any, optimizer: Any) -> None:
+    """Creates the optimizer's slot variables for the model's weights now, as its first step would.
+
+    Keras 2 optimizers (``tf_keras``) have ``build(var_list)``, which does nothing once built; the
+    legacy ones ``_create_all_weights(var_list)``. Anything else is left alone.
+    """
+    variables = getattr(model, "trainable_variables", None)
+    if optimizer is None or not variables:
+        return
+    if hasattr(optimizer, "build") and not getattr(optimizer, "_built", False):
+        optimizer.build(variables)
+    elif hasattr(optimizer, "_create_all_weights"):
+        optimizer._create_all_weights(variables)
+
+
+def join_or_leave() -> None:
+    """What every ``hvd.init()`` does first in an agent-started process.
+
+    The first call blocks until the driver places the process in a ring (the agent's channel); a later
+    call, when the agent asked the process to leave, exits it with :data:`LEFT_RING`.
+
+    Raises:
+        tf_hooks.elastic.ring.RingJoinError: the agent went away before the ring formed.
+        SystemExit: the process left the ring on scale-in.
+    """
+    from submarine_elastic import env
+    from tf_hooks.elastic import ring
+
+    if env.agent_fd() is not None:
+        ring.wait_for_slot()
+    elif ring.leave_requested():
+        rank = _slot_rank()
+        if rank < 0:
+            sys.stderr.write("submarine-elastic: this worker left the ring (scale-in); exiting\n")
+            sys.stderr.flush()
+            raise SystemExit(LEFT_RING)
+        # Recorded as ready with a rank (the driver should have prevented it): Horovod's init would
+        # record this process a second time, so it fails instead, and Horovod re-forms without it.
+        sys.stderr.write(f"submarine-elastic: asked to leave, but the new ring still gave this worker rank {rank}\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
+
+
+def _slot_rank(timeout: float = 600.0) -> int:
+    """Asks the job's rendezvous for this process's rank in the ring being formed, as ``hvd.init``
+    would (blocks until the ring's other members arrived, at most ``timeout`` s); -1: no slot."""
+    import os
+    import urllib.request
+
+    host, port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    me, local_rank = os.environ.get("HOROVOD_HOSTNAME"), os.environ.get("HOROVOD_LOCAL_RANK", "0")
+    if not (host and port and me):
+        return -1
+    url = f"http://{host}:{port}/rank_and_size/{me}:{local_rank}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return int(reply.read().decode().split(",")[0])
+    except (OSError, ValueError) as exc:
+        logger.warning("could not ask the rendezvous for this worker's slot (%s); leaving", exc)
+        return -1
+
+
+def _guard_keras(module: ModuleType) -> None:
+    from tf_hooks.elastic.keras import keras_problem_now
+
+    problem = keras_problem_now()
+    if problem is None:
+        import tensorflow as tf
+
+        bindings: list[Any] = [module, getattr(module, "callbacks", None)]
+        for binding in bindings:
+            if binding is not None and hasattr(binding, "K"):
+                binding.K = tf.keras.backend
+        return
+    for path in KERAS2_ONLY:
+        owner_path, _, name = path.rpartition(".")
+        owner: Any = module
+        for part in filter(None, owner_path.split(".")):
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, name):
+            setattr(owner, name, _refusal(f"{module.__name__}.{path}", problem))
+
+
+def _refusal(what: str, problem: str) -> Callable[..., Any]:
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        from tf_hooks.elastic.keras import KerasVersionError
+
+        raise KerasVersionError(f"{what} cannot be used here: {problem}")
+
+    refuse.__qualname__ = refuse.__name__ = what.rpartition(".")[2]
+    return refuse
+
+
+__all__ = [
+    "BASICS_MODULE",
+    "KERAS2_ONLY",
+    "KERAS_MODULES",
+    "LEFT_RING",
+    "TF_ELASTIC_MODULE",
+    "build_optimizer_slots",
+    "install",
+    "join_or_leave",
+]
