@@ -27,6 +27,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_DRIVER_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the driver's certificate chain and key (PEM): with both, its control plane speaks TLS only |
 | ``SUBMARINE_DRIVER_TLS_CA_FILE`` | job | certificates the agents trust for the driver (PEM); with it, they connect over TLS |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
+| ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
@@ -216,6 +217,12 @@ def worker_limits() -> tuple[int, int, int]:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
         values.append(int(value))
     return values[0], values[1], values[2]
+
+
+def job_outcome_file() -> Path | None:
+    """Where the job's driver records how the job ended (``SUBMARINE_JOB_OUTCOME_FILE``), or None."""
+    value = _get("SUBMARINE_JOB_OUTCOME_FILE")
+    return Path(value) if value else None
 
 
 def workdir() -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -14,7 +15,14 @@ from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
-from submarine_elastic.elastic.client import JobClient, forget_job, submit
+from submarine_elastic.elastic.client import (
+    JobClient,
+    forget_job,
+    forget_outcome,
+    last_driver_address,
+    load_outcome,
+    submit,
+)
 from submarine_elastic.elastic.jobspec import (
     DriverTls,
     JobRequest,
@@ -23,9 +31,26 @@ from submarine_elastic.elastic.jobspec import (
     build_service,
     parse_env,
 )
-from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 console = Console()
+
+#: ``job show|flex|list|kill`` give up on an unresponsive ResourceManager after about 20 s: a 5 s connect
+#: and 10 s read timeout, one retry.
+RM_TIMEOUT = (5.0, 10.0)
+RM_RETRIES = 1
+#: Lines of a failed worker's stderr ``job show`` prints.
+SHOWN_TAIL_LINES = 12
+
+
+def _yarn() -> YarnServiceClient:
+    """A client for the CLI's short calls: bounded by :data:`RM_TIMEOUT` and :data:`RM_RETRIES`."""
+    return YarnServiceClient(_rm_url(), timeout=RM_TIMEOUT, retries=RM_RETRIES)
+
+
+def _rm_down(exc: RMUnreachableError) -> str:
+    return f"the ResourceManager is unreachable ({exc})"
 
 
 def _rm_url() -> str:
@@ -243,21 +268,98 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
 @job.command()
 @click.argument("name")
 def show(name: str) -> None:
-    """The job's state, its workers and their ranks, and its resize timeline."""
-    with YarnServiceClient(_rm_url()) as yarn:
+    """The job's state, its workers and their ranks, its resize timeline, and why it failed."""
+    with _yarn() as yarn:
         try:
             status = yarn.status(name)
         except ServiceNotFoundError as exc:
+            if _show_outcome(name, None):
+                return
             raise _fail(exc) from exc
-        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}")
-        if status.is_terminal:
+        except RMUnreachableError as exc:
+            console.print(f"[yellow]{_rm_down(exc)}[/yellow]")
+            address = last_driver_address(name)
+            if address is None:
+                raise click.ClickException(
+                    f"cannot show job {name}: {_rm_down(exc)}, and its driver's address is not known on this machine"
+                ) from exc
+            console.print(f"asking the job's driver at its last known address {address}")
+            try:
+                with JobClient(name, None, address=address, timeout=5) as client:
+                    st = client.status()
+            except DriverUnreachableError as err:
+                raise click.ClickException(f"cannot show job {name}: {_rm_down(exc)}; {err}") from err
+            _print_driver_view(st)
             return
+        if status.is_terminal:
+            _show_outcome(name, yarn, yarn_state=str(status.state))
+            return
+        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}")
         try:
             with JobClient(name, yarn, locate_timeout=5) as client:
                 st = client.status()
         except DriverUnreachableError as exc:
             console.print(f"driver not reachable yet: {exc}")
             return
+    _print_driver_view(st)
+    _print_decisions(name)
+
+
+def _final_status(yarn: YarnServiceClient, name: str) -> str | None:
+    """The RM's final status of the newest application named ``name`` (None: unknown)."""
+    try:
+        apps = [a for a in yarn.list(states=None) if a.name == name]
+    except YarnError:
+        return None
+    newest = max(apps, key=lambda a: a.id, default=None)
+    return newest.final_status if newest is not None else None
+
+
+def _show_outcome(name: str, yarn: YarnServiceClient | None, yarn_state: str | None = None) -> bool:
+    """Prints how an ended job ended; False when nothing is known of it."""
+    outcome = load_outcome(name)
+    final = _final_status(yarn, name) if yarn is not None else None
+    if outcome is None and yarn_state is None:
+        return False
+    verdict = (outcome.phase.upper() if outcome is not None else None) or final or "ENDED"
+    facts = (f"YARN state {yarn_state}" if yarn_state else "", f"final status {final}" if final else "")
+    where = ", ".join(x for x in facts if x)
+    console.print(f"job [bold]{name}[/bold] ended: {verdict}" + (f" ({where})" if where else ""))
+    if outcome is None:
+        console.print("its driver left no record of how it ended (see the driver container's stderr.txt)")
+        return True
+    _print_failures(outcome.error, outcome.failures)
+    return True
+
+
+def _print_failures(error: str, failures: Iterable[pb.WorkerFailure]) -> None:
+    if error:
+        console.print("reason: " + error, style="bold red", markup=False, highlight=False)
+    shown = list(failures)
+    if not shown:
+        return
+    table = Table(title="failed training processes (first ones)")
+    for col in ("time", "worker", "rank", "exit", "reason"):
+        table.add_column(col)
+    for f in shown:
+        table.add_row(
+            time.strftime("%H:%M:%S", time.localtime(f.time)),
+            f.instance,
+            str(f.rank) if f.rank >= 0 else "-",
+            str(f.exit_code),
+            f.reason,
+        )
+    console.print(table)
+    first = next((f for f in shown if f.stderr_tail), None)
+    if first is not None:
+        lines = first.stderr_tail.rstrip().splitlines()[-SHOWN_TAIL_LINES:]
+        console.print(f"{first.instance} stderr, last {len(lines)} lines:", markup=False)
+        console.print("\n".join("  " + line for line in lines), markup=False, highlight=False)
+        if first.log_path:
+            console.print(f"full log: {first.log_path} in container {first.container_id}", markup=False)
+
+
+def _print_driver_view(st: pb.JobStatus) -> None:
     console.print(
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
     )
@@ -267,6 +369,21 @@ def show(name: str) -> None:
     for w in st.workers:
         table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-")
     console.print(table)
+    _print_failures(st.error if st.phase == "failed" else "", st.failures)
+    if st.error and st.phase != "failed":
+        console.print(f"[yellow]waiting:[/yellow] {st.error}")
+    if st.timeline:
+        tl = Table(title="resizes")
+        for col in ("time", "from", "to", "reason"):
+            tl.add_column(col)
+        for e in st.timeline:
+            tl.add_row(
+                time.strftime("%H:%M:%S", time.localtime(e.time)), str(e.from_workers), str(e.to_workers), e.reason
+            )
+        console.print(tl)
+
+
+def _print_decisions(name: str) -> None:
     db = process.store()
     if db is not None:
         try:
@@ -286,22 +403,16 @@ def show(name: str) -> None:
                     d.reason,
                 )
             console.print(ct)
-    if st.timeline:
-        tl = Table(title="resizes")
-        for col in ("time", "from", "to", "reason"):
-            tl.add_column(col)
-        for e in st.timeline:
-            tl.add_row(
-                time.strftime("%H:%M:%S", time.localtime(e.time)), str(e.from_workers), str(e.to_workers), e.reason
-            )
-        console.print(tl)
 
 
 @job.command(name="list")
 def list_jobs() -> None:
     """YARN services of the cluster (jobs and others)."""
-    with YarnServiceClient(_rm_url()) as yarn:
-        apps = yarn.list()
+    with _yarn() as yarn:
+        try:
+            apps = yarn.list()
+        except YarnError as exc:
+            raise _fail(exc) from exc
     table = Table()
     for col in ("name", "application", "state", "user"):
         table.add_column(col)
@@ -317,8 +428,19 @@ def list_jobs() -> None:
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the ring has the new size.")
 @click.option("--timeout", type=float, default=300, show_default=True)
 def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: float) -> None:
-    """Resize a running job: grow stop-free, or shrink at a commit boundary."""
-    with YarnServiceClient(_rm_url()) as yarn:
+    """Resize a running job: grow stop-free, or shrink at a commit boundary.
+
+    Refused within about 20 s when the ResourceManager does not answer (YARN starts and stops the
+    containers), with nothing changed."""
+    with _yarn() as yarn:
+        try:
+            yarn.status(name)
+        except RMUnreachableError as exc:
+            raise click.ClickException(
+                f"cannot resize job {name}: {_rm_down(exc)}; a resize needs it, nothing was changed"
+            ) from exc
+        except YarnError as exc:
+            raise _fail(exc) from exc
         try:
             with JobClient(name, yarn) as client:
                 t0 = time.monotonic()
@@ -335,13 +457,14 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
 @click.argument("name")
 def kill(name: str) -> None:
     """Stop the job and remove its YARN service."""
-    with YarnServiceClient(_rm_url()) as yarn:
+    with YarnServiceClient(_rm_url(), retries=RM_RETRIES) as yarn:
         try:
             yarn.destroy(name, wait=True)
         except YarnError as exc:
             raise _fail(exc) from exc
     try:
         forget_job(name)
+        forget_outcome(name)
     except OSError as exc:
         raise click.ClickException(f"job {name} is gone but its token files stay: {exc}") from exc
     process.finish_job(name)

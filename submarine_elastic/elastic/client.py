@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf import json_format
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
-from submarine_elastic.elastic.jobspec import SECRET_ENV, TLS_FILES, JobRequest, build_service, job_dir, write_secrets
+from submarine_elastic.elastic.jobspec import (
+    SECRET_ENV,
+    TLS_FILES,
+    JobRequest,
+    build_service,
+    job_dir,
+    outcome_path,
+    write_secrets,
+)
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -28,6 +39,7 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
     service = build_service(req)
     if replace:
         yarn.destroy(req.name, missing_ok=True)
+    outcome_path(req.name).unlink(missing_ok=True)  # an earlier job of that name
     kept = write_secrets(req)
     try:
         yarn.create(service, wait=False)
@@ -37,13 +49,61 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
 
 
 def forget_job(job: str) -> None:
-    """Removes what :func:`submit` kept of a job that is gone.
+    """Removes what :func:`submit` kept of a job that is gone (its outcome record stays).
 
     Raises:
         OSError: a file could not be removed.
     """
     if job_dir(job).is_dir():
         shutil.rmtree(job_dir(job))
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended, as its driver recorded it: ``phase`` finished or failed, the reason, the first
+    failed training processes."""
+
+    phase: str
+    error: str
+    time: float
+    failures: list[pb.WorkerFailure] = field(default_factory=list)
+
+
+def load_outcome(job: str) -> JobOutcome | None:
+    """The job's outcome record, or None when its driver wrote none (still running, or the record's
+    directory is not shared with the NodeManagers) or it cannot be read."""
+    try:
+        raw = json.loads(outcome_path(job).read_text())
+        failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
+        return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures)
+    except (OSError, ValueError, KeyError, TypeError, json_format.ParseError):
+        return None
+
+
+def forget_outcome(job: str) -> None:
+    """Removes the job's outcome record."""
+    outcome_path(job).unlink(missing_ok=True)
+
+
+_DRIVER_ADDRESS = "driver.address"
+
+
+def remember_driver(job: str, target: str) -> None:
+    """Keeps the address the job's driver was last found at (for when the ResourceManager is down)."""
+    directory = job_dir(job)
+    if directory.is_dir():
+        try:
+            (directory / _DRIVER_ADDRESS).write_text(target)
+        except OSError:
+            pass
+
+
+def last_driver_address(job: str) -> str | None:
+    """The address :func:`remember_driver` kept, or None."""
+    try:
+        return (job_dir(job) / _DRIVER_ADDRESS).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def load_tls_ca(job: str) -> bytes | None:
@@ -61,14 +121,32 @@ def load_token(job: str) -> str | None:
 class JobClient:
     """The driver of one job. Every call blocks for one RPC (at most ``timeout`` s).
 
+    The driver is found through YARN (for up to ``locate_timeout`` s), or at ``address`` when given
+    (``submarine job show`` passes the last known one while the ResourceManager is down).
+
     Raises:
         DriverUnreachableError: the driver cannot be found or does not answer.
     """
 
-    def __init__(self, job: str, yarn: YarnServiceClient, *, timeout: float = 30.0, locate_timeout: float = 60.0):
+    def __init__(
+        self,
+        job: str,
+        yarn: YarnServiceClient | None,
+        *,
+        timeout: float = 30.0,
+        locate_timeout: float = 60.0,
+        address: str | None = None,
+    ):
         self.job = job
         self.timeout = timeout
-        target = driver_address(job, client=yarn, timeout=locate_timeout)
+        if address is not None:
+            target = address
+        elif yarn is None:
+            raise DriverUnreachableError(f"driver of {job}: no address and no ResourceManager to find it")
+        else:
+            target = driver_address(job, client=yarn, timeout=locate_timeout)
+            remember_driver(job, target)
+        self.address = target
         token = load_token(job)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         ca = load_tls_ca(job)

@@ -29,9 +29,11 @@ YARN service (the component reports its state as the service's); its last stderr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
+import re
 import signal
 import socket
 import sys
@@ -42,6 +44,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf import json_format
 from horovod.runner.common.util import hosts as hvd_hosts
 from horovod.runner.elastic.discovery import HostDiscovery
 from horovod.runner.elastic.driver import ElasticDriver
@@ -244,7 +247,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
 
     def _give_up(self, failure: pb.WorkerFailure) -> None:
         if not self.error:
-            last = _last_line(failure.stderr_tail)
+            last = _last_line(failure.stderr_tail) if failure.exit_code != 0 else ""
             self.error = failure.reason + (f": {last}" if last else "")
         self._fatal.set()
         if self._hvd is not None:
@@ -468,12 +471,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 )
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
-        self.phase = "finished"
         return self._end(server, 0)
 
     def _end(self, server: grpc.Server, rc: int) -> int:
         """Stops every agent stream and the server; logs the reason of a failure as the last line."""
-        if rc != 0:
+        if rc == 0:
+            self.phase = "finished"
+        else:
             self.phase = "failed"
             log.error("job failed: %s", self.error or "unknown reason")
             for failure in self.failures[:1]:
@@ -481,10 +485,30 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                     sys.stderr.write(f"--- {failure.instance} stderr (last lines) ---\n{failure.stderr_tail}\n")
             sys.stderr.write(f"submarine-elastic job {self.job} failed: {self.error or 'unknown reason'}\n")
             sys.stderr.flush()
+        self._record_outcome()
         for agent in self.registry.snapshot():
             agent.commands.put(None)
         server.stop(grace=2)
         return rc
+
+    def _record_outcome(self) -> None:
+        """Writes how the job ended where ``submarine job show`` reads it after the service is gone."""
+        path = env.job_outcome_file()
+        if path is None:
+            return
+        record = {
+            "job": self.job,
+            "phase": self.phase,
+            "error": self.error,
+            "time": time.time(),
+            "failures": [json_format.MessageToDict(f, preserving_proto_field_name=True) for f in self.failures],
+        }
+        tmp = path.with_name(f"{path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(record))
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("cannot record the job's outcome in %s: %s", path, exc)
 
 
 def choose_leavers(live: list[AgentHandle], ranks: dict[str, int], count: int) -> list[AgentHandle]:
@@ -510,9 +534,17 @@ def _describe_exit(code: int) -> str:
     return f"exited with status {code}"
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b")
+REASON_CHARS = 600
+
+
 def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    """The exception a traceback ends with (from its first line on), else the last non-empty line."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[i]):
+            return " ".join(line.strip() for line in lines[i:])[:REASON_CHARS]
+    return lines[-1].strip()[:REASON_CHARS] if lines else ""
 
 
 def _my_ip(iface: str) -> str:

@@ -140,6 +140,12 @@ def job_dir(job: str) -> Path:
     return jobs_dir() / job
 
 
+def outcome_path(job: str) -> Path:
+    """Where the job's driver records how the job ended (JSON), beside :func:`job_dir` so that removing
+    a finished job's secrets keeps it; like the job's directory, every NodeManager must reach it."""
+    return jobs_dir() / f"{job}.outcome.json"
+
+
 #: Variables whose values are secrets, and the file each is localized to in a container. The spec
 #: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
 #: shows it to whoever may read the service.
@@ -243,6 +249,7 @@ def build_service(req: JobRequest) -> Service:
         "SUBMARINE_MAX_WORKERS": str(req.limits.max),
         "SUBMARINE_ELASTIC": "1" if req.elastic else "0",
         "SUBMARINE_WORKDIR": str(req.workdir),
+        "SUBMARINE_JOB_OUTCOME_FILE": str(outcome_path(req.name).resolve()),
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
