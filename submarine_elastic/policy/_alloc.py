@@ -69,7 +69,8 @@ def admit(shares: list[Share], available: int, donor_key: Callable[[Share], tupl
     """Start waiting jobs at their minimum, in order of submission.
 
     A waiting job that does not fit in the free slots takes workers from elastic jobs above their
-    minimum (settled ones too: that is what lets an arrival start without waiting for a cooldown),
+    minimum (settled ones too, unless they were shrunk within the cooldown already: that is what lets an
+    arrival start without waiting for a cooldown, and no job gives twice within one),
     choosing each time the donor with the smallest ``donor_key``. Once one waiting job cannot start
     even so, later ones start only from free slots, so a large early arrival is not overtaken for good.
     """
@@ -83,7 +84,11 @@ def admit(shares: list[Share], available: int, donor_key: Callable[[Share], tupl
             continue
         if blocked:
             continue
-        donors = [d for d in shares if d.admitted and d.job.elastic and d.workers > d.job.min_workers]
+        donors = [
+            d
+            for d in shares
+            if d.admitted and d.job.elastic and d.workers > d.job.min_workers and d.request.preemptible
+        ]
         if free + sum(d.workers - d.job.min_workers for d in donors) < need:
             blocked = True
             continue

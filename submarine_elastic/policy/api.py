@@ -435,14 +435,18 @@ class Request:
         job: the job.
         desired: the size its job policy would like, within ``[min_workers, max_workers]``.
         settled: True while the job is in its cooldown: an arbiter should leave it at its holding,
-            except to shrink it (never below ``min_workers``) so that a waiting job can start.
+            except to shrink it (never below ``min_workers``) so that a waiting job can start, and only
+            while it is ``preemptible``.
         reason: the job policy's reason for ``desired``.
+        preemptible: False while the job is settled and was shrunk within its cooldown already: not even a
+            waiting job may take workers from it before the cooldown ends.
     """
 
     job: JobView
     desired: int
     settled: bool
     reason: str
+    preemptible: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, JobView):
@@ -559,6 +563,6 @@ class ClusterArbiter(PolicyBase):
         holding). Rules the engine enforces, refusing any allocation that breaks them: every job is
         known; a job ends within ``[min_workers, max_workers]`` or keeps its holding (a waiting job may
         stay at 0); a job that is not elastic only goes from waiting to its fixed size; a settled job
-        does not grow, and shrinks only in a round in which a waiting job starts; the total is at most
-        ``snapshot.available``. Must not block.
+        does not grow, and shrinks only in a round in which a waiting job starts and only while it is
+        ``preemptible``; the total is at most ``snapshot.available``. Must not block.
         """

@@ -17,6 +17,13 @@ A round, per job in snapshot order:
 4. the arbiter splits the available slots; each allocation that breaks a rule (see
    :meth:`ClusterArbiter.allocate`) is refused, and if the total still exceeds the capacity the
    growths of the latest-submitted jobs are refused until it fits.
+
+The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
+may start by taking workers from a job inside its cooldown, unless that job already gave workers
+(was shrunk) within the cooldown. So no job shrinks twice within ``cooldown_s``.
+
+A job id seen with another ``submitted_at`` than before is a new job: the old one gets
+``after_train`` and the new one ``before_train``.
 """
 
 from __future__ import annotations
@@ -58,9 +65,17 @@ class _Seen:
     workers: int
     step: int
     direction: int = 0  # sign of the last size change the engine decided
+    shrunk_at: float | None = None  # when the engine last decided to shrink it
+    submitted_at: float | None = None  # tells a job submitted again under the same id from the one before
 
-    def to_json(self) -> dict[str, int]:
-        return {"workers": self.workers, "step": self.step, "direction": self.direction}
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workers": self.workers,
+            "step": self.step,
+            "direction": self.direction,
+            "shrunk_at": self.shrunk_at,
+            "submitted_at": self.submitted_at,
+        }
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -187,7 +202,9 @@ class PolicyEngine:
 
         decisions: list[Decision] = []
         for request in requests:
-            decision = self._final(request, targets[request.job_id], arbiter_reasons, extras.get(request.job_id))
+            decision = self._final(
+                request, targets[request.job_id], arbiter_reasons, extras.get(request.job_id), snapshot.now
+            )
             if decision is not None:
                 decisions.append(decision)
                 self._log.info(
@@ -215,8 +232,15 @@ class PolicyEngine:
             return False, None
 
     def _departures(self, snapshot: Snapshot, refusals: list[Refusal]) -> None:
-        present = {job.job_id for job in snapshot.jobs}
-        for job_id in [j for j in self._seen if j not in present]:
+        present = {job.job_id: job.submitted_at for job in snapshot.jobs}
+
+        def gone(job_id: str) -> bool:
+            if job_id not in present:
+                return True
+            before = self._seen[job_id].submitted_at
+            return before is not None and before != present[job_id]
+
+        for job_id in [j for j in self._seen if gone(j)]:
             policy = self.policy_for(job_id)
             self._call(
                 refusals,
@@ -234,7 +258,9 @@ class PolicyEngine:
         ok = True
         if seen is None:
             ok, _ = self._call(refusals, job.job_id, source, "before_train", lambda: policy.before_train(job, snapshot))
-            self._seen[job.job_id] = _Seen(workers=job.current_workers, step=job.metrics.step)
+            self._seen[job.job_id] = _Seen(
+                workers=job.current_workers, step=job.metrics.step, submitted_at=job.submitted_at
+            )
             return ok
         if job.current_workers != seen.workers:
             previous = seen.workers
@@ -249,6 +275,7 @@ class PolicyEngine:
             ok = ok and hook_ok
         seen.workers = job.current_workers
         seen.step = job.metrics.step
+        seen.submitted_at = job.submitted_at
         return ok
 
     def _request(self, job: JobView, snapshot: Snapshot, refusals: list[Refusal]) -> tuple[Request, Decision | None]:
@@ -257,6 +284,8 @@ class PolicyEngine:
         hooks_ok = self._hooks(job, snapshot, policy, refusals)
         in_cooldown = job.last_resize_at is not None and snapshot.now - job.last_resize_at < self.cooldown_s
         settled = in_cooldown and not job.waiting
+        shrunk_at = self._seen[job.job_id].shrunk_at
+        preemptible = not settled or shrunk_at is None or snapshot.now - shrunk_at >= self.cooldown_s
         base = _clamp(job.holding, job.min_workers, job.max_workers)
         if job.waiting:
             base_reason = f"waiting: starts at its minimum of {job.min_workers}"
@@ -269,18 +298,18 @@ class PolicyEngine:
                 job=job, desired=job.min_workers, settled=not job.waiting, reason="fixed size (not elastic)"
             ), None
         if not hooks_ok:
-            return Request(job=job, desired=base, settled=settled, reason=base_reason), None
+            return Request(job=job, desired=base, settled=settled, reason=base_reason, preemptible=preemptible), None
 
         ok, proposal = self._call(refusals, job.job_id, source, "propose", lambda: policy.propose(job, snapshot))
         if not ok or proposal is None:
-            return Request(job=job, desired=base, settled=settled, reason=base_reason), None
+            return Request(job=job, desired=base, settled=settled, reason=base_reason, preemptible=preemptible), None
         if not isinstance(proposal, Decision):
             problem: str | None = f"propose returned {type(proposal).__name__}, not a Decision or None"
         else:
             problem = self._check_proposal(job, proposal)
         if problem is not None or not isinstance(proposal, Decision):
             self._refuse(refusals, job.job_id, source, problem or "not a Decision")
-            return Request(job=job, desired=base, settled=settled, reason=base_reason), None
+            return Request(job=job, desired=base, settled=settled, reason=base_reason, preemptible=preemptible), None
 
         desired, reason = proposal.target_workers, proposal.reason
         replace = proposal.replace
@@ -312,7 +341,7 @@ class PolicyEngine:
             learning_rate=proposal.learning_rate,
             replace=replace,
         )
-        return Request(job=job, desired=desired, settled=settled, reason=reason), extra
+        return Request(job=job, desired=desired, settled=settled, reason=reason, preemptible=preemptible), extra
 
     @staticmethod
     def _check_proposal(job: JobView, proposal: Decision) -> str | None:
@@ -366,9 +395,13 @@ class PolicyEngine:
         )
         for job_id, allocation in list(accepted.items()):
             request = by_id[job_id]
-            if request.settled and allocation.workers < request.holding and not admits:
+            if request.settled and allocation.workers < request.holding and not (admits and request.preemptible):
+                why = "" if request.preemptible else " (it was shrunk within the cooldown already)"
                 self._refuse(
-                    refusals, job_id, source, f"shrinks {request.holding} -> {allocation.workers} during its cooldown"
+                    refusals,
+                    job_id,
+                    source,
+                    f"shrinks {request.holding} -> {allocation.workers} during its cooldown{why}",
                 )
                 del accepted[job_id]
 
@@ -416,7 +449,12 @@ class PolicyEngine:
         return None
 
     def _final(
-        self, request: Request, target: int, arbiter_reasons: Mapping[str, str], extra: Decision | None
+        self,
+        request: Request,
+        target: int,
+        arbiter_reasons: Mapping[str, str],
+        extra: Decision | None,
+        now: float,
     ) -> Decision | None:
         job = request.job
         if target != request.holding:
@@ -434,7 +472,10 @@ class PolicyEngine:
         if target == request.holding and not replace and batch_size is None and learning_rate is None:
             return None
         if target != request.holding:
-            self._seen[job.job_id].direction = _sign(target - request.holding)
+            seen = self._seen[job.job_id]
+            seen.direction = _sign(target - request.holding)
+            if target < request.holding:
+                seen.shrunk_at = now
         return Decision(
             job_id=job.job_id,
             target_workers=target,
@@ -468,8 +509,13 @@ class PolicyEngine:
         seen: dict[str, _Seen] = {}
         try:
             for job_id, entry in jobs.items():
+                shrunk_at, submitted_at = entry.get("shrunk_at"), entry.get("submitted_at")
                 seen[str(job_id)] = _Seen(
-                    workers=int(entry["workers"]), step=int(entry["step"]), direction=_sign(int(entry["direction"]))
+                    workers=int(entry["workers"]),
+                    step=int(entry["step"]),
+                    direction=_sign(int(entry["direction"])),
+                    shrunk_at=None if shrunk_at is None else float(shrunk_at),
+                    submitted_at=None if submitted_at is None else float(submitted_at),
                 )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PolicyStateError(f"engine state: bad jobs entry: {exc}") from exc

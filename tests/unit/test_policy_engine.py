@@ -333,7 +333,7 @@ def test_state_dict_round_trip_loses_nothing() -> None:
     (decision,) = engine.decide(snapshot(view, now=0.0))
     view = apply(view, decision, 0.0)
     state = json.loads(json.dumps(engine.state_dict()))
-    assert state["jobs"] == {"job-a": {"workers": 2, "step": 0, "direction": 1}}
+    assert state["jobs"] == {"job-a": {"workers": 2, "step": 0, "direction": 1, "shrunk_at": None, "submitted_at": 0.0}}
 
     shrink = Scripted(lambda j, s: Decision(j.job_id, 2, "shrink"))
     restarted = PolicyEngine(shrink, cooldown_s=10, reversal_cooldown_s=100)
@@ -354,3 +354,17 @@ def test_state_dict_round_trip_loses_nothing() -> None:
 def test_load_state_dict_rejects_bad_state(state: dict[str, object]) -> None:
     with pytest.raises(PolicyStateError):
         PolicyEngine().load_state_dict(state)
+
+
+def test_a_job_submitted_again_under_its_id_is_a_new_job() -> None:
+    policy = Scripted(lambda j, s: None)
+    engine = PolicyEngine(policy, cooldown_s=0)
+    engine.decide(snapshot(job(current=2, submitted_at=0.0, step=500)))
+    engine.decide(snapshot(job(current=2, submitted_at=600.0, step=3)))
+    engine.decide(snapshot(job(current=2, submitted_at=600.0, step=9)))
+    assert policy.calls == [
+        ("before_train", "job-a"),
+        ("after_train", "job-a"),
+        ("before_train", "job-a"),
+        ("after_step", "job-a"),
+    ]

@@ -83,3 +83,27 @@ def test_nothing_moves_when_everyone_has_what_they_want() -> None:
     b = job("job-b", current=3, max_workers=8)
     e = PolicyEngine(StaticPolicy(), FairShareArbiter(), cooldown_s=0)
     assert e.decide(snapshot(a, b, capacity=8)) == []
+
+
+def test_a_job_shrunk_for_an_arrival_gives_nothing_more_within_its_cooldown() -> None:
+    """Seen live: 4 -> 2 for an arrival, then 2 -> 1 seven seconds later while the arrival still waited.
+    The second shrink waits for the cooldown, whatever the arrival's need."""
+    e = engine(cooldown_s=30.0)
+    big = job("big", current=4, max_workers=4, submitted_at=0.0)
+    small = job("small", min_workers=2, max_workers=2, elastic=False, current=0, submitted_at=500.0)
+    assert targets(e.decide(snapshot(big, small, capacity=4, now=1000.0))) == {"big": 2, "small": 2}
+    # The controller applied it at 1000 s; the cluster then looks one slot smaller and small still waits.
+    big = job("big", current=2, max_workers=4, submitted_at=0.0, last_resize_at=1000.0)
+    assert e.decide(snapshot(big, small, capacity=3, now=1007.0)) == []
+    assert targets(e.decide(snapshot(big, small, capacity=3, now=1029.0))) == {}
+    # Once the cooldown is over, the arrival may take from it again.
+    assert targets(e.decide(snapshot(big, small, capacity=3, now=1030.0))) == {"big": 1, "small": 2}
+
+
+def test_a_job_that_grew_in_its_cooldown_still_gives_to_an_arrival_at_once() -> None:
+    e = engine(cooldown_s=30.0)
+    big = job("big", current=2, max_workers=4, submitted_at=0.0)
+    assert targets(e.decide(snapshot(big, capacity=4, now=1000.0))) == {"big": 4}
+    big = job("big", current=4, max_workers=4, submitted_at=0.0, last_resize_at=1000.0)
+    small = job("small", min_workers=2, max_workers=2, elastic=False, current=0, submitted_at=1005.0)
+    assert targets(e.decide(snapshot(big, small, capacity=4, now=1005.0))) == {"big": 2, "small": 2}
