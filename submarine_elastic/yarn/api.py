@@ -25,6 +25,7 @@ __all__ = [
     "ContainerStatus",
     "InvalidSpecError",
     "KerberosUnavailableError",
+    "NodeReport",
     "RMUnreachableError",
     "ReconcileResult",
     "ServiceAlreadyExistsError",
@@ -272,13 +273,16 @@ class ContainerStatus:
 
 @dataclass(frozen=True)
 class ComponentStatus:
-    """One component of a service: its desired size and its containers."""
+    """One component of a service: its desired size, its containers and the size of each
+    (``memory_mb``, ``vcores``: its ``resource``, None when not reported)."""
 
     name: str
     state: ComponentState | str | None
     number_of_containers: int | None
     containers: tuple[ContainerStatus, ...] = ()
     restart_policy: str | None = None
+    memory_mb: int | None = None
+    vcores: int | None = None
 
     @property
     def ready_containers(self) -> tuple[ContainerStatus, ...]:
@@ -295,12 +299,16 @@ class ComponentStatus:
     def from_json(cls, data: Mapping[str, Any]) -> ComponentStatus:
         """Build from one element of ``components[]``."""
         containers = data.get("containers") or ()
+        resource = data.get("resource")
+        resource = resource if isinstance(resource, Mapping) else {}
         return cls(
             name=str(data.get("name", "")),
             state=_state(ComponentState, data.get("state")),
             number_of_containers=_opt_int(data.get("number_of_containers")),
             containers=tuple(ContainerStatus.from_json(c) for c in containers if isinstance(c, Mapping)),
             restart_policy=_opt_str(data.get("restart_policy")),
+            memory_mb=_opt_int(resource.get("memory")),
+            vcores=_opt_int(resource.get("cpus")),
         )
 
 
@@ -363,6 +371,43 @@ class ServiceStatus:
             components=tuple(ComponentStatus.from_json(c) for c in components if isinstance(c, Mapping)),
             diagnostics=_opt_str(data.get("diagnostics")),
             raw=dict(data),
+        )
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One NodeManager from ``/ws/v1/cluster/nodes``.
+
+    ``total_*`` is what the node offers to containers (its ``totalResource``; used plus available where
+    the RM does not report it), ``free_*`` what no container holds (``availMemoryMB``,
+    ``availableVirtualCores``). A reservation the scheduler holds on the node counts against neither.
+    """
+
+    node_id: str
+    state: str
+    total_memory_mb: int
+    total_vcores: int
+    free_memory_mb: int
+    free_vcores: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NodeReport:
+        """Build from one element of ``nodes.node[]``."""
+        free_mb = _opt_int(data.get("availMemoryMB")) or 0
+        free_vcores = _opt_int(data.get("availableVirtualCores")) or 0
+        total = data.get("totalResource")
+        total = total if isinstance(total, Mapping) else {}
+        total_mb = _opt_int(total.get("memory"))
+        total_vcores = _opt_int(total.get("vCores"))
+        return cls(
+            node_id=str(data.get("id", "")),
+            state=str(data.get("state", "")),
+            total_memory_mb=total_mb if total_mb is not None else free_mb + (_opt_int(data.get("usedMemoryMB")) or 0),
+            total_vcores=total_vcores
+            if total_vcores is not None
+            else free_vcores + (_opt_int(data.get("usedVirtualCores")) or 0),
+            free_memory_mb=free_mb,
+            free_vcores=free_vcores,
         )
 
 

@@ -55,6 +55,7 @@ from .api import (
     ContainerStatus,
     InvalidSpecError,
     KerberosUnavailableError,
+    NodeReport,
     ReconcileResult,
     RMUnreachableError,
     ServiceAlreadyExistsError,
@@ -95,6 +96,8 @@ LIVE_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
 _SERVICES = "/app/v1/services"
 _APPS = "/ws/v1/cluster/apps"
+_NODES = "/ws/v1/cluster/nodes"
+_CONF = "/conf"
 _RUNNING_STATES = frozenset({ServiceState.STARTED, ServiceState.STABLE, ServiceState.FLEX})
 _APP_ID = re.compile(r"application_\d+_\d+")
 #: reconcile re-sends a flex that the RM has not taken up after this many polls.
@@ -450,6 +453,43 @@ class YarnServiceClient(ServiceBackend):
         items = apps.get("app") or [] if isinstance(apps, dict) else []
         summaries = [AppSummary.from_json(a) for a in items if isinstance(a, Mapping)]
         return sorted(summaries, key=lambda a: (a.name, a.id))
+
+    def nodes(self, states: Sequence[str] = ("RUNNING",)) -> builtins.list[NodeReport]:
+        """NodeManagers known to the RM in ``states`` (``/ws/v1/cluster/nodes``), sorted by id. Blocks for
+        one request.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        params = {"states": ",".join(s.upper() for s in states)} if states else None
+        resp = self._request("GET", _NODES, params=params)
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise YarnRequestError(f"GET {_NODES}: answer is not JSON: {resp.text[:200]!r}") from exc
+        nodes = (data.get("nodes") or {}) if isinstance(data, dict) else {}
+        items = nodes.get("node") or [] if isinstance(nodes, dict) else []
+        reports = [NodeReport.from_json(n) for n in items if isinstance(n, Mapping)]
+        return sorted(reports, key=lambda n: n.node_id)
+
+    def config_value(self, name: str) -> str | None:
+        """The value of one property of the RM's configuration (its ``/conf`` page), or None when it is
+        not set there. Blocks for one request.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        resp = self._send("GET", _CONF, params={"name": name})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._error("GET", _CONF, resp)
+        try:
+            prop = resp.json().get("property") or {}
+        except (ValueError, AttributeError) as exc:
+            raise YarnRequestError(f"GET {_CONF}: unexpected answer {resp.text[:200]!r}") from exc
+        value = prop.get("value") if isinstance(prop, dict) and prop.get("key") == name else None
+        return None if value is None else str(value)
 
     def ready_instances(self, name: str, component: str) -> builtins.list[ContainerStatus]:
         """READY containers of ``component``, sorted by instance number (worker-0, worker-1, ...).

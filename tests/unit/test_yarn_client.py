@@ -350,6 +350,65 @@ def test_list_queries_yarn_service_apps(client: YarnServiceClient, rsps: respons
     assert zeta.diagnostics is None
 
 
+def test_nodes_reads_total_and_free_room_per_running_node(
+    client: YarnServiceClient, rsps: responses.RequestsMock
+) -> None:
+    rsps.get(
+        f"{RM}/ws/v1/cluster/nodes",
+        json={
+            "nodes": {
+                "node": [
+                    {
+                        "id": "nm1:45454",
+                        "state": "RUNNING",
+                        "usedMemoryMB": 2560,
+                        "availMemoryMB": 1536,
+                        "usedVirtualCores": 2,
+                        "availableVirtualCores": 2,
+                        "totalResource": {"memory": 4096, "vCores": 4},
+                    },
+                    # Hadoop before 3.3 reports no totalResource: used plus available.
+                    {
+                        "id": "nm0:45454",
+                        "state": "RUNNING",
+                        "usedMemoryMB": 512,
+                        "availMemoryMB": 3584,
+                        "usedVirtualCores": 1,
+                        "availableVirtualCores": 3,
+                    },
+                ]
+            }
+        },
+    )
+    nodes = client.nodes()
+    assert query(rsps.calls[0]) == "states=RUNNING&user.name=alice"
+    assert [(n.node_id, n.total_memory_mb, n.total_vcores, n.free_memory_mb, n.free_vcores) for n in nodes] == [
+        ("nm0:45454", 4096, 4, 3584, 3),
+        ("nm1:45454", 4096, 4, 1536, 2),
+    ]
+
+
+def test_config_value_reads_one_property_and_none_when_unset(
+    client: YarnServiceClient, rsps: responses.RequestsMock
+) -> None:
+    rsps.get(
+        f"{RM}/conf",
+        match=[matchers.query_param_matcher({"name": "yarn.service.am-resource.memory", "user.name": "alice"})],
+        json={"property": {"key": "yarn.service.am-resource.memory", "value": "512", "isFinal": False}},
+    )
+    rsps.get(f"{RM}/conf", status=404, body="yarn.service.am-resource.cpus not found")
+    assert client.config_value("yarn.service.am-resource.memory") == "512"
+    assert client.config_value("yarn.service.am-resource.cpus") is None
+
+
+def test_status_reads_each_components_container_size(client: YarnServiceClient, rsps: responses.RequestsMock) -> None:
+    body = service_json("STABLE", [("worker-0", "READY")])
+    body["components"][0]["resource"] = {"cpus": 2, "memory": "2048", "additional": {}}
+    rsps.get(f"{SVC}/job", json=body)
+    worker = client.status("job").component("worker")
+    assert worker is not None and (worker.memory_mb, worker.vcores) == (2048, 2)
+
+
 def test_list_all_states_and_empty_answer(client: YarnServiceClient, rsps: responses.RequestsMock) -> None:
     rsps.get(APPS, json={"apps": None})
     assert client.list(states=None, user="bob") == []
