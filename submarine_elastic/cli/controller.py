@@ -10,7 +10,7 @@ from rich.table import Table
 
 from submarine_elastic.cli.job import _rm_url
 from submarine_elastic.controller import process
-from submarine_elastic.controller.api import ControllerError
+from submarine_elastic.controller.api import ControllerError, JobRecord
 
 console = Console()
 
@@ -39,7 +39,8 @@ def controller() -> None:
     "--capacity",
     type=click.IntRange(min=1),
     default=None,
-    help="Worker slots to hand out [default: from the ResourceManager's vcores].",
+    help="Worker slots to hand out, one per worker whatever its size [default: counted from the nodes' "
+    "memory and vcores and each job's container sizes].",
 )
 @click.option(
     "--cooldown",
@@ -103,8 +104,9 @@ def stop() -> None:
 
 
 @controller.command()
-def status() -> None:
-    """Whether it runs, the jobs it manages and its latest decisions."""
+@click.option("--all", "show_all", is_flag=True, help="Also list the jobs that have finished.")
+def status(show_all: bool) -> None:
+    """Whether it runs, the jobs it manages with their ring sizes, and its latest decisions."""
     state = process.running()
     console.print(
         f"controller running (pid {state['pid']}), metrics service at {state['metrics_endpoint']}, "
@@ -116,17 +118,18 @@ def status() -> None:
     if db is None:
         return
     try:
-        jobs = db.jobs()
+        jobs = [j for j in db.jobs() if show_all or j.state != "finished"]
         table = Table(title="jobs")
-        for col in ("job", "state", "workers", "target", "limits", "source", "last decision"):
+        for col in ("job", "state", "ring", "target", "limits", "source", "last decision"):
             table.add_column(col)
+        now = time.time()
         for j in jobs:
             decisions = db.decisions(j.job_id)
             last = decisions[-1] if decisions else None
             table.add_row(
-                j.job_id,
+                j.job_id if j.run == 1 else f"{j.job_id} (run {j.run})",
                 j.state,
-                str(j.workers),
+                _ring(j, now),
                 str(j.target),
                 f"{j.min_workers}..{j.max_workers}",
                 j.source,
@@ -135,6 +138,59 @@ def status() -> None:
                 if last
                 else "-",
             )
-        console.print(table if jobs else "no jobs")
+        if jobs:
+            console.print(table)
+        else:
+            console.print("no jobs" if show_all else "no live jobs (--all lists the finished ones)")
     finally:
         db.close()
+
+
+def _ring(job: JobRecord, now: float) -> str:
+    """The ring size the controller last read from the job's driver, and how long ago."""
+    if job.state == "finished" or job.observed_at is None:
+        return "-"
+    age = max(0, round(now - job.observed_at))
+    return f"{job.workers} ({age} s ago)" if age >= 10 else str(job.workers)
+
+
+@controller.command()
+@click.argument("name")
+@click.option("--all", "all_runs", is_flag=True, help="Every run of the name, not only the latest.")
+def history(name: str, all_runs: bool) -> None:
+    """The controller's decisions for job NAME, also once it has finished, oldest first."""
+    db = process.store()
+    if db is None:
+        raise click.ClickException("the controller has no state yet (it never ran here)")
+    try:
+        decisions = db.decisions(name, all_runs=all_runs)
+        try:
+            job = db.job(name)
+        except ControllerError:
+            job = None
+    finally:
+        db.close()
+    if job is None and not decisions:
+        raise click.ClickException(f"the controller knows no job {name!r}")
+    if job is not None:
+        console.print(
+            f"job [bold]{name}[/bold] run {job.run}: {job.state}, limits {job.min_workers}..{job.max_workers}, "
+            f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job.submitted_at))}"
+            + (f", application {job.app_id}" if job.app_id else "")
+        )
+    if not decisions:
+        console.print("no decisions" + ("" if all_runs else " in this run (--all shows earlier runs)"))
+        return
+    table = Table(title="controller decisions")
+    for col in ("run", "time", "from", "to", "applied", "reason"):
+        table.add_column(col)
+    for d in decisions:
+        table.add_row(
+            str(d.run),
+            time.strftime("%H:%M:%S", time.localtime(d.time)),
+            str(d.from_workers),
+            str(d.to_workers),
+            "yes" if d.applied else (d.error or "in progress"),
+            d.reason,
+        )
+    console.print(table)

@@ -1,18 +1,43 @@
-"""The controller's view of a real YARN cluster: capacity from the ResourceManager, ring sizes and
-resizes through each job's driver."""
+"""The controller's view of a real YARN cluster: nodes and container sizes from the ResourceManager, ring
+sizes and resizes through each job's driver."""
 
 from __future__ import annotations
 
+import json
 import logging
 
-import requests
-
-from submarine_elastic.controller.service import JobBackend
-from submarine_elastic.elastic.api import ElasticError
-from submarine_elastic.elastic.client import JobClient
-from submarine_elastic.yarn import YarnError, YarnServiceClient
+from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources, Resources
+from submarine_elastic.controller.service import DEFAULT_WORKER, JobBackend
+from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError
+from submarine_elastic.elastic.client import JobClient, forget_job
+from submarine_elastic.elastic.jobspec import TEMPLATE
+from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
+
+#: YARN's defaults for the service ApplicationMaster when the RM's configuration does not say.
+AM_DEFAULT = Resources(1024, 1)
+#: The controller's requests to the RM are bounded: a round never waits on a hung RM for minutes.
+RM_TIMEOUT = (5.0, 15.0)
+
+
+def _template_sizes() -> tuple[Resources, Resources]:
+    """(driver, worker) container sizes of the job template (what a job gets unless it says otherwise)."""
+    try:
+        components = {c["name"]: c["resource"] for c in json.loads(TEMPLATE.read_text())["components"]}
+        return tuple(  # type: ignore[return-value]
+            Resources(int(components[name]["memory"]), int(components[name]["cpus"]))
+            for name in (DRIVER_COMPONENT, WORKER_COMPONENT)
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("the job template %s cannot be read (%s); assuming its usual sizes", TEMPLATE, exc)
+        return Resources(512, 1), DEFAULT_WORKER
+
+
+def _size(component: ComponentStatus, default: Resources) -> Resources:
+    if component.memory_mb and component.vcores:
+        return Resources(component.memory_mb, component.vcores)
+    return default
 
 
 class YarnJobBackend(JobBackend):
@@ -20,32 +45,81 @@ class YarnJobBackend(JobBackend):
 
     Args:
         rm_url: the ResourceManager web address.
-        capacity: worker slots to offer; None derives them from the RM: one slot per free vcore of
-            the cluster, less one AM and one driver container per live job.
     """
 
-    def __init__(self, rm_url: str, *, capacity: int | None = None) -> None:
+    def __init__(self, rm_url: str) -> None:
         self.rm_url = rm_url.rstrip("/")
-        self.yarn = YarnServiceClient(rm_url)
-        self._capacity = capacity
+        self.yarn = YarnServiceClient(rm_url, timeout=RM_TIMEOUT)
         self._clients: dict[str, JobClient] = {}
+        self._driver, self._worker = _template_sizes()
+        self._am: Resources | None = None
 
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
         self.yarn.close()
 
-    def capacity(self, live_jobs: int) -> int:
-        if self._capacity is not None:
-            return self._capacity
+    # ------------------------------------------------------------------ room
+
+    def nodes(self) -> list[NodeResources] | None:
         try:
-            resp = requests.get(f"{self.rm_url}/ws/v1/cluster/metrics", timeout=5)
-            resp.raise_for_status()
-            vcores = int(resp.json()["clusterMetrics"]["totalVirtualCores"])
-        except (requests.RequestException, KeyError, ValueError) as exc:
-            log.warning("cluster capacity unknown (%s); assuming what the jobs hold", exc)
-            return 0
-        return max(0, vcores - 2 * live_jobs)
+            reports = self.yarn.nodes()
+        except YarnError as exc:
+            log.warning("cannot read the cluster's nodes: %s", exc)
+            return None
+        return [
+            NodeResources(
+                n.node_id,
+                total=Resources(n.total_memory_mb, n.total_vcores),
+                free=Resources(n.free_memory_mb, n.free_vcores),
+            )
+            for n in reports
+        ]
+
+    def default_worker(self) -> Resources:
+        return self._worker
+
+    def _am_size(self) -> Resources:
+        """The service ApplicationMaster's container (``yarn.service.am-resource.*`` of the RM), read once."""
+        if self._am is None:
+            try:
+                memory = self.yarn.config_value("yarn.service.am-resource.memory")
+                cpus = self.yarn.config_value("yarn.service.am-resource.cpus")
+            except YarnError as exc:
+                log.warning("cannot read the ApplicationMaster's size from the RM (%s); assuming %s", exc, AM_DEFAULT)
+                return AM_DEFAULT
+            try:
+                self._am = Resources(
+                    int(memory) if memory else AM_DEFAULT.memory_mb, int(cpus) if cpus else AM_DEFAULT.vcores
+                )
+            except ValueError:
+                self._am = AM_DEFAULT
+        return self._am
+
+    def footprint(self, job_id: str) -> JobFootprint | None:
+        try:
+            status = self.yarn.status(job_id)
+        except ServiceNotFoundError:
+            return None
+        except (YarnError, ValueError) as exc:
+            log.warning("cannot read job %s from the RM: %s", job_id, exc)
+            return None
+        if status.is_terminal:
+            return None
+        if not status.components:
+            # Its ApplicationMaster does not run yet, so YARN shows no spec: the template's sizes.
+            return JobFootprint(self._worker, 0, unplaced=(self._am_size(), self._driver))
+        worker = status.component(WORKER_COMPONENT)
+        driver = status.component(DRIVER_COMPONENT)
+        if worker is None or driver is None:
+            return None  # not one of our jobs
+        return JobFootprint(
+            _size(worker, self._worker),
+            len(worker.containers),
+            unplaced=() if driver.containers else (_size(driver, self._driver),),
+        )
+
+    # ------------------------------------------------------------------ jobs
 
     def _client(self, job_id: str) -> JobClient | None:
         client = self._clients.get(job_id)
@@ -100,11 +174,22 @@ class YarnJobBackend(JobBackend):
         client.flex(workers, reason=reason)
         client.wait_for_size(workers, timeout)
 
-    def cluster_jobs(self) -> dict[str, int] | None:
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         try:
             apps = self.yarn.list()
         except YarnError as exc:
             log.warning("cannot list the cluster's applications: %s", exc)
             return None
-        # A service's containers include its AM (and, for our jobs, the driver): not worker slots.
-        return {a.name: max(1, (a.running_containers or 0) - 2) for a in apps}
+        found: dict[str, ClusterApp] = {}
+        for a in sorted(apps, key=lambda a: a.started_time_ms or 0):  # the latest of a name wins
+            # A service's containers include its AM (and, for our jobs, the driver): not worker slots.
+            found[a.name] = ClusterApp(
+                a.name, a.id, max(1, (a.running_containers or 0) - 2), started_at=(a.started_time_ms or 0) / 1000
+            )
+        return found
+
+    def job_ended(self, job_id: str) -> None:
+        client = self._clients.pop(job_id, None)
+        if client is not None:
+            client.close()
+        forget_job(job_id)

@@ -85,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except ServerStartError as exc:
         log.error("%s", exc)
         return 2
-    backend = YarnJobBackend(args.rm_url, capacity=args.capacity)
+    backend = YarnJobBackend(args.rm_url)
     service = ControllerService(
-        ControllerStore(args.dir / DB), engine, backend, metrics=server.store, interval=args.interval
+        ControllerStore(args.dir / DB),
+        engine,
+        backend,
+        metrics=server.store,
+        interval=args.interval,
+        capacity=args.capacity,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

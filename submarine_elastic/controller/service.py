@@ -2,13 +2,19 @@
 
 Each round (every ``interval`` seconds, and at once on an arrival or a departure) it
 
-1. syncs the jobs it knows with the cluster (jobs that ended leave; yarn-service applications
-   started by someone else join as fixed-size jobs, so they count against capacity);
+1. syncs the jobs it knows with the cluster (a job whose application is gone has ended: it leaves and
+   the secrets kept for it are removed; yarn-service applications started by someone else join as
+   fixed-size jobs; a name submitted again is a new run of the job);
 2. reads each job's ring size from its driver and its metrics from the metrics service, and keeps
    the throughput per world size in SQLite (history that survives a restart);
-3. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
-4. records each decision, then applies it in the background through the job's driver (graceful
-   scale-in, stop-free scale-out), marking it applied once the driver confirms the new size.
+3. counts the cluster in worker slots as YARN places containers (:mod:`.capacity`: memory and vcores
+   per node, each job's container sizes, the ApplicationMasters and drivers still to be placed), or
+   takes ``capacity`` slots when one is given;
+4. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
+5. records each decision, then applies it in the background through the job's driver (graceful
+   scale-in, stop-free scale-out), marking it applied once the driver confirms the new size;
+6. lowers the target of a running job that asked for more workers than fit on any node for longer than
+   a round, so YARN keeps no request open that would take room the arbiter gives to another job.
 
 One resize per job is in flight at a time. A decision left unapplied by a controller that was
 killed is finished on restart by reading the job's real size back, never by resizing twice.
@@ -23,13 +29,19 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from submarine_elastic.controller.api import (
+    ClusterApp,
     Controller,
     DecisionRecord,
     InvalidJobError,
+    JobFootprint,
     JobRecord,
+    NodeResources,
+    Resources,
 )
+from submarine_elastic.controller.capacity import CapacityFilter, count_slots, slot_unit
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
@@ -48,14 +60,27 @@ log = logging.getLogger(__name__)
 _JOB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
 SERIES_WINDOW = 40  # recent points read per job per round: the loss window, step times per worker
+START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
+CLOCK_SKEW_S = 30.0  # an application started this much before its run was registered still belongs to it
+#: The worker size assumed for a job before YARN reports its spec (the job template's default).
+DEFAULT_WORKER = Resources(2048, 1)
 
 
 class JobBackend(ABC):
     """How the controller sees and changes the jobs on a cluster (the real one: :class:`YarnJobBackend`)."""
 
     @abstractmethod
-    def capacity(self, live_jobs: int) -> int:
-        """Worker slots the cluster has for ``live_jobs`` jobs (each also runs an AM and a driver)."""
+    def nodes(self) -> list[NodeResources] | None:
+        """The cluster's RUNNING nodes with their total and free room; None if the RM did not answer."""
+
+    @abstractmethod
+    def footprint(self, job_id: str) -> JobFootprint | None:
+        """The job's worker size, the workers YARN gave it, and its containers still to be placed; None
+        when YARN does not know it as a job (not submitted yet, or not one of ours)."""
+
+    def default_worker(self) -> Resources:
+        """The worker size assumed for a job whose footprint is not known yet."""
+        return DEFAULT_WORKER
 
     @abstractmethod
     def ring_size(self, job_id: str) -> int | None:
@@ -82,8 +107,24 @@ class JobBackend(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot replace workers")
 
     @abstractmethod
-    def cluster_jobs(self) -> dict[str, int] | None:
-        """Live yarn-service applications: name -> worker slots they hold; None if the RM did not answer."""
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
+        """Live yarn-service applications by name; None if the RM did not answer."""
+
+    def job_ended(self, job_id: str) -> None:  # noqa: B027 - optional hook, default no-op
+        """A job ended on its own (its application is gone): remove what was kept for it (its secrets).
+
+        Raises:
+            OSError: something could not be removed (the controller logs it and goes on).
+        """
+
+
+@dataclass(frozen=True)
+class _Room:
+    """What one round counts: the capacity in slots, what each job holds, who asks for more than fits."""
+
+    capacity: int
+    holding: dict[str, tuple[int, int]]  # job id -> (current, pending) workers
+    short: dict[str, tuple[int, str]]  # running job id -> (workers that fit, why)
 
 
 class ControllerService(Controller):
@@ -94,9 +135,15 @@ class ControllerService(Controller):
         engine: the policy engine (job policy + arbiter).
         backend: the cluster's jobs.
         metrics: the metrics service's store, or None.
-        interval: seconds between rounds.
+        interval: seconds between rounds; also how long a drop of capacity or a job asking for more than
+            fits must last before the controller acts on it.
         resize_timeout: seconds a resize may take before it is recorded as failed.
+        capacity: worker slots to hand out, whatever the cluster reports (``--capacity``); None counts
+            them from the nodes' memory and vcores and the jobs' container sizes.
         clock: wall-clock seconds (injectable for tests).
+
+    Raises:
+        ValueError: ``interval`` is not positive or ``capacity`` is below 1.
     """
 
     def __init__(
@@ -108,27 +155,34 @@ class ControllerService(Controller):
         metrics: MetricsStore | None = None,
         interval: float = 5.0,
         resize_timeout: float = 300.0,
+        capacity: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be > 0, got {interval}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1 worker slot, got {capacity}")
         self.store = store
         self.engine = engine
         self.backend = backend
         self.metrics = metrics
         self.interval = interval
         self.resize_timeout = resize_timeout
+        self.capacity = capacity
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._in_flight: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._job_policies: dict[str, str] = {}
+        self._job_policies: dict[str, tuple[int, str | None]] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
+        self._capacity_filter = CapacityFilter(interval)
+        self._footprints: dict[tuple[str, int], JobFootprint] = {}
+        self._short_since: dict[tuple[str, int], float] = {}
         # Jobs get their own policies back before the engine's state, which holds those policies' state.
         for job in store.jobs(live_only=True):
-            self._use_policy(job.job_id, store.job_extra(job.job_id)[0])
+            self._use_policy(job, store.job_extra(job.job_id)[0])
         state = store.get("policy_engine")
         if state:
             try:
@@ -149,7 +203,13 @@ class ControllerService(Controller):
         elastic: bool = True,
         source: str = "cli",
         policy: str | None = None,
+        app_id: str | None = None,
     ) -> JobRecord:
+        """A job arrived; a name the controller knew already starts a new run of it (see :class:`JobRecord`).
+
+        Raises:
+            InvalidJobError: bad id or limits (``min <= workers <= max``, all >= 1).
+        """
         if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
             raise InvalidJobError(f"job id must match [a-z][a-z0-9-]*, got {job_id!r}")
         for name, value in (("min_workers", min_workers), ("max_workers", max_workers), ("workers", workers)):
@@ -159,11 +219,21 @@ class ControllerService(Controller):
             raise InvalidJobError(f"workers {workers} must lie within min {min_workers} and max {max_workers}")
         if not elastic and min_workers != max_workers:
             raise InvalidJobError(f"a fixed-size job needs min == max, got {min_workers} and {max_workers}")
-        record = JobRecord(job_id, min_workers, max_workers, workers, workers, elastic, "running", self.clock(), source)
-        self.store.upsert_job(record, policy)
-        log.info("job %s arrived (%s): %d workers in [%d, %d]", job_id, source, workers, min_workers, max_workers)
+        record = JobRecord(
+            job_id, min_workers, max_workers, workers, workers, elastic, "running", self.clock(), source, app_id=app_id
+        )
+        run = self.store.upsert_job(record, policy)
+        log.info(
+            "job %s arrived (%s%s): %d workers in [%d, %d]",
+            job_id,
+            source,
+            f", run {run}" if run > 1 else "",
+            workers,
+            min_workers,
+            max_workers,
+        )
         self._wake.set()
-        return record
+        return self.store.job(job_id)
 
     def job_finished(self, job_id: str) -> None:
         self.store.update_job(job_id, state="finished")
@@ -224,31 +294,25 @@ class ControllerService(Controller):
             self._wake.clear()
 
     def tick(self) -> list[DecisionRecord]:
-        """One round: sync, snapshot, decide, start applying. Returns the decisions recorded."""
+        """One round: sync, count, snapshot, decide, start applying. Returns the decisions recorded."""
         self._sync_cluster()
         live = self.store.jobs(live_only=True)
-        capacity = self.backend.capacity(len(live))
+        now = self.clock()
         sizes = {job.job_id: self.backend.ring_size(job.job_id) for job in live}
-        held = sum(
-            (size or 0) + max(0, job.target - (size or 0)) for job in live if (size := sizes[job.job_id]) is not None
-        )
-        views = []
         for job in live:
             size = sizes[job.job_id]
-            if size is not None and size != job.workers and not self._busy(job.job_id):
-                self.store.update_job(job.job_id, workers=size)
             if size is not None:
-                # Running: it holds its ring plus any scale-out in flight.
-                current, pending = size, max(0, job.target - size)
-            elif held + job.target <= capacity:
-                # Not started yet, and what it asked for is free: it holds that while its ring forms.
-                current, pending = 0, job.target
-                held += job.target
-            else:
-                # Not started and the cluster is full: it waits, so the arbiter makes room for it.
-                current, pending = 0, 0
+                self.store.update_job(job.job_id, workers=size, observed_at=now)
+        room = self._count_fixed(live, sizes) if self.capacity is not None else self._count_yarn(live, sizes, now)
+        if room is None:
+            log.warning("the cluster's nodes are unknown (the ResourceManager did not answer); no decision this round")
+            return []
+        managed = [job for job in live if job.job_id in room.holding]
+        views = []
+        for job in managed:
+            current, pending = room.holding[job.job_id]
             policy, last_resize_at = self.store.job_extra(job.job_id)
-            self._use_policy(job.job_id, policy)
+            self._use_policy(job, policy)
             views.append(
                 JobView(
                     job_id=job.job_id,
@@ -259,19 +323,22 @@ class ControllerService(Controller):
                     pending_workers=pending,
                     submitted_at=job.submitted_at,
                     last_resize_at=last_resize_at,
-                    instances=self.backend.instances(job.job_id) if size is not None else (),
+                    instances=self.backend.instances(job.job_id) if sizes[job.job_id] is not None else (),
                     metrics=self._metrics(job.job_id),
                 )
             )
         self.store.record_throughputs(self._history_updates)
         self._history_updates.clear()
         total = sum(v.holding for v in views)
-        snapshot = Snapshot(now=self.clock(), capacity=capacity, free=max(0, capacity - total), jobs=tuple(views))
+        snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
         recorded = []
+        decided: set[str] = set()
         for decision in self.engine.decide(snapshot):
-            job = next(j for j in live if j.job_id == decision.job_id)
+            job = next(j for j in managed if j.job_id == decision.job_id)
+            decided.add(job.job_id)
             if self._busy(job.job_id):
                 continue
+            holding = sum(room.holding[job.job_id])
             if decision.replace and decision.target_workers == job.target:
                 record = DecisionRecord(
                     job.job_id,
@@ -283,15 +350,20 @@ class ControllerService(Controller):
                 decision_id = self.store.add_decision(record)
                 self.store.update_job(job.job_id, last_resize_at=record.time)
                 recorded.append(record)
-                self._apply(decision_id, record, replace=tuple(decision.replace))
+                self._apply(decision_id, record, job.target, replace=tuple(decision.replace))
                 continue
             if decision.target_workers == job.target:
                 continue
-            record = DecisionRecord(job.job_id, self.clock(), job.target, decision.target_workers, decision.reason)
+            record = DecisionRecord(job.job_id, self.clock(), holding, decision.target_workers, decision.reason)
             decision_id = self.store.add_decision(record)
             self.store.update_job(job.job_id, target=decision.target_workers, last_resize_at=record.time)
             recorded.append(record)
-            self._apply(decision_id, record)
+            self._apply(decision_id, record, job.target)
+        recorded += self._lower_short_targets(managed, room, decided, now)
+        for job_id in set(self._job_policies) - {job.job_id for job in live}:
+            # Its policy has had its after_train: a restarted controller would not set it again.
+            del self._job_policies[job_id]
+            self.engine.set_job_policy(job_id, None)
         self.store.put("policy_engine", self.engine.state_dict())
         return recorded
 
@@ -309,23 +381,138 @@ class ControllerService(Controller):
                 with self._lock:
                     return not self._in_flight
 
+    # ------------------------------------------------------------------ counting
+
+    def _count_fixed(self, live: list[JobRecord], sizes: dict[str, int | None]) -> _Room:
+        """``--capacity`` slots, one per worker whatever its size; every live job takes part."""
+        capacity = self.capacity or 0
+        held = sum(max(size, job.target) for job in live if (size := sizes[job.job_id]) is not None)
+        holding: dict[str, tuple[int, int]] = {}
+        for job in live:
+            size = sizes[job.job_id]
+            if size is not None:
+                # Running: it holds its ring plus any scale-out in flight.
+                holding[job.job_id] = (size, max(0, job.target - size))
+            elif held + job.target <= capacity:
+                # Not started yet, and what it asked for is free: it holds that while its ring forms.
+                holding[job.job_id] = (0, job.target)
+                held += job.target
+            else:
+                # Not started and the cluster is full: it waits, so the arbiter makes room for it.
+                holding[job.job_id] = (0, 0)
+        return _Room(capacity=capacity, holding=holding, short={})
+
+    def _count_yarn(self, live: list[JobRecord], sizes: dict[str, int | None], now: float) -> _Room | None:
+        """Slots as YARN places containers (see :mod:`.capacity`); None when the nodes are unknown.
+
+        A job holds the workers YARN gave it (in its ring or warming up) plus those it asked for that fit in
+        the free slots, claimed in order of submission; what does not fit it does not hold. Applications
+        someone else started are not managed: their containers are already counted as used room. Neither is
+        a job submitted with ``job run`` until YARN shows its service. A job reported through the bridge
+        that YARN does not know is taken to have workers of the slot's size.
+        """
+        nodes = self.backend.nodes()
+        if nodes is None:
+            return None
+        known: dict[str, JobFootprint] = {}
+        for job in live:
+            key = (job.job_id, job.run)
+            found = self.backend.footprint(job.job_id)
+            if found is not None:
+                self._footprints[key] = found
+            if key in self._footprints:
+                known[job.job_id] = self._footprints[key]
+        managed = [
+            job
+            for job in live
+            # A job `job run` registered that YARN does not show yet may never get there (its submission
+            # can fail): nobody gives it workers before it does.
+            if not (job.source == "cli" and job.job_id not in known)
+            and not (job.source == "yarn" and sizes[job.job_id] is None)
+        ]
+        unit = slot_unit([fp.worker for fp in known.values()] or [self.backend.default_worker()])
+        footprints = {job.job_id: known.get(job.job_id, JobFootprint(unit)) for job in managed}
+        live_keys = {(job.job_id, job.run) for job in live}
+        self._footprints = {k: v for k, v in self._footprints.items() if k in live_keys}
+        slots = count_slots(nodes, footprints)
+        if slots is None:
+            return _Room(capacity=0, holding={}, short={})
+        capacity = self._capacity_filter.update(now, slots.unit, slots.capacity)
+        free = slots.free + (capacity - slots.capacity)  # a drop not acted on yet still counts as free
+        holding: dict[str, tuple[int, int]] = {}
+        short: dict[str, tuple[int, str]] = {}
+        for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
+            size = sizes[job.job_id]
+            current = size or 0
+            given = max(current, footprints[job.job_id].workers_allocated)
+            claim = min(max(0, job.target - given), max(0, free))
+            free -= claim
+            holding[job.job_id] = (current, given - current + claim)
+            if size is not None and given + claim < job.target:
+                short[job.job_id] = (
+                    given + claim,
+                    f"only {given + claim} of its {job.target} workers fit "
+                    f"({footprints[job.job_id].worker} each; {slots.free} free slots of {slots.unit})",
+                )
+        return _Room(capacity=capacity, holding=holding, short=short)
+
+    def _lower_short_targets(
+        self, managed: list[JobRecord], room: _Room, decided: set[str], now: float
+    ) -> list[DecisionRecord]:
+        """Bring a running job's target down to what fits once it has asked for more for a whole round:
+        an open YARN request would take the next room that frees, whoever the arbiter gives it to."""
+        recorded = []
+        short_now = {(job.job_id, job.run) for job in managed if job.job_id in room.short}
+        self._short_since = {k: t for k, t in self._short_since.items() if k in short_now}
+        for job in managed:
+            key = (job.job_id, job.run)
+            if key not in short_now:
+                continue
+            since = self._short_since.setdefault(key, now)
+            fits, why = room.short[job.job_id]
+            to = max(fits, job.min_workers)
+            if now - since < self.interval or job.job_id in decided or self._busy(job.job_id) or to >= job.target:
+                continue
+            record = DecisionRecord(job.job_id, now, job.target, to, why)
+            decision_id = self.store.add_decision(record)
+            self.store.update_job(job.job_id, target=to)
+            recorded.append(record)
+            self._apply(decision_id, record, job.target, restarts_cooldown=False)
+        return recorded
+
     # ------------------------------------------------------------------ pieces
 
-    def _use_policy(self, job_id: str, name: str | None) -> None:
-        """Give a job the policy it was submitted with (``--policy``); a bad name keeps the default."""
-        if name is None or self._job_policies.get(job_id) == name:
+    def _use_policy(self, job: JobRecord, name: str | None) -> None:
+        """Give a job's run the policy it was submitted with (``--policy``); a bad name keeps the default."""
+        if self._job_policies.get(job.job_id, (0, None)) == (job.run, name):
             return
-        self._job_policies[job_id] = name
+        first = job.job_id not in self._job_policies
+        self._job_policies[job.job_id] = (job.run, name)
+        if name is None:
+            if not first:
+                self.engine.set_job_policy(job.job_id, None)
+            return
         try:
-            self.engine.set_job_policy(job_id, load_job_policy_spec(name))
+            self.engine.set_job_policy(job.job_id, load_job_policy_spec(name))
         except PolicyError as exc:
-            log.error("job %s: policy %r cannot be used (%s); it keeps the default policy", job_id, name, exc)
+            log.error("job %s: policy %r cannot be used (%s); it keeps the default policy", job.job_id, name, exc)
 
     def _busy(self, job_id: str) -> bool:
         with self._lock:
             return job_id in self._in_flight
 
-    def _apply(self, decision_id: int, record: DecisionRecord, replace: tuple[str, ...] = ()) -> None:
+    def _apply(
+        self,
+        decision_id: int,
+        record: DecisionRecord,
+        previous_target: int,
+        replace: tuple[str, ...] = (),
+        *,
+        restarts_cooldown: bool = True,
+    ) -> None:
+        """Apply a recorded decision in the background; on failure the job's target goes back to
+        ``previous_target``."""
+
         def run() -> None:
             try:
                 if replace:
@@ -335,10 +522,14 @@ class ControllerService(Controller):
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
                 log.warning("resize of %s to %d failed: %s", record.job_id, record.to_workers, exc)
                 self.store.finish_decision(decision_id, applied=False, error=str(exc) or type(exc).__name__)
-                self.store.update_job(record.job_id, target=record.from_workers)
+                self.store.update_job(record.job_id, target=previous_target)
             else:
                 self.store.finish_decision(decision_id, applied=True)
-                self.store.update_job(record.job_id, workers=record.to_workers, last_resize_at=self.clock())
+                done = self.clock()
+                fields: dict[str, float | int] = {"workers": record.to_workers, "observed_at": done}
+                if restarts_cooldown:
+                    fields["last_resize_at"] = done
+                self.store.update_job(record.job_id, **fields)
             finally:
                 with self._lock:
                     self._in_flight.pop(record.job_id, None)
@@ -351,7 +542,11 @@ class ControllerService(Controller):
 
     def _recover(self) -> None:
         """Finish decisions a previous controller left in flight by reading the jobs' real sizes."""
+        runs = {job.job_id: job.run for job in self.store.jobs()}
         for decision_id, record in self.store.pending_decisions():
+            if runs.get(record.job_id) != record.run:
+                self.store.finish_decision(decision_id, applied=False, error="the job was submitted again")
+                continue
             size = self.backend.ring_size(record.job_id)
             if size == record.to_workers:
                 self.store.finish_decision(decision_id, applied=True)
@@ -362,16 +557,43 @@ class ControllerService(Controller):
                     self.store.update_job(record.job_id, workers=size, target=size)
 
     def _sync_cluster(self) -> None:
+        """Jobs whose application is gone have ended; applications of names the controller does not know
+        (or knew from a run that ended) join as fixed-size jobs."""
         running = self.backend.cluster_jobs()
         if running is None:
             return
+        now = self.clock()
+        for job in self.store.jobs(live_only=True):
+            app = running.get(job.job_id)
+            if app is None:
+                if now - job.submitted_at > START_GRACE_S:
+                    self._ended(job, forget=True)
+            elif job.app_id is None:
+                if app.started_at >= job.submitted_at - CLOCK_SKEW_S:
+                    self.store.update_job(job.job_id, app_id=app.app_id)
+            elif app.app_id != job.app_id:
+                # The run we knew ended and another application of that name runs: its secrets are the
+                # new one's, so they stay.
+                self._ended(job, forget=False)
         known = {j.job_id: j for j in self.store.jobs()}
-        for job in known.values():
-            if job.state != "finished" and job.job_id not in running and self.clock() - job.submitted_at > 60:
-                self.job_finished(job.job_id)
-        for name, workers in running.items():
-            if name not in known and _JOB_ID.fullmatch(name):
-                self.job_submitted(name, workers, workers, workers, elastic=False, source="yarn")
+        for name, app in running.items():
+            seen = known.get(name)
+            new_run = seen is not None and seen.state == "finished" and seen.app_id not in (None, app.app_id)
+            if (seen is None or new_run) and _JOB_ID.fullmatch(name):
+                self.job_submitted(
+                    name, app.workers, app.workers, app.workers, elastic=False, source="yarn", app_id=app.app_id
+                )
+
+    def _ended(self, job: JobRecord, *, forget: bool) -> None:
+        if not self.store.finish_run(job.job_id, job.run):
+            return  # submitted again meanwhile: the new run is not the one that ended
+        log.info("job %s left (its application is gone)", job.job_id)
+        self._wake.set()
+        if forget:
+            try:
+                self.backend.job_ended(job.job_id)
+            except OSError as exc:
+                log.warning("job %s ended but what was kept for it stays: %s", job.job_id, exc)
 
     def _metrics(self, job_id: str) -> JobMetrics:
         history = self.store.throughput(job_id)

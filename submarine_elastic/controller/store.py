@@ -4,6 +4,10 @@ One file, WAL mode, so the CLI can read it (``submarine job show``, ``controller
 jobs while the controller runs. Every write is its own transaction; a controller killed at any point
 restarts from what was committed and resizes nothing twice (a decision is recorded before it is
 applied and marked applied once the job's driver confirms it).
+
+A job name submitted again starts a new run of it: the job's row is reset (limits, times, application
+id, throughput history) and its run number goes up by one; the decisions of earlier runs stay, marked
+with their run.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted_at REAL NOT NULL,
     source TEXT NOT NULL,
     policy TEXT,
-    last_resize_at REAL
+    last_resize_at REAL,
+    run INTEGER NOT NULL DEFAULT 1,
+    app_id TEXT,
+    observed_at REAL
 );
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -40,7 +47,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     to_workers INTEGER NOT NULL,
     reason TEXT NOT NULL,
     applied INTEGER NOT NULL DEFAULT 0,
-    error TEXT
+    error TEXT,
+    run INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS throughput (
     job_id TEXT NOT NULL,
@@ -54,6 +62,14 @@ CREATE TABLE IF NOT EXISTS kv (
     value TEXT NOT NULL
 );
 """
+
+# Columns added after the first release: (table, column, declaration), for databases written before.
+_ADDED_COLUMNS = (
+    ("jobs", "run", "INTEGER NOT NULL DEFAULT 1"),
+    ("jobs", "app_id", "TEXT"),
+    ("jobs", "observed_at", "REAL"),
+    ("decisions", "run", "INTEGER NOT NULL DEFAULT 1"),
+)
 
 
 class ControllerStore:
@@ -70,6 +86,14 @@ class ControllerStore:
         # loss may drop the last few, at a fraction of the cost of an fsync per decision.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns a database written by an earlier version lacks."""
+        for table, column, decl in _ADDED_COLUMNS:
+            present = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         with self._lock:
@@ -88,15 +112,19 @@ class ControllerStore:
 
     # ------------------------------------------------------------------ jobs
 
-    def upsert_job(self, job: JobRecord, policy: str | None = None) -> None:
+    def upsert_job(self, job: JobRecord, policy: str | None = None) -> int:
+        """Start a run of ``job``: a new job, or a new run of a name seen before (its row is reset:
+        limits, submission time, policy, application id, last resize; its throughput history and loss
+        window are dropped). Returns the run number."""
         with self._tx() as db:
+            row = db.execute("SELECT run FROM jobs WHERE job_id=?", (job.job_id,)).fetchone()
+            run = 1 if row is None else int(row["run"]) + 1
+            db.execute("DELETE FROM jobs WHERE job_id=?", (job.job_id,))
+            db.execute("DELETE FROM throughput WHERE job_id=?", (job.job_id,))
+            db.execute("DELETE FROM kv WHERE key=?", (f"loss/{job.job_id}",))
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
-                " source, policy) VALUES (?,?,?,?,?,?,?,?,?,?)"
-                " ON CONFLICT(job_id) DO UPDATE SET min_workers=excluded.min_workers,"
-                " max_workers=excluded.max_workers, workers=excluded.workers, target=excluded.target,"
-                " elastic=excluded.elastic, state=excluded.state, source=excluded.source,"
-                " policy=COALESCE(excluded.policy, jobs.policy)",
+                " source, policy, run, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.job_id,
                     job.min_workers,
@@ -108,8 +136,20 @@ class ControllerStore:
                     job.submitted_at,
                     job.source,
                     policy,
+                    run,
+                    job.app_id,
                 ),
             )
+        return run
+
+    def finish_run(self, job_id: str, run: int) -> bool:
+        """Mark run ``run`` of a job finished; False (nothing changed) if the job has started another run
+        since, or that run was finished already."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state='finished' WHERE job_id=? AND run=? AND state != 'finished'", (job_id, run)
+            )
+            return cur.rowcount > 0
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         """Set columns of one job.
@@ -117,7 +157,7 @@ class ControllerStore:
         Raises:
             UnknownJobError: no such job.
         """
-        allowed = {"workers", "target", "state", "last_resize_at", "policy"}
+        allowed = {"workers", "target", "state", "last_resize_at", "policy", "app_id", "observed_at"}
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update job columns {sorted(bad)}")
@@ -151,10 +191,11 @@ class ControllerStore:
     # ------------------------------------------------------------------ decisions
 
     def add_decision(self, record: DecisionRecord) -> int:
+        """Record a decision for the job's current run (``record.run`` is not read)."""
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error)"
-                " VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, run)"
+                " VALUES (?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
                 (
                     record.job_id,
                     record.time,
@@ -163,6 +204,7 @@ class ControllerStore:
                     record.reason,
                     int(record.applied),
                     record.error,
+                    record.job_id,
                 ),
             )
             return int(cur.lastrowid or 0)
@@ -171,9 +213,14 @@ class ControllerStore:
         with self._tx() as db:
             db.execute("UPDATE decisions SET applied=?, error=? WHERE id=?", (int(applied), error, decision_id))
 
-    def decisions(self, job_id: str) -> list[DecisionRecord]:
+    def decisions(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
+        """The decisions of the job's current run, oldest first; with ``all_runs``, those of every run of
+        the name."""
+        query = "SELECT * FROM decisions WHERE job_id=?"
+        if not all_runs:
+            query += " AND run = COALESCE((SELECT run FROM jobs WHERE job_id=?), 1)"
         with self._lock:
-            rows = self._db.execute("SELECT * FROM decisions WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+            rows = self._db.execute(query + " ORDER BY id", (job_id,) * (1 if all_runs else 2)).fetchall()
         return [_decision(r) for r in rows]
 
     def pending_decisions(self) -> list[tuple[int, DecisionRecord]]:
@@ -229,6 +276,9 @@ def _job(row: sqlite3.Row) -> JobRecord:
         state=row["state"],
         submitted_at=row["submitted_at"],
         source=row["source"],
+        run=row["run"],
+        app_id=row["app_id"],
+        observed_at=row["observed_at"],
     )
 
 
@@ -241,4 +291,5 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         reason=row["reason"],
         applied=bool(row["applied"]),
         error=row["error"],
+        run=row["run"],
     )

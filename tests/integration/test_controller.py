@@ -1,5 +1,6 @@
-"""The controller on the real pseudo-cluster: a job arriving to a full cluster starts at once by taking
-workers from an elastic job above its minimum, and gets them back when it leaves."""
+"""The controller on the real pseudo-cluster: capacity counted from the nodes' memory and vcores; a job
+arriving to a full cluster starts at once by taking workers from an elastic job above its minimum, and
+gives them back when it leaves."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def submarine(*args: str) -> str:
     return result.output
 
 
-def run_job(name: str, work: Path, *flags: str) -> None:
+def run_job(name: str, work: Path, *flags: str, memory_mb: int = 1024) -> None:
     cmd = (
         f"{sys.executable} {REPO}/examples/train_elastic.py --samples 2048 --epochs 1000 --step-sleep 0.05 "
         f"--until-file {work}/stop --log-dir {work}/log"
@@ -53,7 +54,7 @@ def run_job(name: str, work: Path, *flags: str) -> None:
         "--name",
         name,
         "--worker_resources",
-        "memory-mb=1024,vcores=1",
+        f"memory-mb={memory_mb},vcores=1",
         "--worker_launch_cmd",
         cmd,
         *flags,
@@ -80,7 +81,11 @@ def wait_ring(job: JobClient, size: int, timeout: float = 240) -> None:
 def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
     controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
 ):
-    out = submarine("controller", "start", "--policy", "static", "--interval", "1", "--capacity", "4")
+    """Capacity counted from the nodes (no --capacity): workers of 2048 MB on NodeManagers of 4096 MB, where
+    each job's ApplicationMaster and driver (512 MB each) also take room. The elastic job asks for 4 and
+    gets what fits (2 or 3, as YARN placed its AM and driver); the controller withdraws the rest of its
+    request; a fixed-size job arriving to the full cluster takes one worker from it and gives it back."""
+    out = submarine("controller", "start", "--policy", "static", "--interval", "1")
     assert "controller running" in out
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -98,20 +103,25 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 "4",
                 "--policy",
                 "greedy",
+                memory_mb=2048,
             )
+            db = process.store(controller_dir)
+            assert db is not None
+            [(asked, fits, applied)] = wait_applied(db, "ctl-elastic", 1)
+            assert asked == 4 and fits in (2, 3) and applied, db.decisions("ctl-elastic")
+            assert f"only {fits} of its 4 workers fit (2048 MB, 1 vcore each" in db.decisions("ctl-elastic")[0].reason
             with JobClient("ctl-elastic", yarn, locate_timeout=120) as elastic:
-                wait_ring(elastic, 4)
-                # A fixed-size job arrives to a full cluster (4 slots): it does not wait for the elastic one.
-                run_job("ctl-fixed", tmp_path / "b", "--num_workers", "2")
+                wait_ring(elastic, fits)
+                assert "ctl-elastic" in submarine("controller", "status")
+                # A fixed-size job arrives to the full cluster: it does not wait for the elastic one.
+                run_job("ctl-fixed", tmp_path / "b", "--num_workers", "1", memory_mb=2048)
                 with JobClient("ctl-fixed", yarn, locate_timeout=120) as fixed:
-                    wait_ring(fixed, 2)
-                    assert elastic.status().world_size == 2
-                db = process.store(controller_dir)
-                assert db is not None
-                assert wait_applied(db, "ctl-elastic", 1) == [(4, 2, True)]
-                assert db.decisions("ctl-elastic")[0].reason
+                    wait_ring(fixed, 1)
+                    assert elastic.status().world_size == fits - 1
+                assert wait_applied(db, "ctl-elastic", 2) == [(4, fits, True), (fits, fits - 1, True)]
+                assert db.decisions("ctl-elastic")[1].reason.startswith("fair share: gives 1 to ctl-fixed")
                 shown = submarine("job", "show", "ctl-elastic")
-                assert "controller decisions" in shown and "4" in shown
+                assert "controller decisions" in shown
                 # The controller dies and comes back: it reads its state and resizes nothing twice.
                 db.close()
                 os.kill(process.running(controller_dir)["pid"], signal.SIGKILL)
@@ -119,19 +129,19 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 while process.running(controller_dir) is not None:
                     assert time.monotonic() < deadline, "the killed controller is still there"
                     time.sleep(0.1)
-                submarine("controller", "start", "--policy", "static", "--interval", "1", "--capacity", "4")
+                submarine("controller", "start", "--policy", "static", "--interval", "1")
                 db = process.store(controller_dir)
                 assert db is not None
-                # It leaves: the elastic job gets its workers back.
+                # It leaves: the elastic job gets its worker back.
                 submarine("job", "kill", "ctl-fixed")
-                wait_ring(elastic, 4)
-                assert wait_applied(db, "ctl-elastic", 2) == [(4, 2, True), (2, 4, True)]
+                wait_ring(elastic, fits)
+                assert wait_applied(db, "ctl-elastic", 3)[2] == (fits - 1, fits, True)
                 assert [j.state for j in db.jobs() if j.job_id == "ctl-fixed"] == ["finished"]
                 db.close()
         finally:
             for name in ("ctl-elastic", "ctl-fixed"):
                 yarn.destroy(name, missing_ok=True)
-    status = submarine("controller", "status")
+    status = submarine("controller", "status", "--all")
     assert "ctl-elastic" in status and "controller running" in status
     assert "controller stopped" in submarine("controller", "stop")
     assert process.running(controller_dir) is None

@@ -7,14 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.controller.api import InvalidJobError, UnknownJobError
+from submarine_elastic.controller.api import (
+    ClusterApp,
+    InvalidJobError,
+    JobFootprint,
+    JobRecord,
+    NodeResources,
+    UnknownJobError,
+)
 from submarine_elastic.controller.service import ControllerService, JobBackend
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
 
 class FakeCluster(JobBackend):
-    """Jobs resize instantly (or fail, when told); records every resize."""
+    """Jobs resize instantly (or fail, when told); records every resize. The controller is given
+    ``capacity`` slots (``--capacity``), so the nodes are never asked for."""
 
     def __init__(self, capacity: int) -> None:
         self.slots = capacity
@@ -23,8 +31,11 @@ class FakeCluster(JobBackend):
         self.fail: set[str] = set()
         self.lock = threading.Lock()
 
-    def capacity(self, live_jobs: int) -> int:
-        return self.slots
+    def nodes(self) -> list[NodeResources] | None:
+        raise AssertionError("with --capacity the nodes are not read")
+
+    def footprint(self, job_id: str) -> JobFootprint | None:
+        raise AssertionError("with --capacity no footprint is read")
 
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
@@ -36,7 +47,7 @@ class FakeCluster(JobBackend):
             raise RuntimeError(f"driver of {job_id} refused")
         self.sizes[job_id] = workers
 
-    def cluster_jobs(self) -> dict[str, int] | None:
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return None
 
 
@@ -48,9 +59,13 @@ class Clock:
         return self.now
 
 
-def controller(tmp_path: Path, cluster: FakeCluster, clock: Clock, policy: str = "greedy") -> ControllerService:
-    engine = PolicyEngine(load_job_policy(policy), load_arbiter("fair-share"), cooldown_s=0)
-    return ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, interval=1, clock=clock)
+def controller(
+    tmp_path: Path, cluster: FakeCluster, clock: Clock, policy: str = "greedy", cooldown: float = 0
+) -> ControllerService:
+    engine = PolicyEngine(load_job_policy(policy), load_arbiter("fair-share"), cooldown_s=cooldown)
+    return ControllerService(
+        ControllerStore(tmp_path / "c.db"), engine, cluster, interval=1, capacity=cluster.slots, clock=clock
+    )
 
 
 def settle(c: ControllerService) -> None:
@@ -180,7 +195,9 @@ def test_a_straggler_seen_in_the_metrics_is_replaced(tmp_path: Path):
 
     cluster, clock, metrics = ReplacingCluster(capacity=8), Clock(), InMemoryStore()
     engine = PolicyEngine(load_job_policy("straggler"), load_arbiter("fair-share"), cooldown_s=0)
-    c = ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, clock=clock)
+    c = ControllerService(
+        ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, capacity=cluster.slots, clock=clock
+    )
     c.job_submitted("job", 1, 4, 4)
     cluster.sizes["job"] = 4
     for rank in range(4):
@@ -222,3 +239,212 @@ def test_a_restarted_controller_gives_jobs_their_own_policies_back(tmp_path: Pat
     first.store.close()
     second = controller(tmp_path, cluster, clock, policy="static")
     assert type(second.engine.policy_for("job")).__name__ == "GreedyPolicy"
+
+
+def test_no_job_is_shrunk_twice_within_its_cooldown(tmp_path: Path):
+    """Seen live: big 4 -> 2 for an arrival, then 2 -> 1 seven seconds later while the arrival's ring had
+    not formed yet and the cluster looked a slot smaller."""
+    cluster, clock = FakeCluster(capacity=4), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static", cooldown=30)
+    c.job_submitted("big", 1, 4, 4)
+    cluster.sizes["big"] = 4
+    c.tick()
+    clock.now += 60
+    c.job_submitted("small", 2, 2, 2, elastic=False)
+    assert [(d.job_id, d.from_workers, d.to_workers) for d in c.tick()] == [("big", 4, 2)]
+    settle(c)
+    c.capacity = 3
+    clock.now += 7
+    assert c.tick() == []
+    clock.now += 22
+    assert c.tick() == []
+    clock.now += 1  # 30 s after the shrink
+    assert [(d.job_id, d.to_workers) for d in c.tick()] == [("big", 1)]
+
+
+class Listing(FakeCluster):
+    """A FakeCluster whose applications the test lists; records the jobs whose end it was told."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.apps: dict[str, ClusterApp] = {}
+        self.ended: list[str] = []
+
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
+        return dict(self.apps)
+
+    def job_ended(self, job_id: str) -> None:
+        self.ended.append(job_id)
+
+
+def test_a_job_that_ended_on_its_own_leaves_and_its_secrets_go(tmp_path: Path):
+    cluster, clock = Listing(capacity=4), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    c.job_submitted("big", 1, 4, 2)
+    c.tick()
+    assert cluster.ended == [] and c.store.job("big").state == "running"  # not listed yet: it may be starting
+    cluster.apps["big"] = ClusterApp("big", "application_1", 2, started_at=clock.now + 2)
+    c.tick()
+    assert c.store.job("big").app_id == "application_1"
+    clock.now += 120
+    c.tick()
+    assert cluster.ended == []
+    del cluster.apps["big"]  # its driver ended the service
+    c.tick()
+    c.tick()
+    assert c.store.job("big").state == "finished"
+    assert cluster.ended == ["big"]
+
+
+def test_a_job_name_submitted_again_is_a_new_job(tmp_path: Path):
+    """Seen live: the controller logged `job big left` a second after big was submitted again, because the
+    job kept the first run's submission time and was finished as long gone."""
+    cluster, clock = Listing(capacity=4), Clock()
+    c = controller(tmp_path, cluster, clock)
+    c.job_submitted("big", 1, 4, 2)
+    cluster.apps["big"] = ClusterApp("big", "application_1", 2, started_at=clock.now)
+    cluster.sizes["big"] = 2
+    [grow] = c.tick()
+    settle(c)
+    assert (grow.from_workers, grow.to_workers, grow.run) == (2, 4, 1)
+    del cluster.apps["big"], cluster.sizes["big"]
+    clock.now += 600
+    c.tick()
+    assert c.store.job("big").state == "finished" and cluster.ended == ["big"]
+
+    clock.now += 600
+    # `submarine job run --name big` registers the job in the controller's table before YARN sees it.
+    c.store.upsert_job(JobRecord("big", 2, 2, 2, 2, False, "running", clock.now, "cli"), None)
+    clock.now += 1
+    c.tick()
+    job = c.store.job("big")
+    assert (job.state, job.run, job.submitted_at, job.min_workers, job.app_id) == ("running", 2, clock.now - 1, 2, None)
+    assert type(c.engine.policy_for("big")).__name__ == "GreedyPolicy"  # the default: no --policy this time
+    cluster.apps["big"] = ClusterApp("big", "application_2", 2, started_at=clock.now)
+    clock.now += 1
+    c.tick()
+    assert c.store.job("big").app_id == "application_2"
+    assert c.timeline("big") == []  # this run's decisions; the first run's stay in the history
+    assert [(d.run, d.to_workers) for d in c.store.decisions("big", all_runs=True)] == [(1, 4)]
+    assert cluster.ended == ["big"]
+
+
+def test_a_new_run_of_a_name_drops_the_old_runs_policy_and_history(tmp_path: Path):
+    cluster, clock = Listing(capacity=8), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    c.job_submitted("job", 1, 4, 2, policy="greedy")
+    c.report_metrics("job", 2, 10, 100.0, loss=1.0)
+    cluster.sizes["job"] = 2
+    c.tick()
+    settle(c)
+    assert type(c.engine.policy_for("job")).__name__ == "GreedyPolicy"
+    c.job_submitted("job", 1, 4, 2)
+    c.tick()
+    assert type(c.engine.policy_for("job")).__name__ == "StaticPolicy"
+    assert c.store.throughput("job") == {} and c.store.get("loss/job") is None
+
+
+def test_an_application_of_a_known_name_started_elsewhere_is_a_new_run(tmp_path: Path):
+    cluster, clock = Listing(capacity=8), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    c.job_submitted("big", 1, 4, 2)
+    cluster.apps["big"] = ClusterApp("big", "application_1", 2, started_at=clock.now)
+    c.tick()
+    clock.now += 300
+    cluster.apps["big"] = ClusterApp("big", "application_7", 3, started_at=clock.now)  # destroyed and re-created
+    c.tick()
+    job = c.store.job("big")
+    assert (job.run, job.app_id, job.source, job.state, job.min_workers) == (2, "application_7", "yarn", "running", 3)
+    assert cluster.ended == [], "the secrets belong to the application that runs now"
+
+
+def test_ring_sizes_are_read_every_round_even_while_a_resize_runs(tmp_path: Path):
+    class Slow(FakeCluster):
+        def __init__(self) -> None:
+            super().__init__(capacity=8)
+            self.release = threading.Event()
+
+        def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+            self.release.wait(10)
+            super().resize(job_id, workers, reason, timeout)
+
+    cluster, clock = Slow(), Clock()
+    c = controller(tmp_path, cluster, clock)
+    c.job_submitted("job", 1, 4, 2)
+    cluster.sizes["job"] = 2
+    c.tick()  # greedy: 2 -> 4, in flight
+    cluster.sizes["job"] = 3  # one worker joined so far
+    clock.now += 5
+    c.tick()
+    job = c.store.job("job")
+    assert (job.workers, job.target, job.observed_at) == (3, 4, clock.now)
+    cluster.release.set()
+    settle(c)
+    assert c.store.job("job").workers == 4
+
+
+def test_controller_status_lists_live_jobs_with_their_ring_and_all_with_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import time as _time
+
+    from click.testing import CliRunner
+
+    from submarine_elastic.cli.main import cli
+
+    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(tmp_path))
+    store = ControllerStore(tmp_path / "controller.db")
+    now = _time.time()
+    store.upsert_job(JobRecord("big", 1, 4, 4, 4, True, "running", now - 100, "cli"))
+    store.update_job("big", workers=2, target=2, observed_at=now - 1)
+    store.upsert_job(JobRecord("old", 1, 1, 1, 1, False, "running", now - 200, "cli"))
+    store.update_job("old", state="finished")
+    store.close()
+    out = CliRunner().invoke(cli, ["controller", "status"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    [row] = [line for line in out.output.splitlines() if "big" in line]
+    assert [cell.strip() for cell in row.split("│")[1:5]] == ["big", "running", "2", "2"]
+    assert "old" not in out.output
+    out = CliRunner().invoke(cli, ["controller", "status", "--all"], terminal_width=200)
+    assert "old" in out.output and "finished" in out.output
+
+
+def test_controller_history_shows_a_finished_jobs_decisions_and_every_run_with_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from click.testing import CliRunner
+
+    from submarine_elastic.cli.main import cli
+    from submarine_elastic.controller.api import DecisionRecord
+
+    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(tmp_path))
+    store = ControllerStore(tmp_path / "controller.db")
+    store.upsert_job(JobRecord("big", 1, 4, 4, 4, True, "running", 1000.0, "cli"))
+    store.add_decision(DecisionRecord("big", 1010.0, 4, 2, "fair share: gives 2 to small (2)", applied=True))
+    store.update_job("big", state="finished")
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, "running", 2000.0, "cli"))
+    store.add_decision(DecisionRecord("big", 2010.0, 2, 3, "wants its maximum of 4"))
+    store.close()
+    runner = CliRunner()
+    out = runner.invoke(cli, ["controller", "history", "big"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "run 2" in out.output and "wants its maximum" in out.output and "gives 2 to small" not in out.output
+    out = runner.invoke(cli, ["controller", "history", "big", "--all"], terminal_width=200)
+    assert "gives 2 to small" in out.output and "wants its maximum" in out.output
+    out = runner.invoke(cli, ["controller", "history", "nope"])
+    assert out.exit_code != 0 and "knows no job 'nope'" in out.output
+
+
+def test_a_restart_after_a_job_with_its_own_policy_left_keeps_the_policy_state(tmp_path: Path):
+    cluster, clock = Listing(capacity=8), Clock()
+    first = controller(tmp_path, cluster, clock, policy="static")
+    first.job_submitted("gone", 1, 4, 2, policy="greedy")
+    first.job_submitted("stays", 1, 4, 2, policy="scaling-efficiency(probe_every_steps=30)")
+    cluster.sizes.update(gone=2, stays=2)
+    first.tick()
+    settle(first)
+    first.job_finished("gone")
+    first.tick()
+    first.store.close()
+    second = controller(tmp_path, cluster, clock, policy="static")
+    assert "stays" in second.engine.state_dict()["jobs"], "the saved policy state was thrown away"
