@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from submarine_elastic.cluster import ROLES, ClusterError, ClusterSpec, LocalCluster, Placement
+from submarine_elastic.cluster import ROLES, ClusterError, ClusterSpec, DaemonPlan, LocalCluster, Placement
 
 console = Console()
 err = Console(stderr=True)
@@ -107,7 +107,18 @@ def up(
 @node_memory_option
 @node_vcores_option
 @port_base_option
-@click.option("--dry-run", is_flag=True, help="Print the command and the environment it adds instead of running it.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what it would write (files and the settings they change, directories, the AM archive), "
+    "the environment and the command, and write nothing.",
+)
+@click.option(
+    "--prepare",
+    is_flag=True,
+    help="Write the configuration and the AM archive, print the environment and the command, and stop "
+    "(an image build prepares the archive so).",
+)
 def daemon(
     cluster_dir: Path | None,
     role: str,
@@ -119,26 +130,46 @@ def daemon(
     node_vcores: int,
     port_base: int,
     dry_run: bool,
+    prepare: bool,
 ) -> None:
     """Run one daemon (ROLE) in the foreground, logging to stderr.
 
     What each container of the docker-compose cluster runs: the daemons reach each other by host name
     and listen on every interface. `up` starts all of them on one host instead.
     """
+    if dry_run and prepare:
+        raise click.BadParameter("--dry-run writes nothing and --prepare writes: choose one", param_hint="--prepare")
     try:
         spec = ClusterSpec(nodes=node + 1, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
         placement = Placement(zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname())
         local = _cluster(cluster_dir)
-        command, added = local.daemon_command(role, spec, placement, node=node)
+        plan = local.daemon_plan(role, spec, placement, node=node)
     except (ClusterError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     if dry_run:
-        for key, value in sorted(added.items()):
+        _show_plan(plan)
+    else:
+        local.prepare(plan)
+    if dry_run or prepare:
+        for key, value in sorted(plan.env.items()):
             click.echo(f"{key}={shlex.quote(value)}")
-        click.echo(shlex.join(command))
+        click.echo(shlex.join(plan.command))
         return
     os.chdir(local.dir)
-    os.execve(command[0], command, {**os.environ, **added})
+    os.execve(plan.command[0], list(plan.command), {**os.environ, **plan.env})
+
+
+def _show_plan(plan: DaemonPlan) -> None:
+    """What :meth:`LocalCluster.prepare` would do, as shell comments."""
+    for directory in plan.directories:
+        if not directory.is_dir():
+            click.echo(f"# would create {directory}/")
+    if plan.archive is not None and plan.archive_jars:
+        click.echo(f"# would pack {plan.archive_jars} jars into {plan.archive}")
+    for path in plan.files:
+        click.echo(f"# would write {path}")
+        for key, value in plan.settings.get(path, {}).items():
+            click.echo(f"#   {key}={value}")
 
 
 @cluster.command()

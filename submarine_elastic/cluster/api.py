@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,6 +128,29 @@ class Placement:
             value = getattr(self, name)
             if not value or not all(c.isalnum() or c in ".-" for c in value):
                 raise ValueError(f"{name} must be a host name or an IPv4 address, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DaemonPlan:
+    """What running one daemon in the foreground takes, before anything is written.
+
+    Attributes:
+        command: the command line to exec.
+        env: variables it adds to the environment.
+        files: every configuration file to write, path -> content.
+        settings: for each file the settings it overrides in the shared templates (to show a reader).
+        directories: directories to create.
+        archive: the ApplicationMaster's jar archive the configuration points at (None for ZooKeeper).
+        archive_jars: how many jars must be packed into it first (0 while it is up to date).
+    """
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    files: Mapping[Path, bytes]
+    settings: Mapping[Path, Mapping[str, str]]
+    directories: tuple[Path, ...]
+    archive: Path | None = None
+    archive_jars: int = 0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import subprocess
 import tarfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import requests
@@ -39,6 +40,7 @@ from submarine_elastic.cluster.api import (
     ClusterSpec,
     ClusterStatus,
     Daemon,
+    DaemonPlan,
     DaemonStartError,
     NodeInfo,
     Placement,
@@ -233,16 +235,23 @@ class LocalCluster:
             raise PrerequisiteError(f"configuration template {self.conf_template} lacks {', '.join(missing)}")
         return java
 
+    def _tarball_state(self) -> tuple[Path, list[Path]]:
+        """Where the AM's jar archive is, and the jars to pack into it ([] while it is up to date)."""
+        tarball = self.lib.parent / "service-dep.tar.gz"
+        jars = sorted(self.lib.glob("*.jar"))
+        newest = max(j.stat().st_mtime for j in jars)
+        if tarball.is_file() and tarball.stat().st_mtime >= newest:
+            return tarball, []
+        return tarball, jars
+
     def _dependency_tarball(self, say: Progress) -> Path:
         """The service AM's jars as one archive (``yarn.service.framework.path``).
 
         Without it the RM uploads every jar separately for each service it starts. Built once
         next to the jars and reused while the jar directory is unchanged.
         """
-        tarball = self.lib.parent / "service-dep.tar.gz"
-        jars = sorted(self.lib.glob("*.jar"))
-        newest = max(j.stat().st_mtime for j in jars)
-        if tarball.is_file() and tarball.stat().st_mtime >= newest:
+        tarball, jars = self._tarball_state()
+        if not jars:
             return tarball
         say(f"packing {len(jars)} jars for the service ApplicationMaster into {tarball}")
         tmp = tarball.with_suffix(".tmp")
@@ -255,10 +264,16 @@ class LocalCluster:
     def _write_conf(
         self, name: str, spec: ClusterSpec, tarball: Path, node: int | None = None, placement: Placement | None = None
     ) -> Path:
+        _write_files(self._conf_files(name, spec, tarball, node, placement)[0])
+        return self.dir / "conf" / name
+
+    def _conf_files(
+        self, name: str, spec: ClusterSpec, tarball: Path, node: int | None = None, placement: Placement | None = None
+    ) -> tuple[dict[Path, bytes], dict[Path, dict[str, str]]]:
+        """One daemon's configuration files (path -> content), and the settings each overrides in the
+        shared templates; reads the templates, writes nothing."""
         conf = self.dir / "conf" / name
-        conf.mkdir(parents=True, exist_ok=True)
-        for f in CONF_FILES:
-            shutil.copyfile(self.conf_template / f, conf / f)
+        files = {conf / f: (self.conf_template / f).read_bytes() for f in CONF_FILES}
         zk_host, rm_host, node_host = (
             (placement.zk_host, placement.rm_host, placement.node_host) if placement else (spec.host,) * 3
         )
@@ -292,26 +307,30 @@ class LocalCluster:
             # Reached by host name, listening on every interface of the daemon's own container.
             yarn["yarn.resourcemanager.bind-host"] = "0.0.0.0"
             yarn["yarn.nodemanager.bind-host"] = "0.0.0.0"
-        _override_xml(conf / "core-site.xml", core)
-        _override_xml(conf / "yarn-site.xml", yarn)
-        return conf
+        files[conf / "core-site.xml"] = _xml_with(files[conf / "core-site.xml"], core)
+        files[conf / "yarn-site.xml"] = _xml_with(files[conf / "yarn-site.xml"], yarn)
+        return files, {conf / "core-site.xml": core, conf / "yarn-site.xml": yarn}
 
     def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
-        return self._spawn("zk", self._zk_command(java, spec, spec.host), env=None)
-
-    def _zk_command(self, java: str, spec: ClusterSpec, bind_host: str, *, console: bool = False) -> list[str]:
-        conf = self.dir / "conf" / "zk"
-        conf.mkdir(parents=True, exist_ok=True)
         (self.dir / "zk").mkdir(exist_ok=True)
+        _write_files(self._zk_files(spec, spec.host)[0])
+        return self._spawn("zk", self._zk_command(java, spec), env=None)
+
+    def _zk_files(self, spec: ClusterSpec, bind_host: str) -> tuple[dict[Path, bytes], dict[Path, dict[str, str]]]:
+        """ZooKeeper's configuration files and the settings ``zoo.cfg`` overrides; writes nothing."""
+        conf = self.dir / "conf" / "zk"
         template = (self.conf_template / "zoo.cfg").read_text()
-        lines = [
-            line
-            for line in template.splitlines()
-            if not line.startswith(("dataDir=", "clientPort=", "clientPortAddress="))
-        ]
-        lines += [f"dataDir={self.dir / 'zk'}", f"clientPort={spec.zk_port}", f"clientPortAddress={bind_host}"]
-        (conf / "zoo.cfg").write_text("\n".join(lines) + "\n")
-        shutil.copyfile(self.conf_template / "log4j.properties", conf / "log4j.properties")
+        settings = {"dataDir": str(self.dir / "zk"), "clientPort": str(spec.zk_port), "clientPortAddress": bind_host}
+        lines = [line for line in template.splitlines() if not line.startswith(tuple(f"{k}=" for k in settings))]
+        lines += [f"{k}={v}" for k, v in settings.items()]
+        files = {
+            conf / "zoo.cfg": ("\n".join(lines) + "\n").encode(),
+            conf / "log4j.properties": (self.conf_template / "log4j.properties").read_bytes(),
+        }
+        return files, {conf / "zoo.cfg": settings}
+
+    def _zk_command(self, java: str, spec: ClusterSpec, *, console: bool = False) -> list[str]:
+        conf = self.dir / "conf" / "zk"
         return [
             java,
             "-Xmx128m",
@@ -360,15 +379,13 @@ class LocalCluster:
             f"-Dzookeeper.log.file={name}.log",
         ]
 
-    def daemon_command(
-        self, role: str, spec: ClusterSpec, placement: Placement, *, node: int = 0
-    ) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment that run one daemon of ``spec`` in the foreground, logging
-        to stderr: what each container of the docker-compose cluster runs (``submarine cluster daemon``).
+    def daemon_plan(self, role: str, spec: ClusterSpec, placement: Placement, *, node: int = 0) -> DaemonPlan:
+        """What running one daemon of ``spec`` in the foreground takes (``submarine cluster daemon``): its
+        command line and environment, and the configuration files, directories and ApplicationMaster
+        archive to prepare first (reached by the host names of ``placement``, listening on every
+        interface). ``node`` numbers a NodeManager (its ports and directories), for several on one host.
 
-        Writes the daemon's configuration under the cluster directory first (reached by the host names
-        of ``placement``, listening on every interface). ``node`` numbers a NodeManager (its ports and
-        directories), for several on one host.
+        Reads the templates and the jar directory; writes nothing.
 
         Raises:
             ValueError: ``role`` is not one of ``ROLES``, or ``node`` is not below ``spec.nodes``.
@@ -379,15 +396,53 @@ class LocalCluster:
         if not 0 <= node < spec.nodes:
             raise ValueError(f"node must be in [0, {spec.nodes}), got {node}")
         java = self._check_prerequisites()
-        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        logs = self.dir / "logs"
         if role == "zookeeper":
-            return self._zk_command(java, spec, "0.0.0.0", console=True), {}
-        tarball = self._dependency_tarball(lambda msg: log.info("%s", msg))
-        if role == "resourcemanager":
-            self._write_conf("rm", spec, tarball, placement=placement)
-            return self._daemon_command(java, "rm", RM_MAIN, "512m", rm=True, console=True)
-        self._write_conf(f"nm-{node}", spec, tarball, node=node, placement=placement)
-        return self._daemon_command(java, f"nm-{node}", NM_MAIN, "256m", console=True)
+            files, settings = self._zk_files(spec, "0.0.0.0")
+            return DaemonPlan(
+                command=tuple(self._zk_command(java, spec, console=True)),
+                env={},
+                files=files,
+                settings=settings,
+                directories=(logs, self.dir / "zk"),
+            )
+        tarball, jars = self._tarball_state()
+        name, main, heap = ("rm", RM_MAIN, "512m") if role == "resourcemanager" else (f"nm-{node}", NM_MAIN, "256m")
+        files, settings = self._conf_files(
+            name, spec, tarball, node=None if role == "resourcemanager" else node, placement=placement
+        )
+        command, added = self._daemon_command(java, name, main, heap, rm=role == "resourcemanager", console=True)
+        return DaemonPlan(
+            command=tuple(command),
+            env=added,
+            files=files,
+            settings=settings,
+            directories=(logs,),
+            archive=tarball,
+            archive_jars=len(jars),
+        )
+
+    def prepare(self, plan: DaemonPlan) -> None:
+        """Create what ``plan`` needs on disk: its directories, the ApplicationMaster archive (packed when
+        stale), its configuration files."""
+        for directory in plan.directories:
+            directory.mkdir(parents=True, exist_ok=True)
+        if plan.archive is not None:
+            self._dependency_tarball(lambda msg: log.info("%s", msg))
+        _write_files(plan.files)
+
+    def daemon_command(
+        self, role: str, spec: ClusterSpec, placement: Placement, *, node: int = 0
+    ) -> tuple[list[str], dict[str, str]]:
+        """:meth:`daemon_plan`, prepared on disk (:meth:`prepare`): the command line and environment to run.
+
+        Raises:
+            ValueError: ``role`` is not one of ``ROLES``, or ``node`` is not below ``spec.nodes``.
+            PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
+        """
+        plan = self.daemon_plan(role, spec, placement, node=node)
+        self.prepare(plan)
+        return list(plan.command), dict(plan.env)
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None) -> Daemon:
         out = self.dir / "logs" / f"{name}.out"
@@ -544,9 +599,20 @@ def _java_home(java: str) -> str:
     return os.environ.get("JAVA_HOME") or str(Path(java).resolve().parent.parent)
 
 
+def _write_files(files: Mapping[Path, bytes]) -> None:
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+
+
 def _override_xml(path: Path, values: dict[str, str]) -> None:
-    tree = ET.parse(path)
-    root = tree.getroot()
+    path.write_bytes(_xml_with(path.read_bytes(), values))
+
+
+def _xml_with(text: bytes, values: Mapping[str, str]) -> bytes:
+    """A Hadoop ``*-site.xml`` with ``values`` set (existing properties changed, new ones added)."""
+    root = ET.fromstring(text)
+    tree = ET.ElementTree(root)
     existing = {p.findtext("name"): p for p in root.findall("property")}
     for key, value in values.items():
         prop = existing.get(key)
@@ -558,7 +624,9 @@ def _override_xml(path: Path, values: dict[str, str]) -> None:
         if value_el is None:
             value_el = ET.SubElement(prop, "value")
         value_el.text = value
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    out = io.BytesIO()
+    tree.write(out, encoding="utf-8", xml_declaration=True)
+    return out.getvalue()
 
 
 def _port_free(host: str, port: int) -> bool:

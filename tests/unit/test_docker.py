@@ -1,7 +1,8 @@
 """docker/: the image and the docker-compose cluster, checked without a Docker engine.
 
-Every container command goes through the real CLI (``--dry-run``), so a flag the CLI does not
-know, a role it does not have, or a host name that does not match a service fails here.
+Every container command goes through the real CLI (``--prepare``, which writes the configuration and
+prints the command instead of running it), so a flag the CLI does not know, a role it does not have, or
+a host name that does not match a service fails here; ``--dry-run`` prints the same and writes nothing.
 """
 
 from __future__ import annotations
@@ -55,11 +56,16 @@ def fake_lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return lib
 
 
-def dry_run(command: list[str], cluster_dir: Path) -> str:
+def prepare(command: list[str], cluster_dir: Path, flag: str = "--prepare") -> str:
     assert command[:2] == ["cluster", "daemon"], command
-    result = CliRunner().invoke(cli, [*command, "--dry-run", "--cluster-dir", str(cluster_dir)])
+    result = CliRunner().invoke(cli, [*command, flag, "--cluster-dir", str(cluster_dir)])
     assert result.exit_code == 0, f"{command}: {result.output}"
     return result.output
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root`` with its size and modification time (ns)."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
 def test_the_cluster_has_zookeeper_a_resourcemanager_and_nodemanagers() -> None:
@@ -76,7 +82,7 @@ def test_each_container_command_is_a_daemon_the_cli_runs(name: str, tmp_path: Pa
     command = [str(part) for part in SERVICES[name]["command"]]
     role = command[2]
     assert name.startswith(role)
-    printed = dry_run(command, tmp_path / name)
+    printed = prepare(command, tmp_path / name)
     assert printed.splitlines()[-1].split()[0].endswith("java")
     spec = ClusterSpec()
     if role == "zookeeper":
@@ -139,15 +145,45 @@ def test_the_image_copies_what_exists_and_installs_with_the_project_script() -> 
 
 
 def test_the_image_step_that_prepares_the_am_archive_runs(tmp_path: Path, fake_lib: Path) -> None:
-    (prepare,) = [args for instruction, args in dockerfile() if instruction == "RUN" and "submarine " in args]
-    first = shlex.split(prepare.split("&&")[0].split(">")[0])
+    (step,) = [args for instruction, args in dockerfile() if instruction == "RUN" and "submarine " in args]
+    first = shlex.split(step.split("&&")[0].split(">")[0])
     assert first[0] == "submarine"
     args = first[1:]
     at = args.index("--cluster-dir")
     del args[at : at + 2]
-    args.remove("--dry-run")
-    dry_run(args, tmp_path / "prepare")
+    args.remove("--prepare")
+    prepare(args, tmp_path / "prepare")
     assert (fake_lib.parent / "service-dep.tar.gz").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_dry_run_writes_nothing_and_shows_what_prepare_writes(name: str, tmp_path: Path, fake_lib: Path) -> None:
+    """Seen: `cluster daemon --dry-run` rewrote a configuration file. It now only prints."""
+    command = [str(part) for part in SERVICES[name]["command"]]
+    cluster_dir = tmp_path / "cluster"
+    cluster_dir.mkdir()
+    (cluster_dir / "keep.txt").write_text("a file of the user's")
+    before = tree(tmp_path)
+    shown = prepare(command, cluster_dir, "--dry-run")
+    assert tree(tmp_path) == before, "--dry-run wrote to disk"
+    written = prepare(command, cluster_dir)
+    assert shown.splitlines()[-1] == written.splitlines()[-1], "the same command"
+    notes = [line for line in shown.splitlines() if line.startswith("# would write ")]
+    assert notes and all(Path(line.removeprefix("# would write ")).is_file() for line in notes)
+    role = command[2]
+    if role != "zookeeper":
+        assert "# would pack 1 jars into" in shown
+        assert "#   yarn.resourcemanager.hostname=resourcemanager" in shown
+    second = prepare(command, cluster_dir, "--dry-run")
+    assert "would pack" not in second and "would create" not in second, "the archive and directories exist now"
+
+
+def test_dry_run_and_prepare_together_are_refused(tmp_path: Path, fake_lib: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["cluster", "daemon", "zookeeper", "--dry-run", "--prepare", "--cluster-dir", str(tmp_path)]
+    )
+    assert result.exit_code != 0 and "choose one" in result.output
+    assert list(tmp_path.iterdir()) == [fake_lib]
 
 
 def test_the_build_context_leaves_out_what_the_image_builds_itself() -> None:
