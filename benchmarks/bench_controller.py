@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources
 from submarine_elastic.controller.service import ControllerService, JobBackend
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.proto import metrics_pb2
@@ -31,13 +32,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class InstantCluster(JobBackend):
+    """The controller is given its capacity in slots (``--capacity``), so nodes and footprints are not read."""
+
     def __init__(self) -> None:
-        self.slots = 0
         self.sizes: dict[str, int] = {}
         self.sent: list[float] = []
 
-    def capacity(self, live_jobs: int) -> int:
-        return self.slots
+    def nodes(self) -> list[NodeResources] | None:
+        return None
+
+    def footprint(self, job_id: str) -> JobFootprint | None:
+        return None
 
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
@@ -46,7 +51,7 @@ class InstantCluster(JobBackend):
         self.sent.append(time.perf_counter())
         self.sizes[job_id] = workers
 
-    def cluster_jobs(self) -> dict[str, int] | None:
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return None
 
 
@@ -93,6 +98,7 @@ def main() -> None:
             cluster,
             metrics=metrics,
             interval=3600,
+            capacity=3 * args.jobs,
         )
         for i in range(args.jobs):
             job = f"job-{i:03d}"
@@ -101,7 +107,6 @@ def main() -> None:
         per_decision: list[float] = []
         per_round: list[float] = []
         decisions = 0
-        cluster.slots = 3 * args.jobs
         next_id = args.jobs
         for r in range(args.rounds):
             for job, size in list(cluster.sizes.items()):
