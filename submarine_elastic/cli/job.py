@@ -364,10 +364,11 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
     )
     table = Table(title="workers")
-    for col in ("instance", "container", "state", "rank"):
+    for col in ("instance", "container", "state", "rank", "exit"):
         table.add_column(col)
     for w in st.workers:
-        table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-")
+        exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
+        table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-", exit_code)
     console.print(table)
     _print_failures(st.error if st.phase == "failed" else "", st.failures)
     if st.error and st.phase != "failed":

@@ -285,6 +285,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 container_id=a.container_id,
                 state="leaving" if a.leaving and a.state != "exited" else a.state,
                 rank=ranks.get(a.agent_id, -1),
+                exit_code=a.exit_code,
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]

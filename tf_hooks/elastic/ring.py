@@ -30,6 +30,8 @@ class RingJoinError(RuntimeError):
 
 #: The agent's end of the channel once this process is in a ring (None: not started by an agent).
 _channel: socket.socket | None = None
+#: What the agent sent after the slot's line, not read as a message yet.
+_pending = b""
 _leave_seen = False
 
 
@@ -43,7 +45,7 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
         RingJoinError: the agent went away or sent a malformed message.
         TimeoutError: ``timeout`` passed first.
     """
-    global _channel
+    global _channel, _pending
     fd = env.agent_fd()
     if fd is None:
         return {}
@@ -53,7 +55,7 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
         sock.settimeout(timeout)
         sock.sendall(json.dumps({"event": "warm", "pid": os.getpid(), "time": time.time()}).encode() + b"\n")
         buf = b""
-        while not buf.endswith(b"\n"):
+        while b"\n" not in buf:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError as exc:
@@ -61,11 +63,12 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
             if not chunk:
                 raise RingJoinError("the worker agent closed the channel before the ring formed")
             buf += chunk
+        line, _, _pending = buf.partition(b"\n")
         try:
-            message = json.loads(buf)
+            message = json.loads(line)
             slot_env = {str(k): str(v) for k, v in message["env"].items()}
         except (ValueError, KeyError, AttributeError) as exc:
-            raise RingJoinError(f"unreadable message from the worker agent: {buf[:200]!r}") from exc
+            raise RingJoinError(f"unreadable message from the worker agent: {line[:200]!r}") from exc
         placed = True
     finally:
         if not placed:
@@ -81,16 +84,15 @@ def leave_requested() -> bool:
 
     Answers False outside an agent, before the process is in a ring, and when the agent is gone.
     """
-    global _leave_seen
+    global _leave_seen, _pending
     if _leave_seen or _channel is None:
         return _leave_seen
+    data, _pending = _pending, b""
     try:
         _channel.setblocking(False)
-        data = _channel.recv(65536)
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return False
+        data += _channel.recv(65536)
+    except (BlockingIOError, InterruptedError, OSError):
+        pass
     finally:
         try:
             _channel.setblocking(True)

@@ -1,0 +1,202 @@
+"""A plain script's ``hvd.init()`` joins the job's ring: the agent's ``sitecustomize`` and
+:mod:`tf_hooks.elastic.autojoin`, run in a real subprocess the way the agent starts training.
+
+Horovod is replaced by a small package of the same module names (``horovod.common.basics`` with a
+``HorovodBasics.init`` that records its calls), so these tests need neither TensorFlow nor Horovod;
+the hook finds it on ``PYTHONPATH`` exactly as it finds the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.elastic.agent import site_dir
+from tf_hooks.elastic import autojoin
+
+FAKE_BASICS = '''
+import json, os
+class HorovodBasics:
+    def init(self, comm=None):
+        """Horovod's own init."""
+        with open(os.environ["INIT_LOG"], "a") as f:
+            f.write(json.dumps({k: v for k, v in os.environ.items() if k.startswith("HOROVOD_")}) + "\\n")
+'''
+
+
+@pytest.fixture()
+def fake_horovod(tmp_path: Path) -> Path:
+    root = tmp_path / "fake"
+    (root / "horovod" / "common").mkdir(parents=True)
+    (root / "horovod" / "__init__.py").write_text("")
+    (root / "horovod" / "common" / "__init__.py").write_text("")
+    (root / "horovod" / "common" / "basics.py").write_text(FAKE_BASICS)
+    return root
+
+
+def start_script(script: str, fake: Path, tmp_path: Path, agent_end: socket.socket | None) -> subprocess.Popen[str]:
+    """Starts ``script`` as the agent starts a training command (its site directory first on PYTHONPATH)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir()), str(fake), str(Path(autojoin.__file__).parents[2])])
+    env["INIT_LOG"] = str(tmp_path / "init.log")
+    pass_fds: tuple[int, ...] = ()
+    if agent_end is not None:
+        env["SUBMARINE_AGENT_FD"] = str(agent_end.fileno())
+        pass_fds = (agent_end.fileno(),)
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        pass_fds=pass_fds,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_message(sock: socket.socket) -> dict:
+    sock.settimeout(30)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        assert chunk, "the training process closed the channel"
+        buf += chunk
+    return json.loads(buf)
+
+
+def init_calls(tmp_path: Path) -> list[dict]:
+    log = tmp_path / "init.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+SCRIPT = """
+from horovod.common.basics import HorovodBasics
+hvd = HorovodBasics()
+hvd.init()
+print("initialised", flush=True)
+hvd.init()   # what Horovod's elastic reset does after every resize
+print("re-initialised", flush=True)
+"""
+
+
+def test_the_first_hvd_init_waits_for_the_slot_and_joins_with_its_environment(
+    fake_horovod: Path, tmp_path: Path
+) -> None:
+    ours, theirs = socket.socketpair()
+    proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
+    theirs.close()
+    warm = read_message(ours)
+    assert warm["event"] == "warm" and warm["pid"] == proc.pid
+    assert init_calls(tmp_path) == []  # Horovod's own init has not run yet: the process waits for its slot
+    ours.sendall(json.dumps({"env": {"HOROVOD_RANK": "2", "HOROVOD_SIZE": "3"}}).encode() + b"\n")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["initialised", "re-initialised"]
+    calls = init_calls(tmp_path)
+    assert [c.get("HOROVOD_RANK") for c in calls] == ["2", "2"]  # joined with the slot's environment, twice
+    ours.close()
+
+
+def test_outside_an_agent_hvd_init_is_horovods_own(fake_horovod: Path, tmp_path: Path) -> None:
+    proc = start_script(SCRIPT, fake_horovod, tmp_path, None)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert len(init_calls(tmp_path)) == 2
+
+
+class _Rendezvous(BaseHTTPRequestHandler):
+    answer = b"-1,-1,-1,-1,-1,-1"
+    asked: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).asked.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.answer)))
+        self.end_headers()
+        self.wfile.write(self.answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("answer", "code"), [(b"-1,-1,-1,-1,-1,-1", 0), (b"1,2,0,1,1,2", 1)])
+def test_a_worker_asked_to_leave_exits_at_the_next_reset_without_horovods_init(
+    fake_horovod: Path, tmp_path: Path, answer: bytes, code: int
+) -> None:
+    """No slot in the new ring: exit 0. Still a slot (the driver should prevent it): exit 1, never init twice."""
+    _Rendezvous.answer, _Rendezvous.asked = answer, []
+    server = HTTPServer(("127.0.0.1", 0), _Rendezvous)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ours, theirs = socket.socketpair()
+    proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
+    theirs.close()
+    assert read_message(ours)["event"] == "warm"
+    slot = {
+        "HOROVOD_RANK": "1",
+        "HOROVOD_HOSTNAME": "container_1-a7",
+        "HOROVOD_LOCAL_RANK": "0",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1]),
+    }
+    ours.sendall(json.dumps({"env": slot}).encode() + b"\n")
+    ours.sendall(json.dumps({"leave": True}).encode() + b"\n")  # the agent's Leave, before the reset
+    out, err = proc.communicate(timeout=60)
+    server.shutdown()
+    assert proc.returncode == code, err
+    assert out.splitlines() == ["initialised"]
+    assert len(init_calls(tmp_path)) == 1  # the reset's init never reached Horovod
+    assert _Rendezvous.asked == ["/rank_and_size/container_1-a7:0"]
+    if code == 0:
+        assert "left the ring (scale-in)" in err
+    ours.close()
+
+
+def test_a_sitecustomize_already_on_the_path_still_runs(fake_horovod: Path, tmp_path: Path) -> None:
+    theirs_dir = tmp_path / "users-site"
+    theirs_dir.mkdir()
+    (theirs_dir / "sitecustomize.py").write_text("import builtins\nbuiltins.USERS_SITE_RAN = True\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir()), str(theirs_dir), str(Path(autojoin.__file__).parents[2])])
+    out = subprocess.run(
+        [sys.executable, "-c", "import builtins, sys; print(getattr(builtins, 'USERS_SITE_RAN', False), "
+         "'tf_hooks.elastic.autojoin' in sys.modules)"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert out.split() == ["True", "True"]
+
+
+def test_build_optimizer_slots_uses_build_once_or_the_legacy_call() -> None:
+    class Model:
+        trainable_variables = ["w", "b"]
+
+    class NewOptimizer:
+        _built = False
+        calls: list[object] = []
+
+        def build(self, variables: object) -> None:
+            self.calls.append(variables)
+            self._built = True
+
+    class LegacyOptimizer:
+        def __init__(self) -> None:
+            self.created: list[object] = []
+
+        def _create_all_weights(self, variables: object) -> None:
+            self.created.append(variables)
+
+    new = NewOptimizer()
+    autojoin.build_optimizer_slots(Model(), new)
+    autojoin.build_optimizer_slots(Model(), new)
+    assert new.calls == [["w", "b"]]
+    legacy = LegacyOptimizer()
+    autojoin.build_optimizer_slots(Model(), legacy)
+    assert legacy.created == [["w", "b"]]
+    autojoin.build_optimizer_slots(None, legacy)  # nothing to build for
+    assert legacy.created == [["w", "b"]]

@@ -1,0 +1,146 @@
+"""``submarine job show|flex`` when the ResourceManager is down, and for jobs that ended.
+
+The RM is a closed port (refused at once) or a recorded HTTP exchange; the job's driver is the real
+servicer on an in-process gRPC server bound to port 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+import responses
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.client import remember_driver
+from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.jobspec import SECRET_ENV, job_dir, outcome_path
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+
+TOKEN = "job-token"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def rm_down(monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("SUBMARINE_RM_URL", url)
+    return url
+
+
+@pytest.fixture()
+def driver() -> Iterator[JobDriver]:
+    """The job ``mnist``'s driver, serving its control plane; the CLI knows its token and address."""
+    servicer = JobDriver("mnist", Limits(2, 1, 3), yarn=None, token=TOKEN, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_ElasticDriverServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    directory = job_dir("mnist")
+    directory.mkdir(parents=True)
+    (directory / SECRET_ENV["SUBMARINE_JOB_TOKEN"]).write_text(TOKEN)
+    remember_driver("mnist", f"127.0.0.1:{port}")
+    yield servicer
+    server.stop(0)
+    shutil.rmtree(directory)
+
+
+def run(*args: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, " ".join(result.output.split()), time.monotonic() - started
+
+
+def test_show_with_the_rm_down_asks_the_driver_at_its_last_address(rm_down: str, driver: JobDriver) -> None:
+    code, out, took = run("job", "show", "mnist")
+    assert code == 0, out
+    assert "the ResourceManager is unreachable" in out and "Traceback" not in out
+    assert "phase waiting; ring of 0, target 2, limits 1..3" in out
+    assert took < 20
+
+
+def test_show_with_the_rm_down_and_no_known_driver_fails_clearly(rm_down: str) -> None:
+    code, out, _ = run("job", "show", "mnist")
+    assert code == 1
+    assert "cannot show job mnist: the ResourceManager is unreachable" in out
+    assert "driver's address is not known on this machine" in out and "Traceback" not in out
+
+
+def test_flex_with_the_rm_down_refuses_and_changes_nothing(rm_down: str, driver: JobDriver) -> None:
+    code, out, took = run("job", "flex", "mnist", "--workers", "3")
+    assert code == 1
+    assert "cannot resize job mnist: the ResourceManager is unreachable" in out and "nothing was changed" in out
+    assert driver.target == 2 and driver._resizes.empty()
+    assert took < 20
+
+
+@responses.activate
+def test_show_of_an_ended_job_gives_the_reason_and_the_failed_workers_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = "http://rm.example:8088"
+    monkeypatch.setenv("SUBMARINE_RM_URL", rm)
+    responses.get(f"{rm}/app/v1/services/mnist", json={"name": "mnist", "state": "STOPPED", "components": []})
+    responses.get(
+        f"{rm}/ws/v1/cluster/apps",
+        json={
+            "apps": {
+                "app": [{"id": "application_1_0002", "name": "mnist", "state": "FINISHED", "finalStatus": "FAILED"}]
+            }
+        },
+    )
+    failure = pb.WorkerFailure(
+        time=time.time(),
+        instance="worker-1",
+        container_id="container_1_0002_01_000004",
+        rank=-1,
+        exit_code=1,
+        reason="worker-1's training process exited with status 1 before it joined the ring",
+        stderr_tail="Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: bad batch size\n",
+        log_path="/logs/training-1.log",
+    )
+    outcome_path("mnist").parent.mkdir(parents=True, exist_ok=True)
+    outcome_path("mnist").write_text(
+        json.dumps(
+            {
+                "job": "mnist",
+                "phase": "failed",
+                "error": "worker-1's training process exited with status 1: ValueError: bad batch size",
+                "time": time.time(),
+                "failures": [json.loads(pb_json(failure))],
+            }
+        )
+    )
+    code, out, _ = run("job", "show", "mnist")
+    outcome_path("mnist").unlink()
+    assert code == 0, out
+    assert "job mnist ended: FAILED (YARN state STOPPED, final status FAILED)" in out
+    assert "reason: worker-1's training process exited with status 1: ValueError: bad batch size" in out
+    assert 'File "train.py", line 3' in out and "full log: /logs/training-1.log" in out
+
+
+@responses.activate
+def test_show_of_a_job_nobody_knows_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = "http://rm.example:8088"
+    monkeypatch.setenv("SUBMARINE_RM_URL", rm)
+    responses.get(f"{rm}/app/v1/services/nope", status=404, json={"diagnostics": "Service nope not found"})
+    code, out, _ = run("job", "show", "nope")
+    assert code == 1 and "nope" in out
+
+
+def pb_json(message: pb.WorkerFailure) -> str:
+    from google.protobuf import json_format
+
+    return json_format.MessageToJson(message, preserving_proto_field_name=True)

@@ -1,0 +1,176 @@
+"""Failures explained: what the agent keeps of a training process, what the driver makes of an exit,
+which workers a scale-in removes, and the outcome record ``submarine job show`` reads."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.client import load_outcome
+from submarine_elastic.elastic.driver import AgentHandle, JobDriver, _last_line, choose_leavers
+from submarine_elastic.elastic.jobspec import outcome_path
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+
+TRACEBACK = """\
+2026-11-24 04:33:30.132885: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.
+Traceback (most recent call last):
+  File "/work/train.py", line 48, in <module>
+    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1))
+tf_hooks.elastic.keras.KerasVersionError: horovod.tensorflow.keras.DistributedOptimizer cannot be used here:
+tf.keras is Keras 3.15.1
+"""
+
+
+def make_driver() -> JobDriver:
+    return JobDriver("job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+
+
+def handle(instance: str, number_key: str | None = None) -> AgentHandle:
+    return AgentHandle(number_key or f"c-{instance}", instance, f"container-{instance}", "127.0.0.1")
+
+
+def test_the_reason_is_the_exception_a_traceback_ends_with() -> None:
+    assert _last_line(TRACEBACK) == (
+        "tf_hooks.elastic.keras.KerasVersionError: horovod.tensorflow.keras.DistributedOptimizer cannot be used "
+        "here: tf.keras is Keras 3.15.1"
+    )
+    assert _last_line("just a line\n\n") == "just a line"
+    assert _last_line("") == ""
+
+
+def test_a_failure_before_the_ring_formed_fails_the_job_with_the_workers_reason() -> None:
+    driver = make_driver()
+    worker = handle("worker-1")
+    exited = pb.Exited(exit_code=1, joined=False, stderr_tail=TRACEBACK, log_path="/logs/training-1.log")
+    driver._note_exit(worker, exited)
+    assert driver._fatal.is_set()
+    assert driver.error.startswith("worker-1's training process exited with status 1 before it joined the ring: ")
+    assert "KerasVersionError" in driver.error
+    (failure,) = driver.failures
+    assert (failure.instance, failure.exit_code, failure.rank, failure.log_path) == (
+        "worker-1",
+        1,
+        -1,
+        "/logs/training-1.log",
+    )
+    assert failure.stderr_tail == TRACEBACK
+
+
+def test_a_process_that_finished_without_joining_fails_the_job_even_after_the_ring_formed() -> None:
+    driver = make_driver()
+    driver.ring_formed = True
+    driver._note_exit(handle("worker-0"), pb.Exited(exit_code=0, joined=False))
+    assert driver._fatal.is_set()
+    assert "never called hvd.init()" in driver.error
+
+
+def test_after_the_ring_formed_a_failed_worker_is_recorded_and_horovod_carries_on() -> None:
+    driver = make_driver()
+    driver.ring_formed = True
+    driver._note_exit(handle("worker-0"), pb.Exited(exit_code=-9, joined=True))
+    assert not driver._fatal.is_set() and driver.error == ""
+    assert driver.failures[0].reason == "worker-0's training process was killed by SIGKILL"
+
+
+@pytest.mark.parametrize("exited", [pb.Exited(exit_code=0, joined=True), pb.Exited(exit_code=-6, leaving=True)])
+def test_clean_ends_and_leavers_are_no_failures(exited: pb.Exited) -> None:
+    driver = make_driver()
+    driver._note_exit(handle("worker-0"), exited)
+    assert not driver.failures and not driver._fatal.is_set()
+
+
+def test_only_the_first_failures_are_kept() -> None:
+    driver = make_driver()
+    driver.ring_formed = True
+    for i in range(20):
+        driver._note_exit(handle(f"worker-{i}"), pb.Exited(exit_code=1, joined=True))
+    assert [f.instance for f in driver.failures] == [f"worker-{i}" for i in range(8)]
+
+
+def test_a_ring_that_cannot_form_says_why() -> None:
+    driver = make_driver()
+    assert driver._waiting_reason() == "no worker agent has attached yet (containers starting?)"
+    driver.registry.add(handle("worker-0"))
+    driver.registry.add(handle("worker-1"))
+    assert driver._waiting_reason() == (
+        "2 worker(s) attached, 0 asked to join the ring (need 1): "
+        "the training processes have not called hvd.init() yet"
+    )
+    driver.registry.update("c-worker-0", joined=True, state="warm")
+    assert driver._waiting_reason() == ""
+
+
+def test_scale_in_removes_workers_outside_the_ring_first_then_the_highest_ranks() -> None:
+    agents = [handle(f"worker-{i}") for i in range(4)]
+    # worker-2 holds rank 0 (it is the oldest host), worker-3 is warm but not in the ring yet.
+    ranks = {"c-worker-2": 0, "c-worker-0": 1, "c-worker-1": 2}
+    assert [a.instance for a in choose_leavers(agents, ranks, 1)] == ["worker-3"]
+    assert [a.instance for a in choose_leavers(agents, ranks, 2)] == ["worker-3", "worker-1"]
+    assert [a.instance for a in choose_leavers(agents, ranks, 3)] == ["worker-3", "worker-1", "worker-0"]
+    assert choose_leavers(agents, ranks, 0) == []
+
+
+def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBMARINE_JOBS_DIR", str(tmp_path))
+    monkeypatch.setenv("SUBMARINE_JOB_OUTCOME_FILE", str(outcome_path("job")))
+    driver = make_driver()
+    driver._note_exit(handle("worker-1"), pb.Exited(exit_code=1, joined=False, stderr_tail=TRACEBACK))
+    driver.phase = "failed"
+    driver._record_outcome()
+    outcome = load_outcome("job")
+    assert outcome is not None
+    assert outcome.phase == "failed" and outcome.error == driver.error
+    assert list(outcome.failures) == list(driver.failures)
+    outcome_path("job").write_text("{not json")
+    assert load_outcome("job") is None
+
+
+def test_every_incarnation_of_the_training_process_keeps_its_own_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LOG_DIRS", f"{tmp_path}/logs,{tmp_path}/other")
+    monkeypatch.delenv("SUBMARINE_WORKDIR", raising=False)
+    codes = []
+    for incarnation in (1, 2):
+        worker = agent_mod.Agent(
+            f"echo out-{incarnation}; echo err-{incarnation} >&2; exit 3", "worker-0", "container-1", "host"
+        )
+        worker.start_training()
+        code = worker.wait_training()
+        codes.append(code)
+        event = worker.exited_event(code, leaving=False).exited
+        assert event.stderr_tail == f"err-{incarnation}\n"
+        assert event.log_path == str(tmp_path / "logs" / f"training-{incarnation}.log")
+        assert not event.joined
+    assert codes == [3, 3]
+    assert sorted((tmp_path / "logs" / "training-1.log").read_text().split()) == ["err-1", "out-1"]
+    assert "err-2" in (tmp_path / "logs" / "training-2.log").read_text()
+    captured = capfd.readouterr()
+    assert "out-1" in captured.out and "err-2" in captured.err  # and still on the agent's own streams
+
+
+def test_a_leaver_sends_no_stderr_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    worker = agent_mod.Agent("echo bye >&2", "worker-0", "container-1", "host")
+    worker.joined = True
+    worker.start_training()
+    event = worker.exited_event(worker.wait_training(), leaving=True).exited
+    assert (event.exit_code, event.leaving, event.stderr_tail) == (0, True, "")
+
+
+def test_a_long_stderr_is_cut_to_its_last_lines() -> None:
+    read, write = os.pipe()
+    sink = io.BytesIO()
+    tee = agent_mod._Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
+    with os.fdopen(write, "wb") as w:
+        for i in range(100):
+            w.write(f"line {i}\n".encode())
+    tee.thread.join(5)
+    assert tee.text().splitlines() == [f"line {i}" for i in range(70, 100)]
+    assert sink.getvalue().count(b"\n") == 100
