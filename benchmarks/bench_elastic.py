@@ -8,6 +8,11 @@ plan, 1 -> 2 -> 3 -> 2 -> 1, ``--rounds`` times:
 - stock: ``horovodrun --gloo`` elastic with a host discovery script on localhost, resized by
   rewriting the discovered slot count (Horovod starts a joiner only when the ring re-forms).
 
+A third row runs a plain Horovod elastic Keras script written for ``horovodrun``
+(``examples/horovod/keras_elastic.py``: its own ``hvd.init()`` at the top, nothing of this project)
+through the same plan on the pseudo-cluster: its joiner builds its model and traces its step after
+joining, which the project's own examples do before.
+
 From the scripts' step logs (time each committed step ended, ring size):
 - pause: last step at the old size -> first step at the new size;
 - decision to capacity: the resize request -> first step at the new size.
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
@@ -54,9 +60,12 @@ def step_times(log_dir: Path) -> list[tuple[float, int, int]]:
     return [(max(r["time"] for r in rs), rs[0]["size"], rs[0]["epoch"]) for _, rs in sorted(steps.items())]
 
 
-def pauses(log_dir: Path, resizes: list[tuple[float, int, int]]) -> list[dict]:
+StepReader = Callable[[Path], list[tuple[float, int, int]]]
+
+
+def pauses(log_dir: Path, resizes: list[tuple[float, int, int]], read: StepReader = step_times) -> list[dict]:
     """For each (request time, from, to): pause and decision-to-capacity from the step log."""
-    steps = step_times(log_dir)
+    steps = read(log_dir)
     out = []
     for requested, old, new in resizes:
         first_new = next((t for t, size, _ in steps if t > requested and size == new), None)
@@ -119,6 +128,59 @@ def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float,
             yarn.destroy(name, missing_ok=True)
     epochs = json.loads((work / "log" / "final-rank0.json").read_text())["epoch"]
     return resizes, epochs
+
+
+PLAIN_ARGS = "--step-sleep 0.02 --batches-per-commit 4 --epochs 100000"
+
+
+def plain_step_times(log_dir: Path) -> list[tuple[float, int, int]]:
+    """:func:`step_times` for the plain script's log (``t``, ``step``, ``size`` per rank and batch)."""
+    steps: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            steps[r["step"]].append(r)
+    return [(max(r["t"] for r in rs), rs[-1]["size"], 0) for _, rs in sorted(steps.items())]
+
+
+def run_plain(rm_url: str, work: Path, rounds: int) -> list[tuple[float, int, int]]:
+    """The resize plan on the plain Horovod Keras script; returns the resizes."""
+    name = "bench-plain"
+    cmd = (
+        f"{sys.executable} {REPO}/examples/horovod/keras_elastic.py {PLAIN_ARGS} "
+        f"--until-file {work}/stop --log-dir {work}/log --checkpoint-dir {work}/ckpt"
+    )
+    req = JobRequest(
+        name=name,
+        launch_cmd=cmd,
+        limits=Limits(1, 1, 3),
+        resources=WorkerResources(1024, 1),
+        rm_url=rm_url,
+        workdir=REPO,
+        env={"TF_USE_LEGACY_KERAS": "1"},
+    )
+    resizes = []
+    with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
+        submit(yarn, req, replace=True)
+        try:
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                job.wait_for_size(1, timeout=300)
+                current = 1
+                for _ in range(rounds):
+                    for n in PLAN:
+                        time.sleep(SETTLE_S)
+                        t = time.time()
+                        job.flex(n, reason="benchmark")
+                        job.wait_for_size(n, timeout=300)
+                        resizes.append((t, current, n))
+                        print(f"  plain {current}->{n} done", flush=True)
+                        current = n
+            (work / "stop").touch()
+            while not yarn.status(name).is_terminal:
+                time.sleep(1)
+        finally:
+            yarn.destroy(name, missing_ok=True)
+    return resizes
 
 
 def run_fixed(rm_url: str, work: Path, epochs: int) -> None:
@@ -227,7 +289,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
     print(f"working in {root} (logs of every daemon, container and step are kept there)", flush=True)
-    for sub in ("elastic", "fixed", "stock"):
+    for sub in ("elastic", "fixed", "stock", "plain"):
         (root / sub).mkdir()
     cluster = LocalCluster(root / "cluster")
     rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
@@ -236,6 +298,8 @@ def main() -> None:
         el_resizes, epochs = run_elastic(rm_url, root / "elastic", args.rounds)
         print("fixed 2-worker job on the pseudo-cluster:", flush=True)
         run_fixed(rm_url, root / "fixed", epochs)
+        print("plain Horovod Keras script on the pseudo-cluster:", flush=True)
+        pl_resizes = run_plain(rm_url, root / "plain", args.rounds)
     finally:
         cluster.down()
     print("stock horovodrun elastic:", flush=True)
@@ -243,6 +307,7 @@ def main() -> None:
 
     el = summarise(pauses(root / "elastic" / "log", el_resizes))
     st = summarise(pauses(root / "stock" / "log", st_resizes))
+    pl = summarise(pauses(root / "plain" / "log", pl_resizes, plain_step_times))
     el_loss, fx_loss = epoch_losses(root / "elastic" / "log"), epoch_losses(root / "fixed" / "log")
 
     common = sorted(set(el_loss) & set(fx_loss))
@@ -262,6 +327,8 @@ def main() -> None:
         "script_args": SCRIPT_ARGS,
         "submarine_elastic": el,
         "stock_horovodrun": st,
+        "plain_horovod_keras_script": pl,
+        "plain_script_args": PLAIN_ARGS,
         "ratio_pause_elastic_over_stock": {
             k: round(el[k]["pause_median_s"] / st[k]["pause_median_s"], 3)
             for k in el
@@ -277,15 +344,17 @@ def main() -> None:
         "",
         f"Plan 1->{'->'.join(map(str, PLAN))} x {args.rounds}; fixed global batch 64; 2 CPUs; medians.",
         "",
-        "| resize | pause (ours) s | pause (stock) s | ratio ours/stock | request->capacity (ours) s | (stock) s |",
-        "|---|---|---|---|---|---|",
+        "| resize | pause (ours) s | pause (stock) s | ratio ours/stock | request->capacity (ours) s | (stock) s "
+        "| pause (plain Horovod Keras script, ours) s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for k in sorted(set(el) | set(st)):
-        e, s = el.get(k, {}), st.get(k, {})
+        e, s, p = el.get(k, {}), st.get(k, {}), pl.get(k, {})
         ratio = results["ratio_pause_elastic_over_stock"].get(k, "-")
         lines.append(
             f"| {k} | {e.get('pause_median_s', '-')} | {s.get('pause_median_s', '-')} | {ratio} | "
-            f"{e.get('decision_to_capacity_median_s', '-')} | {s.get('decision_to_capacity_median_s', '-')} |"
+            f"{e.get('decision_to_capacity_median_s', '-')} | {s.get('decision_to_capacity_median_s', '-')} "
+            f"| {p.get('pause_median_s', '-')} |"
         )
     lines += [
         "",
