@@ -95,12 +95,10 @@ class NodeResources:
 
     Attributes:
         node_id: the NodeManager's id (``host:port``).
-        total: what it offers to containers.
-        free: what no container holds now (YARN's reservations do not count against it).
+        free: what no container holds now (a reservation YARN keeps on the node does not reduce it).
     """
 
     node_id: str
-    total: Resources
     free: Resources
 
 

@@ -67,14 +67,7 @@ class YarnJobBackend(JobBackend):
         except YarnError as exc:
             log.warning("cannot read the cluster's nodes: %s", exc)
             return None
-        return [
-            NodeResources(
-                n.node_id,
-                total=Resources(n.total_memory_mb, n.total_vcores),
-                free=Resources(n.free_memory_mb, n.free_vcores),
-            )
-            for n in reports
-        ]
+        return [NodeResources(n.node_id, free=Resources(n.free_memory_mb, n.free_vcores)) for n in reports]
 
     def default_worker(self) -> Resources:
         return self._worker

@@ -99,10 +99,10 @@ class CapacityFilter:
     YARN's view moves for a moment for reasons that are no loss of room: a container allocated a
     heartbeat before its service reports it, a node re-registering. The controller resizes nothing for
     those: it acts on the highest capacity in force at any time within the last ``window`` seconds (of
-    the same slot unit), so a lower figure counts from the second round that still sees it.
+    the same slot unit), so a lower figure counts once a round at least ``window`` later still sees it.
 
     Args:
-        window: seconds a lower capacity must persist (the controller's round interval).
+        window: seconds a lower capacity must persist.
 
     Raises:
         ValueError: ``window`` is negative.

@@ -13,8 +13,9 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
 4. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
 5. records each decision, then applies it in the background through the job's driver (graceful
    scale-in, stop-free scale-out), marking it applied once the driver confirms the new size;
-6. lowers the target of a running job that asked for more workers than fit on any node for longer than
-   a round, so YARN keeps no request open that would take room the arbiter gives to another job.
+6. lowers the target of a running job that asked for more workers than fit for longer than
+   :data:`SETTLE_S` (or a round), so YARN keeps no request open that would take room the arbiter gives
+   to another job.
 
 One resize per job is in flight at a time. A decision left unapplied by a controller that was
 killed is finished on restart by reading the job's real size back, never by resizing twice.
@@ -62,6 +63,10 @@ LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
 SERIES_WINDOW = 40  # recent points read per job per round: the loss window, step times per worker
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
 CLOCK_SKEW_S = 30.0  # an application started this much before its run was registered still belongs to it
+#: YARN's view of a job settles within this: a container allocated shows in its service's status a heartbeat
+#: or two later. A drop of capacity, or a job asking for more than fits, counts once it has lasted this long
+#: (or a round, when rounds are longer).
+SETTLE_S = 10.0
 #: The worker size assumed for a job before YARN reports its spec (the job template's default).
 DEFAULT_WORKER = Resources(2048, 1)
 
@@ -71,7 +76,7 @@ class JobBackend(ABC):
 
     @abstractmethod
     def nodes(self) -> list[NodeResources] | None:
-        """The cluster's RUNNING nodes with their total and free room; None if the RM did not answer."""
+        """The cluster's RUNNING nodes with their free room; None if the RM did not answer."""
 
     @abstractmethod
     def footprint(self, job_id: str) -> JobFootprint | None:
@@ -135,8 +140,7 @@ class ControllerService(Controller):
         engine: the policy engine (job policy + arbiter).
         backend: the cluster's jobs.
         metrics: the metrics service's store, or None.
-        interval: seconds between rounds; also how long a drop of capacity or a job asking for more than
-            fits must last before the controller acts on it.
+        interval: seconds between rounds.
         resize_timeout: seconds a resize may take before it is recorded as failed.
         capacity: worker slots to hand out, whatever the cluster reports (``--capacity``); None counts
             them from the nodes' memory and vcores and the jobs' container sizes.
@@ -177,7 +181,8 @@ class ControllerService(Controller):
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, tuple[int, str | None]] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
-        self._capacity_filter = CapacityFilter(interval)
+        self.settle = max(interval, SETTLE_S)
+        self._capacity_filter = CapacityFilter(self.settle)
         self._footprints: dict[tuple[str, int], JobFootprint] = {}
         self._short_since: dict[tuple[str, int], float] = {}
         # Jobs get their own policies back before the engine's state, which holds those policies' state.
@@ -459,7 +464,7 @@ class ControllerService(Controller):
     def _lower_short_targets(
         self, managed: list[JobRecord], room: _Room, decided: set[str], now: float
     ) -> list[DecisionRecord]:
-        """Bring a running job's target down to what fits once it has asked for more for a whole round:
+        """Bring a running job's target down to what fits once it has asked for more for ``settle`` seconds:
         an open YARN request would take the next room that frees, whoever the arbiter gives it to."""
         recorded = []
         short_now = {(job.job_id, job.run) for job in managed if job.job_id in room.short}
@@ -471,7 +476,7 @@ class ControllerService(Controller):
             since = self._short_since.setdefault(key, now)
             fits, why = room.short[job.job_id]
             to = max(fits, job.min_workers)
-            if now - since < self.interval or job.job_id in decided or self._busy(job.job_id) or to >= job.target:
+            if now - since < self.settle or job.job_id in decided or self._busy(job.job_id) or to >= job.target:
                 continue
             record = DecisionRecord(job.job_id, now, job.target, to, why)
             decision_id = self.store.add_decision(record)
