@@ -435,7 +435,8 @@ class ControllerService(Controller):
             if not (job.source == "cli" and job.job_id not in known)
             and not (job.source == "yarn" and sizes[job.job_id] is None)
         ]
-        unit = slot_unit([fp.worker for fp in known.values()] or [self.backend.default_worker()])
+        sized = [known[job.job_id].worker for job in managed if job.job_id in known]
+        unit = slot_unit(sized or [self.backend.default_worker()])
         footprints = {job.job_id: known.get(job.job_id, JobFootprint(unit)) for job in managed}
         live_keys = {(job.job_id, job.run) for job in live}
         self._footprints = {k: v for k, v in self._footprints.items() if k in live_keys}

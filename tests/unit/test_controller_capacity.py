@@ -278,6 +278,26 @@ def test_nobody_gives_workers_to_a_job_yarn_does_not_show_yet(tmp_path: Path) ->
     assert [(d.job_id, d.to_workers) for d in c.tick()] == [("big", 1)]
 
 
+def test_someone_elses_application_takes_room_but_sets_no_slot_size(tmp_path: Path) -> None:
+    class WithForeign(MiniYarn):
+        def footprint(self, job_id: str) -> JobFootprint | None:
+            return JobFootprint(Resources(3072, 2), 1) if job_id == "web" else super().footprint(job_id)
+
+        def ring_size(self, job_id: str) -> int | None:
+            return None if job_id == "web" else super().ring_size(job_id)
+
+        def cluster_jobs(self) -> dict[str, ClusterApp] | None:
+            return {**(super().cluster_jobs() or {}), "web": ClusterApp("web", "application_9", 1)}
+
+    yarn, clock = WithForeign(nodes=3), Clock()
+    yarn.foreign["n2"] = Resources(3072, 2)  # its container
+    yarn.submit("big", 2, on=("n0", "n0"))  # n0: AM, driver, one worker; n1: one worker and room for one more
+    c = controller(tmp_path, yarn, clock, cooldown=0)
+    c.job_submitted("big", 1, 4, 2, policy="greedy")
+    assert [(d.job_id, d.from_workers, d.to_workers) for d in c.tick()] == [("big", 2, 3)]
+    assert c.store.job("web").source == "yarn"
+
+
 class _Unknown(MiniYarn):
     def nodes(self) -> list[NodeResources] | None:
         return None
