@@ -90,26 +90,14 @@ def epoch_losses(log_dir: Path) -> dict[int, float]:
     return {e: statistics.fmean(v) for e, v in sorted(by_epoch.items())}
 
 
-def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float, int, int]], int]:
-    """The resize plan on an elastic job; returns the resizes and the epochs it trained."""
-    name = "bench-elastic"
-    cmd = (
-        f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs 10000 "
-        f"--until-file {work}/stop --log-dir {work}/log"
-    )
-    req = JobRequest(
-        name=name,
-        launch_cmd=cmd,
-        limits=Limits(1, 1, 3),
-        resources=WorkerResources(1024, 1),
-        rm_url=rm_url,
-        workdir=REPO,
-    )
+def run_plan(rm_url: str, req: JobRequest, rounds: int, stop_file: Path, label: str) -> list[tuple[float, int, int]]:
+    """Submits ``req`` (one worker) and resizes it through :data:`PLAN` ``rounds`` times, waiting for each
+    ring; then creates ``stop_file`` and waits for the job to end. Returns (request time, from, to) per resize."""
     resizes = []
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
         submit(yarn, req, replace=True)
         try:
-            with JobClient(name, yarn, locate_timeout=120) as job:
+            with JobClient(req.name, yarn, locate_timeout=120) as job:
                 job.wait_for_size(1, timeout=300)
                 current = 1
                 for _ in range(rounds):
@@ -119,13 +107,31 @@ def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float,
                         job.flex(n, reason="benchmark")
                         job.wait_for_size(n, timeout=300)
                         resizes.append((t, current, n))
-                        print(f"  elastic {current}->{n} done", flush=True)
+                        print(f"  {label} {current}->{n} done", flush=True)
                         current = n
-            (work / "stop").touch()
-            while not yarn.status(name).is_terminal:
+            stop_file.touch()
+            while not yarn.status(req.name).is_terminal:
                 time.sleep(1)
         finally:
-            yarn.destroy(name, missing_ok=True)
+            yarn.destroy(req.name, missing_ok=True)
+    return resizes
+
+
+def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float, int, int]], int]:
+    """The resize plan on an elastic job; returns the resizes and the epochs it trained."""
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs 10000 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
+    req = JobRequest(
+        name="bench-elastic",
+        launch_cmd=cmd,
+        limits=Limits(1, 1, 3),
+        resources=WorkerResources(1024, 1),
+        rm_url=rm_url,
+        workdir=REPO,
+    )
+    resizes = run_plan(rm_url, req, rounds, work / "stop", "elastic")
     epochs = json.loads((work / "log" / "final-rank0.json").read_text())["epoch"]
     return resizes, epochs
 
@@ -145,13 +151,12 @@ def plain_step_times(log_dir: Path) -> list[tuple[float, int, int]]:
 
 def run_plain(rm_url: str, work: Path, rounds: int) -> list[tuple[float, int, int]]:
     """The resize plan on the plain Horovod Keras script; returns the resizes."""
-    name = "bench-plain"
     cmd = (
         f"{sys.executable} {REPO}/examples/horovod/keras_elastic.py {PLAIN_ARGS} "
         f"--until-file {work}/stop --log-dir {work}/log --checkpoint-dir {work}/ckpt"
     )
     req = JobRequest(
-        name=name,
+        name="bench-plain",
         launch_cmd=cmd,
         limits=Limits(1, 1, 3),
         resources=WorkerResources(1024, 1),
@@ -159,28 +164,7 @@ def run_plain(rm_url: str, work: Path, rounds: int) -> list[tuple[float, int, in
         workdir=REPO,
         env={"TF_USE_LEGACY_KERAS": "1"},
     )
-    resizes = []
-    with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
-        submit(yarn, req, replace=True)
-        try:
-            with JobClient(name, yarn, locate_timeout=120) as job:
-                job.wait_for_size(1, timeout=300)
-                current = 1
-                for _ in range(rounds):
-                    for n in PLAN:
-                        time.sleep(SETTLE_S)
-                        t = time.time()
-                        job.flex(n, reason="benchmark")
-                        job.wait_for_size(n, timeout=300)
-                        resizes.append((t, current, n))
-                        print(f"  plain {current}->{n} done", flush=True)
-                        current = n
-            (work / "stop").touch()
-            while not yarn.status(name).is_terminal:
-                time.sleep(1)
-        finally:
-            yarn.destroy(name, missing_ok=True)
-    return resizes
+    return run_plan(rm_url, req, rounds, work / "stop", "plain")
 
 
 def run_fixed(rm_url: str, work: Path, epochs: int) -> None:

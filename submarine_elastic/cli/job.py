@@ -44,6 +44,13 @@ RM_RETRIES = 1
 SHOWN_TAIL_LINES = 12
 
 
+def _table(title: str | None, *columns: str) -> Table:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    return table
+
+
 def _yarn() -> YarnServiceClient:
     """A client for the CLI's short calls: bounded by :data:`RM_TIMEOUT` and :data:`RM_RETRIES`."""
     return YarnServiceClient(_rm_url(), timeout=RM_TIMEOUT, retries=RM_RETRIES)
@@ -338,9 +345,7 @@ def _print_failures(error: str, failures: Iterable[pb.WorkerFailure]) -> None:
     shown = list(failures)
     if not shown:
         return
-    table = Table(title="failed training processes (first ones)")
-    for col in ("time", "worker", "rank", "exit", "reason"):
-        table.add_column(col)
+    table = _table("failed training processes (first ones)", "time", "worker", "rank", "exit", "reason")
     for f in shown:
         table.add_row(
             time.strftime("%H:%M:%S", time.localtime(f.time)),
@@ -363,9 +368,7 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     console.print(
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
     )
-    table = Table(title="workers")
-    for col in ("instance", "container", "state", "rank", "exit"):
-        table.add_column(col)
+    table = _table("workers", "instance", "container", "state", "rank", "exit")
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-", exit_code)
@@ -374,9 +377,7 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     if st.error and st.phase != "failed":
         console.print(f"[yellow]waiting:[/yellow] {st.error}")
     if st.timeline:
-        tl = Table(title="resizes")
-        for col in ("time", "from", "to", "reason"):
-            tl.add_column(col)
+        tl = _table("resizes", "time", "from", "to", "reason")
         for e in st.timeline:
             tl.add_row(
                 time.strftime("%H:%M:%S", time.localtime(e.time)), str(e.from_workers), str(e.to_workers), e.reason
@@ -392,9 +393,7 @@ def _print_decisions(name: str) -> None:
         finally:
             db.close()
         if decisions:
-            ct = Table(title="controller decisions")
-            for col in ("time", "from", "to", "applied", "reason"):
-                ct.add_column(col)
+            ct = _table("controller decisions", "time", "from", "to", "applied", "reason")
             for d in decisions:
                 ct.add_row(
                     time.strftime("%H:%M:%S", time.localtime(d.time)),
@@ -414,9 +413,7 @@ def list_jobs() -> None:
             apps = yarn.list()
         except YarnError as exc:
             raise _fail(exc) from exc
-    table = Table()
-    for col in ("name", "application", "state", "user"):
-        table.add_column(col)
+    table = _table(None, "name", "application", "state", "user")
     for a in apps:
         table.add_row(a.name, a.id, str(a.state), a.user or "")
     console.print(table if apps else "no jobs")
