@@ -1,13 +1,15 @@
-"""What a killed worker costs an elastic job: the pause of the survivors and the steps redone.
+"""What a killed worker costs an elastic job, by the rank it held: the survivors' pause and the rejoin.
 
-An elastic job with 2 workers runs ``examples/train_elastic.py`` on its own pseudo-cluster; worker-1's
-training process is killed with SIGKILL ``--kills`` times (each time after YARN relaunched it and it
-rejoined). From the step log (time each committed step ended, ring size):
+An elastic job with 3 workers runs ``examples/train_elastic.py`` on its own pseudo-cluster. The training
+process holding rank 0 and one holding a non-zero rank are killed with SIGKILL in turn, ``--kills``
+times each (each time after YARN relaunched the last one and it rejoined). From the step log (time each
+committed step ended, ring size):
 - pause: the last step completed before the kill -> the first step completed by the shrunken ring;
-- rejoin: the kill -> the first step of the ring at 2 again (YARN relaunch, warm-up, re-form).
+- rejoin: the kill -> the first step of the ring at 3 again (YARN relaunch, warm-up, re-form).
+Rank 0 is Horovod's coordinator; the two rows side by side show whether losing it costs more.
 
 Writes ``benchmarks/results/failure.json`` and ``failure.md``.
-Run: ``.venv/bin/python benchmarks/bench_failure.py [--kills 3]``
+Run: ``.venv/bin/python benchmarks/bench_failure.py [--kills 4]``
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from submarine_elastic.yarn import YarnServiceClient
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 COMMIT_EVERY = 4
+WORKERS = 3
+STALL_S = 10.0
 
 
 def training_pids(instance: str) -> list[int]:
@@ -53,16 +57,40 @@ def training_pids(instance: str) -> list[int]:
     return pids
 
 
+def instance_of_rank(job: JobClient, rank: int) -> str:
+    for worker in job.status().workers:
+        if worker.rank == rank and worker.state == "running":
+            return worker.instance
+    raise RuntimeError(f"no running worker holds rank {rank}")
+
+
+def measure(steps: list[tuple[float, int, int]], killed_at: float) -> tuple[float | None, float | None]:
+    before = max((s for s, _, _ in steps if s < killed_at), default=None)
+    first_small = next((s for s, size, _ in steps if s > killed_at and size == WORKERS - 1), None)
+    back = next((s for s, size, _ in steps if s > killed_at and size == WORKERS), None)
+    pause = first_small - before if before is not None and first_small is not None else None
+    return pause, (back - killed_at if back is not None else None)
+
+
+def summary(values: list[float]) -> dict[str, object]:
+    return {
+        "median": round(statistics.median(values), 3) if values else None,
+        "max": round(max(values), 3) if values else None,
+        "samples": [round(v, 3) for v in values],
+        "stalls_over_10s": sum(v > STALL_S for v in values),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=4, help="kills per rank kind (rank 0, another rank)")
     parser.add_argument("--port-base", type=int, default=20700)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-failure-"))
     print(f"working in {root}", flush=True)
     cluster = LocalCluster(root / "cluster")
     rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
-    kills: list[float] = []
+    kills: list[tuple[float, int]] = []
     log = root / "log"
     try:
         cmd = (
@@ -72,7 +100,7 @@ def main() -> None:
         req = JobRequest(
             name="bench-failure",
             launch_cmd=cmd,
-            limits=Limits(2, 1, 2),
+            limits=Limits(WORKERS, 1, WORKERS),
             resources=WorkerResources(1024, 1),
             rm_url=rm_url,
             workdir=REPO,
@@ -81,17 +109,19 @@ def main() -> None:
             submit(yarn, req, replace=True)
             try:
                 with JobClient(req.name, yarn, locate_timeout=120) as job:
-                    job.wait_for_size(2, timeout=300)
-                    for i in range(args.kills):
+                    job.wait_for_size(WORKERS, timeout=300)
+                    for i in range(2 * args.kills):
+                        rank = 0 if i % 2 == 0 else WORKERS - 1 - (i // 2) % (WORKERS - 1)
                         time.sleep(4)
-                        kills.append(time.time())
-                        for pid in training_pids("worker-1"):
+                        instance = instance_of_rank(job, rank)
+                        kills.append((time.time(), rank))
+                        for pid in training_pids(instance):
                             os.kill(pid, signal.SIGKILL)
                         deadline = time.monotonic() + 60
-                        while job.status().world_size != 1 and time.monotonic() < deadline:
+                        while job.status().world_size == WORKERS and time.monotonic() < deadline:
                             time.sleep(0.1)
-                        job.wait_for_size(2, timeout=300)
-                        print(f"  kill {i + 1}/{args.kills}: rejoined", flush=True)
+                        job.wait_for_size(WORKERS, timeout=300)
+                        print(f"  kill {i + 1}/{2 * args.kills} (rank {rank}, {instance}): rejoined", flush=True)
                     time.sleep(3)
                 (root / "stop").touch()
                 deadline = time.monotonic() + 300
@@ -103,43 +133,41 @@ def main() -> None:
         cluster.down()
 
     steps = step_times(log)
-    pauses, rejoins = [], []
-    for t in kills:
-        before = max((s for s, _, _ in steps if s < t), default=None)
-        first_small = next((s for s, size, _ in steps if s > t and size == 1), None)
-        back = next((s for s, size, _ in steps if s > t and size == 2), None)
-        if before is not None and first_small is not None:
-            pauses.append(first_small - before)
-        if back is not None:
-            rejoins.append(back - t)
+    rows: dict[str, dict[str, list[float]]] = {kind: {"pause": [], "rejoin": []} for kind in ("rank 0", "other rank")}
+    for killed_at, rank in kills:
+        pause, rejoin = measure(steps, killed_at)
+        row = rows["rank 0" if rank == 0 else "other rank"]
+        if pause is not None:
+            row["pause"].append(pause)
+        if rejoin is not None:
+            row["rejoin"].append(rejoin)
     results = {
-        "kills": len(kills),
+        "workers": WORKERS,
+        "kills_per_kind": args.kills,
         "commit_every": COMMIT_EVERY,
-        "pause_s": {
-            "median": round(statistics.median(pauses), 3),
-            "max": round(max(pauses), 3),
-            "samples": [round(p, 3) for p in pauses],
-        },
-        "kill_to_rejoined_s": {
-            "median": round(statistics.median(rejoins), 3),
-            "samples": [round(r, 3) for r in rejoins],
-        },
+        "gloo_timeout_s": 20,
+        "by_rank": {kind: {k: summary(v) for k, v in row.items()} for kind, row in rows.items()},
         "steps_lost_at_most": COMMIT_EVERY,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "failure.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
-        "# A killed worker",
+        "# A killed worker, by the rank it held",
         "",
-        f"Elastic job of 2 workers on the pseudo-cluster, worker-1's process SIGKILLed {len(kills)} times; "
-        f"commit every {COMMIT_EVERY} steps; HOROVOD_GLOO_TIMEOUT_SECONDS=20. Target: pause under 6 s.",
+        f"Elastic job of {WORKERS} workers on the pseudo-cluster; the process holding rank 0 and one holding another "
+        f"rank SIGKILLed in turn, {args.kills} times each; commit every {COMMIT_EVERY} steps; "
+        "HOROVOD_GLOO_TIMEOUT_SECONDS=20.",
         "",
-        "| what | median s | max s |",
-        "|---|---|---|",
-        f"| pause: last step before the kill -> first step of the ring without it | {results['pause_s']['median']} | "
-        f"{results['pause_s']['max']} |",
-        f"| kill -> ring back at 2 (YARN relaunch, warm-up, re-form) | {results['kill_to_rejoined_s']['median']} | "
-        f"{max(rejoins):.3f} |",
+        "| killed | pause median s | pause max s | pauses over 10 s | kill -> ring back at 3, median s |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in rows:
+        r = results["by_rank"][kind]  # type: ignore[index]
+        lines.append(
+            f"| {kind} | {r['pause']['median']} | {r['pause']['max']} | {r['pause']['stalls_over_10s']} of "
+            f"{len(r['pause']['samples'])} | {r['rejoin']['median']} |"
+        )
+    lines += [
         "",
         f"Steps lost per kill: at most the {COMMIT_EVERY} since the last commit (they are redone; the exactly-once "
         "check in tests/integration/test_elastic_job.py covers it).",

@@ -254,10 +254,15 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
     while time.monotonic() < deadline:
         status = yarn.status(name)
         if status.is_terminal:
-            # The driver ends the service: STOPPED (or SUCCEEDED) after a clean finish, FAILED otherwise.
-            console.print(f"job {name} ended: {status.state}")
-            if str(status.state) not in ("STOPPED", "SUCCEEDED"):
-                raise click.ClickException(f"job {name} ended in state {status.state}")
+            # The service ends with its driver, as STOPPED whether the job finished or failed: the driver's
+            # outcome record and the RM's final status tell which.
+            _show_outcome(name, yarn, yarn_state=str(status.state))
+            outcome = load_outcome(name)
+            final = _final_status(yarn, name)
+            failed = outcome.phase != "finished" if outcome is not None else final in ("FAILED", "KILLED")
+            if failed or str(status.state) == "FAILED":
+                reason = f": {outcome.error}" if outcome is not None and outcome.error else ""
+                raise click.ClickException(f"job {name} failed{reason}")
             return
         try:
             client = client or JobClient(name, yarn, locate_timeout=5)

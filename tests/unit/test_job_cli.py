@@ -144,3 +144,29 @@ def pb_json(message: pb.WorkerFailure) -> str:
     from google.protobuf import json_format
 
     return json_format.MessageToJson(message, preserving_proto_field_name=True)
+
+
+@pytest.mark.parametrize(("phase", "fails"), [("finished", False), ("failed", True)])
+@responses.activate
+def test_following_a_job_to_its_end_reports_a_failed_job_as_failed(phase: str, fails: bool) -> None:
+    """The service of a failed job ends as STOPPED, like a finished one: the outcome tells them apart."""
+    import click
+
+    from submarine_elastic.cli.job import _follow
+    from submarine_elastic.yarn import YarnServiceClient
+
+    rm = "http://rm.example:8088"
+    responses.get(f"{rm}/app/v1/services/mnist", json={"name": "mnist", "state": "STOPPED", "components": []})
+    responses.get(f"{rm}/ws/v1/cluster/apps", json={"apps": None})
+    outcome_path("mnist").parent.mkdir(parents=True, exist_ok=True)
+    record = {"job": "mnist", "phase": phase, "error": "the ring did not form" if fails else "", "time": 0.0}
+    outcome_path("mnist").write_text(json.dumps(record))
+    try:
+        with YarnServiceClient(rm) as yarn:
+            if fails:
+                with pytest.raises(click.ClickException, match="job mnist failed: the ring did not form"):
+                    _follow(yarn, "mnist", timeout=5)
+            else:
+                _follow(yarn, "mnist", timeout=5)
+    finally:
+        outcome_path("mnist").unlink()
