@@ -197,7 +197,8 @@ class JobClient:
         """Block until the ring has ``workers`` ranks and nobody is leaving (at most ``timeout`` s).
 
         Raises:
-            TimeoutError: naming the last status seen.
+            TimeoutError: naming the last status seen (and why the ring has not formed, if it has not).
+            FlexRefusedError: the job failed meanwhile (with its reason).
         """
         deadline = time.monotonic() + timeout
         while True:
@@ -205,9 +206,12 @@ class JobClient:
             leaving = [w for w in st.workers if w.state == "leaving"]
             if st.world_size == workers and st.target == workers and not leaving:
                 return st
+            if st.phase == "failed":
+                raise FlexRefusedError(f"job {self.job} failed: {st.error or 'see submarine job show'}")
             if time.monotonic() > deadline:
+                why = f"; {st.error}" if st.error else ""
                 raise TimeoutError(
                     f"job {self.job} did not reach {workers} workers within {timeout:.0f} s "
-                    f"(world size {st.world_size}, target {st.target}, leaving {[w.instance for w in leaving]})"
+                    f"(world size {st.world_size}, target {st.target}, leaving {[w.instance for w in leaving]}){why}"
                 )
             time.sleep(poll)

@@ -170,3 +170,15 @@ def test_following_a_job_to_its_end_reports_a_failed_job_as_failed(phase: str, f
                 _follow(yarn, "mnist", timeout=5)
     finally:
         outcome_path("mnist").unlink()
+
+
+def test_waiting_for_a_size_names_why_the_ring_has_not_formed_and_stops_on_failure(driver: JobDriver) -> None:
+    from submarine_elastic.elastic.api import FlexRefusedError
+    from submarine_elastic.elastic.client import JobClient, last_driver_address
+
+    with JobClient("mnist", None, address=last_driver_address("mnist"), timeout=5) as client:
+        with pytest.raises(TimeoutError, match="no worker agent has attached yet"):
+            client.wait_for_size(3, timeout=0.3, poll=0.1)
+        driver.phase, driver.error = "failed", "the ring did not form within 60 s"
+        with pytest.raises(FlexRefusedError, match="job mnist failed: the ring did not form within 60 s"):
+            client.wait_for_size(3, timeout=30, poll=0.1)
