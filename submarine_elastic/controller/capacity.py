@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from submarine_elastic.controller.api import JobFootprint, NodeResources, Resources
 
-__all__ = ["CapacityFilter", "SlotCount", "count_slots", "place", "slot_unit"]
+__all__ = ["CapacityFilter", "SlotCount", "count_slots", "fit", "place", "slot_unit"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,14 @@ class SlotCount:
         held: slots the jobs' allocated workers take.
         free: slots free now, after the room the jobs' other containers will take; negative when those
             containers need workers to go first.
+        reserved: slots those other containers (ApplicationMasters, drivers not placed yet) take.
         per_node: free slots by node id.
     """
 
     unit: Resources
     held: int
     free: int
+    reserved: int
     per_node: Mapping[str, int]
 
     @property
@@ -81,16 +83,33 @@ def place(room: Mapping[str, Resources], containers: Iterable[Resources], unit: 
     return left
 
 
+def fit(room: Mapping[str, Resources], containers: Iterable[Resources]) -> dict[str, Resources] | None:
+    """The room left once ``containers`` are placed first-fit, largest first, where each fits whole; None
+    when one of them fits on no node."""
+    left = dict(room)
+    for container in sorted(containers, key=lambda c: (c.memory_mb, c.vcores), reverse=True):
+        node = next(
+            (n for n, r in sorted(left.items()) if r.memory_mb >= container.memory_mb and r.vcores >= container.vcores),
+            None,
+        )
+        if node is None:
+            return None
+        left[node] = left[node] - container
+    return left
+
+
 def count_slots(nodes: Sequence[NodeResources], jobs: Mapping[str, JobFootprint]) -> SlotCount | None:
     """Worker slots of ``nodes`` for ``jobs`` (None when there is no job to size a slot by)."""
     if not jobs:
         return None
     unit = slot_unit(fp.worker for fp in jobs.values())
-    waiting = [c for fp in jobs.values() for c in fp.unplaced]
-    left = place({n.node_id: n.free for n in nodes}, waiting, unit)
-    per_node = {node_id: room.count(unit) for node_id, room in sorted(left.items())}
+    room = {n.node_id: n.free for n in nodes}
+    left = place(room, [c for fp in jobs.values() for c in fp.unplaced], unit)
+    per_node = {node_id: r.count(unit) for node_id, r in sorted(left.items())}
+    free = sum(per_node.values())
     held = sum(fp.workers_allocated for fp in jobs.values())
-    return SlotCount(unit=unit, held=held, free=sum(per_node.values()), per_node=per_node)
+    reserved = sum(r.count(unit) for r in room.values()) - free
+    return SlotCount(unit=unit, held=held, free=free, reserved=reserved, per_node=per_node)
 
 
 class CapacityFilter:

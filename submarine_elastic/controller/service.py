@@ -42,7 +42,7 @@ from submarine_elastic.controller.api import (
     NodeResources,
     Resources,
 )
-from submarine_elastic.controller.capacity import CapacityFilter, count_slots, slot_unit
+from submarine_elastic.controller.capacity import CapacityFilter, count_slots, fit, slot_unit
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
@@ -413,8 +413,9 @@ class ControllerService(Controller):
         A job holds the workers YARN gave it (in its ring or warming up) plus those it asked for that fit in
         the free slots, claimed in order of submission; what does not fit it does not hold. Applications
         someone else started are not managed: their containers are already counted as used room. Neither is
-        a job submitted with ``job run`` until YARN shows its service. A job reported through the bridge
-        that YARN does not know is taken to have workers of the slot's size.
+        a job submitted with ``job run`` until YARN shows its service, nor an arrival while YARN places its
+        ApplicationMaster and driver in room that is free. A job reported through the bridge that YARN does
+        not know is taken to have workers of the slot's size.
         """
         nodes = self.backend.nodes()
         if nodes is None:
@@ -443,11 +444,28 @@ class ControllerService(Controller):
         slots = count_slots(nodes, footprints)
         if slots is None:
             return _Room(capacity=0, holding={}, short={})
-        capacity = self._capacity_filter.update(now, slots.unit, slots.capacity)
-        free = slots.free + (capacity - slots.capacity)  # a drop not acted on yet still counts as free
+        # Only what YARN shows is filtered: room that arrivals' AMs and drivers will take is no dip.
+        seen = slots.held + slots.free + slots.reserved
+        kept = self._capacity_filter.update(now, slots.unit, seen)
+        capacity = max(0, kept - slots.reserved)
+        free = slots.free + (kept - seen)  # a drop not acted on yet still counts as free
+        # An arrival whose ApplicationMaster and driver fit in the free room waits until YARN has placed them
+        # (seconds): where they land is YARN's choice, and room taken from others for its workers could go
+        # to them instead. Their room stays counted as taken meanwhile.
+        room: dict[str, Resources] | None = {n.node_id: n.free for n in nodes}
+        placing = set()
+        for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
+            unplaced = footprints[job.job_id].unplaced
+            if sizes[job.job_id] is None and unplaced and room is not None:
+                left = fit(room, unplaced)
+                if left is not None:
+                    room = left
+                    placing.add(job.job_id)
         holding: dict[str, tuple[int, int]] = {}
         short: dict[str, tuple[int, str]] = {}
         for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
+            if job.job_id in placing:
+                continue
             size = sizes[job.job_id]
             current = size or 0
             given = max(current, footprints[job.job_id].workers_allocated)

@@ -81,10 +81,13 @@ def wait_ring(job: JobClient, size: int, timeout: float = 240) -> None:
 def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
     controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
 ):
-    """Capacity counted from the nodes (no --capacity): workers of 2048 MB on NodeManagers of 4096 MB, where
-    each job's ApplicationMaster and driver (512 MB each) also take room. The elastic job asks for 4 and
-    gets what fits (2 or 3, as YARN placed its AM and driver); the controller withdraws the rest of its
-    request; a fixed-size job arriving to the full cluster takes one worker from it and gives it back."""
+    """Capacity counted from the nodes (no --capacity): workers of 2048 MB, 1 vcore on NodeManagers of
+    4096 MB, 4 vcores, where each job's ApplicationMaster and driver (512 MB, 1 vcore each) also take room.
+    The elastic job asks for 4 and gets what fits (2 or 3, as YARN placed its AM and driver); the
+    controller withdraws the rest of its request. A fixed-size job of one worker arrives to the full
+    cluster: the elastic job goes down to 1 — as far as needed for the arrival's worker and, where the
+    room left beside the elastic job's AM and driver has too few vcores, for the arrival's driver — and
+    gets its workers back when the arrival leaves."""
     out = submarine("controller", "start", "--policy", "static", "--interval", "1")
     assert "controller running" in out
     (tmp_path / "a").mkdir()
@@ -117,9 +120,10 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 run_job("ctl-fixed", tmp_path / "b", "--num_workers", "1", memory_mb=2048)
                 with JobClient("ctl-fixed", yarn, locate_timeout=120) as fixed:
                     wait_ring(fixed, 1)
-                    assert elastic.status().world_size == fits - 1
-                assert wait_applied(db, "ctl-elastic", 2) == [(4, fits, True), (fits, fits - 1, True)]
-                assert db.decisions("ctl-elastic")[1].reason.startswith("fair share: gives 1 to ctl-fixed")
+                    assert elastic.status().world_size == 1
+                assert wait_applied(db, "ctl-elastic", 2) == [(4, fits, True), (fits, 1, True)]
+                gave = fits - 1
+                assert db.decisions("ctl-elastic")[1].reason == f"fair share: gives {gave} to ctl-fixed ({gave})"
                 shown = submarine("job", "show", "ctl-elastic")
                 assert "controller decisions" in shown
                 # The controller dies and comes back: it reads its state and resizes nothing twice.
@@ -132,10 +136,10 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 submarine("controller", "start", "--policy", "static", "--interval", "1")
                 db = process.store(controller_dir)
                 assert db is not None
-                # It leaves: the elastic job gets its worker back.
+                # It leaves: the elastic job gets its workers back.
                 submarine("job", "kill", "ctl-fixed")
                 wait_ring(elastic, fits)
-                assert wait_applied(db, "ctl-elastic", 3)[2] == (fits - 1, fits, True)
+                assert wait_applied(db, "ctl-elastic", 3)[2] == (1, fits, True)
                 assert [j.state for j in db.jobs() if j.job_id == "ctl-fixed"] == ["finished"]
                 db.close()
         finally:

@@ -51,13 +51,16 @@ def test_room_split_over_two_nodes_is_no_slot() -> None:
 
 
 def test_containers_still_to_be_placed_take_room_first() -> None:
-    # An arrival's AM and driver (512 MB each) fit in the 1024 MB left on n0: they cost no slot.
+    # An arrival's AM and driver (512 MB, 1 vcore each) fit in the room left on n0: they cost no slot.
     jobs = {"big": JobFootprint(MB2048, 3), "small": JobFootprint(MB2048, 0, unplaced=(SMALL, SMALL))}
+    slots = count_slots([node("n0", 1024, 2), node("n1", 2048, 2)], jobs)
+    assert slots is not None and (slots.free, slots.reserved, slots.capacity) == (1, 0, 4)
+    # With one vcore left on n0 the driver has to go elsewhere: it costs n1's free slot.
     slots = count_slots([node("n0", 1024, 1), node("n1", 2048, 2)], jobs)
-    assert slots is not None and (slots.free, slots.capacity) == (0, 3)
+    assert slots is not None and (slots.free, slots.reserved, slots.capacity) == (0, 1, 3)
     # Where no room is left they cost a slot: a worker has to go before they fit.
     slots = count_slots([node("n0", 0, 0), node("n1", 0, 2)], jobs)
-    assert slots is not None and (slots.free, slots.capacity) == (-1, 2)
+    assert slots is not None and (slots.free, slots.reserved, slots.capacity) == (-1, 1, 2)
 
 
 def test_the_slot_is_the_largest_worker_and_small_containers_pack_tightly() -> None:
@@ -93,6 +96,8 @@ class MiniJob:
     started_at: float
     workers: list[str] = field(default_factory=list)  # the node of each worker, worker-0 first
     overhead: list[tuple[str, Resources]] = field(default_factory=list)
+    unplaced: int = 0  # of its AM and driver
+    held: bool = False  # YARN has not got round to placing its AM and driver yet
 
 
 class MiniYarn(JobBackend):
@@ -124,20 +129,37 @@ class MiniYarn(JobBackend):
         return None
 
     def submit(
-        self, name: str, workers: int, *, min_ring: int = 1, worker: Resources = MB2048, on: tuple[str, ...] = ()
+        self,
+        name: str,
+        workers: int,
+        *,
+        min_ring: int = 1,
+        worker: Resources = MB2048,
+        on: tuple[str, ...] = (),
+        held: bool = False,
     ) -> None:
-        """Place the AM and the driver (on the nodes ``on`` names, else first-fit), then the workers."""
+        """Place the AM and the driver (on the nodes ``on`` names, else first-fit; with ``held``, once
+        :meth:`release` is called), then the workers."""
         job = MiniJob(worker, min_ring, workers, f"application_{len(self.jobs) + 1}", float(len(self.jobs)))
         self.jobs[name] = job
-        for i in range(2):
-            where = on[i] if i < len(on) else self._first_fit(SMALL)
-            assert where is not None, "no room for the AM or the driver"
-            job.overhead.append((where, SMALL))
+        job.unplaced, job.held = 2 - len(on), held
+        job.overhead = [(where, SMALL) for where in on]
+        self._fill()
+
+    def release(self, name: str) -> None:
+        self.jobs[name].held = False
         self._fill()
 
     def _fill(self) -> None:
         for job in sorted(self.jobs.values(), key=lambda j: j.started_at):
-            while len(job.workers) < job.target and (where := self._first_fit(job.worker)) is not None:
+            while job.unplaced and not job.held and (where := self._first_fit(SMALL)) is not None:
+                job.overhead.append((where, SMALL))
+                job.unplaced -= 1
+            while (
+                not job.unplaced
+                and len(job.workers) < job.target
+                and (where := self._first_fit(job.worker)) is not None
+            ):
                 job.workers.append(where)
 
     def kill(self, name: str) -> None:
@@ -150,7 +172,7 @@ class MiniYarn(JobBackend):
 
     def footprint(self, job_id: str) -> JobFootprint | None:
         job = self.jobs.get(job_id)
-        return None if job is None else JobFootprint(job.worker, len(job.workers))
+        return None if job is None else JobFootprint(job.worker, len(job.workers), unplaced=(SMALL,) * job.unplaced)
 
     def ring_size(self, job_id: str) -> int | None:
         job = self.jobs.get(job_id)
@@ -296,6 +318,41 @@ def test_someone_elses_application_takes_room_but_sets_no_slot_size(tmp_path: Pa
     c.job_submitted("big", 1, 4, 2, policy="greedy")
     assert [(d.job_id, d.from_workers, d.to_workers) for d in c.tick()] == [("big", 2, 3)]
     assert c.store.job("web").source == "yarn"
+
+
+def test_an_arrival_gets_workers_once_yarn_has_placed_its_am_and_driver(tmp_path: Path) -> None:
+    """Seen live: workers were taken from `big` before the arrival's AM and driver ran; YARN put those in
+    the room that was freed for the arrival's worker, which then fitted nowhere (and `big` gave again)."""
+    yarn, clock = MiniYarn(vcores=8), Clock()
+    yarn.submit("big", 3, on=("n0", "n0"))  # n0: AM, driver, a worker and 1024 MB free; n1: two workers
+    c = controller(tmp_path, yarn, clock)
+    c.job_submitted("big", 1, 3, 3)
+    c.tick()
+    clock.now += 60
+    yarn.submit("small", 1, held=True)
+    c.job_submitted("small", 1, 1, 1, elastic=False)
+    assert c.tick() == []  # its AM and driver fit in n0's 1024 MB: YARN places them first
+    yarn.release("small")
+    clock.now += 1
+    assert [(d.job_id, d.to_workers) for d in c.tick()] == [("big", 2)]
+    assert c.wait_idle(5)
+    assert len(yarn.jobs["small"].workers) == 1
+
+
+def test_an_arrival_whose_am_fits_nowhere_gets_room_for_it_too(tmp_path: Path) -> None:
+    yarn, clock = MiniYarn(), Clock()
+    yarn.submit("big", 3, on=("n0", "n0"))
+    yarn.foreign["n0"] = Resources(1024, 1)  # the cluster is full
+    c = controller(tmp_path, yarn, clock)
+    c.job_submitted("big", 1, 3, 3)
+    c.tick()
+    clock.now += 60
+    yarn.submit("small", 1)
+    assert yarn.jobs["small"].unplaced == 2
+    c.job_submitted("small", 1, 1, 1, elastic=False)
+    assert [(d.job_id, d.to_workers) for d in c.tick()] == [("big", 1)]  # one for its AM and driver, one for it
+    assert c.wait_idle(5)
+    assert yarn.jobs["small"].unplaced == 0 and len(yarn.jobs["small"].workers) == 1
 
 
 class _Unknown(MiniYarn):
