@@ -452,15 +452,13 @@ class ControllerService(Controller):
         # An arrival whose ApplicationMaster and driver fit in the free room waits until YARN has placed them
         # (seconds): where they land is YARN's choice, and room taken from others for its workers could go
         # to them instead. Their room stays counted as taken meanwhile.
-        room: dict[str, Resources] | None = {n.node_id: n.free for n in nodes}
+        room = {n.node_id: n.free for n in nodes}
         placing = set()
         for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
             unplaced = footprints[job.job_id].unplaced
-            if sizes[job.job_id] is None and unplaced and room is not None:
-                left = fit(room, unplaced)
-                if left is not None:
-                    room = left
-                    placing.add(job.job_id)
+            if sizes[job.job_id] is None and unplaced and (left := fit(room, unplaced)) is not None:
+                room = left
+                placing.add(job.job_id)
         holding: dict[str, tuple[int, int]] = {}
         short: dict[str, tuple[int, str]] = {}
         for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
