@@ -4,7 +4,8 @@ An elastic job with 3 workers runs ``examples/train_elastic.py`` on its own pseu
 process holding rank 0 and one holding a non-zero rank are killed with SIGKILL in turn, ``--kills``
 times each (each time after YARN relaunched the last one and it rejoined). From the step log (time each
 committed step ended, ring size):
-- pause: the last step completed before the kill -> the first step completed by the shrunken ring;
+- pause: the last step completed before the kill -> the first step completed after it (by the shrunken
+  ring, or by the full one when the survivors stalled until the relaunched worker was back);
 - rejoin: the kill -> the first step of the ring at 3 again (YARN relaunch, warm-up, re-form).
 Rank 0 is Horovod's coordinator; the two rows side by side show whether losing it costs more.
 
@@ -65,10 +66,13 @@ def instance_of_rank(job: JobClient, rank: int) -> str:
 
 
 def measure(steps: list[tuple[float, int, int]], killed_at: float) -> tuple[float | None, float | None]:
+    """(pause, rejoin) of one kill: the last step before it -> the first step after it, at whatever size
+    (a ring stalled long enough comes back at full size, with the relaunched worker); the kill -> the
+    first step at full size after the ring went on without the killed worker."""
     before = max((s for s, _, _ in steps if s < killed_at), default=None)
-    first_small = next((s for s, size, _ in steps if s > killed_at and size == WORKERS - 1), None)
+    resumed = next((s for s, _, _ in steps if s > killed_at), None)
+    pause = resumed - before if before is not None and resumed is not None else None
     back = next((s for s, size, _ in steps if s > killed_at and size == WORKERS), None)
-    pause = first_small - before if before is not None and first_small is not None else None
     return pause, (back - killed_at if back is not None else None)
 
 
@@ -147,6 +151,7 @@ def main() -> None:
         "commit_every": COMMIT_EVERY,
         "gloo_timeout_s": 20,
         "by_rank": {kind: {k: summary(v) for k, v in row.items()} for kind, row in rows.items()},
+        "kills": [{"time": t, "rank": rank} for t, rank in kills],
         "steps_lost_at_most": COMMIT_EVERY,
     }
     RESULTS.mkdir(exist_ok=True)

@@ -200,3 +200,26 @@ def test_build_optimizer_slots_uses_build_once_or_the_legacy_call() -> None:
     assert legacy.created == [["w", "b"]]
     autojoin.build_optimizer_slots(None, legacy)  # nothing to build for
     assert legacy.created == [["w", "b"]]
+
+
+def test_the_previous_rings_connections_are_shut_down_so_a_waiting_peer_sees_the_end() -> None:
+    """What the hook does at every re-init: connections the last init opened and Horovod left open are
+    shut down (the peer's read ends at once); others, and ones already closed, are left alone."""
+    server = socket.create_server(("127.0.0.1", 0))
+    other = socket.create_connection(server.getsockname())  # opened before "init": not the ring's
+    other_peer, _ = server.accept()
+    before = autojoin.tcp_sockets()
+    ring = [socket.create_connection(server.getsockname()) for _ in range(2)]  # opened "during init"
+    autojoin._ring_sockets.update({fd: ino for fd, ino in autojoin.tcp_sockets().items() if before.get(fd) != ino})
+    peers = [server.accept()[0] for _ in ring]  # the other end, as a peer process would hold it
+    ring[1].close()  # Horovod did close this one
+    peers[1].close()
+    assert autojoin.release_previous_ring() == 1
+    peers[0].settimeout(5)
+    assert peers[0].recv(10) == b""  # end of file: the peer waiting on the old ring gives up now
+    other_peer.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        other_peer.recv(10)  # still open
+    assert autojoin._ring_sockets == {} and autojoin.release_previous_ring() == 0
+    for s in (server, other, other_peer, ring[0], peers[0]):
+        s.close()

@@ -16,6 +16,10 @@ process and any Python process it starts:
 - importing Horovod's Keras binding under Keras 2 (``TF_USE_LEGACY_KERAS=1``) points its backend at
   ``tf.keras.backend``: Horovod binds the ``keras`` package's (Keras 3) backend, with which its
   ``MetricAverageCallback`` and ``broadcast``/``allgather`` helpers fail at the first epoch end.
+- every ``hvd.init()`` after the first first shuts down the TCP connections the previous one opened
+  (Horovod's Gloo ring): Horovod leaves them open after its elastic reset, so a surviving peer still
+  waiting in the old ring on this process (it lost another peer) got no end-of-file and waited out the
+  Gloo timeout (20 s) before it re-formed too.
 - ``hvd.elastic.TensorFlowKerasState`` (and ``KerasState``) builds the optimizer's slots before it
   synchronises: a joiner's optimizer has none until its first step, so Horovod's broadcast of rank 0's
   slots would wait forever for the joiner (the ring hangs at the first scale-out).
@@ -122,7 +126,11 @@ def _patch_basics(module: ModuleType) -> None:
 
     def init(self: Any, *args: Any, **kwargs: Any) -> Any:
         join_or_leave()
-        return original(self, *args, **kwargs)
+        release_previous_ring()
+        before = tcp_sockets()
+        result = original(self, *args, **kwargs)
+        _ring_sockets.update({fd: ino for fd, ino in tcp_sockets().items() if before.get(fd) != ino})
+        return result
 
     init._submarine_autojoin = True  # type: ignore[attr-defined]
     init.__doc__ = original.__doc__
@@ -156,6 +164,66 @@ def build_optimizer_slots(model: Any, optimizer: Any) -> None:
         optimizer.build(variables)
     elif hasattr(optimizer, "_create_all_weights"):
         optimizer._create_all_weights(variables)
+
+
+#: TCP sockets (fd -> inode) that Horovod's last ``init`` opened: its Gloo ring's connections.
+_ring_sockets: dict[int, int] = {}
+
+
+def tcp_sockets() -> dict[int, int]:
+    """This process's open TCP sockets, file descriptor -> inode (Linux ``/proc``; {} elsewhere)."""
+    import os
+    import socket as socketlib
+
+    found: dict[int, int] = {}
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("socket:["):
+            continue
+        try:
+            probe = socketlib.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if probe.family in (socketlib.AF_INET, socketlib.AF_INET6) and probe.type == socketlib.SOCK_STREAM:
+                found[fd] = int(target[8:-1])
+        finally:
+            probe.close()
+    return found
+
+
+def release_previous_ring() -> int:
+    """Shuts down the connections of the ring the last ``init`` joined that are still open (the same
+    socket: same fd and inode); returns how many. The file descriptors stay Horovod's to close."""
+    import os
+    import socket as socketlib
+
+    released = 0
+    current = tcp_sockets()
+    for fd, inode in list(_ring_sockets.items()):
+        if current.get(fd) == inode:
+            try:
+                probe = socketlib.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            try:
+                probe.shutdown(socketlib.SHUT_RDWR)
+                released += 1
+            except OSError:
+                pass
+            finally:
+                probe.close()
+    _ring_sockets.clear()
+    if released:
+        logger.debug("shut down %d connection(s) of the previous Horovod ring", released)
+    return released
 
 
 def join_or_leave() -> None:
@@ -245,4 +313,6 @@ __all__ = [
     "build_optimizer_slots",
     "install",
     "join_or_leave",
+    "release_previous_ring",
+    "tcp_sockets",
 ]
