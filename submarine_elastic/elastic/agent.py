@@ -58,6 +58,9 @@ STOP_GRACE_S = 10.0
 #: Lines of a failed process's stderr sent to the driver, and the most characters they may take.
 TAIL_LINES = 30
 TAIL_CHARS = 4000
+#: The longest piece of a line copied at once (a progress bar may write megabytes without a newline);
+#: the kept tail is at most TAIL_LINES of these.
+CHUNK_BYTES = 8192
 
 
 def site_dir() -> Path:
@@ -90,7 +93,7 @@ class _Tee:
         self.thread.start()
 
     def _run(self) -> None:
-        for line in iter(self._source.readline, b""):
+        for line in iter(lambda: self._source.readline(CHUNK_BYTES), b""):
             self.tail.append(line)
             with self._lock:
                 for out in (self._sink, self._log):

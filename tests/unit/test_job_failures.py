@@ -174,3 +174,15 @@ def test_a_long_stderr_is_cut_to_its_last_lines() -> None:
     tee.thread.join(5)
     assert tee.text().splitlines() == [f"line {i}" for i in range(70, 100)]
     assert sink.getvalue().count(b"\n") == 100
+
+
+def test_a_line_without_end_is_copied_in_bounded_pieces() -> None:
+    read, write = os.pipe()
+    sink = io.BytesIO()
+    tee = agent_mod._Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
+    with os.fdopen(write, "wb") as w:
+        w.write(b"\r" + b"=" * (3 * agent_mod.CHUNK_BYTES))  # a progress bar's redraws, no newline
+    tee.thread.join(5)
+    assert sink.getvalue() == b"\r" + b"=" * (3 * agent_mod.CHUNK_BYTES)
+    assert all(len(piece) <= agent_mod.CHUNK_BYTES for piece in tee.tail)
+    assert len(tee.text()) <= agent_mod.TAIL_CHARS
