@@ -40,7 +40,8 @@ WORKERS = 3
 STALL_S = 10.0
 
 
-def training_pids(instance: str) -> list[int]:
+def training_pids(job: str, instance: str) -> list[int]:
+    """Training processes of ``instance`` of ``job`` (never another job's workers of that instance name)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -53,6 +54,7 @@ def training_pids(instance: str) -> list[int]:
         if (
             any(p.endswith(b"train_elastic.py") for p in cmd)
             and f"SUBMARINE_WORKER_INSTANCE={instance}\0".encode() in environ
+            and f"SUBMARINE_JOB_ID={job}\0".encode() in environ
         ):
             pids.append(int(proc.name))
     return pids
@@ -119,7 +121,7 @@ def main() -> None:
                         time.sleep(4)
                         instance = instance_of_rank(job, rank)
                         kills.append((time.time(), rank))
-                        for pid in training_pids(instance):
+                        for pid in training_pids(req.name, instance):
                             os.kill(pid, signal.SIGKILL)
                         deadline = time.monotonic() + 60
                         while job.status().world_size == WORKERS and time.monotonic() < deadline:

@@ -13,10 +13,11 @@ from rich.table import Table
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.controller import process
-from submarine_elastic.controller.api import ControllerError, JobRecord
+from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import (
     JobClient,
+    clear_ended_service,
     forget_job,
     forget_outcome,
     last_driver_address,
@@ -182,7 +183,10 @@ def run(
         raise click.BadParameter("a --policy resizes the job: it needs --elastic", param_hint="--policy")
     try:
         build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
-    except JobSpecError as exc:
+        with YarnServiceClient(req.rm_url) as yarn:
+            if clear_ended_service(yarn, name):
+                console.print(f"removed the ended job {name} from YARN to run the new one")
+    except (JobSpecError, YarnError) as exc:
         raise _fail(exc) from exc
     ctl = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
@@ -279,13 +283,14 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
 
 @job.command()
 @click.argument("name")
-def show(name: str) -> None:
+@click.option("--all", "all_runs", is_flag=True, help="Controller decisions of every run of NAME, ended ones too.")
+def show(name: str, all_runs: bool) -> None:
     """The job's state, its workers and their ranks, its resize timeline, and why it failed."""
     with _yarn() as yarn:
         try:
             status = yarn.status(name)
         except ServiceNotFoundError as exc:
-            if _show_outcome(name, None):
+            if _show_outcome(name, None) | _print_decisions(name, all_runs):
                 return
             raise _fail(exc) from exc
         except RMUnreachableError as exc:
@@ -305,6 +310,7 @@ def show(name: str) -> None:
             return
         if status.is_terminal:
             _show_outcome(name, yarn, yarn_state=str(status.state))
+            _print_decisions(name, all_runs)
             return
         console.print(f"job [bold]{name}[/bold]: YARN state {status.state}")
         try:
@@ -314,7 +320,7 @@ def show(name: str) -> None:
             console.print(f"driver not reachable yet: {exc}")
             return
     _print_driver_view(st)
-    _print_decisions(name)
+    _print_decisions(name, all_runs)
 
 
 def _final_status(yarn: YarnServiceClient, name: str) -> str | None:
@@ -390,11 +396,13 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         console.print(tl)
 
 
-def _print_decisions(name: str) -> None:
+def _print_decisions(name: str, all_runs: bool = False) -> bool:
+    """Prints the controller's decisions for the job (its current run, or every run); False: none."""
     db = process.store()
+    decisions: list[DecisionRecord] = []
     if db is not None:
         try:
-            decisions = db.decisions(name)
+            decisions = db.decisions(name, all_runs=all_runs)
         finally:
             db.close()
         if decisions:
@@ -408,6 +416,7 @@ def _print_decisions(name: str) -> None:
                     d.reason,
                 )
             console.print(ct)
+    return bool(decisions)
 
 
 @job.command(name="list")

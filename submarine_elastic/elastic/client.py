@@ -15,6 +15,7 @@ from submarine_elastic.elastic.jobspec import (
     SECRET_ENV,
     TLS_FILES,
     JobRequest,
+    JobSpecError,
     build_service,
     job_dir,
     outcome_path,
@@ -23,7 +24,7 @@ from submarine_elastic.elastic.jobspec import (
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.yarn import YarnServiceClient
+from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
 
 
 def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
@@ -46,6 +47,27 @@ def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -
     except BaseException:
         shutil.rmtree(kept, ignore_errors=True)
         raise
+
+
+def clear_ended_service(yarn: YarnServiceClient, name: str) -> bool:
+    """Makes room for a new job called ``name``: YARN keeps an ended service's definition, and refuses a
+    new service of that name until it is destroyed. Returns True when an ended one was removed.
+
+    Raises:
+        JobSpecError: a job of that name is running (naming ``--name`` and its state).
+        YarnError: the RM refused or did not answer.
+    """
+    try:
+        existing = yarn.status(name)
+    except ServiceNotFoundError:
+        return False
+    if not existing.is_terminal:
+        raise JobSpecError(
+            f"--name {name}: a job of that name is running (YARN state {existing.state}); "
+            f"choose another name, or stop it with `submarine job kill {name}`"
+        )
+    yarn.destroy(name, wait=True, missing_ok=True)
+    return True
 
 
 def forget_job(job: str) -> None:

@@ -182,3 +182,46 @@ def test_waiting_for_a_size_names_why_the_ring_has_not_formed_and_stops_on_failu
         driver.phase, driver.error = "failed", "the ring did not form within 60 s"
         with pytest.raises(FlexRefusedError, match="job mnist failed: the ring did not form within 60 s"):
             client.wait_for_size(3, timeout=30, poll=0.1)
+
+
+class _Yarn:
+    """What clear_ended_service asks of the YARN client."""
+
+    def __init__(self, state: str | None) -> None:
+        self.state, self.destroyed = state, []
+
+    def status(self, name: str) -> object:
+        from submarine_elastic.yarn import ServiceNotFoundError, ServiceState
+
+        if self.state is None:
+            raise ServiceNotFoundError(f"service {name} not found")
+        state = ServiceState(self.state)
+        return type("Status", (), {"state": state, "is_terminal": state in (ServiceState.STOPPED, ServiceState.FAILED)})
+
+    def destroy(self, name: str, **kwargs: object) -> None:
+        self.destroyed.append(name)
+
+
+def test_a_new_job_may_take_the_name_of_an_ended_one_but_not_of_a_running_one() -> None:
+    from submarine_elastic.elastic.client import clear_ended_service
+    from submarine_elastic.elastic.jobspec import JobSpecError
+
+    ended, running, unknown = _Yarn("STOPPED"), _Yarn("STABLE"), _Yarn(None)
+    assert clear_ended_service(ended, "big") is True and ended.destroyed == ["big"]  # type: ignore[arg-type]
+    assert clear_ended_service(unknown, "big") is False and unknown.destroyed == []  # type: ignore[arg-type]
+    with pytest.raises(JobSpecError, match="--name big: a job of that name is running"):
+        clear_ended_service(running, "big")  # type: ignore[arg-type]
+    assert running.destroyed == []
+
+
+@responses.activate
+def test_job_run_under_a_running_jobs_name_is_refused_before_anything_is_submitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rm = "http://rm.example:8088"
+    monkeypatch.setenv("SUBMARINE_RM_URL", rm)
+    responses.get(f"{rm}/app/v1/services/big", json={"name": "big", "state": "STABLE", "components": []})
+    code, out, _ = run("job", "run", "--name", "big", "--elastic", "--worker_launch_cmd", "python train.py")
+    assert code == 1 and "--name big: a job of that name is running (YARN state STABLE)" in out
+    assert [c.request.method for c in responses.calls] == ["GET"]  # no POST, no DELETE
+    assert not job_dir("big").exists()
