@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from submarine_elastic.cli.job import _rm_url
+from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, JobRecord
 
@@ -181,16 +182,4 @@ def history(name: str, all_runs: bool) -> None:
     if not decisions:
         console.print("no decisions" + ("" if all_runs else " in this run (--all shows earlier runs)"))
         return
-    table = Table(title="controller decisions")
-    for col in ("run", "time", "from", "to", "applied", "reason"):
-        table.add_column(col)
-    for d in decisions:
-        table.add_row(
-            str(d.run),
-            time.strftime("%H:%M:%S", time.localtime(d.time)),
-            str(d.from_workers),
-            str(d.to_workers),
-            "yes" if d.applied else (d.error or "in progress"),
-            d.reason,
-        )
-    console.print(table)
+    console.print(decisions_table(decisions, with_run=True))

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from submarine_elastic import env
+from submarine_elastic.cli.tables import decisions_table
+from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
@@ -43,13 +44,6 @@ RM_TIMEOUT = (5.0, 10.0)
 RM_RETRIES = 1
 #: Lines of a failed worker's stderr ``job show`` prints.
 SHOWN_TAIL_LINES = 12
-
-
-def _table(title: str | None, *columns: str) -> Table:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    return table
 
 
 def _yarn() -> YarnServiceClient:
@@ -406,16 +400,7 @@ def _print_decisions(name: str, all_runs: bool = False) -> bool:
         finally:
             db.close()
         if decisions:
-            ct = _table("controller decisions", "time", "from", "to", "applied", "reason")
-            for d in decisions:
-                ct.add_row(
-                    time.strftime("%H:%M:%S", time.localtime(d.time)),
-                    str(d.from_workers),
-                    str(d.to_workers),
-                    "yes" if d.applied else (d.error or "in progress"),
-                    d.reason,
-                )
-            console.print(ct)
+            console.print(decisions_table(decisions, with_run=all_runs))
     return bool(decisions)
 
 

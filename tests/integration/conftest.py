@@ -49,6 +49,38 @@ def submarine(rm_url: str, *args: str) -> str:
     return result.output
 
 
+def run_job(
+    rm_url: str,
+    name: str,
+    command: str,
+    *,
+    workers: int = 2,
+    env: dict[str, str] | None = None,
+    flags: tuple[str, ...] = (),
+) -> str:
+    """``submarine job run --elastic`` of ``command`` with 1..3 workers of 1024 MB and 1 vcore."""
+    return submarine(
+        rm_url,
+        "job",
+        "run",
+        "--name",
+        name,
+        "--elastic",
+        "--num_workers",
+        str(workers),
+        "--min_workers",
+        "1",
+        "--max_workers",
+        "3",
+        "--worker_resources",
+        "memory-mb=1024,vcores=1",
+        "--worker_launch_cmd",
+        command,
+        *[arg for k, v in (env or {}).items() for arg in ("--env", f"{k}={v}")],
+        *flags,
+    )
+
+
 def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 180) -> None:
     """Block until the job's service ended; a FAILED end fails the test."""
     deadline = time.monotonic() + timeout

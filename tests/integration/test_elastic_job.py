@@ -31,7 +31,7 @@ from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import submarine, wait_finished
+from tests.integration.conftest import run_job, submarine, wait_finished
 from tests.tls import self_signed
 
 pytestmark = pytest.mark.integration
@@ -47,26 +47,7 @@ def start_job(
         f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
         f"--until-file {work}/stop --log-dir {work}/log"
     )
-    submarine(
-        rm_url,
-        "job",
-        "run",
-        "--name",
-        name,
-        "--elastic",
-        "--num_workers",
-        str(workers),
-        "--min_workers",
-        "1",
-        "--max_workers",
-        "3",
-        "--worker_resources",
-        "memory-mb=1024,vcores=1",
-        "--worker_launch_cmd",
-        cmd,
-        *[arg for k, v in (env or {}).items() for arg in ("--env", f"{k}={v}")],
-        *flags,
-    )
+    run_job(rm_url, name, cmd, workers=workers, env=env, flags=flags)
 
 
 def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
@@ -140,9 +121,10 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
                 out = submarine(cluster_spec.rm_url, "job", "flex", name, "--workers", str(n), "--timeout", "240")
                 assert f"ring has {n} workers" in out
                 if n == 1:
-                    # Scale-in is complete in YARN too: only worker-0 is left.
+                    # Scale-in kept the worker holding rank 0, and is complete in YARN too: only it is left.
+                    (kept,) = [w.instance for w in job.status().workers if w.rank == 0]
                     deadline = time.monotonic() + 60
-                    while [c.component_instance_name for c in yarn.ready_instances(name, "worker")] != ["worker-0"]:
+                    while [c.component_instance_name for c in yarn.ready_instances(name, "worker")] != [kept]:
                         assert time.monotonic() < deadline, "the removed containers are still in YARN"
                         time.sleep(0.5)
                 time.sleep(2)  # train a few steps at this size

@@ -83,8 +83,8 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
     for key in weights[0].files:
         np.testing.assert_array_equal(weights[0][key], weights[1][key])
 
-    # Rank 0 at the end is worker-0, which was in every ring (flex-down removes the highest): it saw
-    # every re-form, each one short.
+    # Rank 0 at the end held rank 0 in every ring (scale-in removes the highest ranks): it saw every
+    # re-form, each one short.
     resets = finals["final-rank0.json"]["resets"]
     assert [(r["size_before"], r["size_after"]) for r in resets] == [(2, 3), (3, 1), (1, 2)]
     for r in resets:

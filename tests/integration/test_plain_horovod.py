@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.client import JobClient, load_outcome
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
-from tests.integration.conftest import submarine, wait_finished
+from tests.integration.conftest import run_job, wait_finished
 
 pytestmark = pytest.mark.integration
 
@@ -35,25 +35,7 @@ SCRIPTS = {
 
 
 def run_plain(rm_url: str, name: str, command: str, *, workers: int = 2, legacy_keras: bool = True) -> None:
-    submarine(
-        rm_url,
-        "job",
-        "run",
-        "--name",
-        name,
-        "--elastic",
-        "--num_workers",
-        str(workers),
-        "--min_workers",
-        "1",
-        "--max_workers",
-        "3",
-        "--worker_resources",
-        "memory-mb=1024,vcores=1",
-        *(["--env", "TF_USE_LEGACY_KERAS=1"] if legacy_keras else []),
-        "--worker_launch_cmd",
-        command,
-    )
+    run_job(rm_url, name, command, workers=workers, env={"TF_USE_LEGACY_KERAS": "1"} if legacy_keras else None)
 
 
 def steps_by_number(log_dir: Path) -> dict[int, list[dict]]:
