@@ -12,8 +12,6 @@ from rich.console import Console
 from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.cluster import ClusterError, LocalCluster
-from submarine_elastic.controller import process
 from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import (
@@ -59,6 +57,8 @@ def _rm_url() -> str:
     url = env.rm_url()
     if url:
         return url
+    from submarine_elastic.cluster import ClusterError, LocalCluster
+
     try:
         return LocalCluster().spec().rm_url
     except ClusterError as exc:
@@ -144,6 +144,8 @@ def run(
     timeout: float,
 ) -> None:
     """Submit a training job: a driver and --num_workers worker containers."""
+    from submarine_elastic.controller import process
+
     lo = min_workers if min_workers is not None else (1 if elastic else num_workers)
     hi = max_workers if max_workers is not None else num_workers
     if not elastic and (lo != num_workers or hi != num_workers):
@@ -201,6 +203,8 @@ def run(
 
 def _controller_for(req: JobRequest, policy: str | None) -> dict | None:
     """The controller this job reports to (started for a --policy), with the job registered in it."""
+    from submarine_elastic.controller import process
+
     try:
         state = process.start(req.rm_url) if policy is not None else process.running()
     except ControllerError as exc:
@@ -219,6 +223,8 @@ def _controller_for(req: JobRequest, policy: str | None) -> dict | None:
 
 def _metrics_line(name: str) -> str:
     """Step, loss and throughput of a job from the controller's metrics service ('' when unknown)."""
+    from submarine_elastic.controller import process
+
     state = process.running()
     if state is None:
         return ""
@@ -392,6 +398,8 @@ def _print_driver_view(st: pb.JobStatus) -> None:
 
 def _print_decisions(name: str, all_runs: bool = False) -> bool:
     """Prints the controller's decisions for the job (its current run, or every run); False: none."""
+    from submarine_elastic.controller import process
+
     db = process.store()
     decisions: list[DecisionRecord] = []
     if db is not None:
@@ -454,6 +462,8 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
 @click.argument("name")
 def kill(name: str) -> None:
     """Stop the job and remove its YARN service."""
+    from submarine_elastic.controller import process
+
     with YarnServiceClient(_rm_url(), retries=RM_RETRIES) as yarn:
         try:
             yarn.destroy(name, wait=True)

@@ -2,40 +2,64 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import click
-from rich.console import Console
-from rich.logging import RichHandler
 
 from submarine_elastic import __version__
-from submarine_elastic.cli.bridge import bridge
-from submarine_elastic.cli.cluster import cluster
-from submarine_elastic.cli.controller import controller
-from submarine_elastic.cli.dse import dse
-from submarine_elastic.cli.job import job
-from submarine_elastic.cli.metrics import metrics
-from submarine_elastic.cli.sim import sim
+
+#: Each sub-group: the module that defines it (imported only when the sub-group runs, so that
+#: ``submarine --help`` does not load the simulator's plots or the controller) and its one-line help.
+SUBCOMMANDS = {
+    "cluster": ("submarine_elastic.cli.cluster", "Start, stop and inspect the local Hadoop YARN pseudo-cluster."),
+    "job": ("submarine_elastic.cli.job", "Run, resize, inspect and stop training jobs."),
+    "controller": (
+        "submarine_elastic.cli.controller",
+        "The controller: metrics in, policy decisions out, applied to running jobs.",
+    ),
+    "metrics": ("submarine_elastic.cli.metrics", "Run the metrics service that training processes report to."),
+    "sim": ("submarine_elastic.cli.sim", "Trace-driven cluster simulator (job physics measured by Pollux, OSDI 2021)."),
+    "dse": ("submarine_elastic.cli.dse", "Design-space exploration on the simulator or on real jobs."),
+    "bridge": (
+        "submarine_elastic.cli.bridge",
+        "The py4j bridge: a JVM reports jobs and reads the controller's decisions.",
+    ),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose sub-groups are imported when they are used; their help lines are listed without."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = SUBCOMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        command = getattr(importlib.import_module(entry[0]), cmd_name)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{entry[0]}.{cmd_name} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_line) for name, (_module, help_line) in SUBCOMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="submarine")
 @click.option("-v", "--verbose", count=True, help="More log output (-v: info, -vv: debug).")
 def cli(verbose: int) -> None:
     """Elastic TensorFlow training on Hadoop YARN."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(
         level=level, format="%(message)s", handlers=[RichHandler(console=Console(stderr=True), show_path=False)]
     )
-
-
-cli.add_command(cluster)
-cli.add_command(job)
-cli.add_command(controller)
-cli.add_command(metrics)
-cli.add_command(sim)
-cli.add_command(dse)
-cli.add_command(bridge)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import py4j
 import pytest
 from click.testing import CliRunner
@@ -415,7 +416,7 @@ def test_the_log_filter_redacts_the_token_and_drops_deliberate_java_exceptions()
 def test_bridge_is_a_command_of_submarine() -> None:
     from submarine_elastic.cli.main import cli
 
-    assert cli.commands["bridge"] is bridge
+    assert cli.get_command(click.Context(cli), "bridge") is bridge
     assert "serve" in bridge.commands
 
 

@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import grpc
 import pytest
 from click.testing import CliRunner
@@ -105,4 +106,4 @@ def test_bad_certificate_is_reported(tmp_path: Path) -> None:
 def test_the_submarine_command_has_the_group() -> None:
     from submarine_elastic.cli.main import cli
 
-    assert cli.commands["metrics"] is metrics
+    assert cli.get_command(click.Context(cli), "metrics") is metrics
