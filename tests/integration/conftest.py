@@ -6,6 +6,8 @@ not collide with a cluster the developer has up on the default ports.
 
 from __future__ import annotations
 
+import collections
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -79,6 +81,16 @@ def run_job(
         *[arg for k, v in (env or {}).items() for arg in ("--env", f"{k}={v}")],
         *flags,
     )
+
+
+def committed_steps(log_dir: Path) -> dict[int, list[dict]]:
+    """A training script's step log (``steps-*.jsonl``, one JSON record per rank and step) by step number."""
+    steps: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            steps[record["step"]].append(record)
+    return dict(steps)
 
 
 def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 180) -> None:

@@ -31,7 +31,7 @@ from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import run_job, submarine, wait_finished
+from tests.integration.conftest import committed_steps, run_job, submarine, wait_finished
 from tests.tls import self_signed
 
 pytestmark = pytest.mark.integration
@@ -53,15 +53,6 @@ def start_job(
 def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
     (work / "stop").touch()
     wait_finished(yarn, name, timeout)
-
-
-def committed_steps(log_dir: Path) -> dict[int, list[dict]]:
-    steps: dict[int, list[dict]] = collections.defaultdict(list)
-    for path in log_dir.glob("steps-*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            steps[record["step"]].append(record)
-    return dict(steps)
 
 
 def check_training(log_dir: Path) -> dict[int, list[dict]]:

@@ -10,8 +10,6 @@ once, with ``job show`` saying why.
 
 from __future__ import annotations
 
-import collections
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.client import JobClient, load_outcome
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
-from tests.integration.conftest import run_job, wait_finished
+from tests.integration.conftest import committed_steps, run_job, wait_finished
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +34,6 @@ SCRIPTS = {
 
 def run_plain(rm_url: str, name: str, command: str, *, workers: int = 2, legacy_keras: bool = True) -> None:
     run_job(rm_url, name, command, workers=workers, env={"TF_USE_LEGACY_KERAS": "1"} if legacy_keras else None)
-
-
-def steps_by_number(log_dir: Path) -> dict[int, list[dict]]:
-    steps: dict[int, list[dict]] = collections.defaultdict(list)
-    for path in log_dir.glob("steps-*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            steps[record["step"]].append(record)
-    return dict(steps)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -79,7 +68,7 @@ def test_a_plain_horovod_script_trains_in_the_ring_through_2_3_1_2(
     outcome = load_outcome(name)
     assert outcome is not None and outcome.phase == "finished" and not outcome.failures, outcome
 
-    steps = steps_by_number(log_dir)
+    steps = committed_steps(log_dir)
     assert len(steps) > 40
     sizes_in_order = []
     for step in sorted(steps):
