@@ -14,7 +14,7 @@ VENV=${SUBMARINE_VENV:-$ROOT/.venv}
 HADOOP_BUILD=${SUBMARINE_HADOOP_BUILD:-$ROOT/build/hadoop}
 PYTHON=${PYTHON:-python3.11}
 
-# Versions pinned here and in setup.cfg; DESIGN.md says why (TF >= 2.19 does not build Horovod 0.28.1).
+# Versions pinned here and in setup.cfg; the README ("Versions pinned, and why") says why (TF >= 2.19 does not build Horovod 0.28.1).
 TF_SPEC="tensorflow-cpu==2.18.1"
 TF_KERAS_SPEC="tf_keras==2.18.0"
 HOROVOD_SPEC="horovod==0.28.1"

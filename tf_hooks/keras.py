@@ -4,7 +4,7 @@ Which Keras:
 
 * :class:`MetricsCallback` subclasses ``tf.keras.callbacks.Callback``. With TensorFlow 2.18 that is
   Keras 3, unless ``TF_USE_LEGACY_KERAS=1`` is set, in which case ``tf.keras`` is Keras 2 from the
-  ``tf_keras`` package: what Horovod's Keras integration needs (see DESIGN.md).
+  ``tf_keras`` package: what Horovod's Keras integration needs (README, "Keras `fit` jobs").
 * :func:`callback_class` builds the same callback on another Keras module, for a script that
   imports ``tf_keras`` directly without setting the variable: ``callback_class(tf_keras)(...)``.
 

@@ -19,7 +19,7 @@ DEFAULT_PORT = 50061
 #: Full gRPC name of the service, as health checking and reflection know it.
 SERVICE_NAME = "submarine.metrics.v1.MetricsService"
 
-#: A job id is a YARN service name (see DESIGN.md); ``tf_hooks`` checks the same pattern.
+#: A job id is a YARN service name ([a-z][a-z0-9-]*); ``tf_hooks`` checks the same pattern.
 JOB_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,63}")
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 INCARNATION_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
