@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
@@ -57,15 +56,12 @@ def step_times(log_dir: Path) -> list[tuple[float, int, int]]:
         for line in path.read_text().splitlines():
             r = json.loads(line)
             steps[r["step"]].append(r)
-    return [(max(r["time"] for r in rs), rs[0]["size"], rs[0]["epoch"]) for _, rs in sorted(steps.items())]
+    return [(max(r["time"] for r in rs), rs[0]["size"], rs[0].get("epoch", 0)) for _, rs in sorted(steps.items())]
 
 
-StepReader = Callable[[Path], list[tuple[float, int, int]]]
-
-
-def pauses(log_dir: Path, resizes: list[tuple[float, int, int]], read: StepReader = step_times) -> list[dict]:
+def pauses(log_dir: Path, resizes: list[tuple[float, int, int]]) -> list[dict]:
     """For each (request time, from, to): pause and decision-to-capacity from the step log."""
-    steps = read(log_dir)
+    steps = step_times(log_dir)
     out = []
     for requested, old, new in resizes:
         first_new = next((t for t, size, _ in steps if t > requested and size == new), None)
@@ -137,16 +133,6 @@ def run_elastic(rm_url: str, work: Path, rounds: int) -> tuple[list[tuple[float,
 
 
 PLAIN_ARGS = "--step-sleep 0.02 --batches-per-commit 4 --epochs 100000"
-
-
-def plain_step_times(log_dir: Path) -> list[tuple[float, int, int]]:
-    """:func:`step_times` for the plain script's log (``t``, ``step``, ``size`` per rank and batch)."""
-    steps: dict[int, list[dict]] = collections.defaultdict(list)
-    for path in log_dir.glob("steps-*.jsonl"):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            steps[r["step"]].append(r)
-    return [(max(r["t"] for r in rs), rs[-1]["size"], 0) for _, rs in sorted(steps.items())]
 
 
 def run_plain(rm_url: str, work: Path, rounds: int) -> list[tuple[float, int, int]]:
@@ -291,7 +277,7 @@ def main() -> None:
 
     el = summarise(pauses(root / "elastic" / "log", el_resizes))
     st = summarise(pauses(root / "stock" / "log", st_resizes))
-    pl = summarise(pauses(root / "plain" / "log", pl_resizes, plain_step_times))
+    pl = summarise(pauses(root / "plain" / "log", pl_resizes))
     el_loss, fx_loss = epoch_losses(root / "elastic" / "log"), epoch_losses(root / "fixed" / "log")
 
     common = sorted(set(el_loss) & set(fx_loss))

@@ -76,7 +76,8 @@ class Record(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if steps_log:
             step = int(opt.iterations.numpy())
-            steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size()}) + "\n")
+            record = {"time": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size()}
+            steps_log.write(json.dumps(record) + "\n")
             steps_log.flush()
         if args.step_sleep:
             time.sleep(args.step_sleep)

@@ -76,7 +76,7 @@ def train(state):
         training_step(*next(data))
         state.batch += 1
         if steps_log:
-            record = {"t": time.time(), "step": state.batch, "rank": hvd.rank(), "size": hvd.size()}
+            record = {"time": time.time(), "step": state.batch, "rank": hvd.rank(), "size": hvd.size()}
             steps_log.write(json.dumps(record) + "\n")
             steps_log.flush()
         if args.step_sleep:

@@ -16,6 +16,7 @@ from submarine_elastic.controller.api import ControllerError, DecisionRecord, Jo
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import (
     JobClient,
+    JobOutcome,
     clear_ended_service,
     forget_job,
     forget_outcome,
@@ -260,9 +261,8 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
         if status.is_terminal:
             # The service ends with its driver, as STOPPED whether the job finished or failed: the driver's
             # outcome record and the RM's final status tell which.
-            _show_outcome(name, yarn, yarn_state=str(status.state))
-            outcome = load_outcome(name)
-            final = _final_status(yarn, name)
+            outcome, final = load_outcome(name), _final_status(yarn, name)
+            _print_outcome(name, outcome, final, str(status.state))
             failed = outcome.phase != "finished" if outcome is not None else final in ("FAILED", "KILLED")
             if failed or str(status.state) == "FAILED":
                 reason = f": {outcome.error}" if outcome is not None and outcome.error else ""
@@ -335,8 +335,10 @@ def _final_status(yarn: YarnServiceClient, name: str) -> str | None:
 
 def _show_outcome(name: str, yarn: YarnServiceClient | None, yarn_state: str | None = None) -> bool:
     """Prints how an ended job ended; False when nothing is known of it."""
-    outcome = load_outcome(name)
-    final = _final_status(yarn, name) if yarn is not None else None
+    return _print_outcome(name, load_outcome(name), _final_status(yarn, name) if yarn is not None else None, yarn_state)
+
+
+def _print_outcome(name: str, outcome: JobOutcome | None, final: str | None, yarn_state: str | None) -> bool:
     if outcome is None and yarn_state is None:
         return False
     verdict = (outcome.phase.upper() if outcome is not None else None) or final or "ENDED"

@@ -124,7 +124,8 @@ class Agent:
         self.started_at = 0.0
         self.joined = False
         self.log_path: Path | None = None
-        self._tees: list[_Tee] = []
+        self._stdout: _Tee | None = None
+        self._stderr: _Tee | None = None
         self._logfile: IO[bytes] | None = None
 
     # -------------------------------------------------------------- the training process
@@ -155,10 +156,8 @@ class Agent:
         theirs.close()
         lock = threading.Lock()
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._tees = [
-            _Tee(self.proc.stdout, sys.stdout.buffer, logfile, lock),
-            _Tee(self.proc.stderr, sys.stderr.buffer, logfile, lock),
-        ]
+        self._stdout = _Tee(self.proc.stdout, sys.stdout.buffer, logfile, lock)
+        self._stderr = _Tee(self.proc.stderr, sys.stderr.buffer, logfile, lock)
         self._logfile = logfile
         log.info(
             "%s: started training process %d (log %s): %s", self.instance, self.proc.pid, self.log_path, self.command
@@ -191,15 +190,16 @@ class Agent:
         """Blocks until the training process ended and its output is copied; returns its status."""
         assert self.proc is not None
         code = self.proc.wait()
-        for tee in self._tees:
-            tee.thread.join(timeout=5)
+        for tee in (self._stdout, self._stderr):
+            if tee is not None:
+                tee.thread.join(timeout=5)
         if self._logfile is not None:
             self._logfile.close()
         return code
 
     def exited_event(self, code: int, leaving: bool) -> pb.AgentEvent:
         failed = not leaving and (code != 0 or not self.joined)
-        tail = self._tees[1].text() if failed and len(self._tees) > 1 else ""
+        tail = self._stderr.text() if failed and self._stderr is not None else ""
         return pb.AgentEvent(
             exited=pb.Exited(
                 exit_code=code,

@@ -247,8 +247,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
 
     def _give_up(self, failure: pb.WorkerFailure) -> None:
         if not self.error:
-            last = _last_line(failure.stderr_tail) if failure.exit_code != 0 else ""
-            self.error = failure.reason + (f": {last}" if last else "")
+            self.error = _job_reason(failure)
         self._fatal.set()
         if self._hvd is not None:
             self._hvd.stop(error_message=self.error)
@@ -464,12 +463,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
         if results.error_message or failed or self._fatal.is_set():
             if not self.error:
-                first = self.failures[0] if self.failures else None
-                self.error = (
-                    first.reason + (f": {_last_line(first.stderr_tail)}" if _last_line(first.stderr_tail) else "")
-                    if first is not None
-                    else f"Horovod ended the job: {results.error_message or failed}"
-                )
+                horovod_said = f"Horovod ended the job: {results.error_message or failed}"
+                self.error = _job_reason(self.failures[0]) if self.failures else horovod_said
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)
@@ -537,6 +532,12 @@ def _describe_exit(code: int) -> str:
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b")
 REASON_CHARS = 600
+
+
+def _job_reason(failure: pb.WorkerFailure) -> str:
+    """The job's reason from a failed process: its reason, and the error its stderr ended with."""
+    last = _last_line(failure.stderr_tail) if failure.exit_code != 0 else ""
+    return failure.reason + (f": {last}" if last else "")
 
 
 def _last_line(text: str) -> str:

@@ -36,6 +36,19 @@ def run_plain(rm_url: str, name: str, command: str, *, workers: int = 2, legacy_
     run_job(rm_url, name, command, workers=workers, env={"TF_USE_LEGACY_KERAS": "1"} if legacy_keras else None)
 
 
+def wait_for_steps_at(log_dir: Path, size: int, count: int, timeout: float = 120) -> None:
+    """Blocks until the step log holds ``count`` more steps trained in a ring of ``size`` than when called."""
+
+    def at_size() -> int:
+        return sum(1 for records in committed_steps(log_dir).values() if records[0]["size"] == size)
+
+    goal = at_size() + count
+    deadline = time.monotonic() + timeout
+    while at_size() < goal:
+        assert time.monotonic() < deadline, f"fewer than {count} steps at size {size} within {timeout} s"
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_a_plain_horovod_script_trains_in_the_ring_through_2_3_1_2(
     yarn: YarnServiceClient, tmp_path: Path, script: str
@@ -54,7 +67,7 @@ def test_a_plain_horovod_script_trains_in_the_ring_through_2_3_1_2(
             for size in (3, 1, 2):
                 client.flex(size, reason="test")
                 client.wait_for_size(size, timeout=120)
-                time.sleep(3)  # train a few steps at this size before the next resize
+                wait_for_steps_at(log_dir, size, count=10)  # train at this size before the next resize
             status = client.status()
         (tmp_path / "stop").touch()
         wait_finished(yarn, name, timeout=180)

@@ -36,6 +36,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -172,9 +174,6 @@ _ring_sockets: dict[int, int] = {}
 
 def tcp_sockets() -> dict[int, int]:
     """This process's open TCP sockets, file descriptor -> inode (Linux ``/proc``; {} elsewhere)."""
-    import os
-    import socket as socketlib
-
     found: dict[int, int] = {}
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
@@ -188,11 +187,11 @@ def tcp_sockets() -> dict[int, int]:
         if not target.startswith("socket:["):
             continue
         try:
-            probe = socketlib.socket(fileno=os.dup(fd))
+            probe = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
         try:
-            if probe.family in (socketlib.AF_INET, socketlib.AF_INET6) and probe.type == socketlib.SOCK_STREAM:
+            if probe.family in (socket.AF_INET, socket.AF_INET6) and probe.type == socket.SOCK_STREAM:
                 found[fd] = int(target[8:-1])
         finally:
             probe.close()
@@ -202,19 +201,16 @@ def tcp_sockets() -> dict[int, int]:
 def release_previous_ring() -> int:
     """Shuts down the connections of the ring the last ``init`` joined that are still open (the same
     socket: same fd and inode); returns how many. The file descriptors stay Horovod's to close."""
-    import os
-    import socket as socketlib
-
     released = 0
     current = tcp_sockets()
     for fd, inode in list(_ring_sockets.items()):
         if current.get(fd) == inode:
             try:
-                probe = socketlib.socket(fileno=os.dup(fd))
+                probe = socket.socket(fileno=os.dup(fd))
             except OSError:
                 continue
             try:
-                probe.shutdown(socketlib.SHUT_RDWR)
+                probe.shutdown(socket.SHUT_RDWR)
                 released += 1
             except OSError:
                 pass
@@ -257,8 +253,7 @@ def join_or_leave() -> None:
 def _slot_rank(timeout: float = 600.0) -> int:
     """Asks the job's rendezvous for this process's rank in the ring being formed, as ``hvd.init``
     would (blocks until the ring's other members arrived, at most ``timeout`` s); -1: no slot."""
-    import os
-    import urllib.request
+    import urllib.request  # here: every Python process of the job imports this module at start-up
 
     host, port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     me, local_rank = os.environ.get("HOROVOD_HOSTNAME"), os.environ.get("HOROVOD_LOCAL_RANK", "0")
