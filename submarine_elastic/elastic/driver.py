@@ -342,13 +342,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         else:
             leavers = choose_leavers(live, self._ranks(), len(live) - workers)
         self.target = workers
-        for agent in leavers:
-            self.registry.update(agent.agent_id, leaving=True)
-        # Leave only once Horovod offers the leavers no more: the ring they then re-form gives them no
-        # slot, and they exit cleanly (tf_hooks.elastic.autojoin) instead of holding a rank.
-        self._wait_withdrawn({a.agent_id for a in leavers})
+        # Leave first, then withdraw: Horovod polls discovery once a second and only then interrupts the
+        # ring, so the leavers know before their re-form that they go; their hvd.init() then finds no slot
+        # and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
         for agent in leavers:
             agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
+        for agent in leavers:
+            self.registry.update(agent.agent_id, leaving=True)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
@@ -358,19 +358,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self.yarn.flex(self.job, WORKER_COMPONENT, workers)
         else:
             self.yarn.decommission(self.job, WORKER_COMPONENT, [a.instance for a in leavers])
-
-    def _wait_withdrawn(self, agent_ids: set[str], timeout: float = 30.0) -> None:
-        """Blocks until Horovod's host manager no longer lists ``agent_ids`` (its discovery polls every
-        second), at most ``timeout`` s."""
-        if self._hvd is None:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            offered = set(self._hvd._host_manager.current_hosts.available_hosts)
-            if not offered & agent_ids:
-                return
-            time.sleep(0.1)
-        log.warning("Horovod still offers %s after %.0f s", sorted(agent_ids), timeout)
 
     # ------------------------------------------------------------------ Horovod
 

@@ -10,9 +10,9 @@ process and any Python process it starts:
   written for ``horovodrun`` never trains alone at world size 1.
 - a later ``hvd.init()`` (Horovod's elastic reset re-initialises after every resize), when the agent has
   asked the process to leave (scale-in), asks the job's rendezvous for this process's slot in the new
-  ring, as Horovod's own ``init`` would; the driver sends Leave only once Horovod no longer offers the
-  worker, so the answer is "no slot", and the process exits with status 0 instead of being aborted by
-  Horovod (``SIGABRT``, "has been removed from elastic job").
+  ring, as Horovod's own ``init`` would; the driver sends Leave before it withdraws the worker, so the
+  answer is "no slot", and the process exits with status 0 instead of being aborted by Horovod
+  (``SIGABRT``, "has been removed from elastic job").
 - importing Horovod's Keras binding under Keras 2 (``TF_USE_LEGACY_KERAS=1``) points its backend at
   ``tf.keras.backend``: Horovod binds the ``keras`` package's (Keras 3) backend, with which its
   ``MetricAverageCallback`` and ``broadcast``/``allgather`` helpers fail at the first epoch end.
@@ -243,7 +243,7 @@ def join_or_leave() -> None:
             sys.stderr.write("submarine-elastic: this worker left the ring (scale-in); exiting\n")
             sys.stderr.flush()
             raise SystemExit(LEFT_RING)
-        # Recorded as ready with a rank (the driver should have prevented it): Horovod's init would
+        # Recorded as ready with a rank (a re-form for another reason came first): Horovod's init would
         # record this process a second time, so it fails instead, and Horovod re-forms without it.
         sys.stderr.write(f"submarine-elastic: asked to leave, but the new ring still gave this worker rank {rank}\n")
         sys.stderr.flush()
