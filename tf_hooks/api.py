@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +18,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 logger = logging.getLogger(__name__)
-
-#: The same rule the metrics service applies to job ids (YARN service names).
-JOB_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,63}")
-INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-#: The most steps the metrics service takes in one batch.
-MAX_POINTS_PER_BATCH = 10_000
 
 #: A number, or something the sender turns into one off the training thread: a TensorFlow tensor
 #: or NumPy scalar (anything ``float()`` accepts), or a zero-argument callable returning one.

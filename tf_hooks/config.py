@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from submarine_elastic import env
-from tf_hooks.api import INSTANCE_PATTERN, JOB_ID_PATTERN, MAX_POINTS_PER_BATCH, MetricsConfigError
+from submarine_elastic.limits import INSTANCE, JOB_NAME, MAX_POINTS_PER_BATCH
+from tf_hooks.api import MetricsConfigError
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ class MetricsConfig:
                 raise MetricsConfigError(
                     f"a metrics endpoint is set ({self.endpoint}) but no job id; pass job_id= or set SUBMARINE_JOB_ID"
                 )
-        if self.job_id is not None and not JOB_ID_PATTERN.fullmatch(self.job_id):
-            raise MetricsConfigError(f"job id {self.job_id!r} is not a job name ([a-z][a-z0-9-]{{0,63}})")
-        if not INSTANCE_PATTERN.fullmatch(self.instance):
-            raise MetricsConfigError(f"worker instance {self.instance!r} is not 1-128 of [A-Za-z0-9._:-]")
+        if self.job_id is not None and (problem := JOB_NAME.problem(self.job_id)) is not None:
+            raise MetricsConfigError(f"job id: {problem}")
+        if (problem := INSTANCE.problem(self.instance)) is not None:
+            raise MetricsConfigError(problem)
         if self.token is not None and (
             not self.token or not self.token.isascii() or not self.token.isprintable() or " " in self.token
         ):

@@ -43,6 +43,7 @@ from tenacity import (
     wait_random,
 )
 
+from submarine_elastic.limits import MAX_ABS_VALUE, MAX_INT64, MAX_USER_METRICS, USER_METRIC
 from submarine_elastic.metrics.proto import metrics_pb2
 from tf_hooks import wire
 from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepBlock, StepRecord, as_floats
@@ -50,11 +51,6 @@ from tf_hooks.config import MetricsConfig
 
 logger = logging.getLogger(__name__)
 
-# Mirrors the service's rules (submarine_elastic/metrics/validation.py); a test keeps them in step.
-_MAX_ABS = 1e15
-_MAX_USER_METRICS = 32
-_MAX_INT64 = 2**63 - 1
-_USER_METRIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 # The channel's own reconnect backoff (gRPC's default grows to 120 s) must not outlast ours.
 _CHANNEL_OPTIONS = (
@@ -572,7 +568,7 @@ class GrpcSink(MetricsSink):
 
 
 _OPTIONAL_FLOATS = (  # column, lowest value the service takes
-    ("loss", -_MAX_ABS),
+    ("loss", -MAX_ABS_VALUE),
     ("examples_per_second", 0.0),
     ("step_time_seconds", 0.0),
     ("learning_rate", 0.0),
@@ -587,7 +583,7 @@ def _kept(values: np.ndarray | None, low: float, n: int, name: str) -> np.ndarra
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (n,):
         raise ValueError(f"column {name} has shape {array.shape}, the block has {n} steps")
-    ok = (array >= low) & (array <= _MAX_ABS)
+    ok = (array >= low) & (array <= MAX_ABS_VALUE)
     if ok.all():
         return array
     if not ok.any():
@@ -612,7 +608,7 @@ def _clean(
     wall_time = np.asarray(block.wall_time, dtype=np.float64)
     if step.shape != (n,) or wall_time.shape != (n,):
         raise ValueError(f"step and wall_time need {n} values, got {step.shape} and {wall_time.shape}")
-    bad = ~((wall_time > 0) & (wall_time <= _MAX_ABS))
+    bad = ~((wall_time > 0) & (wall_time <= MAX_ABS_VALUE))
     if bad.any():
         wall_time = np.where(bad, time.time(), wall_time)
     optional: dict[str, np.ndarray | None] = {
@@ -627,10 +623,10 @@ def _clean(
     optional["batch_size"] = batch_size
     user: list[tuple[str, np.ndarray]] = []
     for name, values in block.user_metrics.items():
-        if len(user) >= _MAX_USER_METRICS:
+        if len(user) >= MAX_USER_METRICS:
             break
-        if _metric_name_ok(name):
-            kept = _kept(values, -_MAX_ABS, n, name)
+        if USER_METRIC.matches(name):
+            kept = _kept(values, -MAX_ABS_VALUE, n, name)
             if kept is not None:
                 user.append((name, kept))
     return rank, world_size, step, wall_time, optional, user
@@ -696,19 +692,9 @@ def _rows(column: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:
 
 def _fits_int64(value: Any) -> bool:
     try:
-        return int(value) <= _MAX_INT64
+        return int(value) <= MAX_INT64
     except (TypeError, ValueError, OverflowError):
         return False
-
-
-def _metric_name_ok(name: str) -> bool:
-    return (
-        isinstance(name, str)
-        and 0 < len(name) <= 64
-        and not name[0].isdigit()
-        and name[0] != "."
-        and set(name) <= _USER_METRIC_CHARS
-    )
 
 
 def _channel(config: MetricsConfig) -> grpc.Channel:

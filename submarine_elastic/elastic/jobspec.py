@@ -18,6 +18,7 @@ from pathlib import Path
 
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
 from submarine_elastic.env import jobs_dir
+from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.yarn import InvalidSpecError, Service
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "yarn_service_specs" / "elastic-job.json"
@@ -131,19 +132,36 @@ class JobRequest:
     token: str = field(default_factory=lambda: new_token(), repr=False)
     tls: DriverTls | None = None
 
+    def __post_init__(self) -> None:
+        """Raises:
+        JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too).
+        """
+        if (problem := JOB_NAME.problem(self.name)) is not None:
+            raise JobSpecError(f"--name: {problem}")
+
 
 def job_dir(job: str) -> Path:
     """What ``job run`` keeps of a job: its control token, its secrets and its driver's TLS files, one
     file each, under the jobs directory. The containers get them from here (YARN localizes them), so it
     must be a path every NodeManager reads: the jobs directory on a pseudo-cluster, a shared volume in
-    the docker-compose cluster."""
+    the docker-compose cluster.
+
+    Raises:
+        JobSpecError: ``job`` is not a job name (so never a path outside the jobs directory).
+    """
+    if (problem := JOB_NAME.problem(job)) is not None:
+        raise JobSpecError(problem)
     return jobs_dir() / job
 
 
 def outcome_path(job: str) -> Path:
     """Where the job's driver records how the job ended (JSON), beside :func:`job_dir` so that removing
-    a finished job's secrets keeps it; like the job's directory, every NodeManager must reach it."""
-    return jobs_dir() / f"{job}.outcome.json"
+    a finished job's secrets keeps it; like the job's directory, every NodeManager must reach it.
+
+    Raises:
+        JobSpecError: ``job`` is not a job name.
+    """
+    return job_dir(job).with_name(f"{job}.outcome.json")
 
 
 #: Variables whose values are secrets, and the file each is localized to in a container. The spec

@@ -8,7 +8,6 @@ the policy engine needs no protobuf.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -19,16 +18,6 @@ DEFAULT_PORT = 50061
 #: Full gRPC name of the service, as health checking and reflection know it.
 SERVICE_NAME = "submarine.metrics.v1.MetricsService"
 
-#: A job id is a YARN service name ([a-z][a-z0-9-]*); ``tf_hooks`` checks the same pattern.
-JOB_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,63}")
-INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-INCARNATION_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-USER_METRIC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
-MAX_POINTS_PER_BATCH = 10_000
-MAX_USER_METRICS = 32
-MAX_WORLD_SIZE = 100_000
-#: Largest magnitude of any float in a point; beyond it a value is a bug, and aggregates could overflow.
-MAX_ABS_VALUE = 1e15
 
 StepPoint = metrics_pb2.StepPoint
 ReportBatch = metrics_pb2.ReportBatch

@@ -6,17 +6,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from submarine_elastic.metrics.api import (
-    INCARNATION_PATTERN,
-    INSTANCE_PATTERN,
-    JOB_ID_PATTERN,
+from submarine_elastic.limits import (
+    INCARNATION,
+    INSTANCE,
+    JOB_NAME,
     MAX_ABS_VALUE,
     MAX_POINTS_PER_BATCH,
     MAX_USER_METRICS,
     MAX_WORLD_SIZE,
-    USER_METRIC_PATTERN,
-    InvalidPointError,
+    USER_METRIC,
 )
+from submarine_elastic.metrics.api import InvalidPointError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.steps import ColumnSteps, PointSteps, Steps
 
@@ -28,18 +28,14 @@ def _in_range(value: float) -> bool:
     return -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE
 
 
-def _short(value: str) -> str:
-    return repr(value if len(value) <= 40 else value[:40] + "...")
-
-
 def validate_job_id(job_id: str) -> None:
     """Checks ``job_id`` is a YARN service name.
 
     Raises:
         InvalidPointError: it is not (field ``job_id``).
     """
-    if not JOB_ID_PATTERN.fullmatch(job_id):
-        raise InvalidPointError("job_id", f"{_short(job_id)} is not a job name ([a-z][a-z0-9-]{{0,63}})")
+    if (problem := JOB_NAME.problem(job_id)) is not None:
+        raise InvalidPointError("job_id", problem)
 
 
 def validate_batch(batch: metrics_pb2.ReportBatch) -> Steps:
@@ -54,10 +50,10 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> Steps:
     validate_job_id(batch.job_id)
     if not batch.HasField("worker"):
         raise InvalidPointError("worker", "missing")
-    if not INSTANCE_PATTERN.fullmatch(batch.worker.instance):
-        raise InvalidPointError("worker.instance", f"{_short(batch.worker.instance)} is not an instance name")
-    if not INCARNATION_PATTERN.fullmatch(batch.incarnation):
-        raise InvalidPointError("incarnation", f"{_short(batch.incarnation)} is not 1-64 of [A-Za-z0-9._:-]")
+    if (problem := INSTANCE.problem(batch.worker.instance)) is not None:
+        raise InvalidPointError("worker.instance", problem)
+    if (problem := INCARNATION.problem(batch.incarnation)) is not None:
+        raise InvalidPointError("incarnation", problem)
     world_size = batch.world_size
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         raise InvalidPointError("world_size", f"{world_size} is outside [1, {MAX_WORLD_SIZE}]")
@@ -134,8 +130,8 @@ def _column_steps(columns: metrics_pb2.StepColumns) -> ColumnSteps:
         )
     user: list[tuple[str, np.ndarray]] = []
     for j, metric in enumerate(columns.user_metrics):
-        if not USER_METRIC_PATTERN.fullmatch(metric.name):
-            raise InvalidPointError(f"columns.user_metrics[{j}].name", f"{_short(metric.name)} is not a metric name")
+        if (problem := USER_METRIC.problem(metric.name)) is not None:
+            raise InvalidPointError(f"columns.user_metrics[{j}].name", problem)
         if any(metric.name == name for name, _ in user):
             raise InvalidPointError(f"columns.user_metrics[{j}].name", f"{metric.name!r} appears twice")
         values = optional_column(f"user_metrics[{metric.name}]", metric.values)
@@ -169,7 +165,7 @@ def _validate_point(i: int, point: metrics_pb2.StepPoint) -> None:
                 f"points[{i}].user_metrics", f"{len(user_metrics)} entries; at most {MAX_USER_METRICS}"
             )
         for key, value in user_metrics.items():
-            if not USER_METRIC_PATTERN.fullmatch(key):
-                raise InvalidPointError(f"points[{i}].user_metrics", f"{_short(key)} is not a metric name")
+            if (problem := USER_METRIC.problem(key)) is not None:
+                raise InvalidPointError(f"points[{i}].user_metrics", problem)
             if not _in_range(value):
                 raise InvalidPointError(f"points[{i}].user_metrics[{key}]", f"{value} is not {_RANGE}")

@@ -25,11 +25,12 @@ as read-only.
 from __future__ import annotations
 
 import math
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from submarine_elastic.limits import INSTANCE
 
 __all__ = [
     "Allocation",
@@ -106,10 +107,6 @@ class NotAPolicyError(PolicyLoadError, TypeError):
 
 
 # ------------------------------------------------------------------------------------------- helpers
-
-#: A worker instance name as YARN writes it (``worker-3``); generous on purpose.
-_INSTANCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -200,7 +197,7 @@ class JobMetrics:
             raise InvalidSnapshotError(f"step_times must map instance name to times, got {self.step_times!r}")
         step_times: dict[str, tuple[float, ...]] = {}
         for name, times in self.step_times.items():
-            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+            if not INSTANCE.matches(name):
                 raise InvalidSnapshotError(f"step_times key must be a worker instance name, got {name!r}")
             if isinstance(times, str | bytes) or not isinstance(times, Sequence):
                 raise InvalidSnapshotError(f"step_times[{name!r}] must be a sequence of seconds, got {times!r}")
@@ -300,7 +297,7 @@ class JobView:
         if isinstance(self.instances, str) or not isinstance(self.instances, Sequence):
             raise InvalidSnapshotError(f"{self.job_id}: instances must be a sequence of names, got {self.instances!r}")
         for name in self.instances:
-            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+            if not INSTANCE.matches(name):
                 raise InvalidSnapshotError(f"{self.job_id}: bad instance name {name!r}")
         object.__setattr__(self, "instances", tuple(self.instances))
         if not isinstance(self.metrics, JobMetrics):
@@ -403,7 +400,7 @@ class Decision:
         if isinstance(self.replace, str) or not isinstance(self.replace, Sequence):
             raise InvalidDecisionError(f"{self.job_id}: replace must be a sequence of names, got {self.replace!r}")
         for name in self.replace:
-            if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+            if not INSTANCE.matches(name):
                 raise InvalidDecisionError(f"{self.job_id}: bad instance name in replace: {name!r}")
         if len(set(self.replace)) != len(self.replace):
             raise InvalidDecisionError(f"{self.job_id}: replace names an instance twice: {self.replace!r}")

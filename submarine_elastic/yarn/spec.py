@@ -38,6 +38,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from submarine_elastic.limits import COMPONENT_NAME_MAX_LENGTH, SERVICE_NAME_MAX_LENGTH, YARN_NAME_CHARS
+
 from .api import InvalidSpecError
 
 __all__ = [
@@ -63,11 +65,7 @@ __all__ = [
     "spec_error",
 ]
 
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]*")
-#: Registry DNS limits a label to 63 characters (``RegistryConstants.MAX_FQDN_LABEL_LENGTH``).
-SERVICE_NAME_MAX_LENGTH = 63
-#: 63 minus the 19 digits YARN reserves for the instance number (``ServiceApiUtil``).
-COMPONENT_NAME_MAX_LENGTH = 44
+NAME_PATTERN = YARN_NAME_CHARS
 
 
 def _name_checker(kind: str, max_length: int) -> AfterValidator:

@@ -1,0 +1,75 @@
+"""Names and limits every side of a job agrees on, in one place.
+
+The training side (``tf_hooks``), the metrics service, the controller, the job CLI and the YARN client
+all import their rules from here, so a name one of them accepts is never refused by another. Nothing
+here imports more than ``re``: a training process pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """A kind of name: a pattern with its length bound, and the words that explain it to a user."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    explained: str
+
+    def matches(self, value: object) -> bool:
+        return isinstance(value, str) and self.pattern.fullmatch(value) is not None
+
+    def problem(self, value: object) -> str | None:
+        """None when ``value`` follows the rule; else a sentence naming the value and the rule."""
+        if self.matches(value):
+            return None
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "...")
+        return f"{self.kind} {shown} is not {self.explained}"
+
+
+#: The characters of a YARN service or component name (a DNS label); the lengths are bounded below.
+YARN_NAME_CHARS = re.compile(r"[a-z][a-z0-9-]*")
+#: Registry DNS limits a label to 63 characters (YARN's ``RegistryConstants.MAX_FQDN_LABEL_LENGTH``).
+SERVICE_NAME_MAX_LENGTH = 63
+#: 63 minus the 19 digits YARN reserves for a component instance's number (``ServiceApiUtil``).
+COMPONENT_NAME_MAX_LENGTH = 44
+
+#: A job's name is its YARN service name, which is also the job id of its metrics.
+JOB_NAME = NameRule(
+    "job name",
+    re.compile(rf"[a-z][a-z0-9-]{{0,{SERVICE_NAME_MAX_LENGTH - 1}}}"),
+    f"a YARN service name: 1-{SERVICE_NAME_MAX_LENGTH} characters of [a-z0-9-], starting with a letter",
+)
+COMPONENT_NAME = NameRule(
+    "component name",
+    re.compile(rf"[a-z][a-z0-9-]{{0,{COMPONENT_NAME_MAX_LENGTH - 1}}}"),
+    f"a YARN component name: 1-{COMPONENT_NAME_MAX_LENGTH} characters of [a-z0-9-], starting with a letter",
+)
+#: A worker as YARN names its container (``worker-3``) or a host name; generous on purpose.
+INSTANCE = NameRule(
+    "worker instance",
+    re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"),
+    "1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit",
+)
+#: One run of a training process (the agent numbers them); starts of a process never share one.
+INCARNATION = NameRule("incarnation", re.compile(r"[A-Za-z0-9._:-]{1,64}"), "1-64 characters of [A-Za-z0-9._:-]")
+#: The name of a metric a user reports beside the built-in ones (``top5_accuracy``).
+USER_METRIC = NameRule(
+    "metric name",
+    re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}"),
+    "1-64 characters of [A-Za-z0-9_.], starting with a letter or '_'",
+)
+
+#: The most steps the metrics service takes in one batch.
+MAX_POINTS_PER_BATCH = 10_000
+#: The most user metrics one step carries; a hook sends the first ones and leaves the rest out.
+MAX_USER_METRICS = 32
+#: The largest world size a metrics batch may claim.
+MAX_WORLD_SIZE = 100_000
+#: Largest magnitude of any float in a point; beyond it a value is a bug, and aggregates could overflow.
+MAX_ABS_VALUE = 1e15
+#: Steps and batch sizes travel as int64.
+MAX_INT64 = 2**63 - 1
