@@ -46,7 +46,7 @@ from typing import IO
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import ElasticError
+from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -109,6 +109,13 @@ class _Tee:
 
 
 class Agent:
+    """One worker container's agent: it runs the training process and relays between it and the driver.
+
+    Its :attr:`state` (:class:`AgentState`) changes only through :meth:`_move`, which refuses a transition
+    the machine does not have; the threads that change it (the child's channel, the driver's stream, the
+    main thread, the SIGTERM handler) hold one reentrant lock while they do.
+    """
+
     def __init__(self, command: str, instance: str, container_id: str, host: str) -> None:
         self.command = command
         self.instance = instance
@@ -117,16 +124,30 @@ class Agent:
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
         self.events: queue.Queue[pb.AgentEvent | None] = queue.Queue()
-        self.leaving = False
-        self.stopping = False
+        self._state = AgentState.STARTING
+        # Reentrant: the SIGTERM handler runs on the main thread, which may hold it at that moment.
+        self._state_lock = threading.RLock()
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel_end: socket.socket | None = None
         self.started_at = 0.0
+        #: its training process asked to join a ring (it reached WARM); sent with its Exited event
         self.joined = False
         self.log_path: Path | None = None
         self._stdout: _Tee | None = None
         self._stderr: _Tee | None = None
         self._logfile: IO[bytes] | None = None
+
+    @property
+    def state(self) -> AgentState:
+        return self._state
+
+    def _move(self, to: AgentState) -> None:
+        """Enter ``to``. Callers hold ``_state_lock``.
+
+        Raises:
+            IllegalTransitionError: ``to`` cannot follow the current state.
+        """
+        self._state = advance(self.instance, self._state, to)
 
     # -------------------------------------------------------------- the training process
 
@@ -181,7 +202,12 @@ class Agent:
             log.error("%s: unreadable message from the training process: %r", self.instance, buf[:200])
             return
         if message.get("event") == "warm":
-            self.joined = True
+            with self._state_lock:
+                if self._state is not AgentState.STARTING:
+                    log.warning("%s: 'warm' from the training process while %s; ignored", self.instance, self._state)
+                    return
+                self._move(AgentState.WARM)
+                self.joined = True
             warmup = time.monotonic() - self.started_at
             log.info("%s: training process warm after %.1f s", self.instance, warmup)
             self.events.put(pb.AgentEvent(warm=pb.Warm(pid=int(message.get("pid", 0)), warmup_seconds=warmup)))
@@ -196,6 +222,17 @@ class Agent:
         if self._logfile is not None:
             self._logfile.close()
         return code
+
+    def exited(self, code: int) -> pb.AgentEvent:
+        """Enter EXITED; the Exited event for the driver, ``leaving`` when the process was asked to go.
+
+        Raises:
+            IllegalTransitionError: it was reported exited before.
+        """
+        with self._state_lock:
+            leaving = self._state.asked_to_end
+            self._move(AgentState.EXITED)
+        return self.exited_event(code, leaving)
 
     def exited_event(self, code: int, leaving: bool) -> pb.AgentEvent:
         failed = not leaving and (code != 0 or not self.joined)
@@ -222,10 +259,13 @@ class Agent:
             log.warning("%s: could not tell the training process %s: %s", self.instance, sorted(message), exc)
 
     def stop_training(self, grace: float) -> None:
+        """SIGTERM the training process's group, SIGKILL it after ``grace`` seconds; blocks until then."""
         proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        self.stopping = True
+        with self._state_lock:
+            if proc is None or proc.poll() is not None or self._state is AgentState.EXITED:
+                return
+            if self._state is not AgentState.STOPPING:
+                self._move(AgentState.STOPPING)
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=grace)
@@ -247,13 +287,18 @@ class Agent:
 
     def _handle(self, command: pb.AgentCommand) -> None:
         kind = command.WhichOneof("command")
-        if kind == "start":
-            log.info("%s: joining the ring as rank %s", self.instance, command.start.env.get("HOROVOD_RANK"))
-            self.send_slot_env(dict(command.start.env))
-        elif kind == "leave":
-            log.info("%s: leaving the ring (scale-in)", self.instance)
-            self.leaving = True
-            self._tell_child({"leave": True})
+        if kind in ("start", "leave"):
+            to = AgentState.RUNNING if kind == "start" else AgentState.LEAVING
+            with self._state_lock:
+                if self._state in (AgentState.STOPPING, AgentState.EXITED):
+                    return  # the process is going anyway
+                self._move(to)  # a Start or Leave before Warm breaks the protocol: IllegalTransitionError
+            if kind == "start":
+                log.info("%s: joining the ring as rank %s", self.instance, command.start.env.get("HOROVOD_RANK"))
+                self.send_slot_env(dict(command.start.env))
+            else:
+                log.info("%s: leaving the ring (scale-in)", self.instance)
+                self._tell_child({"leave": True})
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 
@@ -276,9 +321,10 @@ class Agent:
         reader.start()
 
         code = self.wait_training()
-        leaving = self.leaving or self.stopping
+        event = self.exited(code)
+        leaving = event.exited.leaving
         log.info("%s: training process exited with %d%s", self.instance, code, " (leaving)" if leaving else "")
-        self.events.put(self.exited_event(code, leaving))
+        self.events.put(event)
         if code != 0 and not leaving:
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
             self.events.put(None)
@@ -291,7 +337,10 @@ class Agent:
     def _read_commands(self, commands: Iterator[pb.AgentCommand]) -> None:
         try:
             for command in commands:
-                self._handle(command)
+                try:
+                    self._handle(command)
+                except IllegalTransitionError as exc:
+                    log.error("%s: ignoring the driver's %s: %s", self.instance, command.WhichOneof("command"), exc)
         except grpc.RpcError as exc:
             if self.proc is not None and self.proc.poll() is None:
                 log.error("%s: lost the job driver (%s); stopping the training process", self.instance, exc.code())

@@ -1,8 +1,20 @@
-"""Errors, names and value types of the elastic job runtime (driver, agents, job specs)."""
+"""Errors, names, states and value types of the elastic job runtime (driver, agents, job specs).
+
+Three state machines run a job; each is an enum whose legal transitions are listed in its docstring
+and enforced by :func:`advance` (an illegal one raises :class:`IllegalTransitionError`), as
+``torch.distributed.elastic``'s ``WorkerState`` does:
+
+- :class:`JobPhase`: the job as its driver sees it (``JobStatus.phase`` on the wire);
+- :class:`WorkerState`: one worker as the driver sees it (``WorkerStatus.state``);
+- :class:`AgentState`: the training process as its own agent sees it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
 
 DRIVER_COMPONENT = "driver"
 WORKER_COMPONENT = "worker"
@@ -18,6 +30,142 @@ class DriverUnreachableError(ElasticError):
 
 class FlexRefusedError(ElasticError):
     """A resize outside the job's limits, or while the job cannot resize."""
+
+
+class IllegalTransitionError(ElasticError):
+    """A state change that the state machine does not allow: a bug, or a peer breaking the protocol.
+
+    Attributes:
+        what: whose state it is (``job mnist``, ``worker-2``).
+        current, requested: the state it is in and the one asked for.
+    """
+
+    def __init__(self, what: str, current: StrEnum, requested: StrEnum) -> None:
+        allowed = ", ".join(sorted(s.value for s in _NEXT[type(current)][current]))
+        then = f"from {current.value} only to {allowed}" if allowed else f"{current.value} is final"
+        super().__init__(f"{what}: no transition from {current.value} to {requested.value} ({then})")
+        self.what = what
+        self.current = current
+        self.requested = requested
+
+
+class JobPhase(StrEnum):
+    """A job as its driver sees it; the value is ``JobStatus.phase`` on the wire.
+
+    Transitions::
+
+        WAITING -> RUNNING    the ring formed (enough warm workers)
+        WAITING -> FAILED     the ring did not form in time, or a worker failed before it did
+        RUNNING -> FINISHED   every worker exited cleanly
+        RUNNING -> FAILED     Horovod ended the job, or a worker failed in a way that ends it
+    """
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class WorkerState(StrEnum):
+    """One worker (one agent incarnation) as the driver sees it; the value is ``WorkerStatus.state``
+    on the wire, except that LEFT is sent as ``exited`` (with exit code 0), as it always was.
+
+    Transitions::
+
+        ATTACHED -> WARM            its training process asked to join a ring (hvd.init())
+        WARM     -> RUNNING         Horovod gave it a slot and the driver sent Start
+        WARM, RUNNING -> LEAVING    chosen on scale-in: told to Leave, withdrawn from discovery
+        LEAVING  -> LEFT            its process ended (or its agent went) after it was told to leave
+        ATTACHED, WARM, RUNNING -> EXITED   its process ended on its own (finished or failed),
+                                            or its agent went away
+    """
+
+    ATTACHED = "attached"
+    WARM = "warm"
+    RUNNING = "running"
+    LEAVING = "leaving"
+    LEFT = "left"
+    EXITED = "exited"
+
+    @property
+    def wire(self) -> str:
+        """The ``WorkerStatus.state`` string: a LEFT worker reads ``exited`` there."""
+        return WorkerState.EXITED.value if self is WorkerState.LEFT else self.value
+
+    @property
+    def ended(self) -> bool:
+        """Its training process is gone (LEFT or EXITED)."""
+        return self in (WorkerState.LEFT, WorkerState.EXITED)
+
+
+class AgentState(StrEnum):
+    """The training process as its agent sees it.
+
+    Transitions::
+
+        STARTING -> WARM        the process asked to join a ring (its first hvd.init())
+        WARM     -> RUNNING     the driver handed it its slot (Start)
+        WARM, RUNNING -> LEAVING    the driver drops it on scale-in (Leave)
+        STARTING, WARM, RUNNING, LEAVING -> STOPPING   it is being terminated (Stop, a lost driver, SIGTERM)
+        any state but EXITED -> EXITED   the process ended
+    """
+
+    STARTING = "starting"
+    WARM = "warm"
+    RUNNING = "running"
+    LEAVING = "leaving"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+    @property
+    def asked_to_end(self) -> bool:
+        """The driver (or YARN) asked the process to go: its exit is no failure."""
+        return self in (AgentState.LEAVING, AgentState.STOPPING)
+
+
+_J, _W, _A = JobPhase, WorkerState, AgentState
+_NEXT: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = {
+    JobPhase: {
+        _J.WAITING: frozenset({_J.RUNNING, _J.FAILED}),
+        _J.RUNNING: frozenset({_J.FINISHED, _J.FAILED}),
+        _J.FINISHED: frozenset(),
+        _J.FAILED: frozenset(),
+    },
+    WorkerState: {
+        _W.ATTACHED: frozenset({_W.WARM, _W.EXITED}),
+        _W.WARM: frozenset({_W.RUNNING, _W.LEAVING, _W.EXITED}),
+        _W.RUNNING: frozenset({_W.LEAVING, _W.EXITED}),
+        _W.LEAVING: frozenset({_W.LEFT}),
+        _W.LEFT: frozenset(),
+        _W.EXITED: frozenset(),
+    },
+    AgentState: {
+        _A.STARTING: frozenset({_A.WARM, _A.STOPPING, _A.EXITED}),
+        _A.WARM: frozenset({_A.RUNNING, _A.LEAVING, _A.STOPPING, _A.EXITED}),
+        _A.RUNNING: frozenset({_A.LEAVING, _A.STOPPING, _A.EXITED}),
+        _A.LEAVING: frozenset({_A.STOPPING, _A.EXITED}),
+        _A.STOPPING: frozenset({_A.EXITED}),
+        _A.EXITED: frozenset(),
+    },
+}
+
+_S = TypeVar("_S", JobPhase, WorkerState, AgentState)
+
+
+def can_advance(current: _S, requested: _S) -> bool:
+    """Whether ``current -> requested`` is one of the machine's transitions."""
+    return requested in _NEXT[type(current)][current]
+
+
+def advance(what: str, current: _S, requested: _S) -> _S:
+    """``requested``, when ``current -> requested`` is legal.
+
+    Raises:
+        IllegalTransitionError: it is not (naming ``what``, both states and the allowed ones).
+    """
+    if not can_advance(current, requested):
+        raise IllegalTransitionError(what, current, requested)
+    return requested
 
 
 @dataclass(frozen=True)

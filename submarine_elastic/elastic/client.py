@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf import json_format
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError
+from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
 from submarine_elastic.elastic.jobspec import (
     SECRET_ENV,
     TLS_FILES,
@@ -215,25 +217,43 @@ class JobClient:
                 raise FlexRefusedError(exc.details()) from exc
             raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
 
-    def wait_for_size(self, workers: int, timeout: float, poll: float = 0.5) -> pb.JobStatus:
-        """Block until the ring has ``workers`` ranks and nobody is leaving (at most ``timeout`` s).
+    def wait_for_size(
+        self, workers: int, timeout: float, poll: float = 0.5, *, sleep: Callable[[float], None] = time.sleep
+    ) -> pb.JobStatus:
+        """Block until the ring has ``workers`` ranks and nobody is leaving (at most ``timeout`` s, one
+        status read every ``poll`` s).
 
         Raises:
-            TimeoutError: naming the last status seen (and why the ring has not formed, if it has not).
+            TimeoutError: naming the last status seen (and why the ring has not formed, or why YARN has
+                not taken the resize yet, if so).
             FlexRefusedError: the job failed meanwhile (with its reason).
+            DriverUnreachableError: as the class.
         """
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def leaving(st: pb.JobStatus) -> list[str]:
+            return [w.instance for w in st.workers if w.state == WorkerState.LEAVING]
+
+        def read() -> pb.JobStatus:
             st = self.status()
-            leaving = [w for w in st.workers if w.state == "leaving"]
-            if st.world_size == workers and st.target == workers and not leaving:
-                return st
-            if st.phase == "failed":
+            settled = st.world_size == workers and st.target == workers and not leaving(st)
+            if not settled and st.phase == JobPhase.FAILED:
                 raise FlexRefusedError(f"job {self.job} failed: {st.error or 'see submarine job show'}")
-            if time.monotonic() > deadline:
-                why = f"; {st.error}" if st.error else ""
-                raise TimeoutError(
-                    f"job {self.job} did not reach {workers} workers within {timeout:.0f} s "
-                    f"(world size {st.world_size}, target {st.target}, leaving {[w.instance for w in leaving]}){why}"
-                )
-            time.sleep(poll)
+            return st
+
+        def timed_out(state: RetryCallState) -> pb.JobStatus:
+            assert state.outcome is not None  # tenacity calls this after an attempt
+            st: pb.JobStatus = state.outcome.result()
+            why = f"; {st.error}" if st.error else ""
+            raise TimeoutError(
+                f"job {self.job} did not reach {workers} workers within {timeout:.0f} s "
+                f"(world size {st.world_size}, target {st.target}, leaving {leaving(st)}){why}"
+            )
+
+        retrying = Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(poll),
+            retry=retry_if_result(lambda st: st.world_size != workers or st.target != workers or bool(leaving(st))),
+            retry_error_callback=timed_out,
+            sleep=sleep,
+        )
+        return retrying(read)

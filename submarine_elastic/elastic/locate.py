@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, DriverUnreachableError
@@ -44,23 +44,35 @@ def driver_address(
         if not rm:
             raise DriverUnreachableError("no ResourceManager address: SUBMARINE_RM_URL is not set")
         client = YarnServiceClient(rm)
-    deadline = time.monotonic() + timeout
     last = "no answer yet"
+
+    def find() -> str:
+        """The address, or '' while there is none yet."""
+        nonlocal last, port
+        try:
+            status = client.status(job)
+        except YarnError as exc:
+            last = str(exc)
+            return ""
+        host = driver_host(status)
+        if port is None:
+            port = env.driver_port() or _spec_port(status)
+        if host and port:
+            return f"{host}:{port}"
+        last = f"service state {status.state}, driver container {'without address' if not host else 'ok'}"
+        return ""
+
+    def not_found(_state: RetryCallState) -> str:
+        raise DriverUnreachableError(f"the driver of job {job!r} was not found within {timeout:.0f} s: {last}")
+
+    retrying = Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(1.0),
+        retry=retry_if_result(lambda address: not address),
+        retry_error_callback=not_found,
+    )
     try:
-        while True:
-            try:
-                status = client.status(job)
-                host = driver_host(status)
-                if port is None:
-                    port = env.driver_port() or _spec_port(status)
-                if host and port:
-                    return f"{host}:{port}"
-                last = f"service state {status.state}, driver container {'without address' if not host else 'ok'}"
-            except YarnError as exc:
-                last = str(exc)
-            if time.monotonic() > deadline:
-                raise DriverUnreachableError(f"the driver of job {job!r} was not found within {timeout:.0f} s: {last}")
-            time.sleep(1.0)
+        return retrying(find)
     finally:
         if owns:
             client.close()

@@ -1,0 +1,130 @@
+"""The state machines of a job, its workers and their agents: every legal path, and illegal steps refused
+with a message that names whose state it is, both states and what is allowed."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from enum import StrEnum
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic.api import (
+    AgentState,
+    IllegalTransitionError,
+    JobPhase,
+    WorkerState,
+    advance,
+    can_advance,
+)
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+
+J, W, A = JobPhase, WorkerState, AgentState
+
+LEGAL_PATHS: list[list[StrEnum]] = [
+    [J.WAITING, J.RUNNING, J.FINISHED],
+    [J.WAITING, J.RUNNING, J.FAILED],
+    [J.WAITING, J.FAILED],
+    [W.ATTACHED, W.WARM, W.RUNNING, W.LEAVING, W.LEFT],
+    [W.ATTACHED, W.WARM, W.LEAVING, W.LEFT],
+    [W.ATTACHED, W.WARM, W.RUNNING, W.EXITED],
+    [W.ATTACHED, W.EXITED],
+    [A.STARTING, A.WARM, A.RUNNING, A.LEAVING, A.EXITED],
+    [A.STARTING, A.WARM, A.RUNNING, A.LEAVING, A.STOPPING, A.EXITED],
+    [A.STARTING, A.STOPPING, A.EXITED],
+    [A.STARTING, A.EXITED],
+]
+
+
+@pytest.mark.parametrize("path", LEGAL_PATHS, ids=lambda p: "-".join(s.value for s in p))
+def test_legal_paths_are_walked(path: list) -> None:
+    state = path[0]
+    for step in path[1:]:
+        state = advance("x", state, step)
+    assert state is path[-1]
+
+
+@pytest.mark.parametrize(
+    ("current", "requested", "message"),
+    [
+        (J.FINISHED, J.RUNNING, "job mnist: no transition from finished to running (finished is final)"),
+        (
+            J.WAITING,
+            J.FINISHED,
+            "job mnist: no transition from waiting to finished (from waiting only to failed, running)",
+        ),
+        (
+            W.ATTACHED,
+            W.LEAVING,
+            "job mnist: no transition from attached to leaving (from attached only to exited, warm)",
+        ),
+        (W.LEAVING, W.EXITED, "job mnist: no transition from leaving to exited (from leaving only to left)"),
+        (W.RUNNING, W.RUNNING, "job mnist: no transition from running to running"),
+        (A.STARTING, A.RUNNING, "job mnist: no transition from starting to running"),
+        (A.EXITED, A.STOPPING, "job mnist: no transition from exited to stopping (exited is final)"),
+    ],
+)
+def test_illegal_steps_raise_naming_both_states(current: StrEnum, requested: StrEnum, message: str) -> None:
+    assert not can_advance(current, requested)  # type: ignore[type-var]
+    with pytest.raises(IllegalTransitionError) as err:
+        advance("job mnist", current, requested)  # type: ignore[type-var]
+    assert str(err.value).startswith(message)
+    assert (err.value.current, err.value.requested) == (current, requested)
+
+
+def test_final_states_have_no_way_out() -> None:
+    for final in (J.FINISHED, J.FAILED, W.LEFT, W.EXITED, A.EXITED):
+        assert not any(can_advance(final, other) for other in type(final))  # type: ignore[type-var]
+
+
+def test_a_left_worker_reads_exited_on_the_wire() -> None:
+    assert [s.wire for s in WorkerState] == ["attached", "warm", "running", "leaving", "exited", "exited"]
+
+
+# A training process as tf_hooks.elastic.autojoin makes it: says it is warm, then does what the agent tells.
+CHILD = """
+import json, os, socket, sys
+s = socket.socket(fileno=int(os.environ["SUBMARINE_AGENT_FD"]))
+s.sendall(json.dumps({"event": "warm", "pid": os.getpid()}).encode() + b"\\n")
+message = json.loads(s.makefile().readline())
+sys.exit(0 if message.get("leave") else 5)
+"""
+
+
+def test_an_agent_told_to_leave_reports_an_exit_that_is_no_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    worker = agent_mod.Agent(f"{sys.executable} -c {shlex.quote(CHILD)}", "worker-1", "c-1", "host")
+    worker.start_training()
+    warm = worker.events.get(timeout=60)
+    assert warm.WhichOneof("event") == "warm" and worker.state is AgentState.WARM and worker.joined
+
+    worker._handle(pb.AgentCommand(leave=pb.Leave()))
+    assert worker.state is AgentState.LEAVING
+    event = worker.exited(worker.wait_training()).exited
+    assert (event.exit_code, event.leaving, event.joined, event.stderr_tail) == (0, True, True, "")
+    assert worker.state is AgentState.EXITED
+    with pytest.raises(IllegalTransitionError, match="worker-1: no transition from exited to exited"):
+        worker.exited(0)
+
+
+def test_a_start_before_warm_is_refused_and_a_stop_ends_the_process_as_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    worker = agent_mod.Agent("exec sleep 60", "worker-0", "c-0", "host")
+    worker.start_training()
+    with pytest.raises(IllegalTransitionError, match="worker-0: no transition from starting to running"):
+        worker._handle(pb.AgentCommand(start=pb.Start(env={"HOROVOD_RANK": "0"})))
+    assert worker.state is AgentState.STARTING
+
+    worker._handle(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
+    assert worker.state is AgentState.STOPPING
+    event = worker.exited(worker.wait_training()).exited
+    assert (event.exit_code, event.leaving, event.joined) == (-signal.SIGTERM, True, False)
+    worker._handle(pb.AgentCommand(leave=pb.Leave()))  # too late to matter: nothing changes, nothing raised
+    assert worker.state is AgentState.EXITED
