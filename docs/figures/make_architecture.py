@@ -34,8 +34,20 @@ HOPS = [
     (4, "metrics store", "metrics.store\nthroughput per world size,\nloss trend", CONTROLLER, (3, 0)),
     (5, "controller round", "controller.service\ncontroller.capacity\ncontroller.store (SQLite)", CONTROLLER, (3, 1)),
     (6, "policy engine", "policy.engine.decide(snapshot)\njob policy + arbiter\n-> Decision", CONTROLLER, (3, 2)),
-    (7, "driver control plane", "controller.backend\nelastic.client.JobClient.flex\nelastic.driver (Flex)", DRIVER, (3, 3)),
-    (8, "YARN Services REST flex", "yarn.client.YarnServiceClient\nflex / decommission\nPUT /app/v1/services/...", YARN, (2, 3)),
+    (
+        7,
+        "driver control plane",
+        "controller.backend\nelastic.client.JobClient.flex\nelastic.driver (Flex)",
+        DRIVER,
+        (3, 3),
+    ),
+    (
+        8,
+        "YARN Services REST flex",
+        "yarn.client.YarnServiceClient\nflex / decommission\nPUT /app/v1/services/...",
+        YARN,
+        (2, 3),
+    ),
     (9, "YARN (re)launch", "RM + service AM + NM\nworker container started\n(restart policy ALWAYS)", YARN, (1, 3)),
     (10, "worker agent", "elastic.agent\nstarts the script at once\nHello, Warm -> driver", TRAINING, (0, 3)),
     (
@@ -92,9 +104,7 @@ def main() -> None:
     ax.set_xlim(-W / 2 - 0.4, 3 * DX + W / 2 + 0.4)
     ax.set_ylim(-3 * DY - H / 2 - 1.3, H / 2 + 1.0)
     ax.axis("off")
-    ax.set_title(
-        "submarine-elastic: from a training step to a re-formed ring", fontsize=17, fontweight="bold", pad=12
-    )
+    ax.set_title("submarine-elastic: from a training step to a re-formed ring", fontsize=17, fontweight="bold", pad=12)
 
     where = {}
     for number, title, modules, colour, (col, row) in HOPS:
@@ -117,9 +127,7 @@ def main() -> None:
     for number, label in LINKS.items():
         following = 1 if number == 12 else number + 1
         start, end = edge_points(where[number], where[following])
-        ax.add_patch(
-            FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=20, linewidth=1.6, color="#333333")
-        )
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=20, linewidth=1.6, color="#333333"))
         mx, my = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
         vertical = start[0] == end[0]
         ax.text(
@@ -167,7 +175,6 @@ def main() -> None:
     )
     fig.tight_layout()
     fig.savefig(OUT, dpi=100)
-    print(OUT)
 
 
 if __name__ == "__main__":
