@@ -1,5 +1,5 @@
 # The two entry points of the README. Both install first (scripts/install.sh skips what is done).
-.PHONY: install demo test lint unit integration bench clean-cluster
+.PHONY: install demo test lint wheel-smoke unit integration bench clean-cluster
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,9 +11,13 @@ install:
 demo: install
 	$(PY) -m submarine_elastic.demo
 
-## Install everything, then lint, type-check and run the whole test suite (what CI runs).
-test: install lint
+## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs).
+test: install lint wheel-smoke
 	$(PY) -m pytest
+
+## Build the wheel, install it into a fresh virtualenv and use it from outside the checkout.
+wheel-smoke: install
+	scripts/wheel_smoke.sh
 
 lint:
 	$(VENV)/bin/ruff check submarine_elastic tf_hooks tests benchmarks examples

@@ -2,7 +2,8 @@
 # Installs everything submarine-elastic needs, into the repository:
 #   .venv/          Python 3.11 virtualenv: TensorFlow (CPU), tf_keras, Horovod built from its sdist
 #                   with TensorFlow + Gloo, this package (editable) and its test tools
-#   build/hadoop/   the Hadoop YARN / ZooKeeper jars, resolved by Maven from docker/hadoop/pom.xml
+#                   and the Hadoop YARN / ZooKeeper jars (share/submarine-elastic/hadoop/lib), resolved by
+#                   Maven from the project the package ships (submarine cluster install-jars)
 #
 # Re-running it skips every step whose inputs have not changed (a stamp file per step holds a hash
 # of what the step was built from). Usage: scripts/install.sh [--no-tensorflow]
@@ -11,7 +12,6 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SUBMARINE_VENV:-$ROOT/.venv}
-HADOOP_BUILD=${SUBMARINE_HADOOP_BUILD:-$ROOT/build/hadoop}
 PYTHON=${PYTHON:-python3.11}
 
 # Versions pinned here and in setup.cfg; the README ("Versions pinned, and why") says why (TF >= 2.19 does not build Horovod 0.28.1).
@@ -102,18 +102,9 @@ else
 fi
 
 # --- Hadoop jars ----------------------------------------------------------------------------------
-pom="$ROOT/docker/hadoop/pom.xml"
-pom_hash=$(sha256sum "$pom" | cut -c1-16)
-if stamp_ok "$HADOOP_BUILD/.stamp" "$pom_hash" && [ -d "$HADOOP_BUILD/lib" ]; then
-  skip "Hadoop jars in $HADOOP_BUILD/lib"
-else
-  step "resolving the Hadoop YARN and ZooKeeper jars from Maven Central into $HADOOP_BUILD/lib (a few minutes on a fresh machine)"
-  rm -rf "$HADOOP_BUILD/lib"
-  mkdir -p "$HADOOP_BUILD"
-  mvn --batch-mode --no-transfer-progress -f "$pom" \
-    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$HADOOP_BUILD/lib"
-  echo "    $(ls "$HADOOP_BUILD/lib" | wc -l) jars"
-  echo "$pom_hash" > "$HADOOP_BUILD/.stamp"
-fi
+# Into the virtualenv (share/submarine-elastic/hadoop/lib), where the package looks for them; the command
+# skips the download while the jars match the Maven project the package ships.
+step "Hadoop YARN and ZooKeeper jars"
+"$VENV/bin/submarine" cluster install-jars
 
 step "ready: $VENV/bin/submarine"

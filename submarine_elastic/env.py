@@ -1,14 +1,14 @@
 """Every environment variable submarine-elastic reads, one accessor each.
 
-This module imports nothing from the rest of the project, so the training side (``tf_hooks``) may
+This module imports nothing from the rest of the project but ``resources`` (the standard library only), so the training side (``tf_hooks``) may
 import it without pulling in the controller. The job spec sets the training-side variables in each
 container; the user sets the cluster-side ones in their shell.
 
 | variable | side | meaning |
 |---|---|---|
 | ``SUBMARINE_CLUSTER_DIR`` | cluster | where ``submarine cluster up`` keeps configs, logs, pids (default ``~/.submarine-elastic/cluster``) |
-| ``SUBMARINE_HADOOP_LIB`` | cluster | directory of the Hadoop jars (default ``build/hadoop/lib`` of the checkout) |
-| ``SUBMARINE_HADOOP_CONF`` | cluster | the shared Hadoop configuration files (default ``docker/hadoop/conf`` of the checkout) |
+| ``SUBMARINE_HADOOP_LIB`` | cluster | directory of the Hadoop jars (default ``share/submarine-elastic/hadoop/lib`` under the Python environment, where ``submarine cluster install-jars`` puts them) |
+| ``SUBMARINE_HADOOP_CONF`` | cluster | the shared Hadoop configuration files (default: the ones the package ships) |
 | ``SUBMARINE_RM_URL`` | client | ResourceManager web address (default: the local pseudo-cluster's) |
 | ``SUBMARINE_YARN_USER`` | client | user for simple auth (``?user.name=``); default: the login user |
 | ``SUBMARINE_YARN_AUTH`` | client | ``simple`` (default) or ``kerberos`` (SPNEGO) |
@@ -32,7 +32,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
 | ``SUBMARINE_JOBS_DIR`` | client | one directory per job: its control token, secrets and TLS files, which YARN localizes into its containers (so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
-| ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured traces and workloads (default ``../shared/data/pollux`` beside the checkout) |
+| ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured job models and workloads (default: the copy the package ships) |
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+import sys
 from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+from submarine_elastic import resources
 
 
 def _get(name: str) -> str | None:
@@ -57,15 +58,16 @@ def cluster_dir() -> Path:
 
 
 def hadoop_lib() -> Path:
-    """Directory holding the Hadoop jars resolved by ``scripts/install.sh`` (``SUBMARINE_HADOOP_LIB``)."""
+    """Directory holding the Hadoop jars (``SUBMARINE_HADOOP_LIB``); by default inside the Python environment,
+    where ``submarine cluster install-jars`` (run by ``scripts/install.sh``) resolves them."""
     value = _get("SUBMARINE_HADOOP_LIB")
-    return Path(value).expanduser() if value else _REPO_ROOT / "build" / "hadoop" / "lib"
+    return Path(value).expanduser() if value else Path(sys.prefix) / "share" / "submarine-elastic" / "hadoop" / "lib"
 
 
 def hadoop_conf_template() -> Path:
     """The Hadoop configuration shared with the docker-compose cluster (``SUBMARINE_HADOOP_CONF``)."""
     value = _get("SUBMARINE_HADOOP_CONF")
-    return Path(value).expanduser() if value else _REPO_ROOT / "docker" / "hadoop" / "conf"
+    return Path(value).expanduser() if value else resources.hadoop_conf()
 
 
 def rm_url() -> str | None:
@@ -140,13 +142,10 @@ def worker_instance() -> str:
 
 
 def pollux_data_dir() -> Path:
-    """The Pollux (OSDI 2021) traces and workloads the simulator replays (``SUBMARINE_POLLUX_DATA``).
-
-    The default is ``shared/data/pollux`` beside the repository checkout (``<repo>/../shared``), where CI
-    clones the shared data.
-    """
+    """The measured job models and workloads the simulator replays (``SUBMARINE_POLLUX_DATA``): from the
+    artifact of Pollux (OSDI 2021); by default the copy the package ships."""
     value = _get("SUBMARINE_POLLUX_DATA")
-    return Path(value).expanduser() if value else _REPO_ROOT.parent / "shared" / "data" / "pollux"
+    return Path(value).expanduser() if value else resources.pollux_data()
 
 
 def agent_fd() -> int | None:

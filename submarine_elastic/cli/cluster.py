@@ -221,3 +221,20 @@ def status(cluster_dir: Path | None) -> None:
     for s in st.services:
         services.add_row(s.name, s.app_id, s.state, str(s.containers), str(s.allocated_memory_mb))
     console.print(services if st.services else "no yarn services running")
+
+
+@cluster.command("install-jars")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the jars go [default: $SUBMARINE_HADOOP_LIB or share/submarine-elastic/hadoop/lib of this Python].",
+)
+def install_jars_command(dest: Path | None) -> None:
+    """Resolve the Hadoop YARN and ZooKeeper jars from Maven Central (needs mvn and Java 17); skipped when current."""
+    from submarine_elastic.cluster.jars import install_jars
+
+    try:
+        install_jars(dest, progress=_progress)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -173,7 +173,7 @@ def sim() -> None:
     "data_dir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
-    help="The Pollux data directory [default: $SUBMARINE_POLLUX_DATA or ../shared/data/pollux].",
+    help="The Pollux data directory [default: $SUBMARINE_POLLUX_DATA or the copy the package ships].",
 )
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def run(

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import logging
 
+from submarine_elastic import resources
 from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources, Resources
 from submarine_elastic.controller.service import DEFAULT_WORKER, JobBackend
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError
 from submarine_elastic.elastic.client import JobClient, forget_job
-from submarine_elastic.elastic.jobspec import TEMPLATE
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
@@ -23,14 +23,15 @@ RM_TIMEOUT = (5.0, 15.0)
 
 def _template_sizes() -> tuple[Resources, Resources]:
     """(driver, worker) container sizes of the job template (what a job gets unless it says otherwise)."""
+    template = resources.job_template()
     try:
-        components = {c["name"]: c["resource"] for c in json.loads(TEMPLATE.read_text())["components"]}
+        components = {c["name"]: c["resource"] for c in json.loads(template.read_text())["components"]}
         return tuple(  # type: ignore[return-value]
             Resources(int(components[name]["memory"]), int(components[name]["cpus"]))
             for name in (DRIVER_COMPONENT, WORKER_COMPONENT)
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("the job template %s cannot be read (%s); assuming its usual sizes", TEMPLATE, exc)
+        log.warning("the job template %s cannot be read (%s); assuming its usual sizes", template, exc)
         return Resources(512, 1), DEFAULT_WORKER
 
 

@@ -16,12 +16,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from submarine_elastic import resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
 from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.yarn import InvalidSpecError, Service
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "yarn_service_specs" / "elastic-job.json"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -252,7 +252,7 @@ def build_service(req: JobRequest) -> Service:
         raise JobSpecError(f"--framework: only 'tensorflow' is supported, got {req.framework!r}")
     if not req.launch_cmd.strip():
         raise JobSpecError("--worker_launch_cmd must not be empty")
-    raw = json.loads(TEMPLATE.read_text())
+    raw = json.loads(resources.job_template().read_text())
     raw["name"] = req.name
     if req.queue:
         raw["queue"] = req.queue

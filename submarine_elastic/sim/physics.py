@@ -2,8 +2,8 @@
 
 The data are the measurements published with Pollux (Qiao et al., "Pollux: Co-adaptive Cluster
 Scheduling for Goodput-Optimized Deep Learning", OSDI 2021; artifact repository petuum/adaptdl, branch
-osdi21-artifact, folder simulator/, Apache License 2.0), kept in ``../shared/data/pollux`` (see its README
-and :func:`submarine_elastic.env.pollux_data_dir`). Per application ``<app>``:
+osdi21-artifact, folder simulator/, Apache License 2.0), shipped in ``submarine_elastic/sim/data/pollux``
+(see its README and :func:`submarine_elastic.env.pollux_data_dir`). Per application ``<app>``:
 
 ``traces/<app>/placements.csv`` (``placement,local_bsz,step_time,sync_time``)
     Measured time of one training iteration (and the gradient-sync part of it) for a GPU placement (the

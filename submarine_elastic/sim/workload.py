@@ -1,7 +1,7 @@
 """Workload files: the jobs a simulation replays.
 
 The first supported format is the one of the Pollux artifact's workloads (``workloads/workload-N.csv`` in
-the shared data, see its README): a CSV with the header ``name,time,application,num_replicas,batch_size``,
+the data the package ships, see its README): a CSV with the header ``name,time,application,num_replicas,batch_size``,
 one job per row, ``time`` the arrival in seconds. Two optional columns, ``min_replicas`` and
 ``max_replicas``, bound what an elastic policy may give a job. Rows may come in any order; jobs are
 replayed in arrival order (ties keep file order).

@@ -98,7 +98,7 @@ def test_names_resolve_in_the_shared_data(tmp_path: Path):
         resolve_workload("workload-9", base)
 
 
-def test_the_shared_pollux_workloads_all_parse():
+def test_the_shipped_pollux_workloads_all_parse():
     data = env.pollux_data_dir()
     apps = sorted(p.name for p in (data / "traces").iterdir() if p.is_dir())
     for folder in ("workloads", "workloads-realistic"):
@@ -111,7 +111,8 @@ def test_env_override_of_the_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("SUBMARINE_POLLUX_DATA", str(tmp_path))
     assert env.pollux_data_dir() == tmp_path
     monkeypatch.delenv("SUBMARINE_POLLUX_DATA")
-    assert env.pollux_data_dir().parts[-3:] == ("shared", "data", "pollux")
+    assert (env.pollux_data_dir() / "LICENSE").is_file()  # the copy the package ships
+    assert env.pollux_data_dir().parts[-3:] == ("sim", "data", "pollux")
 
 
 def test_sampling_and_arrival_scaling_are_deterministic():
