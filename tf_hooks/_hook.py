@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from tf_hooks._horovod import horovod_ring
 from tf_hooks.api import MetricsSink, SenderStats, resolve
-from tf_hooks.config import MetricsConfig
+from tf_hooks.config import HOOK_ONLY_OPTIONS, MetricsConfig, ReportingOptions
 from tf_hooks.sender import make_sink
 
 
@@ -19,40 +18,20 @@ class ReportingHook:
     sink: MetricsSink
     errors: int
 
-    def _init_reporting(
-        self,
-        *,
-        sink: MetricsSink | None,
-        batch_size: int | Callable[[], int] | None,
-        rank: int | Callable[[], int] | None,
-        world_size: int | Callable[[], int] | None,
-        endpoint: str | None,
-        job_id: str | None,
-        instance: str | None,
-        token: str | None,
-        tls_ca: str | Path | None,
-        every_n: int | None,
-        tuning: dict[str, float | int],
-    ) -> None:
+    def _init_reporting(self, options: ReportingOptions) -> None:
         """Settings not given come from the environment; starts the sender when there is an endpoint.
 
         Raises:
             MetricsConfigError: a setting is unusable (names it).
         """
-        self.config = MetricsConfig.from_env(
-            endpoint=endpoint,
-            job_id=job_id,
-            instance=instance,
-            token=token,
-            tls_ca=tls_ca,
-            every_n=every_n,
-            **tuning,
-        )
+        sink = options.get("sink")
+        self._batch_size = options.get("batch_size")
+        self._rank_arg = options.get("rank")
+        self._world_size_arg = options.get("world_size")
+        connection = {k: v for k, v in options.items() if k not in HOOK_ONLY_OPTIONS}
+        self.config = MetricsConfig.from_env(**connection)  # type: ignore[arg-type]
         self.sink = sink if sink is not None else make_sink(self.config)
         self.errors = 0
-        self._batch_size = batch_size
-        self._rank_arg = rank
-        self._world_size_arg = world_size
 
     def close(self, timeout: float | None = None) -> SenderStats:
         """Flushes for up to ``timeout`` seconds (default ``close_timeout``) and stops the sender.

@@ -2,13 +2,58 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from submarine_elastic import env
 from submarine_elastic.limits import INSTANCE, JOB_NAME, MAX_POINTS_PER_BATCH
 from tf_hooks.api import MetricsConfigError
+
+if TYPE_CHECKING:
+    from tf_hooks.api import MetricsSink
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """Where and how a hook reports: :meth:`MetricsConfig.from_env`'s keywords, which both hooks take too.
+
+    The first six left out (or None) are read from the environment (``submarine_elastic.env``); the
+    others (the tuning of :class:`MetricsConfig`) keep its defaults. ``tls_ca`` is a PEM file's path.
+    """
+
+    endpoint: str | None
+    job_id: str | None
+    instance: str | None
+    token: str | None
+    tls_ca: str | Path | None
+    every_n: int | None
+    queue_size: int
+    max_stream_points: int
+    max_batch_points: int
+    flush_interval: float
+    rpc_timeout: float
+    backoff_initial: float
+    backoff_max: float
+    close_timeout: float
+
+
+#: The options read from the environment when left out; the others tune :class:`MetricsConfig`.
+_FROM_ENV = frozenset({"endpoint", "job_id", "instance", "token", "tls_ca", "every_n"})
+
+
+class ReportingOptions(ConnectionOptions, total=False):
+    """Every setting the Keras callback and the SessionRunHook share, as keywords of either.
+
+    ``batch_size`` (this worker's) gives examples per second; ``rank`` and ``world_size`` default to
+    Horovod's when it is initialized, else 0 and 1; each may be a number or a callable read on every
+    report. ``sink`` replaces the gRPC sender (a :class:`~tf_hooks.api.NullSink` to report nothing).
+    """
+
+    batch_size: int | Callable[[], int] | None
+    rank: int | Callable[[], int] | None
+    world_size: int | Callable[[], int] | None
+    sink: MetricsSink | None
 
 
 @dataclass(frozen=True)
@@ -76,28 +121,21 @@ class MetricsConfig:
         return self.endpoint is not None
 
     @classmethod
-    def from_env(
-        cls,
-        *,
-        endpoint: str | None = None,
-        job_id: str | None = None,
-        instance: str | None = None,
-        token: str | None = None,
-        tls_ca: str | Path | None = None,
-        every_n: int | None = None,
-        **tuning: float | int,
-    ) -> MetricsConfig:
+    def from_env(cls, **options: Unpack[ConnectionOptions]) -> MetricsConfig:
         """Arguments win; each one left None is read from its variable in ``submarine_elastic.env``.
 
         Reads the token and CA files named there (small local files).
 
         Raises:
             MetricsConfigError: a setting is unusable, a variable is malformed, a file cannot be read,
-                or ``tuning`` names a field that does not exist.
+                or an option that does not exist.
         """
-        unknown = set(tuning) - {f.name for f in dataclasses.fields(cls)}
+        unknown = set(options) - set(ConnectionOptions.__optional_keys__)
         if unknown:
             raise MetricsConfigError(f"unknown metrics setting(s): {', '.join(sorted(unknown))}")
+        endpoint, job_id, instance = options.get("endpoint"), options.get("job_id"), options.get("instance")
+        token, tls_ca, every_n = options.get("token"), options.get("tls_ca"), options.get("every_n")
+        tuning = {name: value for name, value in options.items() if name not in _FROM_ENV and value is not None}
         try:
             every = every_n if every_n is not None else env.metrics_every_n()
         except ValueError as e:
@@ -119,6 +157,9 @@ class MetricsConfig:
             **tuning,  # type: ignore[arg-type]
         )
 
+
+#: The options only the hooks take (the rest make their :class:`MetricsConfig`).
+HOOK_ONLY_OPTIONS = ReportingOptions.__optional_keys__ - ConnectionOptions.__optional_keys__
 
 def _read(path: Path, what: str) -> bytes:
     try:

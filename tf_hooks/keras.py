@@ -4,7 +4,7 @@ Which Keras:
 
 * :class:`MetricsCallback` subclasses ``tf.keras.callbacks.Callback``. With TensorFlow 2.18 that is
   Keras 3, unless ``TF_USE_LEGACY_KERAS=1`` is set, in which case ``tf.keras`` is Keras 2 from the
-  ``tf_keras`` package: what Horovod's Keras integration needs (README, "Keras `fit` jobs").
+  ``tf_keras`` package: what Horovod's Keras integration needs (docs/jobs.md, "Keras `fit` jobs").
 * :func:`callback_class` builds the same callback on another Keras module, for a script that
   imports ``tf_keras`` directly without setting the variable: ``callback_class(tf_keras)(...)``.
 
@@ -21,17 +21,17 @@ import math
 import operator
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from time import perf_counter
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import numpy as np
 import tensorflow as tf
 
 from tf_hooks._hook import ReportingHook
-from tf_hooks.api import MetricsSink, StepBlock, StepRecord, as_floats
+from tf_hooks.api import StepBlock, StepRecord, as_floats
+from tf_hooks.config import ReportingOptions
 
 
 class _Span(NamedTuple):
@@ -63,45 +63,22 @@ class _MetricsCallbackLogic(ReportingHook):
     def __init__(
         self,
         *,
-        batch_size: int | Callable[[], int] | None = None,
-        rank: int | Callable[[], int] | None = None,
-        world_size: int | Callable[[], int] | None = None,
         user_metrics: bool | Sequence[str] = True,
         learning_rate: bool = True,
-        endpoint: str | None = None,
-        job_id: str | None = None,
-        instance: str | None = None,
-        token: str | None = None,
-        tls_ca: str | Path | None = None,
-        every_n: int | None = None,
-        sink: MetricsSink | None = None,
-        **tuning: float | int,
+        **options: Unpack[ReportingOptions],
     ) -> None:
         """Reads the settings not given from the environment (``submarine_elastic.env``); with no endpoint
         anywhere the callback reports nothing. Starts the sender thread when there is one.
 
-        ``batch_size`` (this worker's) gives examples per second; ``rank`` and ``world_size`` default
-        to Horovod's when it is initialized, else 0 and 1, and are read again at every epoch and every
-        ``fit``. ``user_metrics``: also report the other logs (True), only these names, or none.
-        ``tuning`` sets :class:`~tf_hooks.config.MetricsConfig` fields (``queue_size``, ...).
+        ``options`` are :class:`~tf_hooks.config.ReportingOptions` (``batch_size``, ``endpoint``,
+        ``every_n``, ``queue_size``, ...); ``rank`` and ``world_size`` are read again at every epoch and
+        every ``fit``. ``user_metrics``: also report the other logs (True), only these names, or none.
 
         Raises:
             MetricsConfigError: a setting is unusable (names it).
         """
         super().__init__()
-        self._init_reporting(
-            sink=sink,
-            batch_size=batch_size,
-            rank=rank,
-            world_size=world_size,
-            endpoint=endpoint,
-            job_id=job_id,
-            instance=instance,
-            token=token,
-            tls_ca=tls_ca,
-            every_n=every_n,
-            tuning=tuning,
-        )
+        self._init_reporting(options)
         config = self.config
         # Keras 2 (tf_keras): hand the logs over as tensors instead of converting them on this thread.
         self._supports_tf_logs = True

@@ -8,14 +8,14 @@ under ``MonitoredTrainingSession``. One ``run`` of the session is one training s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 import tensorflow as tf
 
 from tf_hooks._hook import ReportingHook
-from tf_hooks.api import MetricsSink, StepRecord
+from tf_hooks.api import StepRecord
+from tf_hooks.config import ReportingOptions
 
 
 class MetricsHook(ReportingHook, tf.compat.v1.train.SessionRunHook):
@@ -28,17 +28,7 @@ class MetricsHook(ReportingHook, tf.compat.v1.train.SessionRunHook):
         learning_rate: Any = None,
         extra_tensors: Mapping[str, Any] | None = None,
         global_step: Any = None,
-        batch_size: int | Callable[[], int] | None = None,
-        rank: int | Callable[[], int] | None = None,
-        world_size: int | Callable[[], int] | None = None,
-        endpoint: str | None = None,
-        job_id: str | None = None,
-        instance: str | None = None,
-        token: str | None = None,
-        tls_ca: str | Path | None = None,
-        every_n: int | None = None,
-        sink: MetricsSink | None = None,
-        **tuning: float | int,
+        **options: Unpack[ReportingOptions],
     ) -> None:
         """Reads the settings not given from the environment (``submarine_elastic.env``); with no endpoint
         anywhere the hook reports nothing. Starts the sender thread when there is one.
@@ -51,19 +41,7 @@ class MetricsHook(ReportingHook, tf.compat.v1.train.SessionRunHook):
         Raises:
             MetricsConfigError: a setting is unusable (names it).
         """
-        self._init_reporting(
-            sink=sink,
-            batch_size=batch_size,
-            rank=rank,
-            world_size=world_size,
-            endpoint=endpoint,
-            job_id=job_id,
-            instance=instance,
-            token=token,
-            tls_ca=tls_ca,
-            every_n=every_n,
-            tuning=tuning,
-        )
+        self._init_reporting(options)
         self._loss = loss
         self._learning_rate = learning_rate
         self._extra = dict(extra_tensors or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tf_hooks.api import MetricsConfigError
-from tf_hooks.config import MetricsConfig
+from tf_hooks.config import HOOK_ONLY_OPTIONS, ConnectionOptions, MetricsConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIABLES = (
@@ -143,3 +144,10 @@ def test_ring_comes_from_horovod_only_when_it_is_initialized(monkeypatch: pytest
     assert horovod_ring() is None
     monkeypatch.setitem(sys.modules, "horovod.tensorflow", FakeHorovod(initialized=True))
     assert horovod_ring() == (2, 3)
+
+
+def test_the_hook_options_are_the_config_fields_plus_the_hooks_own() -> None:
+    # One list of settings: both hooks take ReportingOptions, MetricsConfig.from_env the connection part.
+    fields = {f.name for f in dataclasses.fields(MetricsConfig)} - {"tls"}  # tls follows from tls_ca
+    assert set(ConnectionOptions.__optional_keys__) == fields
+    assert HOOK_ONLY_OPTIONS == {"batch_size", "rank", "world_size", "sink"}
