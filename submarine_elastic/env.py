@@ -46,6 +46,25 @@ from pathlib import Path
 from submarine_elastic import resources
 
 
+class SecretFileError(ValueError):
+    """A file that should hold a secret cannot be read or holds none; the message names the file."""
+
+
+def read_secret(path: Path, what: str) -> str:
+    """The secret in ``path`` (a token: its first line, surrounding blanks stripped).
+
+    Raises:
+        SecretFileError: the file cannot be read or is empty (``what`` names whose secret it is).
+    """
+    try:
+        value = path.expanduser().read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SecretFileError(f"cannot read {what} from {path}: {exc}") from None
+    if not value:
+        raise SecretFileError(f"{what} file {path} is empty")
+    return value
+
+
 def _get(name: str) -> str | None:
     value = os.environ.get(name)
     return value if value else None
@@ -91,8 +110,17 @@ def metrics_endpoint() -> str | None:
 
 
 def metrics_token() -> str | None:
-    """Bearer token of the metrics service (``SUBMARINE_METRICS_TOKEN``), or None."""
-    return _get("SUBMARINE_METRICS_TOKEN")
+    """Bearer token of the metrics service: ``SUBMARINE_METRICS_TOKEN``, else the content of the file named
+    by ``SUBMARINE_METRICS_TOKEN_FILE``, else None.
+
+    Raises:
+        SecretFileError: that file cannot be read or is empty.
+    """
+    value = _get("SUBMARINE_METRICS_TOKEN")
+    if value:
+        return value
+    path = metrics_token_file()
+    return read_secret(path, "SUBMARINE_METRICS_TOKEN_FILE's token") if path else None
 
 
 def metrics_token_file() -> Path | None:
@@ -169,12 +197,16 @@ def driver_port() -> int | None:
 
 
 def job_token() -> str | None:
-    """Token of the job driver's control plane (``SUBMARINE_JOB_TOKEN`` or ``..._TOKEN_FILE``)."""
+    """Token of the job driver's control plane (``SUBMARINE_JOB_TOKEN`` or ``..._TOKEN_FILE``).
+
+    Raises:
+        SecretFileError: the file cannot be read or is empty.
+    """
     value = _get("SUBMARINE_JOB_TOKEN")
     if value:
         return value
     path = _get("SUBMARINE_JOB_TOKEN_FILE")
-    return Path(path).expanduser().read_text().strip() if path else None
+    return read_secret(Path(path), "SUBMARINE_JOB_TOKEN_FILE's token") if path else None
 
 
 def driver_tls() -> tuple[bytes, bytes] | None:

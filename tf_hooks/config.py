@@ -141,9 +141,10 @@ class MetricsConfig:
         except ValueError as e:
             raise MetricsConfigError(str(e)) from None
         if token is None:
-            token = env.metrics_token()
-        if token is None and (token_file := env.metrics_token_file()) is not None:
-            token = _read(token_file, "SUBMARINE_METRICS_TOKEN_FILE").decode().strip()
+            try:
+                token = env.metrics_token()
+            except env.SecretFileError as e:
+                raise MetricsConfigError(str(e)) from None
         ca_path = Path(tls_ca) if tls_ca is not None else env.metrics_tls_ca()
         ca = _read(ca_path, "the TLS CA file") if ca_path is not None else None
         return cls(

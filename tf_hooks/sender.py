@@ -45,6 +45,7 @@ from tenacity import (
 
 from submarine_elastic.limits import MAX_ABS_VALUE, MAX_INT64, MAX_USER_METRICS, USER_METRIC
 from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.rpc import bearer, open_channel
 from tf_hooks import wire
 from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepBlock, StepRecord, as_floats
 from tf_hooks.config import MetricsConfig
@@ -175,7 +176,7 @@ class GrpcSink(MetricsSink):
         self._channel = channel
         # Requests go out as the bytes tf_hooks.wire writes: no serializer.
         self._report = channel.stream_unary(_REPORT_METHOD, response_deserializer=metrics_pb2.ReportAck.FromString)
-        self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
+        self._metadata = bearer(config.token)
         self._job_id = config.job_id or ""
         self._instance = config.instance
         self._boot = f"{os.getpid():x}-{time.time_ns() // 1_000_000:x}"
@@ -698,8 +699,4 @@ def _fits_int64(value: Any) -> bool:
 
 
 def _channel(config: MetricsConfig) -> grpc.Channel:
-    endpoint = config.endpoint or ""
-    if config.tls:
-        credentials = grpc.ssl_channel_credentials(root_certificates=config.tls_ca)
-        return grpc.secure_channel(endpoint, credentials, options=_CHANNEL_OPTIONS)
-    return grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
+    return open_channel(config.endpoint or "", ca=config.tls_ca, tls=config.tls, options=_CHANNEL_OPTIONS)

@@ -28,13 +28,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def _token(token_file: Path | None) -> str | None:
-    path = token_file or (None if env.metrics_token() else env.metrics_token_file())
-    if path is None:
-        return env.metrics_token()
     try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise click.ClickException(f"cannot read the token file {path}: {exc}") from exc
+        return env.read_secret(token_file, "the metrics token") if token_file else env.metrics_token()
+    except env.SecretFileError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group()

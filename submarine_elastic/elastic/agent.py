@@ -50,6 +50,7 @@ from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTrans
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.rpc import bearer, open_channel
 
 log = logging.getLogger("submarine_elastic.agent")
 
@@ -304,11 +305,8 @@ class Agent:
 
     def run(self, target: str, token: str | None, tls_ca: bytes | None = None) -> int:
         self.start_training()
-        metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        if tls_ca is None:
-            channel = grpc.insecure_channel(target)
-        else:
-            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=tls_ca))
+        metadata = bearer(token)
+        channel = open_channel(target, ca=tls_ca)
         try:
             grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
         except grpc.FutureTimeoutError:
@@ -360,7 +358,7 @@ def main() -> int:
     try:
         token, tls_ca = env.job_token(), env.driver_tls_ca()
         target = driver_address()
-    except (ElasticError, OSError) as exc:
+    except (ElasticError, OSError, env.SecretFileError) as exc:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)

@@ -26,6 +26,7 @@ from submarine_elastic.elastic.jobspec import (
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.rpc import bearer, open_channel
 from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
 
 
@@ -172,12 +173,8 @@ class JobClient:
             remember_driver(job, target)
         self.address = target
         token = load_token(job)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        ca = load_tls_ca(job)
-        if ca is None:
-            self._channel = grpc.insecure_channel(target)
-        else:
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca))
+        self._metadata = bearer(token)
+        self._channel = open_channel(target, ca=load_tls_ca(job))
         self._stub = pb_grpc.ElasticDriverStub(self._channel)
 
     def close(self) -> None:

@@ -10,7 +10,6 @@ or with ``submarine metrics serve``.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -37,11 +36,11 @@ from submarine_elastic.metrics.prometheus import PrometheusEndpoint
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_job_id
+from submarine_elastic.rpc import BearerTokenInterceptor, check_token
 
 _log = logging.getLogger(__name__)
 
 #: Methods any caller may use without the token: load balancers and orchestrators probe health.
-_PUBLIC_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
 
 
 def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
@@ -168,58 +167,6 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
 
-class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Answers ``UNAUTHENTICATED`` unless the call carries ``authorization: Bearer <token>``.
-
-    Health checking stays open to everyone (see ``_PUBLIC_METHOD_PREFIXES``).
-    """
-
-    def __init__(self, token: str) -> None:
-        """Raises:
-        ValueError: ``token`` is empty or has characters gRPC metadata cannot carry.
-        """
-        _check_token(token)
-        self._expected = f"Bearer {token}".encode()
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        method: str = handler_call_details.method
-        if method.startswith(_PUBLIC_METHOD_PREFIXES) or self._authorized(handler_call_details):
-            return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
-        return None if handler is None else _denying(handler)
-
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(given, self._expected)
-        return False
-
-
-def _check_token(token: str) -> None:
-    if not token or not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
-        raise ValueError("the metrics token must be non-empty printable ASCII without spaces")
-
-
-def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-
-
-def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that rejects the call without reading it."""
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(_deny)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(_deny)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(_deny)
-    return grpc.unary_unary_rpc_method_handler(_deny)
-
-
 class _Malformed:
     """Stands in for a request message that did not parse."""
 
@@ -323,7 +270,7 @@ class MetricsServer:
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         if token is not None:
-            _check_token(token)
+            check_token(token)
         self.store: MetricsStore = store if store is not None else InMemoryStore()
         self._host = host
         self._requested_port = port
