@@ -20,6 +20,15 @@ Resizes (``Flex``) run one at a time on a background thread:
   commit, their processes exit, and only then is YARN flexed down (or the leaving instances
   decommissioned by name, when they are not the highest-numbered).
 
+The YARN side of a resize is declarative: the driver records the worker component's target (a count,
+and the instances to remove by name) and reconciles until YARN has it
+(:meth:`~submarine_elastic.yarn.ServiceBackend.reconcile`), a slice of at most ``RECONCILE_SLICE_S`` at
+a time, taking new resizes in between. A flex the ResourceManager did not take (unreachable,
+restarting) is sent again, not lost; until YARN has the target, ``JobStatus.error`` says why.
+
+The job and each worker follow the state machines of :mod:`submarine_elastic.elastic.api`
+(:class:`JobPhase`, :class:`WorkerState`); a transition they do not have raises.
+
 Failures are explained: the first failed training processes are kept with the last lines of their
 stderr (:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed,
 one failed training process, or one that finished without ever calling ``hvd.init()``, fails the
@@ -53,33 +62,57 @@ from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 from horovod.runner.http.http_server import RendezvousServer
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import WORKER_COMPONENT, FlexRefusedError, Limits
+from submarine_elastic.elastic.api import (
+    WORKER_COMPONENT,
+    FlexRefusedError,
+    IllegalTransitionError,
+    JobPhase,
+    Limits,
+    WorkerState,
+    advance,
+)
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import BearerTokenInterceptor
-from submarine_elastic.yarn import YarnError, YarnServiceClient, instance_number
+from submarine_elastic.yarn import (
+    ComponentNotFoundError,
+    ReconcileResult,
+    ServiceBackend,
+    ServiceNotFoundError,
+    YarnServiceClient,
+    YarnTimeoutError,
+    instance_number,
+)
+from submarine_elastic.yarn.api import TERMINAL_SERVICE_STATES
 
 log = logging.getLogger("submarine_elastic.driver")
 
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
+#: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
+RECONCILE_SLICE_S = 10.0
+#: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
+#: there, up to the maximum, so a job waiting for capacity does not poll the ResourceManager all the time.
+RECONCILE_PAUSE_S = 1.0
+RECONCILE_PAUSE_MAX_S = 60.0
 
 
 @dataclass
 class AgentHandle:
+    """One attached agent (one worker incarnation); its ``state`` changes only through the registry."""
+
     agent_id: str  # the Horovod host key
     instance: str
     container_id: str
     host: str
     commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
-    state: str = "attached"  # attached -> warm -> running -> exited; leaving at any point
-    leaving: bool = False
+    state: WorkerState = WorkerState.ATTACHED
     exit_code: int | None = None
     exited: threading.Event = field(default_factory=threading.Event)
+    #: its gRPC stream is open (a fact about the connection; an agent that goes ends LEFT or EXITED)
     connected: bool = True
-
-    joined: bool = False  # its training process asked to join a ring
+    #: its training process asked to join a ring (it reached WARM)
+    joined: bool = False
 
     @property
     def number(self) -> int:
@@ -103,12 +136,37 @@ class AgentRegistry(HostDiscovery):
             self._agents[agent.agent_id] = agent
             self._lock.notify_all()
 
-    def update(self, agent_id: str, **changes: object) -> None:
+    def move(self, agent_id: str, to: WorkerState) -> AgentHandle | None:
+        """Move the agent to ``to`` (WARM also marks it joined); None when no such agent is registered.
+
+        Raises:
+            IllegalTransitionError: ``to`` cannot follow its state.
+        """
         with self._lock:
             agent = self._agents.get(agent_id)
             if agent is not None:
-                for key, value in changes.items():
-                    setattr(agent, key, value)
+                agent.state = advance(agent.instance, agent.state, to)
+                agent.joined = agent.joined or to is WorkerState.WARM
+            self._lock.notify_all()
+            return agent
+
+    def end(self, agent: AgentHandle, exit_code: int) -> None:
+        """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it
+        was leaving, else EXITED; wakes whoever waits for it. Ending an ended agent changes nothing."""
+        with self._lock:
+            if not agent.state.ended:
+                to = WorkerState.LEFT if agent.state is WorkerState.LEAVING else WorkerState.EXITED
+                agent.state = advance(agent.instance, agent.state, to)
+            if agent.exit_code is None:
+                agent.exit_code = exit_code
+            agent.exited.set()
+            self._lock.notify_all()
+
+    def disconnect(self, agent_id: str) -> None:
+        with self._lock:
+            agent = self._agents.get(agent_id)
+            if agent is not None:
+                agent.connected = False
             self._lock.notify_all()
 
     def get(self, agent_id: str) -> AgentHandle | None:
@@ -123,7 +181,7 @@ class AgentRegistry(HostDiscovery):
         """Workers Horovod may use: connected, warm or running, not leaving, not exited."""
         with self._lock:
             return [
-                a for a in self._agents.values() if a.connected and not a.leaving and a.state in ("warm", "running")
+                a for a in self._agents.values() if a.connected and a.state in (WorkerState.WARM, WorkerState.RUNNING)
             ]
 
     def wait(self, predicate: object, timeout: float) -> bool:
@@ -135,8 +193,15 @@ class AgentRegistry(HostDiscovery):
 
 
 class JobDriver(pb_grpc.ElasticDriverServicer):
+    """The control plane of one job: agents attach, clients resize it and read its status.
+
+    ``phase`` (:class:`JobPhase`) moves only along its transitions: assigning one it does not have
+    raises :class:`IllegalTransitionError`. ``yarn`` holds the worker component's target and reconciles
+    it (:meth:`ServiceBackend.set_target`, :meth:`ServiceBackend.reconcile`).
+    """
+
     def __init__(
-        self, job: str, limits: Limits, yarn: YarnServiceClient, token: str | None, iface: str, elastic_timeout: int
+        self, job: str, limits: Limits, yarn: ServiceBackend, token: str | None, iface: str, elastic_timeout: int
     ) -> None:
         self.job = job
         self.limits = limits
@@ -146,7 +211,14 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.registry = AgentRegistry()
         self.target = limits.num
         self.timeline: list[pb.ResizeEvent] = []
-        self.phase = "waiting"
+        self._phase = JobPhase.WAITING
+        self._ring_formed = False
+        #: the last reconciliation with YARN (read by Status); reconciling while YARN may lack the target
+        self.yarn_sync: ReconcileResult | None = None
+        self._reconciling = False
+        self._reconcile_misses = 0
+        #: instances a scale-in removes by name that YARN has not confirmed gone yet
+        self._removing: tuple[str, ...] = ()
         self._resizes: queue.Queue[tuple[int, list[str], str]] = queue.Queue()
         self._hvd: ElasticDriver | None = None
         self._rendezvous = RendezvousServer(verbose=0)
@@ -155,14 +227,39 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._rendezvous_port = 0
         self.failures: list[pb.WorkerFailure] = []
         self.error = ""
-        self.ring_formed = False
         self._fatal = threading.Event()
 
+    @property
+    def phase(self) -> JobPhase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, to: JobPhase) -> None:
+        """Raises IllegalTransitionError for a transition :class:`JobPhase` does not have."""
+        self._phase = advance(f"job {self.job}", self._phase, JobPhase(to))
+        self._ring_formed = self._ring_formed or self._phase is JobPhase.RUNNING
+
+    @property
+    def ring_formed(self) -> bool:
+        """The job has been RUNNING: its ring formed once."""
+        return self._ring_formed
+
     # ------------------------------------------------------------------ gRPC
+
+    def _authorized(self, context: grpc.ServicerContext) -> bool:
+        if not self.token:
+            return True
+        got = dict(context.invocation_metadata()).get("authorization", "")
+        if got != f"Bearer {self.token}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong job token")
+            return False
+        return True
 
     def Attach(
         self, request_iterator: Iterator[pb.AgentEvent], context: grpc.ServicerContext
     ) -> Iterator[pb.AgentCommand]:
+        if not self._authorized(context):
+            return
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("event") != "hello":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
@@ -182,30 +279,33 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         try:
             for event in events:
                 kind = event.WhichOneof("event")
-                if kind == "warm":
-                    log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
-                    self.registry.update(agent.agent_id, state="warm", joined=True)
-                elif kind == "exited":
-                    code = event.exited.exit_code
-                    log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
-                    self._note_exit(agent, event.exited)
-                    agent.exit_code = code
-                    self.registry.update(agent.agent_id, state="exited")
-                    agent.exited.set()
+                try:
+                    if kind == "warm":
+                        log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
+                        self.registry.move(agent.agent_id, WorkerState.WARM)
+                    elif kind == "exited":
+                        code = event.exited.exit_code
+                        log.info(
+                            "%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else ""
+                        )
+                        if agent.state.ended:
+                            raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
+                        self._note_exit(agent, event.exited)
+                        self.registry.end(agent, code)
+                except IllegalTransitionError as exc:
+                    log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
         except grpc.RpcError:
             pass
         finally:
-            self.registry.update(agent.agent_id, connected=False)
-            if agent.exit_code is None:
-                agent.exit_code = 1
-                agent.exited.set()
+            self.registry.disconnect(agent.agent_id)
+            self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
             agent.commands.put(None)
             log.info("agent detached: %s", agent.instance)
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
         """Keeps a failed (or never joined) training process's reason; fails the job when the ring
         has not formed yet, or when the process finished without ever joining it."""
-        if exited.leaving or agent.leaving:
+        if exited.leaving or agent.state is WorkerState.LEAVING:
             return
         code = exited.exit_code
         if code == 0 and exited.joined:
@@ -250,6 +350,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return ranks
 
     def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
+        if not self._authorized(context):
+            return pb.FlexReply()
         try:
             self.limits.check_target(request.workers)
         except FlexRefusedError as exc:
@@ -263,12 +365,14 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
+        if not self._authorized(context):
+            return pb.JobStatus()
         ranks = self._ranks()
         workers = [
             pb.WorkerStatus(
                 instance=a.instance,
                 container_id=a.container_id,
-                state="leaving" if a.leaving and a.state != "exited" else a.state,
+                state=a.state.wire,
                 rank=ranks.get(a.agent_id, -1),
                 exit_code=a.exit_code,
             )
@@ -283,13 +387,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             max_workers=self.limits.max,
             workers=workers,
             timeline=self.timeline,
-            error=self.error or self._waiting_reason(),
+            error=self.error or "; ".join(why for why in (self._waiting_reason(), self._yarn_lag()) if why),
             failures=self.failures,
         )
 
     def _waiting_reason(self) -> str:
         """Why the ring has not formed yet ('' once it has, or when nothing is wrong)."""
-        if self.ring_formed or self.phase != "waiting":
+        if self.ring_formed or self.phase is not JobPhase.WAITING:
             return ""
         agents = [a for a in self.registry.snapshot() if a.connected]
         joined = [a for a in agents if a.joined]
@@ -302,17 +406,32 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             )
         return ""
 
+    def _yarn_lag(self) -> str:
+        """Why YARN does not have the worker target yet ('' when it has it, or only starts containers)."""
+        result = self.yarn_sync
+        if not self._reconciling or result is None or result.converged or result.error is None:
+            return ""
+        if result.desired == result.target and isinstance(result.error, YarnTimeoutError):
+            return ""  # YARN has the target and is starting (or relaunching) containers
+        return f"YARN does not have the resize to {result.target} workers yet: {result.error}"
+
     # ------------------------------------------------------------------ resizing
 
     def _resize_loop(self) -> None:
+        """Takes resizes one at a time; between them, reconciles YARN with the target until it has it."""
         while True:
-            workers, remove, reason = self._resizes.get()
+            pause = min(RECONCILE_PAUSE_MAX_S, RECONCILE_PAUSE_S * 2**self._reconcile_misses)
             try:
-                self._resize(workers, remove, reason)
-            except (YarnError, FlexRefusedError) as exc:
-                log.error("resize to %d failed: %s", workers, exc)
+                request = self._resizes.get(timeout=pause if self._reconciling else None)
+            except queue.Empty:
+                request = None
+            if request is not None:
+                self._resize(*request)
+            if self._reconciling:
+                self._reconcile()
 
     def _resize(self, workers: int, remove: list[str], reason: str) -> None:
+        """Takes the leavers out of the ring (waiting for them to go), then records YARN's new target."""
         current = self.target
         if workers == current and not remove:
             return
@@ -320,7 +439,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.timeline.append(pb.ResizeEvent(time=time.time(), from_workers=current, to_workers=workers, reason=reason))
         if workers > current:
             self.target = workers
-            self.yarn.flex(self.job, WORKER_COMPONENT, workers)
+            self._set_yarn_target(workers)
             return
         live = [a for a in self.registry.available()]
         if remove:
@@ -334,16 +453,43 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         for agent in leavers:
             agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
         for agent in leavers:
-            self.registry.update(agent.agent_id, leaving=True)
+            try:
+                self.registry.move(agent.agent_id, WorkerState.LEAVING)
+            except IllegalTransitionError:
+                log.info("%s ended before it was told to leave", agent.instance)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
         highest = sorted(live, key=lambda a: a.number)[len(live) - len(leavers) :]
-        if {a.instance for a in leavers} == {a.instance for a in highest}:
-            self.yarn.flex(self.job, WORKER_COMPONENT, workers)
-        else:
-            self.yarn.decommission(self.job, WORKER_COMPONENT, [a.instance for a in leavers])
+        by_name = {a.instance for a in leavers} != {a.instance for a in highest}
+        self._set_yarn_target(workers, [a.instance for a in leavers] if by_name else [])
+
+    def _set_yarn_target(self, workers: int, remove: list[str] | None = None) -> None:
+        """Records ``workers`` as YARN's target, with the instances to remove by name (and those of an
+        earlier scale-in YARN has not confirmed gone); the resizer reconciles until YARN has it."""
+        self._removing = tuple(dict.fromkeys((*self._removing, *(remove or ()))))
+        self.yarn.set_target(self.job, WORKER_COMPONENT, workers, remove=self._removing)
+        self._reconciling = True
+        self._reconcile_misses = 0
+
+    def _reconcile(self) -> None:
+        """One slice of reconciliation (at most RECONCILE_SLICE_S); its result is kept for Status."""
+        result = self.yarn.reconcile(self.job, WORKER_COMPONENT, timeout=RECONCILE_SLICE_S)
+        self.yarn_sync = result
+        if result.converged:
+            log.info("YARN has the target: %d workers (%s)", result.target, ", ".join(result.ready_instances))
+            self._reconciling = False
+            self._removing = ()
+            return
+        self._reconcile_misses += 1
+        if isinstance(result.error, ServiceNotFoundError | ComponentNotFoundError) or result.service_state in (
+            TERMINAL_SERVICE_STATES
+        ):
+            log.error("stopped reconciling the workers with YARN: %s", result.error)
+            self._reconciling = False
+        elif result.desired != result.target or not isinstance(result.error, YarnTimeoutError):
+            log.warning("YARN does not have the resize to %d workers yet: %s", result.target, result.error)
 
     # ------------------------------------------------------------------ Horovod
 
@@ -362,15 +508,20 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             **create_slot_env_vars(slot_info),
             "PYTHONUNBUFFERED": "1",
         }
-        self.registry.update(agent.agent_id, state="running")
-        agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
+        try:
+            self.registry.move(agent.agent_id, WorkerState.RUNNING)
+        except IllegalTransitionError as exc:
+            # Horovod read discovery just before the worker began to leave, or before it ended.
+            log.info("no slot for %s: %s", agent.instance, exc)
+        else:
+            agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):
                 agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
                 agent.exited.wait(15)
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
-        if agent.leaving and not self._hvd_assigned(slot_info):
+        if agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not self._hvd_assigned(slot_info):
             # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
             return 0, time.time()
         return code, time.time()
@@ -378,12 +529,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
         return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
 
-    def serve(self, port: int, tls: tuple[bytes, bytes] | None = None) -> tuple[grpc.Server, int] | None:
-        """Starts the control plane on ``port`` (0: any free one), TLS only given ``tls`` (certificate chain
-        and key, PEM). Every call needs the job token when the driver has one. Returns the server and its
-        port, or None when the port cannot be bound."""
-        interceptors = [BearerTokenInterceptor(self.token)] if self.token else []
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
+    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
+        """Serves the control plane on ``port`` (TLS only, given ``tls``: certificate chain and key, PEM)
+        and drives the job until it ends; returns the exit code."""
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
         pb_grpc.add_ElasticDriverServicer_to_server(self, server)
         address = f"0.0.0.0:{port}"
         if tls is None:
@@ -391,18 +540,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         else:
             bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
         if bound == 0:
-            return None
-        server.start()
-        return server, bound
-
-    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
-        """Serves the control plane on ``port`` (see :meth:`serve`) and drives the job until it ends;
-        returns the exit code."""
-        served = self.serve(port, tls)
-        if served is None:
             log.error("cannot listen on port %d (taken?)", port)
             return 2
-        server, _ = served
+        server.start()
         log.info(
             "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
         )
@@ -439,8 +579,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 return self._end(server, 3)
         if self._fatal.is_set():
             return self._end(server, 3)
-        self.phase = "running"
-        self.ring_formed = True
+        self.phase = JobPhase.RUNNING
         hvd_driver.start(min(self.target, len(self.registry.available())), self._create_worker)
         results = hvd_driver.get_results()
         hvd_driver.stop()
@@ -456,9 +595,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _end(self, server: grpc.Server, rc: int) -> int:
         """Stops every agent stream and the server; logs the reason of a failure as the last line."""
         if rc == 0:
-            self.phase = "finished"
+            self.phase = JobPhase.FINISHED
         else:
-            self.phase = "failed"
+            self.phase = JobPhase.FAILED
             log.error("job failed: %s", self.error or "unknown reason")
             for failure in self.failures[:1]:
                 if failure.stderr_tail:

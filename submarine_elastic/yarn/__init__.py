@@ -1,7 +1,7 @@
 """YARN Services API client: typed service specs, the REST client, its errors and value types.
 
-This package knows nothing of Horovod or the policy engine; the controller drives it through
-:class:`ServiceBackend` (``set_target`` / ``reconcile`` / ``ready_instances``).
+This package knows nothing of Horovod or the policy engine; a job's driver resizes its workers
+through :class:`ServiceBackend` (``set_target`` / ``reconcile``).
 """
 
 from .api import (
@@ -9,6 +9,7 @@ from .api import (
     ComponentNotFoundError,
     ComponentState,
     ComponentStatus,
+    ComponentTarget,
     ContainerState,
     ContainerStatus,
     InvalidSpecError,
@@ -59,6 +60,7 @@ __all__ = [
     "ComponentNotFoundError",
     "ComponentState",
     "ComponentStatus",
+    "ComponentTarget",
     "ConfigFile",
     "ConfigFileType",
     "Configuration",

@@ -21,6 +21,7 @@ __all__ = [
     "ComponentNotFoundError",
     "ComponentState",
     "ComponentStatus",
+    "ComponentTarget",
     "ContainerState",
     "ContainerStatus",
     "InvalidSpecError",
@@ -274,7 +275,8 @@ class ContainerStatus:
 @dataclass(frozen=True)
 class ComponentStatus:
     """One component of a service: its desired size, its containers and the size of each
-    (``memory_mb``, ``vcores``: its ``resource``, None when not reported)."""
+    (``memory_mb``, ``vcores``: its ``resource``, None when not reported), and the instances removed
+    by name (``decommissioned_instances``: the RM never reuses their names, nor counts them twice)."""
 
     name: str
     state: ComponentState | str | None
@@ -283,6 +285,7 @@ class ComponentStatus:
     restart_policy: str | None = None
     memory_mb: int | None = None
     vcores: int | None = None
+    decommissioned: tuple[str, ...] = ()
 
     @property
     def ready_containers(self) -> tuple[ContainerStatus, ...]:
@@ -309,6 +312,7 @@ class ComponentStatus:
             restart_policy=_opt_str(data.get("restart_policy")),
             memory_mb=_opt_int(resource.get("memory")),
             vcores=_opt_int(resource.get("cpus")),
+            decommissioned=tuple(str(i) for i in data.get("decommissioned_instances") or ()),
         )
 
 
@@ -463,8 +467,29 @@ class AppSummary:
 
 
 @dataclass(frozen=True)
+class ComponentTarget:
+    """What a component should be: ``count`` containers, none of them one of the ``remove`` instances.
+
+    ``remove`` names the instances a scale-in takes away when they are not the highest-numbered ones
+    (which a plain flex would remove); they are decommissioned by name.
+
+    Raises:
+        ValueError: a negative or non-int ``count``, or an instance name that is not ``<name>-<number>``.
+    """
+
+    count: int
+    remove: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise ValueError(f"count must be an int >= 0, got {self.count!r}")
+        for inst in self.remove:
+            instance_number(inst)
+
+
+@dataclass(frozen=True)
 class ReconcileResult:
-    """What :meth:`YarnServiceClient.reconcile` found; failures are data here, never raised.
+    """What :meth:`ServiceBackend.reconcile` found; failures are data here, never raised.
 
     Attributes:
         service, component: what was reconciled.
@@ -473,9 +498,12 @@ class ReconcileResult:
         ready: how many containers were READY at the last read.
         ready_instances: their instance names, sorted by instance number.
         service_state: the service state at the last read.
-        converged: True when ``ready == target == desired``.
+        converged: True when ``ready == target == desired``, every listed container is READY and none
+            of the target's ``remove`` instances is listed.
         flexed: True when reconcile had to (re)send the flex because the RM's desired count differed.
+        decommissioned: the instances reconcile asked the RM to remove by name.
         error: the error that stopped reconciliation (timeout, RM unreachable, not found, ...), or None.
+            A timeout's message names the last state seen and the last transient failure.
         elapsed_s: seconds spent.
     """
 
@@ -488,6 +516,7 @@ class ReconcileResult:
     service_state: ServiceState | str | None
     converged: bool
     flexed: bool = False
+    decommissioned: tuple[str, ...] = ()
     error: YarnError | None = None
     elapsed_s: float = 0.0
 
@@ -496,11 +525,14 @@ class ReconcileResult:
 
 
 class ServiceBackend(ABC):
-    """The declarative cluster-control surface the elastic controller needs from a cluster.
+    """The declarative cluster-control surface a job's driver needs from a cluster (Ray autoscaler v2
+    style).
 
     Say the target (:meth:`set_target`), read the state (:meth:`status`, :meth:`ready_instances`),
-    reconcile (:meth:`reconcile`). :class:`~submarine_elastic.yarn.client.YarnServiceClient` is the
-    YARN implementation; a simulator or a test may provide another.
+    reconcile (:meth:`reconcile`) until the cluster agrees; what stops a reconciliation comes back in
+    its :class:`ReconcileResult`, so the caller polls it and tries again later.
+    :class:`~submarine_elastic.yarn.client.YarnServiceClient` is the YARN implementation; a
+    simulator or a test may provide another.
     """
 
     @abstractmethod
@@ -514,22 +546,27 @@ class ServiceBackend(ABC):
         """
 
     @abstractmethod
-    def set_target(self, name: str, component: str, n: int) -> None:
-        """Record ``n`` as the desired size of ``component`` and ask the cluster for it.
+    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
+        """Record that ``component`` should have ``n`` containers and none of the ``remove`` instances.
 
-        Blocks for one request.
+        Sends nothing (:meth:`reconcile` does); blocks for nothing.
+
+        Returns:
+            The target recorded.
 
         Raises:
-            ValueError: ``n`` is negative.
-            ServiceNotFoundError, ComponentNotFoundError: no such service or component.
-            ServiceStateError: the service cannot be resized in its current state.
-            RMUnreachableError: the cluster did not answer.
-            YarnError: any other failure.
+            ValueError: a negative ``n``, an invalid name, or a ``remove`` entry that is not an instance of
+                ``component``.
         """
 
     @abstractmethod
+    def target(self, name: str, component: str) -> ComponentTarget | None:
+        """The target last recorded for ``component``, or None."""
+
+    @abstractmethod
     def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
-        """Drive ``component`` towards ``n`` READY instances and report; blocks at most ``timeout`` seconds.
+        """Drive ``component`` towards its target (``n`` READY instances when given) and report; blocks at
+        most ``timeout`` seconds.
 
         Never raises :class:`YarnError`: failures are returned in :attr:`ReconcileResult.error`.
 

@@ -41,17 +41,19 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 from urllib.parse import quote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
+from tenacity import Retrying, retry_if_result
 from urllib3.util.retry import Retry
 
 from .. import env
 from .api import (
     AppSummary,
     ComponentNotFoundError,
+    ComponentTarget,
     ContainerStatus,
     InvalidSpecError,
     KerberosUnavailableError,
@@ -100,10 +102,13 @@ _NODES = "/ws/v1/cluster/nodes"
 _CONF = "/conf"
 _RUNNING_STATES = frozenset({ServiceState.STARTED, ServiceState.STABLE, ServiceState.FLEX})
 _APP_ID = re.compile(r"application_\d+_\d+")
-#: reconcile re-sends a flex that the RM has not taken up after this many polls.
+#: reconcile re-sends a flex (or decommission) that the RM has not taken up after this many polls.
 _REFLEX_AFTER_POLLS = 10
+#: errors reconcile keeps trying through: the RM down or restarting, a service not running *yet*.
+_TRANSIENT = (RMUnreachableError, ServiceStateError, YarnRequestError)
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 _YE = TypeVar("_YE", bound=YarnError)
 
 
@@ -213,7 +218,8 @@ class YarnServiceClient(ServiceBackend):
     injected ``clock`` and ``sleep``.
 
     Targets recorded by :meth:`set_target` are guarded by a lock; HTTP goes through one shared
-    ``requests.Session``, so give each thread that polls at a high rate its own client.
+    ``requests.Session``, so give each thread that polls at a high rate its own client. Waits and
+    :meth:`reconcile` poll with ``tenacity``, stopping on the injected ``clock``.
 
     Args:
         rm_url: ResourceManager web address, e.g. ``http://localhost:8088``.
@@ -275,7 +281,7 @@ class YarnServiceClient(ServiceBackend):
         self._poll_interval = float(poll_interval)
         self._clock = clock
         self._sleep = sleep
-        self._targets: dict[tuple[str, str], int] = {}
+        self._targets: dict[tuple[str, str], ComponentTarget] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -738,35 +744,47 @@ class YarnServiceClient(ServiceBackend):
 
     # ------------------------------------------------------------------------------------ declarative
 
-    def set_target(self, name: str, component: str, n: int) -> None:
-        """Record ``n`` as the target of ``component`` and flex to it; :meth:`reconcile` keeps it there.
+    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
+        """Record that ``component`` should have ``n`` containers and none of the ``remove`` instances;
+        :meth:`reconcile` gets it there and keeps it there.
 
-        Blocks for one request.
+        Sends nothing; blocks for nothing.
 
         Raises:
-            As :meth:`flex`.
+            ValueError: a negative ``n``, an invalid name, or a ``remove`` entry that is not
+                ``<component>-<number>``.
         """
-        _check_count(n)
         _check_name(name, "service")
         _check_name(component, "component")
+        for inst in remove:
+            if not isinstance(inst, str) or not inst.startswith(f"{component}-"):
+                raise ValueError(f"instance {inst!r} is not an instance of component {component!r}")
+        target = ComponentTarget(_check_count(n), tuple(dict.fromkeys(remove)))
         with self._lock:
-            self._targets[(name, component)] = n
-        self.flex(name, component, n)
+            self._targets[(name, component)] = target
+        return target
 
-    def target(self, name: str, component: str) -> int | None:
+    def target(self, name: str, component: str) -> ComponentTarget | None:
         """The target last given to :meth:`set_target` or :meth:`reconcile`, or None."""
         with self._lock:
             return self._targets.get((name, component))
 
     def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float = 300.0) -> ReconcileResult:
-        """Read the state back until ``component`` has exactly ``n`` READY containers (at most ``timeout`` s).
+        """Read the state back until ``component`` matches its target, for at most ``timeout`` s, acting
+        when the RM's state differs from it.
 
-        ``n`` defaults to the recorded target (and, when given, becomes it). If the RM's desired
-        count differs from the target while the service runs, the flex is sent again (a lost PUT, an
-        AM restart). Converged means desired == READY == listed containers == target.
+        ``n`` defaults to the recorded target (and, when given, becomes it, removing nothing by name).
+        While the service runs: a ``remove`` instance that is still listed and not yet decommissioned
+        is decommissioned (the RM skips one it already has, so repeating is safe); otherwise, if the
+        RM's desired count differs from the target, the flex is sent. Either is sent at the first read
+        and again after ``_REFLEX_AFTER_POLLS`` reads without effect (a lost PUT, an AM restart); one
+        that failed is sent again at the next read. Converged means desired == READY == listed
+        containers == target, with no ``remove`` instance listed.
 
-        Never raises :class:`YarnError`: a timeout, an unreachable RM or a missing service comes back
-        in :attr:`ReconcileResult.error`, so a controller loop can poll it from any thread.
+        Never raises :class:`YarnError`: a timeout, a missing service or component, or a stopped service
+        comes back in :attr:`ReconcileResult.error`; an unreachable RM, or one refusing because the
+        service is not running yet, is retried until the timeout (whose message names the last such
+        failure), so a controller loop can poll it from any thread.
 
         Raises:
             ValueError: no target given nor recorded; a negative target or timeout; an invalid name.
@@ -776,74 +794,12 @@ class YarnServiceClient(ServiceBackend):
         _check_timeout(timeout)
         with self._lock:
             if n is not None:
-                self._targets[(name, component)] = _check_count(n)
+                self._targets[(name, component)] = ComponentTarget(_check_count(n))
             target = self._targets.get((name, component))
         if target is None:
             raise ValueError(f"no target for {name}/{component}: pass n or call set_target first")
-
-        start = self._clock()
-        deadline = start + timeout
-        flexed = False
-        polls_since_flex = _REFLEX_AFTER_POLLS
-        last: ServiceStatus | None = None
-        transient: YarnError | None = None
-
-        def result(converged: bool, error: YarnError | None) -> ReconcileResult:
-            comp = last.component(component) if last is not None else None
-            ready = comp.ready_containers if comp is not None else ()
-            return ReconcileResult(
-                service=name,
-                component=component,
-                target=target,
-                desired=comp.number_of_containers if comp is not None else None,
-                ready=len(ready),
-                ready_instances=tuple(c.component_instance_name for c in ready),
-                service_state=last.state if last is not None else None,
-                converged=converged,
-                flexed=flexed,
-                error=error,
-                elapsed_s=self._clock() - start,
-            )
-
-        while True:
-            try:
-                last = self.status(name)
-                transient = None
-                comp = last.component(component)
-                if comp is None and last.components:
-                    missing = ComponentNotFoundError(f"service {name!r} has no component {component!r}")
-                    return result(False, missing)
-                if last.is_terminal:
-                    return result(False, ServiceStateError(f"cannot reconcile: {last.describe()}"))
-                if comp is not None:
-                    settled = comp.ready_count == target == len(comp.containers)
-                    if settled and comp.number_of_containers == target:
-                        return result(True, None)
-                    polls_since_flex += 1
-                    if (
-                        comp.number_of_containers != target
-                        and last.state in _RUNNING_STATES
-                        and polls_since_flex >= _REFLEX_AFTER_POLLS
-                    ):
-                        self.flex(name, component, target)
-                        flexed = True
-                        polls_since_flex = 0
-            except (RMUnreachableError, ServiceStateError, YarnRequestError) as exc:
-                transient = exc
-            except YarnError as exc:
-                return result(False, exc)
-            if self._clock() >= deadline:
-                seen = last.describe() if last is not None else "nothing read"
-                why = f"; last error: {transient}" if transient is not None else ""
-                return result(
-                    False,
-                    YarnTimeoutError(
-                        f"timed out after {timeout:g}s waiting for {target} READY {component} containers of "
-                        f"service {name!r}; last state: {seen}{why}",
-                        last_state=last,
-                    ),
-                )
-            self._sleep(min(self._poll_interval, max(0.0, deadline - self._clock())))
+        run = _Reconciliation(self, name, component, target, self._clock)
+        return self._poll(run.step, timeout, run.timed_out)
 
     # ------------------------------------------------------------------------------------------ waits
 
@@ -896,24 +852,46 @@ class YarnServiceClient(ServiceBackend):
         return list(comp.ready_containers) if comp is not None else []
 
     def _wait(self, what: str, probe: Callable[[], tuple[bool, _T]], timeout: float) -> _T:
-        """Call ``probe`` every poll interval until it says done; an unreachable RM counts as not done."""
-        deadline = self._clock() + timeout
-        last: object = None
-        last_error: YarnError | None = None
-        while True:
+        """Call ``probe`` every poll interval until it says done; an unreachable RM counts as not done.
+
+        Raises:
+            YarnTimeoutError: not done within ``timeout`` (naming ``what``, the last state and error).
+            What ``probe`` raises, but RMUnreachableError.
+        """
+        last: list[object] = [None]
+        last_error: list[YarnError | None] = [None]
+
+        def attempt() -> tuple[_T] | None:
             try:
                 done, value = probe()
-                last, last_error = value, None
-                if done:
-                    return value
             except RMUnreachableError as exc:
-                last_error = exc
-            if self._clock() >= deadline:
-                seen = last.describe() if isinstance(last, ServiceStatus) else repr(last)
-                why = f"; last error: {last_error}" if last_error is not None else ""
-                message = f"timed out after {timeout:g}s waiting for {what}; last state: {seen}{why}"
-                raise YarnTimeoutError(message, last_state=last)
-            self._sleep(min(self._poll_interval, max(0.0, deadline - self._clock())))
+                last_error[0] = exc
+                return None
+            last[0], last_error[0] = value, None
+            return (value,) if done else None
+
+        def give_up() -> tuple[_T]:
+            seen = last[0].describe() if isinstance(last[0], ServiceStatus) else repr(last[0])
+            why = f"; last error: {last_error[0]}" if last_error[0] is not None else ""
+            message = f"timed out after {timeout:g}s waiting for {what}; last state: {seen}{why}"
+            raise YarnTimeoutError(message, last_state=last[0])
+
+        return self._poll(attempt, timeout, give_up)[0]
+
+    def _poll(self, attempt: Callable[[], _R | None], timeout: float, give_up: Callable[[], _R]) -> _R:
+        """The first answer of ``attempt`` that is not None (not done yet), one attempt every poll
+        interval; after ``timeout`` seconds of the injected clock, what ``give_up`` returns (or raises).
+        An exception of ``attempt`` ends the polling and propagates."""
+        deadline = self._clock() + timeout
+        retrying = Retrying(
+            stop=lambda _state: self._clock() >= deadline,
+            wait=lambda _state: min(self._poll_interval, max(0.0, deadline - self._clock())),
+            retry=retry_if_result(lambda answer: answer is None),
+            retry_error_callback=lambda _state: give_up(),
+            sleep=self._sleep,
+        )
+        # Not None: tenacity returns the first answer that is not None, or else what give_up returns.
+        return cast(_R, retrying(attempt))
 
     # --------------------------------------------------------------------------------------- helpers
 
@@ -943,3 +921,81 @@ class YarnServiceClient(ServiceBackend):
             message = f"cannot {action} {status.describe()}: it is not running{said}"
             return _narrow(ServiceStateError, message, exc)
         return exc
+
+
+class _Reconciliation:
+    """One call of :meth:`YarnServiceClient.reconcile`: what it read last, what it sent, what failed."""
+
+    def __init__(
+        self, client: YarnServiceClient, name: str, component: str, target: ComponentTarget, clock: Callable[[], float]
+    ) -> None:
+        self.client, self.name, self.component, self.target, self.clock = client, name, component, target, clock
+        self.start = clock()
+        self.last: ServiceStatus | None = None
+        self.transient: YarnError | None = None
+        self.flexed = False
+        self.decommissioned: tuple[str, ...] = ()
+        self.reads_since_sent = _REFLEX_AFTER_POLLS  # the first read may act at once
+
+    def step(self) -> ReconcileResult | None:
+        """Read the state once and act on it; the result when reconciliation is over, else None."""
+        try:
+            self.last = self.client.status(self.name)
+            self.transient = None
+            comp = self.last.component(self.component)
+            if comp is None and self.last.components:
+                missing = ComponentNotFoundError(f"service {self.name!r} has no component {self.component!r}")
+                return self.result(False, missing)
+            if self.last.is_terminal:
+                return self.result(False, ServiceStateError(f"cannot reconcile: {self.last.describe()}"))
+            if comp is None:
+                return None  # the AM does not report components yet
+            listed = {c.component_instance_name for c in comp.containers}
+            going = [i for i in self.target.remove if i in listed]
+            count = self.target.count
+            if not going and comp.number_of_containers == count == comp.ready_count == len(comp.containers):
+                return self.result(True, None)
+            self.reads_since_sent += 1
+            if self.last.state in _RUNNING_STATES and self.reads_since_sent >= _REFLEX_AFTER_POLLS:
+                undecided = [i for i in going if i not in comp.decommissioned]
+                if undecided:
+                    self.client.decommission(self.name, self.component, undecided)
+                    self.decommissioned = tuple(dict.fromkeys((*self.decommissioned, *undecided)))
+                    self.reads_since_sent = 0
+                elif comp.number_of_containers != count:
+                    self.client.flex(self.name, self.component, count)
+                    self.flexed = True
+                    self.reads_since_sent = 0
+        except _TRANSIENT as exc:
+            self.transient = exc
+        except YarnError as exc:
+            return self.result(False, exc)
+        return None
+
+    def timed_out(self) -> ReconcileResult:
+        seen = self.last.describe() if self.last is not None else "nothing read"
+        why = f"; last error: {self.transient}" if self.transient is not None else ""
+        gone = f" without {', '.join(self.target.remove)}" if self.target.remove else ""
+        message = (
+            f"timed out after {self.clock() - self.start:g}s waiting for {self.target.count} READY "
+            f"{self.component} containers{gone} of service {self.name!r}; last state: {seen}{why}"
+        )
+        return self.result(False, YarnTimeoutError(message, last_state=self.last))
+
+    def result(self, converged: bool, error: YarnError | None) -> ReconcileResult:
+        comp = self.last.component(self.component) if self.last is not None else None
+        ready = comp.ready_containers if comp is not None else ()
+        return ReconcileResult(
+            service=self.name,
+            component=self.component,
+            target=self.target.count,
+            desired=comp.number_of_containers if comp is not None else None,
+            ready=len(ready),
+            ready_instances=tuple(c.component_instance_name for c in ready),
+            service_state=self.last.state if self.last is not None else None,
+            converged=converged,
+            flexed=self.flexed,
+            decommissioned=self.decommissioned,
+            error=error,
+            elapsed_s=self.clock() - self.start,
+        )

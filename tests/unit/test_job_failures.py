@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.client import load_outcome
 from submarine_elastic.elastic.driver import AgentHandle, JobDriver, _last_line, choose_leavers
 from submarine_elastic.elastic.jobspec import outcome_path
@@ -64,7 +64,7 @@ def test_a_failure_before_the_ring_formed_fails_the_job_with_the_workers_reason(
 
 def test_a_process_that_finished_without_joining_fails_the_job_even_after_the_ring_formed() -> None:
     driver = make_driver()
-    driver.ring_formed = True
+    driver.phase = JobPhase.RUNNING
     driver._note_exit(handle("worker-0"), pb.Exited(exit_code=0, joined=False))
     assert driver._fatal.is_set()
     assert "never called hvd.init()" in driver.error
@@ -72,7 +72,7 @@ def test_a_process_that_finished_without_joining_fails_the_job_even_after_the_ri
 
 def test_after_the_ring_formed_a_failed_worker_is_recorded_and_horovod_carries_on() -> None:
     driver = make_driver()
-    driver.ring_formed = True
+    driver.phase = JobPhase.RUNNING
     driver._note_exit(handle("worker-0"), pb.Exited(exit_code=-9, joined=True))
     assert not driver._fatal.is_set() and driver.error == ""
     assert driver.failures[0].reason == "worker-0's training process was killed by SIGKILL"
@@ -87,7 +87,7 @@ def test_clean_ends_and_leavers_are_no_failures(exited: pb.Exited) -> None:
 
 def test_only_the_first_failures_are_kept() -> None:
     driver = make_driver()
-    driver.ring_formed = True
+    driver.phase = JobPhase.RUNNING
     for i in range(20):
         driver._note_exit(handle(f"worker-{i}"), pb.Exited(exit_code=1, joined=True))
     assert [f.instance for f in driver.failures] == [f"worker-{i}" for i in range(8)]
@@ -102,7 +102,7 @@ def test_a_ring_that_cannot_form_says_why() -> None:
         "2 worker(s) attached, 0 asked to join the ring (need 1): "
         "the training processes have not called hvd.init() yet"
     )
-    driver.registry.update("c-worker-0", joined=True, state="warm")
+    driver.registry.move("c-worker-0", WorkerState.WARM)
     assert driver._waiting_reason() == ""
 
 
@@ -121,7 +121,7 @@ def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("SUBMARINE_JOB_OUTCOME_FILE", str(outcome_path("job")))
     driver = make_driver()
     driver._note_exit(handle("worker-1"), pb.Exited(exit_code=1, joined=False, stderr_tail=TRACEBACK))
-    driver.phase = "failed"
+    driver.phase = JobPhase.FAILED
     driver._record_outcome()
     outcome = load_outcome("job")
     assert outcome is not None

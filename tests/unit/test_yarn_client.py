@@ -22,6 +22,7 @@ from responses import matchers
 
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
+    ComponentTarget,
     ContainerState,
     InvalidSpecError,
     KerberosUnavailableError,
@@ -124,6 +125,7 @@ def service_json(
     state: str | None = "STABLE",
     workers: list[tuple[str, str]] | None = None,
     desired: int | None = None,
+    decommissioned: list[str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"name": "job", "version": "1", "id": "application_1700000000000_0001"}
     if state is not None:
@@ -135,6 +137,7 @@ def service_json(
                 "state": "STABLE",
                 "number_of_containers": len(workers) if desired is None else desired,
                 "containers": [container(name, st, i) for i, (name, st) in enumerate(workers)],
+                **({"decommissioned_instances": decommissioned} if decommissioned is not None else {}),
             }
         ]
     return body
@@ -645,28 +648,117 @@ def test_wait_for_ready_count(client: YarnServiceClient, rsps: responses.Request
 # -------------------------------------------------------------------------------------- declarative
 
 
-def test_set_target_then_reconcile_converges(
+def test_set_target_records_and_reconcile_flexes_and_converges(
     client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
 ) -> None:
+    client.set_target("job", "worker", 3)
+    assert len(rsps.calls) == 0  # saying the target sends nothing
+    assert client.target("job", "worker") == ComponentTarget(3)
+
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", [("worker-0", "READY")]))
     rsps.put(f"{SVC}/job/components/worker", json={"diagnostics": "Updating component (worker) size from 1 to 3"})
     rsps.get(f"{SVC}/job", json=service_json("FLEX", [("worker-0", "READY"), ("worker-1", "READY")], desired=3))
     rsps.get(
         f"{SVC}/job",
         json=service_json("STABLE", [("worker-0", "READY"), ("worker-1", "READY"), ("worker-2", "READY")]),
     )
-    client.set_target("job", "worker", 3)
-    assert body(rsps.calls[0]) == {"number_of_containers": 3}
-    assert client.target("job", "worker") == 3
-
     result = client.reconcile("job", "worker", timeout=30)
 
+    assert body(rsps.calls[1]) == {"number_of_containers": 3}
     assert result.converged
     assert result.error is None
     assert (result.target, result.desired, result.ready) == (3, 3, 3)
     assert result.ready_instances == ("worker-0", "worker-1", "worker-2")
     assert result.service_state == ServiceState.STABLE
-    assert not result.flexed
-    assert result.elapsed_s == 1.0
+    assert result.flexed
+    assert result.elapsed_s == 2.0
+
+
+FLEX_URL = f"{SVC}/job/components/worker"
+TWO_READY = [("worker-0", "READY"), ("worker-1", "READY")]
+THREE_READY = [*TWO_READY, ("worker-2", "READY")]
+
+
+def test_a_flex_the_rm_refuses_with_503_is_sent_again_and_the_loop_converges(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    """The RM unavailable during a flex (its retries spent): reconcile keeps the target and sends it again."""
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", TWO_READY))
+    for _ in range(3):  # the first attempt and the session's 2 retries
+        rsps.put(FLEX_URL, status=503, json={"diagnostics": "RM is in standby"})
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", TWO_READY))
+    rsps.put(FLEX_URL, json={"diagnostics": "Updating component (worker) size from 2 to 3"})
+    rsps.get(f"{SVC}/job", json=service_json("FLEX", [*TWO_READY, ("worker-2", "RUNNING_BUT_UNREADY")], desired=3))
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", THREE_READY))
+
+    result = client.reconcile("job", "worker", 3, timeout=30)
+
+    sent = [(c.request.method, c.response.status_code) for c in rsps.calls]
+    refused, taken = [("PUT", 503)] * 3, [("PUT", 200)]
+    assert sent == [("GET", 200), *refused, ("GET", 200), *taken, ("GET", 200), ("GET", 200)]
+    assert all(body(c) == {"number_of_containers": 3} for c in rsps.calls if c.request.method == "PUT")
+    assert result.converged and result.error is None and result.flexed
+    assert result.ready_instances == ("worker-0", "worker-1", "worker-2")
+    assert clock.sleeps == [1.0, 1.0, 1.0]
+
+
+def test_a_flex_that_cannot_connect_comes_back_as_data_until_the_rm_is_back(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", TWO_READY))
+    rsps.put(FLEX_URL, body=requests.ConnectionError("connection refused"))
+    give_up_at = client.reconcile("job", "worker", 3, timeout=0)  # one read, one failed flex: a result, no raise
+    assert not give_up_at.converged and not give_up_at.flexed
+    assert isinstance(give_up_at.error, YarnTimeoutError)
+    assert "ResourceManager at http://rm.test:8088 unreachable" in str(give_up_at.error)
+    assert (give_up_at.target, give_up_at.desired, give_up_at.ready) == (3, 2, 2)
+
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", TWO_READY))
+    rsps.put(FLEX_URL, json={"diagnostics": "ok"})
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", THREE_READY))
+    later = client.reconcile("job", "worker", timeout=30)  # the recorded target
+    assert later.converged and later.flexed and later.error is None
+
+
+def test_named_instances_are_decommissioned_not_flexed_away(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    """Scale-in that keeps worker-2 (rank 0): a flex to 2 would remove worker-2; the target names worker-0."""
+    client.set_target("job", "worker", 2, remove=["worker-0"])
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", THREE_READY))
+    for _ in range(3):
+        rsps.put(f"{SVC}/job", status=503)  # lost: sent again at the next read, still by name
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", THREE_READY))
+    rsps.put(
+        f"{SVC}/job",
+        json={"diagnostics": "ok"},
+        match=[
+            matchers.json_params_matcher(
+                {"components": [{"name": "worker", "decommissioned_instances": ["worker-0"]}]}, strict_match=True
+            )
+        ],
+    )
+    # Taken (desired 2), worker-0 still stopping: nothing is sent again.
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", THREE_READY, desired=2, decommissioned=["worker-0"]))
+    kept = [("worker-1", "READY"), ("worker-2", "READY")]
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", kept, decommissioned=["worker-0"]))
+
+    result = client.reconcile("job", "worker", timeout=30)
+
+    assert not any(c.request.url.startswith(FLEX_URL) for c in rsps.calls)
+    assert [c.request.method for c in rsps.calls].count("PUT") == 4
+    assert result.converged and result.decommissioned == ("worker-0",) and not result.flexed
+    assert result.ready_instances == ("worker-1", "worker-2")
+
+
+def test_a_target_names_only_instances_of_its_component(client: YarnServiceClient) -> None:
+    with pytest.raises(ValueError, match="instance 'ps-0' is not an instance of component 'worker'"):
+        client.set_target("job", "worker", 1, remove=["ps-0"])
+    with pytest.raises(ValueError, match=r"'worker-x' does not end in -<number>"):
+        client.set_target("job", "worker", 1, remove=["worker-x"])
+    with pytest.raises(ValueError, match="n must be an int >= 0, got -1"):
+        client.set_target("job", "worker", -1)
+    assert client.target("job", "worker") is None
 
 
 def test_reconcile_resends_a_flex_the_rm_does_not_have(client: YarnServiceClient, rsps: responses.RequestsMock) -> None:

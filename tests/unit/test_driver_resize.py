@@ -1,0 +1,198 @@
+"""The driver holds its worker target and reconciles YARN with it, against recorded HTTP exchanges:
+a flex the ResourceManager does not take is sent again until YARN has it, and meanwhile the job's
+status says why; a scale-in that keeps rank 0 removes its leavers by name."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+import responses
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from submarine_elastic.elastic import driver as driver_mod
+from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
+from submarine_elastic.elastic.driver import AgentHandle, JobDriver
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.yarn import ComponentTarget, YarnServiceClient
+
+RM = "http://rm.test:8088"
+SERVICE = f"{RM}/app/v1/services/job"
+FLEX = f"{SERVICE}/components/worker"
+
+
+class FakeClock:
+    """Monotonic time that moves only when the YARN client sleeps between reads."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def service(workers: list[str], desired: int | None = None, decommissioned: list[str] | None = None) -> dict:
+    return {
+        "name": "job",
+        "state": "STABLE",
+        "components": [
+            {
+                "name": "worker",
+                "state": "STABLE",
+                "number_of_containers": len(workers) if desired is None else desired,
+                "decommissioned_instances": decommissioned or [],
+                "containers": [
+                    {"id": f"container_1_0001_01_{i:06d}", "state": "READY", "component_instance_name": name}
+                    for i, name in enumerate(workers)
+                ],
+            }
+        ],
+    }
+
+
+@pytest.fixture()
+def rsps() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        yield mock
+
+
+@pytest.fixture()
+def driver() -> Iterator[JobDriver]:
+    clock = FakeClock()
+    yarn = YarnServiceClient(RM, user="alice", auth="simple", retries=0, clock=clock.time, sleep=clock.sleep)
+    with yarn:
+        driver = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)
+        driver.phase = JobPhase.RUNNING  # a job that trains: its ring formed
+        yield driver
+
+
+def status(driver: JobDriver) -> pb.JobStatus:
+    return driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+
+
+def sent(rsps: responses.RequestsMock) -> list[tuple[str, int]]:
+    return [(c.request.method, c.response.status_code) for c in rsps.calls]  # type: ignore[union-attr]
+
+
+def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
+    driver: JobDriver, rsps: responses.RequestsMock
+) -> None:
+    driver._resize(3, [], "test")
+    assert driver.yarn.target("job", "worker") == ComponentTarget(3)
+    assert len(rsps.calls) == 0  # recorded: the resizer's reconciliation sends it
+
+    # The RM is unavailable for the whole first slice: every flex is answered 503.
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
+    rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
+    driver._reconcile()
+    assert {c.request.method for c in rsps.calls} == {"GET", "PUT"}
+    assert all(json.loads(c.request.body) == {"number_of_containers": 3} for c in rsps.calls if c.request.body)
+    first = status(driver)
+    assert first.target == 3
+    assert first.error.startswith("YARN does not have the resize to 3 workers yet: timed out after 10s")
+    assert "HTTP 503" in first.error and "ResourceManager is in standby" in first.error
+
+    # The RM is back: the same target is sent again and YARN converges.
+    rsps.reset()
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
+    rsps.put(FLEX, json={"diagnostics": "Updating component (worker) size from 2 to 3"})
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
+    driver._reconcile()
+    assert sent(rsps) == [("GET", 200), ("PUT", 200), ("GET", 200)]
+    assert json.loads(rsps.calls[1].request.body) == {"number_of_containers": 3}
+    assert driver.yarn_sync is not None and driver.yarn_sync.converged
+    assert status(driver).error == ""
+
+
+def test_a_flex_that_cannot_connect_is_reported_then_converges(driver: JobDriver, rsps: responses.RequestsMock) -> None:
+    driver._resize(3, [], "test")
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
+    rsps.put(FLEX, body=requests.ConnectionError("connection refused"))
+    driver._reconcile()
+    assert "ResourceManager at http://rm.test:8088 unreachable" in status(driver).error
+
+    rsps.reset()
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
+    rsps.put(FLEX, json={"diagnostics": "ok"})
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
+    driver._reconcile()
+    assert driver.yarn_sync is not None and driver.yarn_sync.converged and status(driver).error == ""
+
+
+def until(done: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll ``done`` every 50 ms for up to ``timeout`` s; fail naming ``what`` if it never holds."""
+    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.05), retry=retry_if_result(lambda ok: not ok))
+    try:
+        retrying(done)
+    except RetryError as exc:
+        raise AssertionError(f"{what} within {timeout} s") from exc
+
+
+def test_the_resizer_keeps_the_target_through_a_refused_flex_and_converges_on_its_own(
+    driver: JobDriver, rsps: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver_mod, "RECONCILE_PAUSE_S", 0.05)
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
+    refused = rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
+    threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
+    driver._resizes.put((3, [], "test"))
+    until(lambda: refused.call_count > 0 and driver.yarn_sync is not None, "a refused flex")
+    assert "HTTP 503" in status(driver).error
+
+    # The RM takes flexes again: the resizer, which kept the target, gets YARN there by itself.
+    rsps.replace(responses.PUT, FLEX, json={"diagnostics": "ok"})
+    rsps.replace(responses.GET, SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
+    until(lambda: driver.yarn_sync is not None and driver.yarn_sync.converged, "YARN at the target")
+    assert status(driver).error == "" and not driver._reconciling
+
+
+def warm(driver: JobDriver, instance: str) -> AgentHandle:
+    agent = AgentHandle(f"c-{instance}", instance, f"container-{instance}", "127.0.0.1")
+    driver.registry.add(agent)
+    driver.registry.move(agent.agent_id, WorkerState.WARM)
+    return agent
+
+
+def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
+    driver: JobDriver, rsps: responses.RequestsMock
+) -> None:
+    agents = [warm(driver, f"worker-{i}") for i in range(3)]
+    driver.target = 3
+    resize = threading.Thread(target=driver._resize, args=(2, ["worker-0"], "test"))
+    resize.start()
+    leave = agents[0].commands.get(timeout=10)
+    assert leave.WhichOneof("command") == "leave"
+    assert status(driver).workers[0].state == "leaving"
+    driver.registry.end(agents[0], 0)  # its training process left cleanly
+    resize.join(10)
+    assert not resize.is_alive()
+    assert driver.yarn.target("job", "worker") == ComponentTarget(2, ("worker-0",))
+    assert [w.state for w in status(driver).workers] == ["exited", "warm", "warm"]  # LEFT reads exited
+
+    rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
+    rsps.put(SERVICE, json={"diagnostics": "ok"})
+    rsps.get(SERVICE, json=service(["worker-1", "worker-2"], decommissioned=["worker-0"]))
+    driver._reconcile()
+    assert [(c.request.method, c.request.url.split("?")[0]) for c in rsps.calls] == [
+        ("GET", SERVICE),
+        ("PUT", SERVICE),
+        ("GET", SERVICE),
+    ]
+    body: Any = json.loads(rsps.calls[1].request.body)
+    assert body == {"components": [{"name": "worker", "decommissioned_instances": ["worker-0"]}]}
+    assert driver.yarn_sync is not None and driver.yarn_sync.converged
+
+
+def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: responses.RequestsMock) -> None:
+    driver._resize(3, [], "test")
+    rsps.get(SERVICE, status=404, json={"diagnostics": "Service job not found"})
+    driver._reconcile()
+    assert not driver._reconciling
+    assert len(rsps.calls) == 1
