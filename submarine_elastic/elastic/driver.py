@@ -73,6 +73,7 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.rpc import BearerTokenInterceptor
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
     ReconcileResult,
@@ -246,20 +247,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
 
     # ------------------------------------------------------------------ gRPC
 
-    def _authorized(self, context: grpc.ServicerContext) -> bool:
-        if not self.token:
-            return True
-        got = dict(context.invocation_metadata()).get("authorization", "")
-        if got != f"Bearer {self.token}":
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong job token")
-            return False
-        return True
-
     def Attach(
         self, request_iterator: Iterator[pb.AgentEvent], context: grpc.ServicerContext
     ) -> Iterator[pb.AgentCommand]:
-        if not self._authorized(context):
-            return
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("event") != "hello":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
@@ -350,8 +340,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return ranks
 
     def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
-        if not self._authorized(context):
-            return pb.FlexReply()
         try:
             self.limits.check_target(request.workers)
         except FlexRefusedError as exc:
@@ -365,8 +353,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
-        if not self._authorized(context):
-            return pb.JobStatus()
         ranks = self._ranks()
         workers = [
             pb.WorkerStatus(
@@ -529,10 +515,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
         return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
 
-    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
-        """Serves the control plane on ``port`` (TLS only, given ``tls``: certificate chain and key, PEM)
-        and drives the job until it ends; returns the exit code."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
+    def serve(self, port: int, tls: tuple[bytes, bytes] | None = None) -> tuple[grpc.Server, int] | None:
+        """Starts the control plane on ``port`` (0: any free one), TLS only given ``tls`` (certificate chain
+        and key, PEM). Every call needs the job token when the driver has one. Returns the server and its
+        port, or None when the port cannot be bound."""
+        interceptors = [BearerTokenInterceptor(self.token)] if self.token else []
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
         pb_grpc.add_ElasticDriverServicer_to_server(self, server)
         address = f"0.0.0.0:{port}"
         if tls is None:
@@ -540,9 +528,18 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         else:
             bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
         if bound == 0:
+            return None
+        server.start()
+        return server, bound
+
+    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
+        """Serves the control plane on ``port`` (see :meth:`serve`) and drives the job until it ends;
+        returns the exit code."""
+        served = self.serve(port, tls)
+        if served is None:
             log.error("cannot listen on port %d (taken?)", port)
             return 2
-        server.start()
+        server, _ = served
         log.info(
             "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
         )
