@@ -15,12 +15,16 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from submarine_elastic import resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
 from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.yarn import InvalidSpecError, Service
+from submarine_elastic.yarn import InvalidSpecError
+
+if TYPE_CHECKING:
+    from submarine_elastic.yarn import Service
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -311,6 +315,8 @@ def build_service(req: JobRequest) -> Service:
             if req.docker_image:
                 comp["artifact"] = {"type": "DOCKER", "id": req.docker_image}
     try:
+        from submarine_elastic.yarn import Service  # pydantic: only a submission needs it
+
         return Service.from_dict(raw)
     except InvalidSpecError as exc:
         raise JobSpecError(f"--name or another flag makes an invalid service: {exc}") from exc

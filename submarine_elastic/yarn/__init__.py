@@ -4,6 +4,8 @@ This package knows nothing of Horovod or the policy engine; a job's driver resiz
 through :class:`ServiceBackend` (``set_target`` / ``reconcile``).
 """
 
+from typing import TYPE_CHECKING
+
 from .api import (
     AppSummary,
     ComponentNotFoundError,
@@ -31,25 +33,38 @@ from .api import (
     instance_number,
 )
 from .client import LIVE_APP_STATES, YarnServiceClient, build_session
-from .spec import (
-    Artifact,
-    ArtifactType,
-    Component,
-    ConfigFile,
-    ConfigFileType,
-    Configuration,
-    KerberosPrincipal,
-    PlacementConstraint,
-    PlacementPolicy,
-    PlacementScope,
-    PlacementType,
-    ReadinessCheck,
-    ReadinessCheckType,
-    Resource,
-    ResourceInformation,
-    RestartPolicy,
-    Service,
-)
+
+
+# The spec models import pydantic (about a tenth of a second): loaded on first use, so a command that only
+# reads a service's status (``submarine job show``) does not pay for them.
+def __getattr__(name: str) -> object:
+    if name in __all__:  # the names not bound above are the spec's
+        from . import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from .spec import (
+        Artifact,
+        ArtifactType,
+        Component,
+        ConfigFile,
+        ConfigFileType,
+        Configuration,
+        KerberosPrincipal,
+        PlacementConstraint,
+        PlacementPolicy,
+        PlacementScope,
+        PlacementType,
+        ReadinessCheck,
+        ReadinessCheckType,
+        Resource,
+        ResourceInformation,
+        RestartPolicy,
+        Service,
+    )
 
 __all__ = [
     "LIVE_APP_STATES",

@@ -41,13 +41,15 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import quote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from tenacity import Retrying, retry_if_result
 from urllib3.util.retry import Retry
+
+from submarine_elastic.limits import YARN_NAME_CHARS
 
 from .. import env
 from .api import (
@@ -73,7 +75,9 @@ from .api import (
     YarnTimeoutError,
     instance_number,
 )
-from .spec import NAME_PATTERN, Service
+
+if TYPE_CHECKING:
+    from .spec import Service
 
 __all__ = [
     "DEFAULT_HTTP_TIMEOUT",
@@ -169,7 +173,7 @@ def _kerberos_auth() -> requests.auth.AuthBase:
 
 
 def _check_name(value: str, kind: str) -> str:
-    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+    if not isinstance(value, str) or YARN_NAME_CHARS.fullmatch(value) is None:
         raise ValueError(f"{kind} name {value!r} must match [a-z][a-z0-9-]*")
     return value
 
@@ -540,6 +544,8 @@ class YarnServiceClient(ServiceBackend):
             RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
         """
         _check_timeout(timeout)
+        from .spec import Service  # pydantic: loaded by the calls that need it
+
         service = spec if isinstance(spec, Service) else Service.from_dict(spec)
         try:
             resp = self._request("POST", _SERVICES, body=service.to_dict(), ok=range(200, 300))
