@@ -10,6 +10,14 @@ Layout of the cluster directory (``SUBMARINE_CLUSTER_DIR``)::
 
 The configuration files under ``docker/hadoop/conf`` are shared with the docker-compose cluster;
 this module overrides only what differs on one host: addresses and ports, directories, node size.
+
+Which processes are the cluster's (``down``, and ``up`` over a dead cluster's directory): the daemons
+recorded in ``cluster.json`` (pid and start time, so a reused pid is not taken for one), every process
+below them when ``down`` begins (the containers' launch scripts, ApplicationMasters, training processes,
+also those that started a session of their own), and any process whose command line names this
+cluster (a daemon's ``-Dsubmarine.cluster.dir=<dir>``, a container's script or log under
+``<dir>/nm-<i>/``) with everything below it. Never a process for what its environment says: a
+``make`` that started ``down``, or every process of the docker image, has the cluster directory there.
 """
 
 from __future__ import annotations
@@ -25,12 +33,13 @@ import signal
 import socket
 import subprocess
 import tarfile
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import psutil
 import requests
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic import env
 from submarine_elastic.cluster.api import (
@@ -91,6 +100,9 @@ JVM_LEAN = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv
 AM_JAVA_OPTS = " ".join(["-Xmx256m", *JVM_LEAN, *JAVA17_OPENS])
 
 STATE_FILE = "cluster.json"
+#: Seconds a daemon has between SIGTERM and SIGKILL on ``down``, and a leftover container process.
+DAEMON_GRACE_S = 15.0
+LEFTOVER_GRACE_S = 3.0
 CONF_FILES = ("core-site.xml", "yarn-site.xml", "capacity-scheduler.xml", "log4j.properties")
 
 
@@ -464,9 +476,16 @@ class LocalCluster:
         return daemon
 
     def _wait_nodes(self, spec: ClusterSpec, nms: list[Daemon], timeout: float, say: Progress) -> None:
-        deadline = time.monotonic() + timeout
+        """Block until every NM is RUNNING in the RM (polled every 0.5 s, at most ``timeout`` s).
+
+        Raises:
+            DaemonStartError: an NM exited, or one did not register in time (naming it, with its log).
+        """
         seen = -1
-        while True:
+        running: list[NodeInfo] = []
+
+        def all_running() -> bool:
+            nonlocal running, seen
             for d in nms:
                 if not _alive(d):
                     raise DaemonStartError(d.name, "exited before registering", d.log, _tail(d))
@@ -474,22 +493,18 @@ class LocalCluster:
             if len(running) != seen:
                 seen = len(running)
                 say(f"{seen}/{spec.nodes} NodeManagers RUNNING")
-            if len(running) >= spec.nodes:
-                return
-            if time.monotonic() > deadline:
-                # Node ids are "<resolved host>:<NM port>"; the port tells which NM is missing.
-                ports = {n.node_id.rsplit(":", 1)[-1] for n in running}
-                missing = [
-                    d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports
-                ]
-                worst = missing[0] if missing else nms[0]
-                raise DaemonStartError(
-                    worst.name,
-                    f"did not register with the ResourceManager within {timeout:.0f} s",
-                    worst.log,
-                    _tail(worst),
-                )
-            time.sleep(0.5)
+            return len(running) >= spec.nodes
+
+        def missing(_state: RetryCallState) -> bool:
+            # Node ids are "<resolved host>:<NM port>"; the port tells which NM is missing.
+            ports = {n.node_id.rsplit(":", 1)[-1] for n in running}
+            absent = [d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports]
+            worst = absent[0] if absent else nms[0]
+            raise DaemonStartError(
+                worst.name, f"did not register with the ResourceManager within {timeout:.0f} s", worst.log, _tail(worst)
+            )
+
+        _poll(all_running, timeout, 0.5, missing)
 
     # ------------------------------------------------------------------ down
 
@@ -511,9 +526,12 @@ class LocalCluster:
             raise ClusterNotUpError(f"no cluster in {self.dir}")
         _spec, daemons = state
         alive = [d for d in daemons if _alive(d)]
+        # Below the daemons now; a container process that made a session of its own is still here, and
+        # the NodeManagers may leave their containers running when they stop (NM recovery).
+        below = _descendants(p for d in alive if (p := _process(d)) is not None)
         say(f"stopping {', '.join(d.name for d in alive) or 'nothing (all daemons already exited)'}")
         self._stop(daemons)
-        orphans = self._kill_orphans()
+        orphans = self._kill_orphans(below)
         if orphans:
             say(f"stopped {len(orphans)} leftover container processes")
         self.state_file.unlink(missing_ok=True)
@@ -527,18 +545,41 @@ class LocalCluster:
             [d for d in by_name if d.name == "rm"],
             [d for d in by_name if d.name == "zk"],
         ):
-            _terminate(wave, grace=15.0)
+            _terminate(wave, grace=DAEMON_GRACE_S)
 
-    def _kill_orphans(self) -> list[int]:
-        """Kill processes that still live in this cluster's directories (containers, service AMs)."""
-        marker = str(self.dir)
-        victims = [pid for pid in _all_pids() if pid != os.getpid() and _refers_to(pid, marker)]
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in victims:
-            _wait_gone(pid, 5.0)
-        return victims
+    def _kill_orphans(self, known: Iterable[psutil.Process] = ()) -> list[int]:
+        """Stop what is left of this cluster: the ``known`` processes (found below its daemons before they
+        stopped) that still run, and the processes that name this cluster on their command line, with
+        everything below them. Never this process or its ancestors. SIGTERM, then SIGKILL after
+        ``LEFTOVER_GRACE_S``; blocks until they are gone (at most a few seconds more).
+
+        Returns:
+            The pids stopped.
+        """
+        spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+        roots = [p for p in known if _still_runs(p)] + self._named_processes()
+        victims = [p for p in _descendants(roots, including=True) if p.pid not in spared]
+        for proc in victims:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _gone, left = psutil.wait_procs(victims, timeout=LEFTOVER_GRACE_S)
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(left, timeout=5.0)
+        return [p.pid for p in victims]
+
+    def _named_processes(self) -> list[psutil.Process]:
+        """Processes whose command line names this cluster: a daemon (``-Dsubmarine.cluster.dir=<dir>``),
+        or a container's launch script or ApplicationMaster (a path under ``<dir>/nm-<i>/``)."""
+        daemon_flag = f"-Dsubmarine.cluster.dir={self.dir}"
+        container_paths = f"{self.dir}/nm-"
+        named = []
+        for proc in psutil.process_iter(["cmdline"]):
+            args = proc.info["cmdline"] or []
+            if daemon_flag in args or any(container_paths in arg for arg in args):
+                named.append(proc)
+        return named
 
     # ------------------------------------------------------------------ status
 
@@ -640,44 +681,73 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def _start_ticks(pid: int) -> int:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or -1."""
+    """The process's start time in clock ticks since boot, or -1 when there is no such process. With the
+    pid it names one process: a pid is reused, a start time is not (and, unlike the wall-clock
+    ``create_time``, it does not move when the system clock is set)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
         return -1
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return round((created - psutil.boot_time()) * _CLOCK_TICKS)
+
+
+def _process(d: Daemon) -> psutil.Process | None:
+    """The recorded daemon's process while it runs (not a zombie, not another process with its pid)."""
+    try:
+        proc = psutil.Process(d.pid)
+        if _start_ticks(d.pid) != d.start_ticks or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return proc
 
 
 def _alive(d: Daemon) -> bool:
     child = _CHILDREN.get(d.pid)
     if child is not None and child.poll() is not None:
         return False
-    ticks = _start_ticks(d.pid)
-    if ticks < 0 or ticks != d.start_ticks:
-        return False
+    return _process(d) is not None
+
+
+def _still_runs(proc: psutil.Process) -> bool:
+    """The same process as when ``proc`` was made (psutil checks its start time) and not a zombie."""
     try:
-        state = Path(f"/proc/{d.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return state != "Z"
+
+
+def _descendants(roots: Iterable[psutil.Process], *, including: bool = False) -> list[psutil.Process]:
+    """Every process below ``roots`` (and the roots themselves, ``including``), each once."""
+    found: dict[int, psutil.Process] = {}
+    for root in roots:
+        if including:
+            found[root.pid] = root
+        with contextlib.suppress(psutil.Error):
+            for child in root.children(recursive=True):
+                found.setdefault(child.pid, child)
+    return list(found.values())
 
 
 def _terminate(daemons: list[Daemon], grace: float) -> None:
-    """SIGTERM every daemon, wait up to ``grace`` seconds for all, then SIGKILL the rest."""
-    for d in daemons:
-        if _alive(d):
+    """SIGTERM every daemon, wait up to ``grace`` seconds for all, then SIGKILL the process group of each
+    one left (each daemon leads its own session)."""
+    procs = {d.name: p for d in daemons if (p := _process(d)) is not None}
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _gone, left = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for name, proc in procs.items():
+        if proc in left:
+            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", name, proc.pid, grace)
             with contextlib.suppress(ProcessLookupError):
-                os.kill(d.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while any(_alive(d) for d in daemons) and time.monotonic() < deadline:
-        time.sleep(0.1)
+                os.killpg(proc.pid, signal.SIGKILL)
+    psutil.wait_procs(left, timeout=5.0)
     for d in daemons:
-        if _alive(d):
-            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", d.name, d.pid, grace)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(d.pid, signal.SIGKILL)
-            _wait_gone(d.pid, 5.0)
         _reap(d.pid)
 
 
@@ -685,37 +755,6 @@ def _reap(pid: int) -> None:
     child = _CHILDREN.get(pid)
     if child is not None and child.poll() is not None:
         _CHILDREN.pop(pid, None)
-
-
-def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        _reap(pid)
-        time.sleep(0.05)
-
-
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _refers_to(pid: int, marker: str) -> bool:
-    """Whether a process runs in, was started from, or was given a path inside directory ``marker``.
-
-    Matches whole path components only: ``/tmp/c`` does not claim processes of ``/tmp/c1``.
-    """
-    proc = Path(f"/proc/{pid}")
-    inside = marker.rstrip("/") + "/"
-    try:
-        cwd = os.readlink(proc / "cwd")
-        if cwd == marker or cwd.startswith(inside):
-            return True
-        needles = (inside.encode(), marker.encode() + b"\0")
-        for blob in ((proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()):
-            if any(n in blob for n in needles):
-                return True
-    except OSError:
-        return False
-    return False
 
 
 def _tail(d: Daemon, lines: int = 25) -> str:
@@ -731,13 +770,36 @@ def _tail(d: Daemon, lines: int = 25) -> str:
 
 
 def _wait(ready: Callable[[], bool], timeout: float, daemon: Daemon, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
+    """Block until ``ready()`` (polled every 0.3 s, at most ``timeout`` s).
+
+    Raises:
+        DaemonStartError: the daemon exited meanwhile, or ``ready()`` stayed false (``what``).
+    """
+
+    def check() -> bool:
+        if ready():
+            return True
         if not _alive(daemon):
             raise DaemonStartError(daemon.name, "exited during start", daemon.log, _tail(daemon))
-        if time.monotonic() > deadline:
-            raise DaemonStartError(daemon.name, f"{what} within {timeout:.0f} s", daemon.log, _tail(daemon))
-        time.sleep(0.3)
+        return False
+
+    def timed_out(_state: RetryCallState) -> bool:
+        raise DaemonStartError(daemon.name, f"{what} within {timeout:.0f} s", daemon.log, _tail(daemon))
+
+    _poll(check, timeout, 0.3, timed_out)
+
+
+def _poll(
+    check: Callable[[], bool], timeout: float, interval: float, give_up: Callable[[RetryCallState], bool]
+) -> None:
+    """Call ``check`` every ``interval`` s until it returns True; after ``timeout`` s, ``give_up`` (which
+    raises). What ``check`` raises ends the polling."""
+    Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(interval),
+        retry=retry_if_result(lambda done: not done),
+        retry_error_callback=give_up,
+    )(check)
 
 
 def _zk_ok(host: str, port: int) -> bool:

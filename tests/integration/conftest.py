@@ -9,18 +9,23 @@ from __future__ import annotations
 import collections
 import json
 import os
-import time
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
+import psutil
 import pytest
 from click.testing import CliRunner
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 
 PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -93,35 +98,70 @@ def committed_steps(log_dir: Path) -> dict[int, list[dict]]:
     return dict(steps)
 
 
+def eventually(check: Callable[[], T], what: str, timeout: float, interval: float = 0.5) -> T:
+    """Call ``check`` every ``interval`` s until it returns something true, and return that; fail naming
+    ``what`` when ``timeout`` s pass first. What ``check`` raises (a failed assert) ends the wait at once."""
+    retrying = Retrying(
+        stop=stop_after_delay(timeout), wait=wait_fixed(interval), retry=retry_if_result(lambda answer: not answer)
+    )
+    try:
+        return retrying(check)
+    except RetryError as exc:
+        raise AssertionError(f"{what} within {timeout} s") from exc
+
+
 def wait_finished(yarn: YarnServiceClient, name: str, timeout: float = 180) -> None:
     """Block until the job's service ended; a FAILED end fails the test."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ended() -> ServiceState | str | None:
         state = yarn.status(name).state
-        if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED):
-            assert state != ServiceState.FAILED, f"job {name} failed"
-            return
-        time.sleep(1)
-    raise AssertionError(f"job {name} did not finish within {timeout} s")
+        return state if state in (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED) else None
+
+    assert eventually(ended, f"job {name} to finish", timeout, interval=1) != ServiceState.FAILED, f"job {name} failed"
+
+
+def _below(roots: list[psutil.Process]) -> dict[int, psutil.Process]:
+    """``roots`` and every process below them, by pid; never this process or its ancestors."""
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    found: dict[int, psutil.Process] = {}
+    for root in roots:
+        try:
+            family = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        found.update({p.pid: p for p in family if p.pid not in spared})
+    return found
+
+
+def _running(procs: dict[int, psutil.Process]) -> list[int]:
+    alive = []
+    for pid, proc in procs.items():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return sorted(alive)
 
 
 def processes_under(path: Path) -> list[int]:
-    """Pids of processes whose cwd, command line or environment mention ``path``."""
-    marker = str(path.resolve()).encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            if stat.rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            if (
-                os.readlink(proc / "cwd").encode().startswith(marker)
-                or marker in (proc / "cmdline").read_bytes()
-                or marker in (proc / "environ").read_bytes()
-            ):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    """Pids of the processes that work in ``path`` (their working directory is inside it) or name a path
+    inside it on their command line, and of every process below those. Never by environment: a process
+    started with ``path`` in its environment (a ``make``, a docker image's every process) is not one."""
+    root = str(path.resolve())
+    names = re.compile(re.escape(root) + r"(/|$)")
+    roots = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        cwd = proc.info["cwd"] or ""
+        if cwd == root or cwd.startswith(root + "/") or any(names.search(a) for a in proc.info["cmdline"] or ()):
+            roots.append(proc)
+    return _running(_below(roots))
+
+
+def container_processes(container_id: str) -> list[int]:
+    """Pids of the processes YARN started for one container: its launch scripts (their command lines name
+    the container's directories) and every process below them."""
+    marker = f"/{container_id}/"
+    roots = [p for p in psutil.process_iter(["cmdline"]) if any(marker in a for a in p.info["cmdline"] or ())]
+    return _running(_below(roots))

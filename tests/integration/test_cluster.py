@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -24,7 +25,7 @@ from submarine_elastic.cluster import (
     PortInUseError,
 )
 from submarine_elastic.env import hadoop_conf_template
-from tests.integration.conftest import PORT_BASE, processes_under
+from tests.integration.conftest import PORT_BASE, container_processes, eventually, processes_under
 
 pytestmark = pytest.mark.integration
 
@@ -87,12 +88,31 @@ def test_a_node_that_never_registers_fails_with_its_log_and_leaves_nothing(tmp_p
         cluster.status()
 
 
-def test_down_stops_daemons_and_the_containers_they_ran(tmp_path: Path):
+# A container's command that starts a process in a session of its own: YARN's process group of the
+# container does not hold it, and nothing on its command line names the cluster.
+ESCAPER = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_down_stops_the_daemons_and_their_containers_but_not_a_parent_whose_environment_names_the_cluster(
+    tmp_path: Path,
+):
+    """`cluster down` run from a shell whose environment holds SUBMARINE_CLUSTER_DIR (as a `make`, or every
+    process of the docker image, has it): that shell and a bystander with the same environment live on;
+    the daemons and every process of the container, the escaped one too, are gone."""
     spec = ClusterSpec(nodes=1, port_base=PORT_BASE + 700)
-    cluster = LocalCluster(tmp_path / "cluster")
+    directory = tmp_path / "cluster"
+    cluster = LocalCluster(directory)
     cluster.up(spec, timeout=240)
+    naming_env = {**os.environ, "SUBMARINE_CLUSTER_DIR": str(directory)}
+    bystander = subprocess.Popen(["sleep", "600"], env=naming_env)
     try:
-        daemon_pids = {d.pid for d in cluster.running_daemons()}
+        daemons = [psutil.Process(d.pid) for d in cluster.running_daemons()]
+        escaper = tmp_path / "escaper.py"
+        escaper.write_text(ESCAPER)
         service = {
             "name": "orphan-check",
             "version": "1",
@@ -100,7 +120,7 @@ def test_down_stops_daemons_and_the_containers_they_ran(tmp_path: Path):
                 {
                     "name": "worker",
                     "number_of_containers": 1,
-                    "launch_command": "sleep 600",
+                    "launch_command": f"{sys.executable} {escaper}",
                     "resource": {"cpus": 1, "memory": "256"},
                     "restart_policy": "ALWAYS",
                 }
@@ -109,20 +129,52 @@ def test_down_stops_daemons_and_the_containers_they_ran(tmp_path: Path):
         url = f"{spec.rm_url}/app/v1/services"
         resp = requests.post(url, json=service, params={"user.name": "test"}, timeout=30)
         assert resp.status_code == 202, resp.text
-        deadline = time.monotonic() + 180
-        ready: list[dict] = []
-        while time.monotonic() < deadline and not ready:
+
+        def ready_container() -> str | None:
             status = requests.get(f"{url}/orphan-check", params={"user.name": "test"}, timeout=10).json()
-            for comp in status.get("components", []):
-                ready = [c for c in comp.get("containers", []) if c["state"] == "READY"]
-            time.sleep(0.5)
-        assert ready, f"the worker container never became READY: {status}"
-        assert set(processes_under(tmp_path / "cluster")) - daemon_pids, "no container process found"
+            ready = [c for comp in status.get("components", []) for c in comp.get("containers", [])]
+            return next((c["id"] for c in ready if c["state"] == "READY"), None)
+
+        container = eventually(ready_container, "the worker container READY", timeout=180)
+
+        def escaped() -> list[psutil.Process]:
+            family = [psutil.Process(pid) for pid in container_processes(container)]
+            sleeper = [p for p in family if any("time.sleep(600)" in arg for arg in p.cmdline())]
+            return family if any(p.pid == os.getpgid(p.pid) for p in sleeper) else []
+
+        family = eventually(escaped, "the container's process in a session of its own", timeout=60)
+        assert set(processes_under(directory)) >= {p.pid for p in daemons + family}
+
+        parent = subprocess.run(
+            [
+                "sh",
+                "-c",
+                f'"{Path(sys.executable).with_name("submarine")}" cluster down --cluster-dir "{directory}"'
+                " && echo the parent lives on",
+            ],
+            env=naming_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
-        stopped = cluster.down()
-    assert {d.pid for d in stopped} == daemon_pids
-    assert processes_under(tmp_path / "cluster") == []
+        if cluster.state_file.exists():
+            cluster.down()
+    assert parent.returncode == 0 and "the parent lives on" in parent.stdout, (parent.returncode, parent.stderr)
+    still = bystander.poll()
+    bystander.kill()
+    bystander.wait()
+    assert still is None, f"a process whose environment names the cluster was stopped ({still})"
+    assert [p.pid for p in daemons + family if _runs(p)] == []
+    assert processes_under(directory) == []
     assert not cluster.state_file.exists()
+
+
+def _runs(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path: Path):
@@ -143,15 +195,14 @@ def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path:
         )
 
     def until(ready: Callable[[], bool], what: str, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def check() -> bool:
             dead = {name: p.returncode for name, p in started.items() if p.poll() is not None}
             assert not dead, f"exited while waiting for {what}: {dead}"
             with contextlib.suppress(requests.RequestException, OSError):
-                if ready():
-                    return
-            time.sleep(0.5)
-        raise AssertionError(f"{what} within {timeout} s")
+                return ready()
+            return False
+
+        eventually(check, what, timeout)
 
     def zk_ok() -> bool:
         with socket.create_connection(("127.0.0.1", spec.zk_port), timeout=2) as s:

@@ -8,6 +8,7 @@ epoch trains on each sample exactly once, no committed step is lost, all ranks e
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -31,7 +33,14 @@ from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import committed_steps, run_job, submarine, wait_finished
+from tests.integration.conftest import (
+    committed_steps,
+    container_processes,
+    eventually,
+    run_job,
+    submarine,
+    wait_finished,
+)
 from tests.tls import self_signed
 
 pytestmark = pytest.mark.integration
@@ -114,10 +123,13 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
                 if n == 1:
                     # Scale-in kept the worker holding rank 0, and is complete in YARN too: only it is left.
                     (kept,) = [w.instance for w in job.status().workers if w.rank == 0]
-                    deadline = time.monotonic() + 60
-                    while [c.component_instance_name for c in yarn.ready_instances(name, "worker")] != [kept]:
-                        assert time.monotonic() < deadline, "the removed containers are still in YARN"
-                        time.sleep(0.5)
+                    eventually(
+                        lambda kept=kept: (
+                            [c.component_instance_name for c in yarn.ready_instances(name, "worker")] == [kept]
+                        ),
+                        "the removed containers gone from YARN",
+                        60,
+                    )
                 time.sleep(2)  # train a few steps at this size
             assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
         # The tokens reached the driver, the agents and the hooks, yet neither the service the RM
@@ -185,22 +197,13 @@ def test_a_job_with_tls_answers_its_agents_and_flex_over_tls_only(
         yarn.destroy(name, missing_ok=True)
 
 
-def _training_pids(instance: str, job: str) -> list[int]:
+def _training_pids(container_id: str) -> list[int]:
+    """The training processes (train_elastic.py) among the processes of one worker container."""
     pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if (
-            any(part.endswith(b"train_elastic.py") for part in cmd)
-            and f"SUBMARINE_WORKER_INSTANCE={instance}\0".encode() in environ
-            and f"SUBMARINE_JOB_ID={job}\0".encode() in environ
-        ):
-            pids.append(int(proc.name))
+    for pid in container_processes(container_id):
+        with contextlib.suppress(psutil.Error):
+            if any(arg.endswith("train_elastic.py") for arg in psutil.Process(pid).cmdline()):
+                pids.append(pid)
     return pids
 
 
@@ -213,21 +216,19 @@ def test_a_killed_worker_costs_at_most_the_uncommitted_steps(
         with JobClient(name, yarn, locate_timeout=120) as job:
             job.wait_for_size(2, timeout=240)
             time.sleep(3)
-            victims = _training_pids("worker-1", name)
-            assert victims, "worker-1's training process not found"
             before = {w.instance: w.container_id for w in job.status().workers}
+            victims = _training_pids(before["worker-1"])
+            assert victims, "worker-1's training process not found"
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
             # The job goes on without it, YARN relaunches it, and it rejoins.
-            deadline = time.monotonic() + 60
-            while job.status().world_size != 1:
-                assert time.monotonic() < deadline, "the ring did not re-form without the killed worker"
-                time.sleep(0.2)
+            eventually(lambda: job.status().world_size == 1, "the ring re-formed without the killed worker", 60, 0.2)
             job.wait_for_size(2, timeout=240)
             after = job.status()
             assert {w.instance for w in after.workers if w.rank >= 0} == {"worker-0", "worker-1"}
             assert before["worker-1"] == [w.container_id for w in after.workers if w.instance == "worker-1"][0]
-            assert _training_pids("worker-1", name) and not set(_training_pids("worker-1", name)) & set(victims)
+            again = _training_pids(before["worker-1"])
+            assert again and not set(again) & set(victims)
             time.sleep(2)
         finish(yarn, name, tmp_path)
     finally:

@@ -11,7 +11,6 @@ once, with ``job show`` saying why.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.client import JobClient, load_outcome
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
-from tests.integration.conftest import committed_steps, run_job, wait_finished
+from tests.integration.conftest import committed_steps, eventually, run_job, wait_finished
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +42,7 @@ def wait_for_steps_at(log_dir: Path, size: int, count: int, timeout: float = 120
         return sum(1 for records in committed_steps(log_dir).values() if records[0]["size"] == size)
 
     goal = at_size() + count
-    deadline = time.monotonic() + timeout
-    while at_size() < goal:
-        assert time.monotonic() < deadline, f"fewer than {count} steps at size {size} within {timeout} s"
-        time.sleep(0.5)
+    eventually(lambda: at_size() >= goal, f"{count} steps at size {size}", timeout)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -111,11 +107,9 @@ def test_scripts_that_cannot_train_correctly_fail_at_once_and_say_why(yarn: Yarn
         yarn.rm_url, "plain-keras3", f"{sys.executable} {REPO}/examples/horovod/keras_elastic.py", legacy_keras=False
     )
     run_plain(yarn.rm_url, "plain-alone", f"{sys.executable} {alone}", workers=1)
+    ended = (ServiceState.STOPPED, ServiceState.FAILED, ServiceState.SUCCEEDED)
     for name in ("plain-keras3", "plain-alone"):
-        deadline = time.monotonic() + 150
-        while yarn.status(name).state not in (ServiceState.STOPPED, ServiceState.FAILED, ServiceState.SUCCEEDED):
-            assert time.monotonic() < deadline, f"{name} did not end"
-            time.sleep(1)
+        eventually(lambda name=name: yarn.status(name).state in ended, f"{name} to end", 150, interval=1)
 
     keras3 = CliRunner().invoke(cli, ["job", "show", "plain-keras3"], env={"SUBMARINE_RM_URL": yarn.rm_url})
     assert keras3.exit_code == 0, keras3.output

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +18,7 @@ from submarine_elastic.yarn import (
     ServiceNotFoundError,
     YarnServiceClient,
 )
+from tests.integration.conftest import container_processes, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -40,20 +39,6 @@ def sleeper(name: str, workers: int) -> Service:
             )
         ],
     )
-
-
-def container_pids(container_id: str) -> list[int]:
-    """Pids of the processes YARN started for one container (found by their CONTAINER_ID variable)."""
-    marker = f"CONTAINER_ID={container_id}\0".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker in (proc / "environ").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
 
 
 def instance_names(client: YarnServiceClient) -> list[str]:
@@ -78,7 +63,7 @@ def test_create_starts_two_ready_workers(client: YarnServiceClient, service: str
     assert instance_names(client) == ["worker-0", "worker-1"]
     for c in client.ready_instances(service, "worker"):
         assert c.id.startswith("container_")
-        assert container_pids(c.id), f"no process runs for {c.id}"
+        assert container_processes(c.id), f"no process runs for {c.id}"
     assert NAME in {a.name for a in client.list()}
 
 
@@ -109,28 +94,39 @@ def test_decommission_removes_the_named_instance(client: YarnServiceClient, serv
     client.decommission(service, "worker", ["worker-0"], wait=True, timeout=120)
     assert instance_names(client) == ["worker-1", "worker-2"]
     assert client.status(service).component("worker").number_of_containers == 2
-    deadline = time.monotonic() + 60
-    while container_pids(doomed) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert container_pids(doomed) == [], "the decommissioned container's process still runs"
+    eventually(lambda: not container_processes(doomed), "the decommissioned container's processes to end", 60, 0.2)
 
 
 def test_a_killed_container_is_relaunched(client: YarnServiceClient, service: str):
     before = {c.component_instance_name: c.id for c in client.ready_instances(service, "worker")}
     victim = before["worker-1"]
-    for pid in container_pids(victim):
+    for pid in container_processes(victim):
         os.kill(pid, signal.SIGKILL)
 
-    deadline = time.monotonic() + 180
-    after = before
-    while time.monotonic() < deadline:
+    def relaunched() -> dict[str, str] | None:
         after = {c.component_instance_name: c.id for c in client.ready_instances(service, "worker")}
-        if after.get("worker-1") not in (None, victim):
-            break
-        time.sleep(0.5)
-    assert after.get("worker-1") not in (None, victim), f"worker-1 was not relaunched: {after}"
+        return after if after.get("worker-1") not in (None, victim) else None
+
+    after = eventually(relaunched, "worker-1 relaunched", 180)
     assert after["worker-2"] == before["worker-2"]
-    assert container_pids(after["worker-1"])
+    assert container_processes(after["worker-1"])
+
+
+def test_a_target_that_names_an_instance_removes_it_and_no_other(client: YarnServiceClient, service: str):
+    """What the driver asks when a scale-in keeps a lower instance: a flex would remove the highest."""
+    before = instance_names(client)
+    assert len(before) == 2
+    target = client.set_target(service, "worker", 1, remove=[before[0]])
+    result = client.reconcile(service, "worker", timeout=180)
+    assert result.converged, result.error
+    assert result.decommissioned == target.remove and not result.flexed
+    assert instance_names(client) == [before[1]]
+    assert before[0] in client.status(service).component("worker").decommissioned
+
+    client.set_target(service, "worker", 2)  # grows again: the removed name is not used again
+    grown = client.reconcile(service, "worker", timeout=180)
+    assert grown.converged, grown.error
+    assert before[0] not in instance_names(client) and len(instance_names(client)) == 2
 
 
 def test_destroy_leaves_nothing_in_yarn(client: YarnServiceClient, service: str):
@@ -139,7 +135,4 @@ def test_destroy_leaves_nothing_in_yarn(client: YarnServiceClient, service: str)
     with pytest.raises(ServiceNotFoundError):
         client.status(service)
     assert service not in {a.name for a in client.list()}
-    deadline = time.monotonic() + 60
-    while any(container_pids(i) for i in ids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert [i for i in ids if container_pids(i)] == []
+    eventually(lambda: not any(container_processes(i) for i in ids), "every container's processes to end", 60, 0.2)
