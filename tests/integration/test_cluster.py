@@ -227,7 +227,7 @@ def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path:
         assert memory["totalMB"] == spec.node_memory_mb + 2048
         for name, proc in started.items():
             # The command replaces itself with the JVM, so a container's stop signal reaches the daemon.
-            assert (Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0]).endswith(b"java"), name
+            assert psutil.Process(proc.pid).cmdline()[0].endswith("java"), name
         assert b"ResourceManager" in (tmp_path / "rm.err").read_bytes()  # logs go to stderr
     finally:
         for proc in reversed(started.values()):
