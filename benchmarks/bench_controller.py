@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources
-from submarine_elastic.controller.service import ControllerService, JobBackend
+from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
+from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the checked-in gRPC stubs of submarine_elastic/metrics/proto/ from metrics.proto.
+# Regenerates the checked-in gRPC stubs beside each .proto file listed in PROTOS below.
 #
 # grpcio-tools is pinned: stubs it writes refuse to load on an older protobuf runtime (gencode must
 # be <= runtime) or an older grpcio. 1.71.2 bundles protoc for protobuf 5.29.0 and stamps grpcio
@@ -17,7 +17,11 @@ GRPCIO_TOOLS_VERSION=1.71.2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 OUT=$ROOT
-PROTOS=(submarine_elastic/metrics/proto/metrics.proto submarine_elastic/elastic/proto/elastic.proto)
+PROTOS=(
+  submarine_elastic/metrics/proto/metrics.proto
+  submarine_elastic/elastic/proto/elastic.proto
+  submarine_elastic/controller/proto/controller.proto
+)
 
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -32,6 +32,7 @@ from submarine_elastic.controller.api import (
     DecisionRecord,
     InvalidJobError,
     JobRecord,
+    JobSource,
     UnknownJobError,
 )
 
@@ -85,7 +86,9 @@ class ElasticSchedulerService:
             "jobSubmitted",
             jobId,
             lambda: self.java.job(
-                self.controller.job_submitted(jobId, minWorkers, maxWorkers, workers, elastic=elastic, source="bridge")
+                self.controller.job_submitted(
+                    jobId, minWorkers, maxWorkers, workers, elastic=elastic, source=JobSource.BRIDGE
+                )
             ),
         )
 

@@ -8,6 +8,7 @@ import secrets
 import signal
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -15,11 +16,29 @@ import click
 
 from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, DEFAULT_PYTHON_PORT, BridgeError, check_token
 from submarine_elastic.bridge.server import BridgeServer
-from submarine_elastic.controller.api import Controller
+from submarine_elastic.controller.api import Controller, ControllerError
+from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.memory import InMemoryController
 
-#: The controllers ``serve`` can front. The SQLite-backed controller joins here once it exists.
-_CONTROLLERS = {"memory": InMemoryController}
+
+def _live() -> Controller:
+    """The running controller (``submarine controller start``), through its API."""
+    try:
+        client = ControllerClient.connect()
+    except ControllerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if client is None:
+        raise click.ClickException("no controller runs here (start one with `submarine controller start`)")
+    try:
+        client.jobs()  # answers, and takes the token: a JVM's first call would fail otherwise
+    except ControllerError as exc:
+        client.close()
+        raise click.ClickException(str(exc)) from exc
+    return client
+
+
+#: The controllers ``serve`` can front.
+_CONTROLLERS: dict[str, Callable[[], Controller]] = {"memory": InMemoryController, "live": _live}
 
 
 def _read_token(path: Path, create: bool) -> str:
@@ -83,7 +102,8 @@ def bridge() -> None:
     type=click.Choice(sorted(_CONTROLLERS)),
     default="memory",
     show_default=True,
-    help="What answers the calls: memory records jobs and metrics and decides nothing.",
+    help="What answers the calls: memory records jobs and metrics and decides nothing; live is the running "
+    "controller (its API, found through SUBMARINE_CONTROLLER_DIR).",
 )
 def serve(
     host: str,
@@ -105,6 +125,8 @@ def serve(
             controller, token=token, host=host, python_port=port, java_host=java_host, java_port=java_port
         ).start()
     except BridgeError as exc:
+        if isinstance(controller, ControllerClient):
+            controller.close()
         raise click.ClickException(str(exc)) from exc
 
     stop = threading.Event()
@@ -125,4 +147,6 @@ def serve(
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.stop()
+        if isinstance(controller, ControllerClient):
+            controller.close()
     click.echo("py4j bridge stopped")

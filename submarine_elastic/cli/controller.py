@@ -1,4 +1,8 @@
-"""``submarine controller start|stop|status``: the process that resizes jobs by policy."""
+"""``submarine controller start|stop|status|history``: the process that resizes jobs by policy.
+
+``status`` and ``history`` ask the running controller through its API; when none runs they read what it
+left in its database (read-only).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,10 @@ from rich.table import Table
 
 from submarine_elastic.cli.job import _rm_url
 from submarine_elastic.cli.tables import decisions_table
-from submarine_elastic.controller import process
-from submarine_elastic.controller.api import ControllerError, JobRecord
+from submarine_elastic.controller import locate
+from submarine_elastic.controller.api import ControllerError, JobRecord, UnknownJobError
+from submarine_elastic.controller.client import view
+from submarine_elastic.daemon import process
 
 console = Console()
 
@@ -87,11 +93,11 @@ def start(
     except ControllerError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(
-        f"controller running (pid {state['pid']}): policy {state['policy']} + {state['arbiter']}, "
-        f"metrics service at {state['metrics_endpoint']}"
+        f"controller running (pid {state.pid}): policy {state.policy} + {state.arbiter}, "
+        f"metrics service at {state.metrics_endpoint}"
     )
-    if state.get("bridge_port"):
-        console.print(f"py4j bridge on 127.0.0.1:{state['bridge_port']} (token in {state['bridge_token_file']})")
+    if state.bridge_port:
+        console.print(f"py4j bridge on 127.0.0.1:{state.bridge_port} (token in {state.bridge_token_file})")
 
 
 @controller.command()
@@ -108,48 +114,46 @@ def stop() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Also list the jobs that have finished.")
 def status(show_all: bool) -> None:
     """Whether it runs, the jobs it manages with their ring sizes, and its latest decisions."""
-    state = process.running()
+    state = locate.running()
     console.print(
-        f"controller running (pid {state['pid']}), metrics service at {state['metrics_endpoint']}, "
-        f"policy {state['policy']} + {state['arbiter']}"
+        f"controller running (pid {state.pid}), metrics service at {state.metrics_endpoint}, "
+        f"policy {state.policy} + {state.arbiter}"
         if state
         else "controller not running"
     )
-    db = process.store()
-    if db is None:
-        return
     try:
-        jobs = [j for j in db.jobs() if show_all or j.state != "finished"]
-        table = Table(title="jobs")
-        for col in ("job", "state", "ring", "target", "limits", "source", "last decision"):
-            table.add_column(col)
-        now = time.time()
-        for j in jobs:
-            decisions = db.decisions(j.job_id)
-            last = decisions[-1] if decisions else None
-            table.add_row(
-                j.job_id if j.run == 1 else f"{j.job_id} (run {j.run})",
-                j.state,
-                _ring(j, now),
-                str(j.target),
-                f"{j.min_workers}..{j.max_workers}",
-                j.source,
-                f"{time.strftime('%H:%M:%S', time.localtime(last.time))} {last.from_workers}->{last.to_workers}: "
-                f"{last.reason}"
-                if last
-                else "-",
-            )
-        if jobs:
-            console.print(table)
-        else:
-            console.print("no jobs" if show_all else "no live jobs (--all lists the finished ones)")
-    finally:
-        db.close()
+        with view() as controller:
+            if controller is None:
+                return
+            statuses = controller.statuses(include_finished=show_all)
+    except ControllerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table(title="jobs")
+    for col in ("job", "state", "ring", "target", "limits", "source", "last decision"):
+        table.add_column(col)
+    now = time.time()
+    for j, last in ((s.job, s.last_decision) for s in statuses):
+        table.add_row(
+            j.job_id if j.run == 1 else f"{j.job_id} (run {j.run})",
+            str(j.state),
+            _ring(j, now),
+            str(j.target),
+            f"{j.min_workers}..{j.max_workers}",
+            str(j.source),
+            f"{time.strftime('%H:%M:%S', time.localtime(last.time))} {last.from_workers}->{last.to_workers}: "
+            f"{last.reason}"
+            if last
+            else "-",
+        )
+    if statuses:
+        console.print(table)
+    else:
+        console.print("no jobs" if show_all else "no live jobs (--all lists the finished ones)")
 
 
 def _ring(job: JobRecord, now: float) -> str:
     """The ring size the controller last read from the job's driver, and how long ago."""
-    if job.state == "finished" or job.observed_at is None:
+    if not job.live or job.observed_at is None:
         return "-"
     age = max(0, round(now - job.observed_at))
     return f"{job.workers} ({age} s ago)" if age >= 10 else str(job.workers)
@@ -160,25 +164,21 @@ def _ring(job: JobRecord, now: float) -> str:
 @click.option("--all", "all_runs", is_flag=True, help="Every run of the name, not only the latest.")
 def history(name: str, all_runs: bool) -> None:
     """The controller's decisions for job NAME, also once it has finished, oldest first."""
-    db = process.store()
-    if db is None:
-        raise click.ClickException("the controller has no state yet (it never ran here)")
     try:
-        decisions = db.decisions(name, all_runs=all_runs)
-        try:
-            job = db.job(name)
-        except ControllerError:
-            job = None
-    finally:
-        db.close()
-    if job is None and not decisions:
-        raise click.ClickException(f"the controller knows no job {name!r}")
-    if job is not None:
-        console.print(
-            f"job [bold]{name}[/bold] run {job.run}: {job.state}, limits {job.min_workers}..{job.max_workers}, "
-            f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job.submitted_at))}"
-            + (f", application {job.app_id}" if job.app_id else "")
-        )
+        with view() as controller:
+            if controller is None:
+                raise click.ClickException("the controller has no state yet (it never ran here)")
+            job = controller.job(name)
+            decisions = controller.timeline(name, all_runs=all_runs)
+    except UnknownJobError as exc:
+        raise click.ClickException(f"the controller knows no job {name!r}") from exc
+    except ControllerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(
+        f"job [bold]{name}[/bold] run {job.run}: {job.state}, limits {job.min_workers}..{job.max_workers}, "
+        f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job.submitted_at))}"
+        + (f", application {job.app_id}" if job.app_id else "")
+    )
     if not decisions:
         console.print("no decisions" + ("" if all_runs else " in this run (--all shows earlier runs)"))
         return

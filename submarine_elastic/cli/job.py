@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -12,7 +13,7 @@ from rich.console import Console
 from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
+from submarine_elastic.controller.api import ControllerError
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import (
     JobClient,
@@ -34,6 +35,9 @@ from submarine_elastic.elastic.jobspec import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
+
+if TYPE_CHECKING:
+    from submarine_elastic.controller.client import ControllerClient
 
 console = Console()
 
@@ -145,8 +149,6 @@ def run(
     timeout: float,
 ) -> None:
     """Submit a training job: a driver and --num_workers worker containers."""
-    from submarine_elastic.controller import process
-
     lo = min_workers if min_workers is not None else (1 if elastic else num_workers)
     hi = max_workers if max_workers is not None else num_workers
     if not elastic and (lo != num_workers or hi != num_workers):
@@ -191,8 +193,11 @@ def run(
             submit(yarn, req)  # validates the whole spec before anything is sent
         except (JobSpecError, YarnError) as exc:
             if ctl is not None:
-                process.finish_job(name)
+                _tell_controller(ctl, lambda c: c.job_finished(name))
             raise _fail(exc) from exc
+        finally:
+            if ctl is not None:
+                ctl.close()
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
             f"({'elastic ' + str(limits.min) + '..' + str(limits.max) if elastic else 'fixed'})"
@@ -202,39 +207,59 @@ def run(
             _follow(yarn, name, timeout)
 
 
-def _controller_for(req: JobRequest, policy: str | None) -> dict | None:
-    """The controller this job reports to (started for a --policy), with the job registered in it."""
-    from submarine_elastic.controller import process
+def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | None:
+    """The controller this job reports to (started for a --policy), with the job registered in it; it
+    checks the job (limits, policy) before YARN hears of it."""
+    from submarine_elastic.controller import locate
+    from submarine_elastic.controller.client import ControllerClient
+    from submarine_elastic.daemon import process
 
     try:
-        state = process.start(req.rm_url) if policy is not None else process.running()
+        info = process.start(req.rm_url) if policy is not None else locate.running()
+        if info is None:
+            return None
+        where = locate.directory()
+        client = ControllerClient(info.address, locate.read_token(where, locate.API_TOKEN))
+        req.env.update(
+            SUBMARINE_METRICS_ENDPOINT=info.metrics_endpoint,
+            SUBMARINE_METRICS_TOKEN=locate.read_token(where, locate.METRICS_TOKEN),
+        )
     except ControllerError as exc:
         raise _fail(exc) from exc
-    if state is None:
-        return None
-    req.env.update(process.metrics_env(state))
     limits = req.limits
-    record = JobRecord(
-        req.name, limits.min, limits.max, limits.num, limits.num, req.elastic, "running", time.time(), "cli"
+    _tell_controller(
+        client,
+        lambda c: c.job_submitted(req.name, limits.min, limits.max, limits.num, elastic=req.elastic, policy=policy),
     )
-    process.register_job(state, record, policy)
     console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")
-    return state
+    return client
+
+
+def _tell_controller(client: ControllerClient, call: Callable[[ControllerClient], object]) -> None:
+    """One call to the controller; its refusal (a bad value, an unknown job) or silence fails the command."""
+    try:
+        call(client)
+    except ControllerError as exc:
+        client.close()
+        raise _fail(exc) from exc
 
 
 def _metrics_line(name: str) -> str:
     """Step, loss and throughput of a job from the controller's metrics service ('' when unknown)."""
-    from submarine_elastic.controller import process
+    from submarine_elastic.controller import locate
 
-    state = process.running()
+    state = locate.running()
     if state is None:
         return ""
     import grpc
 
     from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 
-    token = process.metrics_env(state)["SUBMARINE_METRICS_TOKEN"]
-    with grpc.insecure_channel(state["metrics_endpoint"]) as channel:
+    try:
+        token = locate.read_token(locate.directory(), locate.METRICS_TOKEN)
+    except ControllerError:
+        return ""
+    with grpc.insecure_channel(state.metrics_endpoint) as channel:
         try:
             reply = metrics_pb2_grpc.MetricsServiceStub(channel).GetJob(
                 metrics_pb2.GetJobRequest(job_id=name), metadata=(("authorization", f"Bearer {token}"),), timeout=2
@@ -400,17 +425,19 @@ def _print_driver_view(st: pb.JobStatus) -> None:
 
 def _print_decisions(name: str, all_runs: bool = False) -> bool:
     """Prints the controller's decisions for the job (its current run, or every run); False: none."""
-    from submarine_elastic.controller import process
+    from submarine_elastic.controller.api import UnknownJobError
+    from submarine_elastic.controller.client import view
 
-    db = process.store()
-    decisions: list[DecisionRecord] = []
-    if db is not None:
-        try:
-            decisions = db.decisions(name, all_runs=all_runs)
-        finally:
-            db.close()
-        if decisions:
-            console.print(decisions_table(decisions, with_run=all_runs))
+    try:
+        with view() as controller:
+            decisions = controller.timeline(name, all_runs=all_runs) if controller is not None else []
+    except UnknownJobError:
+        decisions = []
+    except ControllerError as exc:
+        console.print(f"[yellow]the controller's decisions are not known: {exc}[/yellow]")
+        return False
+    if decisions:
+        console.print(decisions_table(decisions, with_run=all_runs))
     return bool(decisions)
 
 
@@ -464,8 +491,6 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
 @click.argument("name")
 def kill(name: str) -> None:
     """Stop the job and remove its YARN service."""
-    from submarine_elastic.controller import process
-
     with YarnServiceClient(_rm_url(), retries=RM_RETRIES) as yarn:
         try:
             yarn.destroy(name, wait=True)
@@ -476,5 +501,22 @@ def kill(name: str) -> None:
         forget_outcome(name)
     except OSError as exc:
         raise click.ClickException(f"job {name} is gone but its token files stay: {exc}") from exc
-    process.finish_job(name)
+    _controller_forgets(name)
     console.print(f"job {name} killed")
+
+
+def _controller_forgets(name: str) -> None:
+    """Tell the running controller (if any) that a job left; one it does not know is nothing to tell."""
+    from submarine_elastic.controller.api import UnknownJobError
+    from submarine_elastic.controller.client import ControllerClient
+
+    try:
+        controller = ControllerClient.connect()
+        if controller is None:
+            return
+        with controller:
+            controller.job_finished(name)
+    except UnknownJobError:
+        return
+    except ControllerError as exc:
+        raise click.ClickException(f"job {name} is gone but the controller was not told: {exc}") from exc

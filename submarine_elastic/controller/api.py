@@ -1,15 +1,29 @@
-"""The controller's interface: what the CLI, the py4j bridge and the tests talk to.
+"""The controller's interface: what the CLI, the py4j bridge and the tests talk to, and what it asks of
+a cluster.
 
 The controller closes the loop: it hosts the metrics service, keeps every job it knows of (submitted
 through it, reported by a JVM caller, or seen in the ResourceManager's application list), runs the
 policy engine on every metrics window and on every arrival or departure, and applies the decisions
 through each job's driver (graceful scale-in, stop-free scale-out). Its state persists in SQLite.
+
+Callers outside the controller's process reach it through its gRPC API
+(:mod:`submarine_elastic.controller.client`), which implements :class:`Controller`; every value a caller
+hands in is checked here, by :class:`JobSubmission` and :class:`MetricsReport`, whichever way it came.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE
+
+#: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).
+MAX_POLICY_SPEC_LENGTH = 512
 
 
 class ControllerError(Exception):
@@ -24,6 +38,201 @@ class InvalidJobError(ControllerError, ValueError):
     """A job was reported with bad limits or a bad id; the message names the value."""
 
 
+class IllegalTransitionError(ControllerError):
+    """A job or a decision was asked to change state in a way it cannot (a finished job running again)."""
+
+
+class ControllerUnavailableError(ControllerError):
+    """The controller does not run, or does not answer at its address within the call's deadline."""
+
+
+class ControllerAuthError(ControllerError, PermissionError):
+    """The controller refused the caller's token (or the caller cannot read it)."""
+
+
+class JobState(StrEnum):
+    """Where one run of a job is.
+
+    ``PENDING`` (submitted with ``job run``, YARN has not shown its application yet) -> ``RUNNING`` ->
+    ``FINISHED``; a pending job may finish without running (its submission failed). Setting the state a
+    job is in changes nothing; any other change raises :class:`IllegalTransitionError` (a name submitted
+    again is a new run, not a transition).
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+    def check(self, new: JobState) -> JobState:
+        """``new`` if a job in this state may move to it.
+
+        Raises:
+            IllegalTransitionError: it may not (named).
+        """
+        if new is not self and new not in _JOB_TRANSITIONS[self]:
+            raise IllegalTransitionError(f"a {self} job cannot become {new}")
+        return new
+
+
+_JOB_TRANSITIONS = {
+    JobState.PENDING: (JobState.RUNNING, JobState.FINISHED),
+    JobState.RUNNING: (JobState.FINISHED,),
+    JobState.FINISHED: (),
+}
+
+
+class JobSource(StrEnum):
+    """How the controller learned of a job."""
+
+    CLI = "cli"  # submarine job run
+    BRIDGE = "bridge"  # a JVM caller, through the py4j bridge
+    YARN = "yarn"  # seen in the ResourceManager's application list
+
+    @property
+    def first_state(self) -> JobState:
+        """``job run`` tells the controller before YARN hears of the job; the others report running jobs."""
+        return JobState.PENDING if self is JobSource.CLI else JobState.RUNNING
+
+
+class DecisionState(StrEnum):
+    """Where a decision is: ``IN_PROGRESS`` -> ``APPLIED`` (the driver confirmed the size) or ``FAILED``.
+
+    Any other change raises :class:`IllegalTransitionError`.
+    """
+
+    IN_PROGRESS = "in progress"
+    APPLIED = "applied"
+    FAILED = "failed"
+
+    def check(self, new: DecisionState) -> DecisionState:
+        """``new`` if a decision in this state may move to it.
+
+        Raises:
+            IllegalTransitionError: it may not (named).
+        """
+        if self is not DecisionState.IN_PROGRESS or new is DecisionState.IN_PROGRESS:
+            raise IllegalTransitionError(f"a decision {self} cannot become {new}")
+        return new
+
+
+def _whole(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJobError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _real(name: str, value: object, *, low: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not low <= value <= MAX_ABS_VALUE
+    ):
+        raise InvalidJobError(f"{name} must be finite and in [{low:g}, {MAX_ABS_VALUE:g}], got {value!r}")
+    return float(value)
+
+
+def check_job_id(job_id: object) -> str:
+    """``job_id`` if it is a job name (:data:`submarine_elastic.limits.JOB_NAME`).
+
+    Raises:
+        InvalidJobError: it is not; the message names it and the rule.
+    """
+    problem = JOB_NAME.problem(job_id)
+    if problem is not None:
+        raise InvalidJobError(problem)
+    return job_id  # type: ignore[return-value]  # JOB_NAME matched: a str
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    """A job as a caller reports it, checked on construction: the one place a submission is validated.
+
+    Attributes:
+        job_id: the job's (YARN service) name.
+        min_workers, max_workers, workers: its limits and starting size, ``1 <= min <= workers <= max``,
+            at most :data:`~submarine_elastic.limits.MAX_WORLD_SIZE`.
+        elastic: whether its size may change; a fixed-size job has ``min == max``.
+        source: who reports it.
+        policy: the job policy it asked for (``--policy``), at most :data:`MAX_POLICY_SPEC_LENGTH`
+            printable characters; None: the controller's default.
+
+    Raises:
+        InvalidJobError: any of the above does not hold (the job and the value named).
+    """
+
+    job_id: str
+    min_workers: int
+    max_workers: int
+    workers: int
+    elastic: bool = True
+    source: JobSource = JobSource.CLI
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job_id)
+        for name in ("min_workers", "max_workers", "workers"):
+            _whole(f"job {self.job_id!r}: {name}", getattr(self, name), 1, MAX_WORLD_SIZE)
+        if not self.min_workers <= self.workers <= self.max_workers:
+            raise InvalidJobError(
+                f"job {self.job_id!r}: workers {self.workers} must lie within min {self.min_workers} "
+                f"and max {self.max_workers}"
+            )
+        if not isinstance(self.elastic, bool):
+            raise InvalidJobError(f"job {self.job_id!r}: elastic must be a bool, got {self.elastic!r}")
+        if not self.elastic and self.min_workers != self.max_workers:
+            raise InvalidJobError(
+                f"job {self.job_id!r}: a fixed-size job needs min == max, got {self.min_workers} and {self.max_workers}"
+            )
+        try:
+            object.__setattr__(self, "source", JobSource(self.source))
+        except ValueError:
+            raise InvalidJobError(
+                f"job {self.job_id!r}: source must be one of {', '.join(JobSource)}, got {self.source!r}"
+            ) from None
+        if self.policy is not None and (
+            not isinstance(self.policy, str)
+            or not 0 < len(self.policy) <= MAX_POLICY_SPEC_LENGTH
+            or not self.policy.isprintable()
+        ):
+            raise InvalidJobError(
+                f"job {self.job_id!r}: a policy is 1-{MAX_POLICY_SPEC_LENGTH} printable characters, "
+                f"got {self.policy if not isinstance(self.policy, str) else self.policy[:40]!r}"
+            )
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    """Metrics of a job from a caller that does not stream them over gRPC (a JVM scheduler), checked on
+    construction.
+
+    Attributes:
+        job_id: the job.
+        world_size: the ring size they were measured at, in [1, MAX_WORLD_SIZE].
+        step: the training step, in [0, 2**63 - 1].
+        samples_per_second: the job's throughput, finite and in [0, MAX_ABS_VALUE].
+        loss: its loss, finite and at most MAX_ABS_VALUE in magnitude, or None.
+
+    Raises:
+        InvalidJobError: a value out of its range (the job and the value named).
+    """
+
+    job_id: str
+    world_size: int
+    step: int
+    samples_per_second: float
+    loss: float | None = None
+
+    def __post_init__(self) -> None:
+        who = f"job {self.job_id!r}"
+        _whole(f"{who}: world_size", self.world_size, 1, MAX_WORLD_SIZE)
+        _whole(f"{who}: step", self.step, 0, MAX_INT64)
+        rate = _real(f"{who}: samples_per_second", self.samples_per_second, low=0)
+        object.__setattr__(self, "samples_per_second", rate)
+        if self.loss is not None:
+            object.__setattr__(self, "loss", _real(f"{who}: loss", self.loss, low=-MAX_ABS_VALUE))
+
+
 @dataclass(frozen=True)
 class JobRecord:
     """A job as the controller knows it: one run of a job name (a name submitted again is a new run).
@@ -34,12 +243,14 @@ class JobRecord:
         workers: its ring size as last read from its driver (the size it asked for until then).
         target: the worker count last decided for it.
         elastic: whether its size may change.
-        state: ``pending``, ``running`` or ``finished``.
+        state: see :class:`JobState`.
         submitted_at: wall-clock seconds when the controller learned of this run.
-        source: ``cli``, ``bridge`` or ``yarn`` (seen in the ResourceManager's application list).
+        source: see :class:`JobSource`.
         run: 1 for the first job of this name, one more for each later submission of the name.
         app_id: the YARN application of this run, once the controller has seen it.
         observed_at: wall-clock seconds when ``workers`` was last read from the driver, or None.
+        policy: the job policy it was submitted with, or None (the controller's default).
+        last_resize_at: wall-clock seconds of its last resize (the start of its cooldown), or None.
     """
 
     job_id: str
@@ -48,12 +259,203 @@ class JobRecord:
     workers: int
     target: int
     elastic: bool
-    state: str
+    state: JobState
     submitted_at: float
-    source: str
+    source: JobSource
     run: int = 1
     app_id: str | None = None
     observed_at: float | None = None
+    policy: str | None = None
+    last_resize_at: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", JobState(self.state))
+        object.__setattr__(self, "source", JobSource(self.source))
+
+    @property
+    def live(self) -> bool:
+        """Not finished."""
+        return self.state is not JobState.FINISHED
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One size change the controller decided, with why and what came of it.
+
+    Attributes:
+        job_id, time: which job, when (wall-clock seconds).
+        from_workers, to_workers: the change.
+        reason: the policy's one-line reason.
+        state: see :class:`DecisionState`.
+        error: why applying it failed; set exactly when it did.
+        run: which run of the job name it was for (see :attr:`JobRecord.run`).
+
+    Raises:
+        ValueError: an error without a failure, or a failure without an error.
+    """
+
+    job_id: str
+    time: float
+    from_workers: int
+    to_workers: int
+    reason: str
+    state: DecisionState = DecisionState.IN_PROGRESS
+    error: str | None = None
+    run: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", DecisionState(self.state))
+        if (self.state is DecisionState.FAILED) != (self.error is not None):
+            raise ValueError(f"a decision has an error exactly when it failed, got {self.state} and {self.error!r}")
+
+    @property
+    def applied(self) -> bool:
+        """The job's driver confirmed the new size."""
+        return self.state is DecisionState.APPLIED
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job with its latest decision (None if its size was never changed in this run)."""
+
+    job: JobRecord
+    last_decision: DecisionRecord | None
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """What a running controller tells its callers (its state file ``controller.json``). A plain dataclass,
+    not a pydantic model: every CLI command reads it, and none should pay for importing pydantic.
+
+    Attributes:
+        pid, create_time: its process (``create_time`` as :mod:`psutil` reports it: a recycled pid is not it).
+        address: ``host:port`` of its gRPC API (:mod:`submarine_elastic.controller.client`).
+        metrics_endpoint: ``host:port`` of the metrics service it hosts.
+        db: its SQLite state.
+        rm_url: the ResourceManager it manages.
+        policy, arbiter: its default job policy and its arbiter.
+        bridge_port, bridge_token_file: the py4j bridge, when it serves one.
+    """
+
+    pid: int
+    create_time: float
+    address: str
+    metrics_endpoint: str
+    db: str
+    rm_url: str
+    policy: str
+    arbiter: str
+    bridge_port: int | None = None
+    bridge_token_file: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ControllerInfo:
+        """Raises: ValueError: not the JSON of a ControllerInfo (what is wrong named)."""
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError(f"a controller's state is a JSON object, got {type(fields).__name__}")
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "pid": int,
+            "create_time": (int, float),
+            "address": str,
+            "metrics_endpoint": str,
+            "db": str,
+            "rm_url": str,
+            "policy": str,
+            "arbiter": str,
+            "bridge_port": (int, type(None)),
+            "bridge_token_file": (str, type(None)),
+        }
+        for name, kind in kinds.items():
+            value = fields.get(name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"a controller's state has {name}={value!r}")
+        checked: dict[str, Any] = {name: fields.get(name) for name in kinds}
+        return cls(**checked)
+
+
+class ControllerView(ABC):
+    """What may be read of a controller: its jobs and decisions."""
+
+    @abstractmethod
+    def jobs(self) -> list[JobRecord]:
+        """Every job the controller knows (the latest run of each name), in submission order."""
+
+    @abstractmethod
+    def job(self, job_id: str) -> JobRecord:
+        """The latest run of a job.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+
+    @abstractmethod
+    def decision(self, job_id: str) -> DecisionRecord | None:
+        """The latest decision for a job's latest run, or None if its size was never changed.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+
+    @abstractmethod
+    def timeline(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
+        """Every decision for a job's latest run (with ``all_runs``: for every run of the name), oldest first.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+
+    def statuses(self, *, include_finished: bool = True) -> list[JobStatus]:
+        """Every job (only the live ones unless ``include_finished``) with its latest decision."""
+        return [JobStatus(j, self.decision(j.job_id)) for j in self.jobs() if include_finished or j.live]
+
+
+class Controller(ControllerView):
+    """What a caller of the controller may do. Every method blocks for at most a few seconds (a
+    database write, an RPC); decisions are applied in the background.
+    """
+
+    @abstractmethod
+    def job_submitted(
+        self,
+        job_id: str,
+        min_workers: int,
+        max_workers: int,
+        workers: int,
+        *,
+        elastic: bool = True,
+        source: JobSource = JobSource.CLI,
+        policy: str | None = None,
+    ) -> JobRecord:
+        """A job arrived (see :class:`JobSubmission` for what is checked). A name the controller knew
+        already starts a new run of it. Runs the policies for the new situation (it may take workers
+        from others).
+
+        Raises:
+            InvalidJobError: bad id, limits, source or policy (named).
+        """
+
+    @abstractmethod
+    def job_finished(self, job_id: str) -> None:
+        """A job left; its capacity goes back to the others. Finishing a finished job changes nothing.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+
+    @abstractmethod
+    def report_metrics(
+        self, job_id: str, world_size: int, step: int, samples_per_second: float, loss: float | None = None
+    ) -> None:
+        """Metrics for a job from a caller that does not stream them over gRPC (see :class:`MetricsReport`).
+
+        Raises:
+            UnknownJobError: no such job.
+            InvalidJobError: a value out of its range (named).
+        """
 
 
 @dataclass(frozen=True)
@@ -87,6 +489,10 @@ class Resources:
 
     def __str__(self) -> str:
         return f"{self.memory_mb} MB, {self.vcores} vcore{'' if self.vcores == 1 else 's'}"
+
+
+#: The worker size assumed for a job before YARN reports its spec (the job template's default).
+DEFAULT_WORKER = Resources(2048, 1)
 
 
 @dataclass(frozen=True)
@@ -141,86 +547,57 @@ class ClusterApp:
     started_at: float = 0.0
 
 
-@dataclass(frozen=True)
-class DecisionRecord:
-    """One size change the controller decided, with why and what came of it.
-
-    Attributes:
-        job_id, time: which job, when (wall-clock seconds).
-        from_workers, to_workers: the change.
-        reason: the policy's one-line reason.
-        applied: True once the job's driver confirmed the new size.
-        error: why applying it failed, if it did.
-        run: which run of the job name it was for (see :attr:`JobRecord.run`).
-    """
-
-    job_id: str
-    time: float
-    from_workers: int
-    to_workers: int
-    reason: str
-    applied: bool = False
-    error: str | None = None
-    run: int = 1
-
-
-class Controller(ABC):
-    """What a caller of the controller may do. Every method blocks for at most a few seconds (a
-    database write, an RPC to a job's driver); decisions are applied in the background.
+class JobBackend(ABC):
+    """How the controller sees and changes the jobs on a cluster (the real one:
+    :class:`~submarine_elastic.controller.backend.YarnJobBackend`). Every method blocks for at most its
+    own bounded calls to the ResourceManager or a job's driver, except :meth:`resize` and :meth:`replace`,
+    which block up to their ``timeout``.
     """
 
     @abstractmethod
-    def job_submitted(
-        self,
-        job_id: str,
-        min_workers: int,
-        max_workers: int,
-        workers: int,
-        *,
-        elastic: bool = True,
-        source: str = "cli",
-    ) -> JobRecord:
-        """A job arrived. Runs the policies for the new situation (it may take workers from others).
+    def nodes(self) -> list[NodeResources] | None:
+        """The cluster's RUNNING nodes with their free room; None if the RM did not answer."""
+
+    @abstractmethod
+    def footprint(self, job_id: str) -> JobFootprint | None:
+        """The job's worker size, the workers YARN gave it, and its containers still to be placed; None
+        when YARN does not know it as a job (not submitted yet, or not one of ours)."""
+
+    def default_worker(self) -> Resources:
+        """The worker size assumed for a job whose footprint is not known yet."""
+        return DEFAULT_WORKER
+
+    @abstractmethod
+    def ring_size(self, job_id: str) -> int | None:
+        """The job's current ring size, or None if its driver does not answer (yet)."""
+
+    @abstractmethod
+    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+        """Resize and block until the ring has ``workers`` (at most ``timeout`` s).
 
         Raises:
-            InvalidJobError: bad id or limits (``min <= workers <= max``, all >= 1).
+            Exception: any failure; the controller records its message.
         """
 
-    @abstractmethod
-    def job_finished(self, job_id: str) -> None:
-        """A job left; its capacity goes back to the others.
+    def instances(self, job_id: str) -> tuple[str, ...]:
+        """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
+        return ()
+
+    def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
+        """Swap the named workers for fresh ones, keeping the job's size; blocks until done.
 
         Raises:
-            UnknownJobError: no such job.
+            Exception: any failure (the default: this backend cannot replace workers).
         """
+        raise NotImplementedError(f"{type(self).__name__} cannot replace workers")
 
     @abstractmethod
-    def report_metrics(
-        self, job_id: str, world_size: int, step: int, samples_per_second: float, loss: float | None = None
-    ) -> None:
-        """Metrics for a job from a caller that does not stream them over gRPC (e.g. a JVM scheduler).
+    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
+        """Live yarn-service applications by name; None if the RM did not answer."""
+
+    def job_ended(self, job_id: str) -> None:  # noqa: B027 - optional hook, default no-op
+        """A job ended on its own (its application is gone): remove what was kept for it (its secrets).
 
         Raises:
-            UnknownJobError: no such job.
-            InvalidJobError: a negative or non-finite value (named).
-        """
-
-    @abstractmethod
-    def decision(self, job_id: str) -> DecisionRecord | None:
-        """The latest decision for a job, or None if its size was never changed.
-
-        Raises:
-            UnknownJobError: no such job.
-        """
-
-    @abstractmethod
-    def jobs(self) -> list[JobRecord]:
-        """Every job the controller knows, in submission order."""
-
-    @abstractmethod
-    def timeline(self, job_id: str) -> list[DecisionRecord]:
-        """Every decision for a job, oldest first.
-
-        Raises:
-            UnknownJobError: no such job.
+            OSError: something could not be removed (the controller logs it and goes on).
         """

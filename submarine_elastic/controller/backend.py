@@ -7,8 +7,14 @@ import json
 import logging
 
 from submarine_elastic import resources
-from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources, Resources
-from submarine_elastic.controller.service import DEFAULT_WORKER, JobBackend
+from submarine_elastic.controller.api import (
+    DEFAULT_WORKER,
+    ClusterApp,
+    JobBackend,
+    JobFootprint,
+    NodeResources,
+    Resources,
+)
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError
 from submarine_elastic.elastic.client import JobClient, forget_job
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient

@@ -3,47 +3,32 @@
 It runs no policy and touches no cluster. ``submarine bridge serve --controller memory`` uses it so a JVM
 caller can be developed against the bridge without a cluster, and tests use it wherever they need a
 correct :class:`~submarine_elastic.controller.api.Controller` and want to say themselves what the
-decisions are (:meth:`InMemoryController.decide`). Every method is thread-safe and never blocks on I/O.
+decisions are (:meth:`InMemoryController.decide`). It checks what callers hand in exactly as the live
+controller does (:class:`~submarine_elastic.controller.api.JobSubmission`,
+:class:`~submarine_elastic.controller.api.MetricsReport`). Every method is thread-safe and never blocks
+on I/O.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from submarine_elastic.controller.api import (
     Controller,
     DecisionRecord,
+    DecisionState,
     InvalidJobError,
     JobRecord,
+    JobSource,
+    JobState,
+    JobSubmission,
+    MetricsReport,
     UnknownJobError,
 )
-
-#: A job id is a YARN service name.
-_JOB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-_SOURCES = ("cli", "bridge", "yarn")
-
-
-@dataclass(frozen=True)
-class MetricsReport:
-    """One :meth:`Controller.report_metrics` call as the in-memory controller recorded it."""
-
-    job_id: str
-    world_size: int
-    step: int
-    samples_per_second: float
-    loss: float | None
-    time: float
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidJobError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+from submarine_elastic.limits import MAX_WORLD_SIZE
 
 
 class InMemoryController(Controller):
@@ -70,33 +55,27 @@ class InMemoryController(Controller):
         workers: int,
         *,
         elastic: bool = True,
-        source: str = "cli",
+        source: JobSource = JobSource.CLI,
+        policy: str | None = None,
     ) -> JobRecord:
         """Record a job (a known id is replaced, keeping its place, decisions and metrics).
 
         Raises:
-            InvalidJobError: bad id, limits, ``elastic`` flag or source (named in the message).
+            InvalidJobError: bad id, limits, ``elastic`` flag, source or policy (named in the message).
         """
-        if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
-            raise InvalidJobError(f"job id must match [a-z][a-z0-9-]* (at most 63 characters), got {job_id!r}")
-        _positive_int("min_workers", min_workers)
-        _positive_int("max_workers", max_workers)
-        _positive_int("workers", workers)
-        if not min_workers <= workers <= max_workers:
-            raise InvalidJobError(
-                f"job {job_id!r}: workers {workers} must lie within min {min_workers} and max {max_workers}"
-            )
-        if not isinstance(elastic, bool):
-            raise InvalidJobError(f"job {job_id!r}: elastic must be a bool, got {elastic!r}")
-        if not elastic and min_workers != max_workers:
-            raise InvalidJobError(
-                f"job {job_id!r}: a fixed-size job needs min == max, got {min_workers} and {max_workers}"
-            )
-        if source not in _SOURCES:
-            raise InvalidJobError(f"job {job_id!r}: source must be one of {', '.join(_SOURCES)}, got {source!r}")
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy)
         with self._lock:
             record = JobRecord(
-                job_id, min_workers, max_workers, workers, workers, elastic, "running", self._clock(), source
+                job.job_id,
+                job.min_workers,
+                job.max_workers,
+                job.workers,
+                job.workers,
+                job.elastic,
+                job.source.first_state,
+                self._clock(),
+                job.source,
+                policy=job.policy,
             )
             self._jobs[job_id] = record
             self._decisions.setdefault(job_id, [])
@@ -110,7 +89,8 @@ class InMemoryController(Controller):
             UnknownJobError: no such job.
         """
         with self._lock:
-            self._jobs[job_id] = replace(self._job(job_id), state="finished")
+            job = self._job(job_id)
+            self._jobs[job_id] = replace(job, state=job.state.check(JobState.FINISHED))
 
     def report_metrics(
         self, job_id: str, world_size: int, step: int, samples_per_second: float, loss: float | None = None
@@ -119,24 +99,22 @@ class InMemoryController(Controller):
 
         Raises:
             UnknownJobError: no such job.
-            InvalidJobError: a negative, non-integer or non-finite value (named).
+            InvalidJobError: a value out of its range (named).
         """
         with self._lock:
             self._job(job_id)
-        _positive_int("world_size", world_size)
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InvalidJobError(f"job {job_id!r}: step must be an integer >= 0, got {step!r}")
-        if not _finite(samples_per_second) or samples_per_second < 0:
-            raise InvalidJobError(
-                f"job {job_id!r}: samples_per_second must be finite and >= 0, got {samples_per_second!r}"
-            )
-        if loss is not None and not _finite(loss):
-            raise InvalidJobError(f"job {job_id!r}: loss must be finite, got {loss!r}")
-        report = MetricsReport(
-            job_id, world_size, step, float(samples_per_second), None if loss is None else float(loss), self._clock()
-        )
+        report = MetricsReport(job_id, world_size, step, samples_per_second, loss)
         with self._lock:
             self._metrics[job_id].append(report)
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job recorded, in submission order (a resubmitted id keeps its first place)."""
+        with self._lock:
+            return list(self._jobs.values())
+
+    def job(self, job_id: str) -> JobRecord:
+        with self._lock:
+            return self._job(job_id)
 
     def decision(self, job_id: str) -> DecisionRecord | None:
         """The latest injected decision for a job, or None.
@@ -149,13 +127,8 @@ class InMemoryController(Controller):
             decisions = self._decisions[job_id]
             return decisions[-1] if decisions else None
 
-    def jobs(self) -> list[JobRecord]:
-        """Every job recorded, in submission order (a resubmitted id keeps its first place)."""
-        with self._lock:
-            return list(self._jobs.values())
-
-    def timeline(self, job_id: str) -> list[DecisionRecord]:
-        """Every injected decision for a job, oldest first.
+    def timeline(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
+        """Every injected decision for a job, oldest first (a job here has one run).
 
         Raises:
             UnknownJobError: no such job.
@@ -170,15 +143,26 @@ class InMemoryController(Controller):
         self, job_id: str, to_workers: int, reason: str, *, applied: bool = False, error: str | None = None
     ) -> DecisionRecord:
         """Inject a decision as a policy would make it: the job's target becomes ``to_workers``, and, when
-        ``applied``, so does its worker count.
+        ``applied``, so does its worker count; with an ``error`` it failed.
 
         Raises:
             UnknownJobError: no such job.
-            InvalidJobError: ``to_workers`` outside the job's limits, or an empty reason.
+            InvalidJobError: ``to_workers`` outside the job's limits, an empty reason, or both ``applied``
+                and ``error``.
         """
-        _positive_int("to_workers", to_workers)
+        if isinstance(to_workers, bool) or not isinstance(to_workers, int) or not 1 <= to_workers <= MAX_WORLD_SIZE:
+            raise InvalidJobError(f"job {job_id!r}: to_workers must be an integer in [1, {MAX_WORLD_SIZE}]")
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidJobError(f"job {job_id!r}: a decision needs a reason, got {reason!r}")
+        if applied and error is not None:
+            raise InvalidJobError(f"job {job_id!r}: a decision that failed was not applied")
+        state = (
+            DecisionState.APPLIED
+            if applied
+            else DecisionState.FAILED
+            if error is not None
+            else DecisionState.IN_PROGRESS
+        )
         with self._lock:
             job = self._job(job_id)
             if not job.min_workers <= to_workers <= job.max_workers:
@@ -186,7 +170,7 @@ class InMemoryController(Controller):
                     f"job {job_id!r}: to_workers {to_workers} must lie within min {job.min_workers} "
                     f"and max {job.max_workers}"
                 )
-            record = DecisionRecord(job_id, self._clock(), job.target, to_workers, reason, applied, error)
+            record = DecisionRecord(job_id, self._clock(), job.target, to_workers, reason, state, error)
             self._decisions[job_id].append(record)
             self._jobs[job_id] = replace(job, target=to_workers, workers=to_workers if applied else job.workers)
             return record
@@ -206,7 +190,3 @@ class InMemoryController(Controller):
         if job is None:
             raise UnknownJobError(f"no job named {job_id!r}")
         return job
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

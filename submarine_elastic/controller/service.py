@@ -24,26 +24,29 @@ killed is finished on restart by reading the job's real size back, never by resi
 from __future__ import annotations
 
 import logging
-import math
-import re
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from submarine_elastic.controller.api import (
-    ClusterApp,
     Controller,
     DecisionRecord,
+    DecisionState,
+    IllegalTransitionError,
     InvalidJobError,
+    JobBackend,
     JobFootprint,
     JobRecord,
-    NodeResources,
-    Resources,
+    JobSource,
+    JobState,
+    JobSubmission,
+    MetricsReport,
 )
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, fit, slot_unit
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.policy import (
@@ -58,7 +61,6 @@ from submarine_elastic.policy import (
 
 log = logging.getLogger(__name__)
 
-_JOB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
 SERIES_WINDOW = 40  # recent points read per job per round: the loss window, step times per worker
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
@@ -67,60 +69,13 @@ CLOCK_SKEW_S = 30.0  # an application started this much before its run was regis
 #: or two later. A drop of capacity, or a job asking for more than fits, counts once it has lasted this long
 #: (or a round, when rounds are longer).
 SETTLE_S = 10.0
-#: The worker size assumed for a job before YARN reports its spec (the job template's default).
-DEFAULT_WORKER = Resources(2048, 1)
 
 
-class JobBackend(ABC):
-    """How the controller sees and changes the jobs on a cluster (the real one: :class:`YarnJobBackend`)."""
+class _Held(NamedTuple):
+    """Workers a job holds in one round: in its ring, and given to it but not in its ring yet."""
 
-    @abstractmethod
-    def nodes(self) -> list[NodeResources] | None:
-        """The cluster's RUNNING nodes with their free room; None if the RM did not answer."""
-
-    @abstractmethod
-    def footprint(self, job_id: str) -> JobFootprint | None:
-        """The job's worker size, the workers YARN gave it, and its containers still to be placed; None
-        when YARN does not know it as a job (not submitted yet, or not one of ours)."""
-
-    def default_worker(self) -> Resources:
-        """The worker size assumed for a job whose footprint is not known yet."""
-        return DEFAULT_WORKER
-
-    @abstractmethod
-    def ring_size(self, job_id: str) -> int | None:
-        """The job's current ring size, or None if its driver does not answer (yet)."""
-
-    @abstractmethod
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
-        """Resize and block until the ring has ``workers`` (at most ``timeout`` s).
-
-        Raises:
-            Exception: any failure; the controller records its message.
-        """
-
-    def instances(self, job_id: str) -> tuple[str, ...]:
-        """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
-        return ()
-
-    def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
-        """Swap the named workers for fresh ones, keeping the job's size; blocks until done.
-
-        Raises:
-            Exception: any failure (the default: this backend cannot replace workers).
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot replace workers")
-
-    @abstractmethod
-    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
-        """Live yarn-service applications by name; None if the RM did not answer."""
-
-    def job_ended(self, job_id: str) -> None:  # noqa: B027 - optional hook, default no-op
-        """A job ended on its own (its application is gone): remove what was kept for it (its secrets).
-
-        Raises:
-            OSError: something could not be removed (the controller logs it and goes on).
-        """
+    current: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -128,7 +83,7 @@ class _Room:
     """What one round counts: the capacity in slots, what each job holds, who asks for more than fits."""
 
     capacity: int
-    holding: dict[str, tuple[int, int]]  # job id -> (current, pending) workers
+    holding: dict[str, _Held]  # by job id
     short: dict[str, tuple[int, str]]  # running job id -> (workers that fit, why)
 
 
@@ -187,7 +142,7 @@ class ControllerService(Controller):
         self._short_since: dict[tuple[str, int], float] = {}
         # Jobs get their own policies back before the engine's state, which holds those policies' state.
         for job in store.jobs(live_only=True):
-            self._use_policy(job, store.job_extra(job.job_id)[0])
+            self._use_policy(job)
         state = store.get("policy_engine")
         if state:
             try:
@@ -206,32 +161,41 @@ class ControllerService(Controller):
         workers: int,
         *,
         elastic: bool = True,
-        source: str = "cli",
+        source: JobSource = JobSource.CLI,
         policy: str | None = None,
         app_id: str | None = None,
     ) -> JobRecord:
         """A job arrived; a name the controller knew already starts a new run of it (see :class:`JobRecord`).
+        A job submitted with ``job run`` is pending until YARN shows its application; the others run.
 
         Raises:
-            InvalidJobError: bad id or limits (``min <= workers <= max``, all >= 1).
+            InvalidJobError: bad id, limits or source (see :class:`JobSubmission`), or a policy that does
+                not load (named, with why).
         """
-        if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
-            raise InvalidJobError(f"job id must match [a-z][a-z0-9-]*, got {job_id!r}")
-        for name, value in (("min_workers", min_workers), ("max_workers", max_workers), ("workers", workers)):
-            if not isinstance(value, int) or value < 1:
-                raise InvalidJobError(f"{name} must be an integer >= 1, got {value!r}")
-        if not min_workers <= workers <= max_workers:
-            raise InvalidJobError(f"workers {workers} must lie within min {min_workers} and max {max_workers}")
-        if not elastic and min_workers != max_workers:
-            raise InvalidJobError(f"a fixed-size job needs min == max, got {min_workers} and {max_workers}")
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy)
+        if job.policy is not None:
+            try:
+                load_job_policy_spec(job.policy)
+            except PolicyError as exc:
+                raise InvalidJobError(f"job {job_id!r}: policy {job.policy!r} cannot be used: {exc}") from exc
         record = JobRecord(
-            job_id, min_workers, max_workers, workers, workers, elastic, "running", self.clock(), source, app_id=app_id
+            job.job_id,
+            job.min_workers,
+            job.max_workers,
+            job.workers,
+            job.workers,
+            job.elastic,
+            job.source.first_state,
+            self.clock(),
+            job.source,
+            app_id=app_id,
+            policy=job.policy,
         )
-        run = self.store.upsert_job(record, policy)
+        run = self.store.upsert_job(record)
         log.info(
             "job %s arrived (%s%s): %d workers in [%d, %d]",
             job_id,
-            source,
+            job.source,
             f", run {run}" if run > 1 else "",
             workers,
             min_workers,
@@ -241,37 +205,35 @@ class ControllerService(Controller):
         return self.store.job(job_id)
 
     def job_finished(self, job_id: str) -> None:
-        self.store.update_job(job_id, state="finished")
-        log.info("job %s left", job_id)
-        self._wake.set()
+        if self.store.change_state(job_id, JobState.FINISHED):
+            log.info("job %s left", job_id)
+            self._wake.set()
 
     def report_metrics(
         self, job_id: str, world_size: int, step: int, samples_per_second: float, loss: float | None = None
     ) -> None:
         self.store.job(job_id)
-        if world_size < 1 or step < 0:
-            raise InvalidJobError(f"world_size must be >= 1 and step >= 0, got {world_size} and {step}")
-        if not math.isfinite(samples_per_second) or samples_per_second < 0:
-            raise InvalidJobError(f"samples_per_second must be finite and >= 0, got {samples_per_second}")
-        if loss is not None and not math.isfinite(loss):
-            raise InvalidJobError(f"loss must be finite, got {loss}")
-        old = self.store.throughput(job_id).get(world_size, (0.0, 0))
-        self.store.record_throughput(job_id, world_size, samples_per_second, old[1] + 1)
-        if loss is not None:
-            losses = (self.store.get(f"loss/{job_id}") or [])[-(LOSS_WINDOW - 1) :] + [loss]
+        report = MetricsReport(job_id, world_size, step, samples_per_second, loss)
+        old = self.store.throughput(job_id).get(report.world_size, (0.0, 0))
+        self.store.record_throughput(job_id, report.world_size, report.samples_per_second, old[1] + 1)
+        if report.loss is not None:
+            losses = (self.store.get(f"loss/{job_id}") or [])[-(LOSS_WINDOW - 1) :] + [report.loss]
             self.store.put(f"loss/{job_id}", losses)
+
+    def jobs(self) -> list[JobRecord]:
+        return self.store.jobs()
+
+    def job(self, job_id: str) -> JobRecord:
+        return self.store.job(job_id)
 
     def decision(self, job_id: str) -> DecisionRecord | None:
         self.store.job(job_id)
         records = self.store.decisions(job_id)
         return records[-1] if records else None
 
-    def jobs(self) -> list[JobRecord]:
-        return self.store.jobs()
-
-    def timeline(self, job_id: str) -> list[DecisionRecord]:
+    def timeline(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
         self.store.job(job_id)
-        return self.store.decisions(job_id)
+        return self.store.decisions(job_id, all_runs=all_runs)
 
     # ------------------------------------------------------------------ the loop
 
@@ -308,6 +270,7 @@ class ControllerService(Controller):
             size = sizes[job.job_id]
             if size is not None:
                 self.store.update_job(job.job_id, workers=size, observed_at=now)
+                self._started(job)
         room = self._count_fixed(live, sizes) if self.capacity is not None else self._count_yarn(live, sizes, now)
         if room is None:
             log.warning("the cluster's nodes are unknown (the ResourceManager did not answer); no decision this round")
@@ -316,8 +279,7 @@ class ControllerService(Controller):
         views = []
         for job in managed:
             current, pending = room.holding[job.job_id]
-            policy, last_resize_at = self.store.job_extra(job.job_id)
-            self._use_policy(job, policy)
+            self._use_policy(job)
             views.append(
                 JobView(
                     job_id=job.job_id,
@@ -327,7 +289,7 @@ class ControllerService(Controller):
                     current_workers=current,
                     pending_workers=pending,
                     submitted_at=job.submitted_at,
-                    last_resize_at=last_resize_at,
+                    last_resize_at=job.last_resize_at,
                     instances=self.backend.instances(job.job_id) if sizes[job.job_id] is not None else (),
                     metrics=self._metrics(job.job_id),
                 )
@@ -392,19 +354,19 @@ class ControllerService(Controller):
         """``--capacity`` slots, one per worker whatever its size; every live job takes part."""
         capacity = self.capacity or 0
         held = sum(max(size, job.target) for job in live if (size := sizes[job.job_id]) is not None)
-        holding: dict[str, tuple[int, int]] = {}
+        holding: dict[str, _Held] = {}
         for job in live:
             size = sizes[job.job_id]
             if size is not None:
                 # Running: it holds its ring plus any scale-out in flight.
-                holding[job.job_id] = (size, max(0, job.target - size))
+                holding[job.job_id] = _Held(size, max(0, job.target - size))
             elif held + job.target <= capacity:
                 # Not started yet, and what it asked for is free: it holds that while its ring forms.
-                holding[job.job_id] = (0, job.target)
+                holding[job.job_id] = _Held(0, job.target)
                 held += job.target
             else:
                 # Not started and the cluster is full: it waits, so the arbiter makes room for it.
-                holding[job.job_id] = (0, 0)
+                holding[job.job_id] = _Held(0, 0)
         return _Room(capacity=capacity, holding=holding, short={})
 
     def _count_yarn(self, live: list[JobRecord], sizes: dict[str, int | None], now: float) -> _Room | None:
@@ -433,8 +395,8 @@ class ControllerService(Controller):
             for job in live
             # A job `job run` registered that YARN does not show yet may never get there (its submission
             # can fail): nobody gives it workers before it does.
-            if not (job.source == "cli" and job.job_id not in known)
-            and not (job.source == "yarn" and sizes[job.job_id] is None)
+            if not (job.source is JobSource.CLI and job.job_id not in known)
+            and not (job.source is JobSource.YARN and sizes[job.job_id] is None)
         ]
         sized = [known[job.job_id].worker for job in managed if job.job_id in known]
         unit = slot_unit(sized or [self.backend.default_worker()])
@@ -459,7 +421,7 @@ class ControllerService(Controller):
             if sizes[job.job_id] is None and unplaced and (left := fit(room, unplaced)) is not None:
                 room = left
                 placing.add(job.job_id)
-        holding: dict[str, tuple[int, int]] = {}
+        holding: dict[str, _Held] = {}
         short: dict[str, tuple[int, str]] = {}
         for job in sorted(managed, key=lambda j: (j.submitted_at, j.job_id)):
             if job.job_id in placing:
@@ -469,7 +431,7 @@ class ControllerService(Controller):
             given = max(current, footprints[job.job_id].workers_allocated)
             claim = min(max(0, job.target - given), max(0, free))
             free -= claim
-            holding[job.job_id] = (current, given - current + claim)
+            holding[job.job_id] = _Held(current, given - current + claim)
             if size is not None and given + claim < job.target:
                 short[job.job_id] = (
                     given + claim,
@@ -504,8 +466,10 @@ class ControllerService(Controller):
 
     # ------------------------------------------------------------------ pieces
 
-    def _use_policy(self, job: JobRecord, name: str | None) -> None:
-        """Give a job's run the policy it was submitted with (``--policy``); a bad name keeps the default."""
+    def _use_policy(self, job: JobRecord) -> None:
+        """Give a job's run the policy it was submitted with (``--policy``; checked when it was submitted,
+        so only a policy package uninstalled since then keeps the default)."""
+        name = job.policy
         if self._job_policies.get(job.job_id, (0, None)) == (job.run, name):
             return
         first = job.job_id not in self._job_policies
@@ -543,15 +507,14 @@ class ControllerService(Controller):
                     self.backend.resize(record.job_id, record.to_workers, record.reason, self.resize_timeout)
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
                 log.warning("resize of %s to %d failed: %s", record.job_id, record.to_workers, exc)
-                self.store.finish_decision(decision_id, applied=False, error=str(exc) or type(exc).__name__)
+                self.store.finish_decision(decision_id, DecisionState.FAILED, str(exc) or type(exc).__name__)
                 self.store.update_job(record.job_id, target=previous_target)
             else:
-                self.store.finish_decision(decision_id, applied=True)
+                self.store.finish_decision(decision_id, DecisionState.APPLIED)
                 done = self.clock()
-                fields: dict[str, float | int] = {"workers": record.to_workers, "observed_at": done}
+                self.store.update_job(record.job_id, workers=record.to_workers, observed_at=done)
                 if restarts_cooldown:
-                    fields["last_resize_at"] = done
-                self.store.update_job(record.job_id, **fields)
+                    self.store.update_job(record.job_id, last_resize_at=done)
             finally:
                 with self._lock:
                     self._in_flight.pop(record.job_id, None)
@@ -567,14 +530,14 @@ class ControllerService(Controller):
         runs = {job.job_id: job.run for job in self.store.jobs()}
         for decision_id, record in self.store.pending_decisions():
             if runs.get(record.job_id) != record.run:
-                self.store.finish_decision(decision_id, applied=False, error="the job was submitted again")
+                self.store.finish_decision(decision_id, DecisionState.FAILED, "the job was submitted again")
                 continue
             size = self.backend.ring_size(record.job_id)
             if size == record.to_workers:
-                self.store.finish_decision(decision_id, applied=True)
+                self.store.finish_decision(decision_id, DecisionState.APPLIED)
                 self.store.update_job(record.job_id, workers=size, target=size)
             else:
-                self.store.finish_decision(decision_id, applied=False, error="controller restarted before it applied")
+                self.store.finish_decision(decision_id, DecisionState.FAILED, "controller restarted before it applied")
                 if size is not None:
                     self.store.update_job(record.job_id, workers=size, target=size)
 
@@ -593,6 +556,7 @@ class ControllerService(Controller):
             elif job.app_id is None:
                 if app.started_at >= job.submitted_at - CLOCK_SKEW_S:
                     self.store.update_job(job.job_id, app_id=app.app_id)
+                    self._started(job)
             elif app.app_id != job.app_id:
                 # The run we knew ended and another application of that name runs: its secrets are the
                 # new one's, so they stay.
@@ -600,14 +564,22 @@ class ControllerService(Controller):
         known = {j.job_id: j for j in self.store.jobs()}
         for name, app in running.items():
             seen = known.get(name)
-            new_run = seen is not None and seen.state == "finished" and seen.app_id not in (None, app.app_id)
-            if (seen is None or new_run) and _JOB_ID.fullmatch(name):
+            new_run = seen is not None and not seen.live and seen.app_id not in (None, app.app_id)
+            if (seen is None or new_run) and JOB_NAME.matches(name):
                 self.job_submitted(
-                    name, app.workers, app.workers, app.workers, elastic=False, source="yarn", app_id=app.app_id
+                    name, app.workers, app.workers, app.workers, elastic=False, source=JobSource.YARN, app_id=app.app_id
                 )
 
+    def _started(self, job: JobRecord) -> None:
+        """A pending job's application or ring showed: it runs (unless it left meanwhile)."""
+        if job.state is JobState.PENDING:
+            try:
+                self.store.change_state(job.job_id, JobState.RUNNING, run=job.run)
+            except IllegalTransitionError:
+                pass  # finished since the round read it: it stays finished
+
     def _ended(self, job: JobRecord, *, forget: bool) -> None:
-        if not self.store.finish_run(job.job_id, job.run):
+        if not self.store.change_state(job.job_id, JobState.FINISHED, run=job.run):
             return  # submitted again meanwhile: the new run is not the one that ended
         log.info("job %s left (its application is gone)", job.job_id)
         self._wake.set()

@@ -1,9 +1,10 @@
 """The controller's state in SQLite: jobs, decisions, throughput history by world size, policy state.
 
-One file, WAL mode, so the CLI can read it (``submarine job show``, ``controller status``) and add
-jobs while the controller runs. Every write is its own transaction; a controller killed at any point
-restarts from what was committed and resizes nothing twice (a decision is recorded before it is
-applied and marked applied once the job's driver confirms it).
+One file, WAL mode, written only by the controller's process. Others read it only when the controller
+does not run (``submarine controller status|history`` of a stopped controller), through
+:class:`SavedState`, which opens it read-only. Every write is its own transaction; a controller killed at
+any point restarts from what was committed and resizes nothing twice (a decision is recorded before it
+is applied and marked applied once the job's driver confirms it).
 
 A job name submitted again starts a new run of it: the job's row is reset (limits, times, application
 id, throughput history) and its run number goes up by one; the decisions of earlier runs stay, marked
@@ -20,7 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from submarine_elastic.controller.api import DecisionRecord, JobRecord, UnknownJobError
+from submarine_elastic.controller.api import (
+    ControllerView,
+    DecisionRecord,
+    DecisionState,
+    JobRecord,
+    JobState,
+    UnknownJobError,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -70,16 +78,35 @@ _ADDED_COLUMNS = (
     ("jobs", "observed_at", "REAL"),
     ("decisions", "run", "INTEGER NOT NULL DEFAULT 1"),
 )
+#: Seconds a statement waits for another connection's write lock.
+BUSY_TIMEOUT_S = 10.0
+_UNSET: Any = object()
 
 
 class ControllerStore:
-    """Thread-safe access to the controller database at ``path`` (created on first use)."""
+    """Thread-safe access to the controller database at ``path``.
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    Args:
+        path: the database; created (with its directory) on first use unless ``readonly``.
+        readonly: open an existing database for reading only: nothing is created or migrated, and every
+            write raises ``sqlite3.OperationalError``.
+
+    Raises:
+        sqlite3.OperationalError: ``readonly`` and the database cannot be opened.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
+        self.readonly = readonly
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=10.0, isolation_level=None)
+        if readonly:
+            self._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            )
+            self._db.row_factory = sqlite3.Row
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         # WAL + NORMAL: a commit survives a crash of the process (what a restart needs); only a power
@@ -112,10 +139,10 @@ class ControllerStore:
 
     # ------------------------------------------------------------------ jobs
 
-    def upsert_job(self, job: JobRecord, policy: str | None = None) -> int:
+    def upsert_job(self, job: JobRecord) -> int:
         """Start a run of ``job``: a new job, or a new run of a name seen before (its row is reset:
-        limits, submission time, policy, application id, last resize; its throughput history and loss
-        window are dropped). Returns the run number."""
+        limits, state, submission time, policy, application id, last resize; its throughput history and
+        loss window are dropped). ``job.run`` is not read. Returns the run number."""
         with self._tx() as db:
             row = db.execute("SELECT run FROM jobs WHERE job_id=?", (job.job_id,)).fetchone()
             run = 1 if row is None else int(row["run"]) + 1
@@ -132,61 +159,81 @@ class ControllerStore:
                     job.workers,
                     job.target,
                     int(job.elastic),
-                    job.state,
+                    job.state.value,
                     job.submitted_at,
-                    job.source,
-                    policy,
+                    job.source.value,
+                    job.policy,
                     run,
                     job.app_id,
                 ),
             )
         return run
 
-    def finish_run(self, job_id: str, run: int) -> bool:
-        """Mark run ``run`` of a job finished; False (nothing changed) if the job has started another run
-        since, or that run was finished already."""
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE jobs SET state='finished' WHERE job_id=? AND run=? AND state != 'finished'", (job_id, run)
-            )
-            return cur.rowcount > 0
+    def change_state(self, job_id: str, state: JobState, *, run: int | None = None) -> bool:
+        """Move a job's latest run (only if it is run ``run``, when given) to ``state``; False when nothing
+        changed (it is in that state already, or another run is the latest).
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
-        """Set columns of one job.
+        Raises:
+            UnknownJobError: no such job.
+            IllegalTransitionError: the run cannot move to ``state`` (see :class:`JobState`).
+        """
+        with self._tx() as db:
+            row = db.execute("SELECT state, run FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJobError(f"no job named {job_id!r}")
+            current = JobState(row["state"])
+            if (run is not None and int(row["run"]) != run) or current is state:
+                return False
+            current.check(state)
+            db.execute("UPDATE jobs SET state=? WHERE job_id=?", (state.value, job_id))
+            return True
+
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        workers: int = _UNSET,
+        target: int = _UNSET,
+        observed_at: float | None = _UNSET,
+        last_resize_at: float | None = _UNSET,
+        app_id: str | None = _UNSET,
+    ) -> None:
+        """Set the given fields of a job's latest run (its state changes through :meth:`change_state`).
 
         Raises:
             UnknownJobError: no such job.
         """
-        allowed = {"workers", "target", "state", "last_resize_at", "policy", "app_id", "observed_at"}
-        bad = set(fields) - allowed
-        if bad:
-            raise ValueError(f"cannot update job columns {sorted(bad)}")
-        sets = ", ".join(f"{k}=?" for k in fields)
+        fields = {
+            name: value
+            for name, value in (
+                ("workers", workers),
+                ("target", target),
+                ("observed_at", observed_at),
+                ("last_resize_at", last_resize_at),
+                ("app_id", app_id),
+            )
+            if value is not _UNSET
+        }
+        if not fields:
+            return
+        sets = ", ".join(f"{name}=?" for name in fields)
         with self._tx() as db:
             cur = db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))  # noqa: S608
             if cur.rowcount == 0:
-                raise UnknownJobError(f"no job {job_id!r}")
+                raise UnknownJobError(f"no job named {job_id!r}")
 
     def job(self, job_id: str) -> JobRecord:
         """Raises: UnknownJobError."""
         with self._lock:
             row = self._db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
         if row is None:
-            raise UnknownJobError(f"no job {job_id!r}")
+            raise UnknownJobError(f"no job named {job_id!r}")
         return _job(row)
 
     def jobs(self, *, live_only: bool = False) -> list[JobRecord]:
         query = "SELECT * FROM jobs" + (" WHERE state != 'finished'" if live_only else "") + " ORDER BY submitted_at"
         with self._lock:
             return [_job(r) for r in self._db.execute(query).fetchall()]
-
-    def job_extra(self, job_id: str) -> tuple[str | None, float | None]:
-        """``(policy, last_resize_at)`` of a job (columns not in :class:`JobRecord`)."""
-        with self._lock:
-            row = self._db.execute("SELECT policy, last_resize_at FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        if row is None:
-            raise UnknownJobError(f"no job {job_id!r}")
-        return row["policy"], row["last_resize_at"]
 
     # ------------------------------------------------------------------ decisions
 
@@ -209,9 +256,25 @@ class ControllerStore:
             )
             return int(cur.lastrowid or 0)
 
-    def finish_decision(self, decision_id: int, *, applied: bool, error: str | None = None) -> None:
+    def finish_decision(self, decision_id: int, state: DecisionState, error: str | None = None) -> None:
+        """Mark an in-progress decision applied, or failed with ``error``.
+
+        Raises:
+            IllegalTransitionError: it is not in progress, or ``state`` is not a finished one.
+            ValueError: an error without a failure, or a failure without one.
+            LookupError: no decision of that id.
+        """
+        if (state is DecisionState.FAILED) != (error is not None):
+            raise ValueError(f"a decision has an error exactly when it failed, got {state} and {error!r}")
         with self._tx() as db:
-            db.execute("UPDATE decisions SET applied=?, error=? WHERE id=?", (int(applied), error, decision_id))
+            row = db.execute("SELECT * FROM decisions WHERE id=?", (decision_id,)).fetchone()
+            if row is None:
+                raise LookupError(f"no decision {decision_id}")
+            _decision(row).state.check(state)
+            db.execute(
+                "UPDATE decisions SET applied=?, error=? WHERE id=?",
+                (int(state is DecisionState.APPLIED), error, decision_id),
+            )
 
     def decisions(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
         """The decisions of the job's current run, oldest first; with ``all_runs``, those of every run of
@@ -246,6 +309,7 @@ class ControllerStore:
             )
 
     def throughput(self, job_id: str) -> dict[int, tuple[float, int]]:
+        """``world_size -> (samples_per_second, steps)`` measured for the job's current run."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT world_size, samples_per_second, steps FROM throughput WHERE job_id=?", (job_id,)
@@ -265,6 +329,44 @@ class ControllerStore:
         return json.loads(row["value"]) if row else default
 
 
+class SavedState(ControllerView):
+    """What a stopped controller left in its database, opened read-only.
+
+    Args:
+        path: the database.
+
+    Raises:
+        sqlite3.OperationalError: it cannot be opened.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._store = ControllerStore(path, readonly=True)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> SavedState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def jobs(self) -> list[JobRecord]:
+        return self._store.jobs()
+
+    def job(self, job_id: str) -> JobRecord:
+        return self._store.job(job_id)
+
+    def decision(self, job_id: str) -> DecisionRecord | None:
+        self._store.job(job_id)
+        records = self._store.decisions(job_id)
+        return records[-1] if records else None
+
+    def timeline(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
+        self._store.job(job_id)
+        return self._store.decisions(job_id, all_runs=all_runs)
+
+
 def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
         job_id=row["job_id"],
@@ -273,23 +375,32 @@ def _job(row: sqlite3.Row) -> JobRecord:
         workers=row["workers"],
         target=row["target"],
         elastic=bool(row["elastic"]),
-        state=row["state"],
+        state=JobState(row["state"]),
         submitted_at=row["submitted_at"],
         source=row["source"],
         run=row["run"],
         app_id=row["app_id"],
         observed_at=row["observed_at"],
+        policy=row["policy"],
+        last_resize_at=row["last_resize_at"],
     )
 
 
 def _decision(row: sqlite3.Row) -> DecisionRecord:
+    state = (
+        DecisionState.APPLIED
+        if row["applied"]
+        else DecisionState.FAILED
+        if row["error"] is not None
+        else DecisionState.IN_PROGRESS
+    )
     return DecisionRecord(
         job_id=row["job_id"],
         time=row["time"],
         from_workers=row["from_workers"],
         to_workers=row["to_workers"],
         reason=row["reason"],
-        applied=bool(row["applied"]),
-        error=row["error"],
+        state=state,
+        error=row["error"] if state is DecisionState.FAILED else None,
         run=row["run"],
     )

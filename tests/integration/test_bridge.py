@@ -24,8 +24,11 @@ import pytest
 
 from submarine_elastic.bridge.api import java_sources, py4j_jar
 from submarine_elastic.bridge.server import BridgeServer
-from submarine_elastic.controller.api import Controller, DecisionRecord, JobRecord
+from submarine_elastic.controller import locate
+from submarine_elastic.controller.api import Controller, DecisionRecord, JobRecord, JobSource, JobState
+from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.memory import InMemoryController
+from submarine_elastic.daemon import process
 
 pytestmark = pytest.mark.integration
 
@@ -183,6 +186,34 @@ def test_a_controller_failure_reaches_java_as_a_typed_exception(java_classpath: 
     with serve(BrokenController(), token) as bridge:
         output = run_java(java_classpath, "broken", bridge.java_port, bridge.port, token)
     assert "ElasticSchedulerException: internal error in the scheduler: RuntimeError: disk on fire" in output
+
+
+def test_the_controller_serves_the_bridge_through_its_api(java_classpath: str, tmp_path: Path) -> None:
+    """``submarine controller start --bridge-port``: the JVM's calls reach the live controller through its gRPC
+    API, checked there like any caller's, and the job is the controller's (no cluster: its ResourceManager
+    does not answer, so it decides nothing)."""
+    where, java_port = tmp_path / "controller", free_port()
+    info = process.start(
+        f"http://127.0.0.1:{free_port()}", bridge_port=0, bridge_java_port=java_port, directory=where, timeout=60
+    )
+    try:
+        assert info.bridge_port and info.bridge_token_file == str(where / "bridge.token")
+        token = (where / "bridge.token").read_text().strip()
+        output = run_java(java_classpath, "smoke", java_port, info.bridge_port, token)
+        assert passed(output) == 4
+        with ControllerClient.connect(where) as controller:  # type: ignore[union-attr]
+            [job] = controller.jobs()
+        assert (job.job_id, job.source, job.state, job.min_workers, job.max_workers) == (
+            "job-s",
+            JobSource.BRIDGE,
+            JobState.FINISHED,
+            1,
+            3,
+        )
+        assert token not in (where / "controller.log").read_text()
+    finally:
+        assert process.stop(where)
+    assert locate.running(where) is None and not (where / "controller.json").exists()
 
 
 SERVE = "from submarine_elastic.cli.bridge import bridge; bridge(prog_name='submarine bridge')"

@@ -16,8 +16,11 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.controller import process
+from submarine_elastic.controller import locate
+from submarine_elastic.controller.api import ControllerError, JobSource, JobState
+from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.daemon import process
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 
@@ -61,11 +64,18 @@ def run_job(name: str, work: Path, *flags: str, memory_mb: int = 1024) -> None:
     )
 
 
-def wait_applied(db: ControllerStore, job: str, count: int, timeout: float = 120) -> list[tuple[int, int, bool]]:
+def connect(directory: Path) -> ControllerClient:
+    """The running controller, through its API (what the CLI and the bridge use)."""
+    client = ControllerClient.connect(directory)
+    assert client is not None, "no controller runs"
+    return client
+
+
+def wait_applied(ctl: ControllerClient, job: str, count: int, timeout: float = 120) -> list[tuple[int, int, bool]]:
     """The job's decisions once ``count`` of them are applied (the controller marks them after the ring confirms)."""
     deadline = time.monotonic() + timeout
     while True:
-        decided = [(d.from_workers, d.to_workers, d.applied) for d in db.decisions(job)]
+        decided = [(d.from_workers, d.to_workers, d.applied) for d in ctl.timeline(job)]
         if sum(applied for *_, applied in decided) >= count or time.monotonic() > deadline:
             return decided
         time.sleep(0.5)
@@ -108,11 +118,12 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 "greedy",
                 memory_mb=2048,
             )
-            db = process.store(controller_dir)
-            assert db is not None
-            [(asked, fits, applied)] = wait_applied(db, "ctl-elastic", 1)
-            assert asked == 4 and fits in (2, 3) and applied, db.decisions("ctl-elastic")
-            assert f"only {fits} of its 4 workers fit (2048 MB, 1 vcore each" in db.decisions("ctl-elastic")[0].reason
+            ctl = connect(controller_dir)
+            [(asked, fits, applied)] = wait_applied(ctl, "ctl-elastic", 1)
+            assert asked == 4 and fits in (2, 3) and applied, ctl.timeline("ctl-elastic")
+            assert f"only {fits} of its 4 workers fit (2048 MB, 1 vcore each" in ctl.timeline("ctl-elastic")[0].reason
+            job = ctl.job("ctl-elastic")
+            assert (job.state, job.source, job.policy) == (JobState.RUNNING, JobSource.CLI, "greedy")
             with JobClient("ctl-elastic", yarn, locate_timeout=120) as elastic:
                 wait_ring(elastic, fits)
                 assert "ctl-elastic" in submarine("controller", "status")
@@ -121,34 +132,37 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 with JobClient("ctl-fixed", yarn, locate_timeout=120) as fixed:
                     wait_ring(fixed, 1)
                     assert elastic.status().world_size == 1
-                assert wait_applied(db, "ctl-elastic", 2) == [(4, fits, True), (fits, 1, True)]
+                assert wait_applied(ctl, "ctl-elastic", 2) == [(4, fits, True), (fits, 1, True)]
                 gave = fits - 1
-                assert db.decisions("ctl-elastic")[1].reason == f"fair share: gives {gave} to ctl-fixed ({gave})"
+                assert ctl.timeline("ctl-elastic")[1].reason == f"fair share: gives {gave} to ctl-fixed ({gave})"
                 shown = submarine("job", "show", "ctl-elastic")
                 assert "controller decisions" in shown
                 # The controller dies and comes back: it reads its state and resizes nothing twice.
-                db.close()
-                os.kill(process.running(controller_dir)["pid"], signal.SIGKILL)
+                ctl.close()
+                killed = locate.running(controller_dir)
+                assert killed is not None
+                os.kill(killed.pid, signal.SIGKILL)
                 deadline = time.monotonic() + 10
-                while process.running(controller_dir) is not None:
+                while locate.running(controller_dir) is not None:
                     assert time.monotonic() < deadline, "the killed controller is still there"
                     time.sleep(0.1)
                 submarine("controller", "start", "--policy", "static", "--interval", "1")
-                db = process.store(controller_dir)
-                assert db is not None
+                ctl = connect(controller_dir)
+                restarted = locate.running(controller_dir)
+                assert restarted is not None and restarted.pid != killed.pid
                 # It leaves: the elastic job gets its workers back.
                 submarine("job", "kill", "ctl-fixed")
+                assert ctl.job("ctl-fixed").state is JobState.FINISHED  # told by job kill, not found out later
                 wait_ring(elastic, fits)
-                assert wait_applied(db, "ctl-elastic", 3)[2] == (1, fits, True)
-                assert [j.state for j in db.jobs() if j.job_id == "ctl-fixed"] == ["finished"]
-                db.close()
+                assert wait_applied(ctl, "ctl-elastic", 3)[2] == (1, fits, True)
+                ctl.close()
         finally:
             for name in ("ctl-elastic", "ctl-fixed"):
                 yarn.destroy(name, missing_ok=True)
     status = submarine("controller", "status", "--all")
     assert "ctl-elastic" in status and "controller running" in status
     assert "controller stopped" in submarine("controller", "stop")
-    assert process.running(controller_dir) is None
+    assert locate.running(controller_dir) is None
 
 
 def test_scaling_efficiency_resizes_a_job_on_its_own(controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path):
@@ -172,18 +186,34 @@ def test_scaling_efficiency_resizes_a_job_on_its_own(controller_dir: Path, clust
                 "--policy",
                 policy,
             )
-            db = process.store(controller_dir)
-            assert db is not None
-            deadline = time.monotonic() + 300
-            while len([d for d in db.decisions("ctl-probe") if d.applied]) < 2:
-                assert time.monotonic() < deadline, f"no probe and return: {db.decisions('ctl-probe')}"
-                time.sleep(1)
-            probe, back = db.decisions("ctl-probe")[:2]
+            with connect(controller_dir) as ctl:
+                deadline = time.monotonic() + 300
+                while len([d for d in ctl.timeline("ctl-probe") if d.applied]) < 2:
+                    assert time.monotonic() < deadline, f"no probe and return: {ctl.timeline('ctl-probe')}"
+                    time.sleep(1)
+                probe, back = ctl.timeline("ctl-probe")[:2]
             assert (probe.from_workers, probe.to_workers) == (1, 2)
             assert (back.from_workers, back.to_workers) == (2, 1)
             assert "probing" in probe.reason and back.reason
-            throughput = db.throughput("ctl-probe")
+            # The throughput history by world size, as the controller keeps it (read-only: it is the controller's).
+            saved = ControllerStore(controller_dir / locate.DB, readonly=True)
+            throughput = saved.throughput("ctl-probe")
+            saved.close()
             assert {1, 2} <= set(throughput), throughput
-            db.close()
         finally:
             yarn.destroy("ctl-probe", missing_ok=True)
+
+
+def test_a_controller_that_cannot_start_says_why_and_one_that_runs_is_not_started_twice(tmp_path: Path):
+    """No cluster needed: the controller starts against a ResourceManager that does not answer."""
+    where = tmp_path / "controller"
+    with pytest.raises(ControllerError, match="(?s)exited with status 2.*no policy named 'nope'"):
+        process.start("http://127.0.0.1:9", policy="nope", directory=where, timeout=60)
+    assert locate.running(where) is None
+    first = process.start("http://127.0.0.1:9", directory=where, timeout=60)
+    try:
+        assert process.start("http://127.0.0.1:9", directory=where) == first
+        assert (where / locate.API_TOKEN).stat().st_mode & 0o777 == 0o600
+    finally:
+        assert process.stop(where)
+    assert not process.stop(where)

@@ -179,11 +179,11 @@ def test_an_unknown_job_becomes_an_unknown_job_exception(
         ("jobSubmitted", ("job-c", 3, 2, 2, True), "min 3 and max 2"),
         ("jobSubmitted", ("Job_C", 1, 1, 1, True), "'Job_C'"),
         ("jobSubmitted", ("job-c", 1, 3, 2, False), "fixed-size job needs min == max"),
-        ("jobSubmitted", ("job-c", 0, 3, 2, True), "min_workers must be an integer >= 1, got 0"),
+        ("jobSubmitted", ("job-c", 0, 3, 2, True), "min_workers must be an integer in [1, 100000], got 0"),
         ("reportMetrics", ("job-a", 2, 5, math.nan), "samples_per_second must be finite"),
-        ("reportMetrics", ("job-a", 2, -1, 1.0), "step must be an integer >= 0, got -1"),
-        ("reportMetrics", ("job-a", 0, 1, 1.0), "world_size must be an integer >= 1, got 0"),
-        ("reportMetrics", ("job-a", 2, 1, 1.0, math.inf), "loss must be finite, got inf"),
+        ("reportMetrics", ("job-a", 2, -1, 1.0), "step must be an integer in [0, 9223372036854775807], got -1"),
+        ("reportMetrics", ("job-a", 0, 1, 1.0), "world_size must be an integer in [1, 100000], got 0"),
+        ("reportMetrics", ("job-a", 2, 1, 1.0, math.inf), "loss must be finite and in [-1e+15, 1e+15], got inf"),
     ],
 )
 def test_bad_values_become_an_invalid_job_exception_naming_them(

@@ -9,13 +9,19 @@ import pytest
 
 from submarine_elastic.controller.api import (
     ClusterApp,
+    DecisionRecord,
+    DecisionState,
+    IllegalTransitionError,
     InvalidJobError,
+    JobBackend,
     JobFootprint,
     JobRecord,
+    JobSource,
+    JobState,
     NodeResources,
     UnknownJobError,
 )
-from submarine_elastic.controller.service import ControllerService, JobBackend
+from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
@@ -125,8 +131,6 @@ def test_state_survives_a_restart_and_nothing_is_resized_twice(tmp_path: Path):
     first.job_submitted("job", 1, 4, 2)
     first.report_metrics("job", 2, 100, 512.0, loss=0.5)
     # A decision recorded but not applied when the controller died; the job did reach the size.
-    from submarine_elastic.controller.api import DecisionRecord
-
     first.store.add_decision(DecisionRecord("job", clock.now, 2, 3, "probe"))
     cluster.sizes["job"] = 3
     first.store.close()
@@ -142,7 +146,8 @@ def test_state_survives_a_restart_and_nothing_is_resized_twice(tmp_path: Path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("Bad_Name", 1, 2, 1), "job id"),
+        (("Bad_Name", 1, 2, 1), "job name 'Bad_Name' is not a YARN service name"),
+        (("ok", 1, 200_000, 1), r"max_workers must be an integer in \[1, 100000\], got 200000"),
         (("ok", 0, 2, 1), "min_workers"),
         (("ok", 2, 4, 1), "workers 1"),
         (("ok", 1, 2, 2), "fixed-size"),
@@ -282,10 +287,11 @@ def test_a_job_that_ended_on_its_own_leaves_and_its_secrets_go(tmp_path: Path):
     c = controller(tmp_path, cluster, clock, policy="static")
     c.job_submitted("big", 1, 4, 2)
     c.tick()
-    assert cluster.ended == [] and c.store.job("big").state == "running"  # not listed yet: it may be starting
+    assert cluster.ended == [] and c.store.job("big").state is JobState.PENDING  # not listed yet: it may be starting
     cluster.apps["big"] = ClusterApp("big", "application_1", 2, started_at=clock.now + 2)
     c.tick()
     assert c.store.job("big").app_id == "application_1"
+    assert c.store.job("big").state is JobState.RUNNING
     clock.now += 120
     c.tick()
     assert cluster.ended == []
@@ -313,17 +319,17 @@ def test_a_job_name_submitted_again_is_a_new_job(tmp_path: Path):
     assert c.store.job("big").state == "finished" and cluster.ended == ["big"]
 
     clock.now += 600
-    # `submarine job run --name big` registers the job in the controller's table before YARN sees it.
-    c.store.upsert_job(JobRecord("big", 2, 2, 2, 2, False, "running", clock.now, "cli"), None)
+    # `submarine job run --name big` tells the controller before YARN sees the job.
+    c.job_submitted("big", 2, 2, 2, elastic=False)
     clock.now += 1
     c.tick()
     job = c.store.job("big")
-    assert (job.state, job.run, job.submitted_at, job.min_workers, job.app_id) == ("running", 2, clock.now - 1, 2, None)
+    assert (job.state, job.run, job.submitted_at, job.min_workers, job.app_id) == ("pending", 2, clock.now - 1, 2, None)
     assert type(c.engine.policy_for("big")).__name__ == "GreedyPolicy"  # the default: no --policy this time
     cluster.apps["big"] = ClusterApp("big", "application_2", 2, started_at=clock.now)
     clock.now += 1
     c.tick()
-    assert c.store.job("big").app_id == "application_2"
+    assert (c.store.job("big").app_id, c.store.job("big").state) == ("application_2", "running")
     assert c.timeline("big") == []  # this run's decisions; the first run's stay in the history
     assert [(d.run, d.to_workers) for d in c.store.decisions("big", all_runs=True)] == [(1, 4)]
     assert cluster.ended == ["big"]
@@ -398,7 +404,7 @@ def test_controller_status_lists_live_jobs_with_their_ring_and_all_with_all(
     store.upsert_job(JobRecord("big", 1, 4, 4, 4, True, "running", now - 100, "cli"))
     store.update_job("big", workers=2, target=2, observed_at=now - 1)
     store.upsert_job(JobRecord("old", 1, 1, 1, 1, False, "running", now - 200, "cli"))
-    store.update_job("old", state="finished")
+    store.change_state("old", JobState.FINISHED)
     store.close()
     out = CliRunner().invoke(cli, ["controller", "status"], terminal_width=200)
     assert out.exit_code == 0, out.output
@@ -415,13 +421,12 @@ def test_controller_history_shows_a_finished_jobs_decisions_and_every_run_with_a
     from click.testing import CliRunner
 
     from submarine_elastic.cli.main import cli
-    from submarine_elastic.controller.api import DecisionRecord
 
     monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(tmp_path))
     store = ControllerStore(tmp_path / "controller.db")
     store.upsert_job(JobRecord("big", 1, 4, 4, 4, True, "running", 1000.0, "cli"))
-    store.add_decision(DecisionRecord("big", 1010.0, 4, 2, "fair share: gives 2 to small (2)", applied=True))
-    store.update_job("big", state="finished")
+    store.add_decision(DecisionRecord("big", 1010.0, 4, 2, "fair share: gives 2 to small (2)", DecisionState.APPLIED))
+    store.change_state("big", JobState.FINISHED)
     store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, "running", 2000.0, "cli"))
     store.add_decision(DecisionRecord("big", 2010.0, 2, 3, "wants its maximum of 4"))
     store.close()
@@ -448,3 +453,86 @@ def test_a_restart_after_a_job_with_its_own_policy_left_keeps_the_policy_state(t
     first.store.close()
     second = controller(tmp_path, cluster, clock, policy="static")
     assert "stays" in second.engine.state_dict()["jobs"], "the saved policy state was thrown away"
+
+
+# ----------------------------------------------------------------------------- typed state
+
+
+def test_job_states_move_one_way() -> None:
+    allowed = {
+        (JobState.PENDING, JobState.RUNNING),
+        (JobState.PENDING, JobState.FINISHED),
+        (JobState.RUNNING, JobState.FINISHED),
+    }
+    for old in JobState:
+        for new in JobState:
+            if old is new or (old, new) in allowed:
+                assert old.check(new) is new
+            else:
+                with pytest.raises(IllegalTransitionError, match=f"a {old} job cannot become {new}"):
+                    old.check(new)
+
+
+def test_a_job_starts_pending_or_running_by_who_reported_it_and_finishes_once(tmp_path: Path):
+    cluster, clock = FakeCluster(capacity=8), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    assert c.job_submitted("cli-job", 1, 2, 1).state is JobState.PENDING  # job run tells it before YARN hears
+    assert c.job_submitted("jvm-job", 1, 2, 1, source=JobSource.BRIDGE).state is JobState.RUNNING
+    assert c.job_submitted("seen", 1, 1, 1, elastic=False, source=JobSource.YARN).state is JobState.RUNNING
+    with pytest.raises(InvalidJobError, match="source must be one of cli, bridge, yarn, got 'web'"):
+        c.job_submitted("web-job", 1, 2, 1, source="web")  # type: ignore[arg-type]
+    cluster.sizes["cli-job"] = 1
+    c.tick()
+    assert c.job("cli-job").state is JobState.RUNNING  # its ring formed
+    c.job_finished("cli-job")
+    c.job_finished("cli-job")  # finishing a finished job changes nothing
+    with pytest.raises(IllegalTransitionError, match="a finished job cannot become running"):
+        c.store.change_state("cli-job", JobState.RUNNING)
+    assert c.job("cli-job").state is JobState.FINISHED
+    assert c.job_submitted("cli-job", 1, 2, 1).state is JobState.PENDING  # a new run, not a transition
+
+
+def test_a_decision_finishes_once_and_has_an_error_exactly_when_it_failed(tmp_path: Path):
+    store = ControllerStore(tmp_path / "c.db")
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    decision_id = store.add_decision(DecisionRecord("big", 2.0, 2, 4, "grow"))
+    with pytest.raises(ValueError, match="error exactly when it failed"):
+        store.finish_decision(decision_id, DecisionState.APPLIED, "but it failed")
+    store.finish_decision(decision_id, DecisionState.FAILED, "driver gone")
+    with pytest.raises(IllegalTransitionError, match="a decision failed cannot become applied"):
+        store.finish_decision(decision_id, DecisionState.APPLIED)
+    [record] = store.decisions("big")
+    assert (record.state, record.error, record.applied) == (DecisionState.FAILED, "driver gone", False)
+    with pytest.raises(ValueError, match="error exactly when it failed"):
+        DecisionRecord("big", 2.0, 2, 4, "grow", DecisionState.FAILED)
+
+
+def test_a_policy_that_does_not_load_is_refused_when_the_job_is_submitted(tmp_path: Path):
+    c = controller(tmp_path, FakeCluster(4), Clock())
+    with pytest.raises(InvalidJobError, match="job 'job': policy 'no-such' cannot be used: no policy named 'no-such'"):
+        c.job_submitted("job", 1, 2, 1, policy="no-such")
+    with pytest.raises(InvalidJobError, match="policy 'greedy\\(speed=3\\)' cannot be used"):
+        c.job_submitted("job", 1, 2, 1, policy="greedy(speed=3)")
+    assert c.jobs() == []
+
+
+def test_a_stopped_controllers_state_is_read_without_writing_it(tmp_path: Path):
+    import sqlite3
+
+    from submarine_elastic.controller.store import SavedState
+
+    store = ControllerStore(tmp_path / "c.db")
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    store.add_decision(DecisionRecord("big", 2.0, 2, 4, "grow"))
+    store.close()
+    before = (tmp_path / "c.db").read_bytes()
+    with SavedState(tmp_path / "c.db") as saved:
+        assert [j.job_id for j in saved.jobs()] == ["big"]
+        assert saved.decision("big") == DecisionRecord("big", 2.0, 2, 4, "grow")
+        with pytest.raises(UnknownJobError):
+            saved.timeline("ghost")
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            saved._store.put("x", 1)
+    assert (tmp_path / "c.db").read_bytes() == before
+    with pytest.raises(sqlite3.OperationalError):
+        SavedState(tmp_path / "missing.db")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import responses
 
-from submarine_elastic.controller.api import ClusterApp, JobFootprint, NodeResources, Resources
+from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources, Resources
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, place, slot_unit
-from submarine_elastic.controller.service import ControllerService, JobBackend
+from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
@@ -225,7 +225,7 @@ def test_a_job_asking_for_more_than_fits_holds_what_it_got(tmp_path: Path) -> No
     assert (lowered.from_workers, lowered.to_workers) == (4, 2)
     assert lowered.reason.startswith("only 2 of its 4 workers fit (2048 MB, 1 vcore each")
     assert c.decision("big").applied and yarn.jobs["big"].target == 2
-    assert c.store.job_extra("big")[1] is None, "withdrawing a request that never ran is no resize"
+    assert c.store.job("big").last_resize_at is None, "withdrawing a request that never ran is no resize"
 
 
 def test_an_arrival_takes_only_what_it_needs_from_a_memory_bound_job(tmp_path: Path) -> None:

@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from submarine_elastic.controller.api import Controller, DecisionRecord, InvalidJobError, JobRecord, UnknownJobError
-from submarine_elastic.controller.memory import InMemoryController, MetricsReport
+from submarine_elastic.controller.api import (
+    Controller,
+    DecisionRecord,
+    InvalidJobError,
+    JobRecord,
+    MetricsReport,
+    UnknownJobError,
+)
+from submarine_elastic.controller.memory import InMemoryController
 
 
 class Clock:
@@ -45,11 +52,11 @@ def test_a_submitted_job_is_recorded_as_given(controller: InMemoryController) ->
     [
         (("Job-A", 1, 1, 1), {}, "'Job-A'"),
         (("", 1, 1, 1), {}, "''"),
-        (("a" * 64, 1, 1, 1), {}, "at most 63"),
+        (("a" * 64, 1, 1, 1), {}, "1-63 characters"),
         ((None, 1, 1, 1), {}, "None"),
-        (("job-a", 0, 1, 1), {}, "min_workers must be an integer >= 1, got 0"),
-        (("job-a", 1, 1.5, 1), {}, "max_workers must be an integer >= 1, got 1.5"),
-        (("job-a", 1, 2, True), {}, "workers must be an integer >= 1, got True"),
+        (("job-a", 0, 1, 1), {}, "min_workers must be an integer in [1, 100000], got 0"),
+        (("job-a", 1, 1.5, 1), {}, "max_workers must be an integer in [1, 100000], got 1.5"),
+        (("job-a", 1, 2, True), {}, "workers must be an integer in [1, 100000], got True"),
         (("job-a", 2, 4, 5), {}, "workers 5 must lie within min 2 and max 4"),
         (("job-a", 3, 2, 2), {}, "min 3 and max 2"),
         (("job-a", 1, 2, 2), {"elastic": False}, "fixed-size job needs min == max, got 1 and 2"),
@@ -105,21 +112,22 @@ def test_metrics_are_recorded_in_order(controller: InMemoryController) -> None:
     controller.report_metrics("job-a", 2, 0, 100.0)
     controller.report_metrics("job-a", 2, 10, 120, 0.5)
     assert controller.metrics("job-a") == [
-        MetricsReport("job-a", 2, 0, 100.0, None, 102.0),
-        MetricsReport("job-a", 2, 10, 120.0, 0.5, 103.0),
+        MetricsReport("job-a", 2, 0, 100.0, None),
+        MetricsReport("job-a", 2, 10, 120.0, 0.5),
     ]
 
 
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        ((0, 1, 1.0), "world_size must be an integer >= 1, got 0"),
-        ((1, -1, 1.0), "step must be an integer >= 0, got -1"),
-        ((1, 1.5, 1.0), "step must be an integer >= 0, got 1.5"),
-        ((1, 1, -0.1), "samples_per_second must be finite and >= 0, got -0.1"),
-        ((1, 1, math.inf), "samples_per_second must be finite and >= 0, got inf"),
-        ((1, 1, 1.0, math.nan), "loss must be finite, got nan"),
-        ((1, 1, "fast"), "samples_per_second must be finite and >= 0, got 'fast'"),
+        ((0, 1, 1.0), "world_size must be an integer in [1, 100000], got 0"),
+        ((100_001, 1, 1.0), "world_size must be an integer in [1, 100000], got 100001"),
+        ((1, -1, 1.0), "step must be an integer in [0, 9223372036854775807], got -1"),
+        ((1, 1.5, 1.0), "step must be an integer in [0, 9223372036854775807], got 1.5"),
+        ((1, 1, -0.1), "samples_per_second must be finite and in [0, 1e+15], got -0.1"),
+        ((1, 1, math.inf), "samples_per_second must be finite and in [0, 1e+15], got inf"),
+        ((1, 1, 1.0, math.nan), "loss must be finite and in [-1e+15, 1e+15], got nan"),
+        ((1, 1, "fast"), "samples_per_second must be finite and in [0, 1e+15], got 'fast'"),
     ],
 )
 def test_bad_metrics_are_refused_naming_the_value(

@@ -1,0 +1,135 @@
+"""The controller's process, wired: metrics service, policy engine, YARN backend, the controller, its gRPC
+API, and the py4j bridge as one more client of that API. Runs until SIGTERM or SIGINT, then stops them in
+the reverse order and removes its state file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+import psutil
+
+from submarine_elastic import env
+from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, BridgeError
+from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic.controller import locate
+from submarine_elastic.controller.api import ControllerError, ControllerInfo
+from submarine_elastic.controller.backend import YarnJobBackend
+from submarine_elastic.controller.client import ControllerClient
+from submarine_elastic.controller.server import ControllerServer
+from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.api import ServerStartError
+from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.policy import PolicyEngine, PolicyError, load_arbiter_spec, load_job_policy_spec
+
+log = logging.getLogger("submarine_elastic.controller")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--dir",
+    "where",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Its directory [default: SUBMARINE_CONTROLLER_DIR].",
+)
+@click.option("--rm-url", required=True, help="The ResourceManager's web address.")
+@click.option("--policy", default="static", show_default=True, help="Default job policy (name or module:Class).")
+@click.option("--arbiter", default="fair-share", show_default=True)
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
+@click.option("--cooldown", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option("--capacity", type=click.IntRange(min=1), default=None)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True)
+@click.option("--api-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port of its gRPC API.")
+@click.option("--bridge-port", type=click.IntRange(0, 65535), default=None, help="Serve the py4j bridge here.")
+@click.option("--bridge-java-port", type=click.IntRange(1, 65535), default=DEFAULT_JAVA_PORT, show_default=True)
+def serve(
+    where: Path | None,
+    rm_url: str,
+    policy: str,
+    arbiter: str,
+    interval: float,
+    cooldown: float,
+    capacity: int | None,
+    metrics_host: str,
+    metrics_port: int,
+    api_port: int,
+    bridge_port: int | None,
+    bridge_java_port: int,
+) -> None:
+    """Run the controller in the foreground until SIGTERM (``submarine controller start`` runs this)."""
+    where = where or env.controller_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[logging.FileHandler(where / locate.LOG)],
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    with ExitStack() as running:
+        try:
+            engine = PolicyEngine(load_job_policy_spec(policy), load_arbiter_spec(arbiter), cooldown_s=cooldown)
+            metrics = MetricsServer(
+                host=metrics_host, port=metrics_port, token=locate.token_for(where, locate.METRICS_TOKEN)
+            ).start()
+            running.callback(metrics.stop)
+            backend = YarnJobBackend(rm_url)
+            running.callback(backend.close)
+            store = ControllerStore(where / locate.DB)
+            running.callback(store.close)
+            service = ControllerService(
+                store, engine, backend, metrics=metrics.store, interval=interval, capacity=capacity
+            )
+            service.start()
+            running.callback(service.stop)
+            token = locate.token_for(where, locate.API_TOKEN)
+            api = ControllerServer(service, token=token, port=api_port).start()
+            running.callback(api.stop)
+            bridge = None
+            if bridge_port is not None:
+                # The bridge is one more caller of the API: a JVM's calls are checked like any other.
+                client = ControllerClient(api.address, token)
+                running.callback(client.close)
+                bridge = BridgeServer(
+                    client,
+                    token=locate.token_for(where, locate.BRIDGE_TOKEN),
+                    python_port=bridge_port,
+                    java_port=bridge_java_port,
+                ).start()
+                running.callback(bridge.stop)
+        except (PolicyError, ServerStartError, ControllerError, BridgeError) as exc:
+            log.error("%s", exc)
+            raise SystemExit(2) from exc
+        info = ControllerInfo(
+            pid=os.getpid(),
+            create_time=psutil.Process().create_time(),
+            address=api.address,
+            metrics_endpoint=metrics.address,
+            db=str(where / locate.DB),
+            rm_url=rm_url,
+            policy=policy,
+            arbiter=arbiter,
+            bridge_port=bridge.port if bridge else None,
+            bridge_token_file=str(where / locate.BRIDGE_TOKEN) if bridge else None,
+        )
+        locate.write_info(where, info)
+        running.callback(locate.remove_info, where)
+        log.info(
+            "controller serving: API at %s, metrics at %s, policy %s + %s",
+            info.address,
+            info.metrics_endpoint,
+            policy,
+            arbiter,
+        )
+        done.wait()
+        log.info("stopping")
