@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# Installs everything submarine-elastic needs, into the repository:
-#   .venv/          Python 3.11 virtualenv: TensorFlow (CPU), tf_keras, Horovod built from its sdist
-#                   with TensorFlow + Gloo, this package (editable) and its test tools
-#                   and the Hadoop YARN / ZooKeeper jars (share/submarine-elastic/hadoop/lib), resolved by
-#                   Maven from the project the package ships (submarine cluster install-jars)
+# Installs everything submarine-elastic needs into a Python 3.11 virtualenv (.venv/ by default):
+# TensorFlow (CPU), tf_keras, Horovod built from its sdist with TensorFlow + Gloo (patched, see
+# patches/), this package (editable) and its test tools, the pinned gRPC stub generator (build/), and
+# the Hadoop YARN / ZooKeeper jars (share/submarine-elastic/hadoop/lib), resolved by Maven from the
+# project the package ships (submarine cluster install-jars).
 #
 # Re-running it skips every step whose inputs have not changed (a stamp file per step holds a hash
-# of what the step was built from). Usage: scripts/install.sh [--no-tensorflow]
+# of what the step was built from). Usage: scripts/install.sh [--tf 2.21|2.18] [--no-tensorflow]
+#   --tf LINE         the TensorFlow line (default 2.21): 2.21 = tensorflow-cpu 2.21.0 + tf_keras 2.21.0,
+#                     2.18 = tensorflow-cpu 2.18.1 + tf_keras 2.18.0, into .venv-tf2.18/ (make test uses it)
 #   --no-tensorflow   controller side only: skip TensorFlow and Horovod (the extras stay installable)
+# SUBMARINE_VENV overrides the virtualenv's directory, PYTHON the interpreter that creates it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${SUBMARINE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3.11}
 
-# Versions pinned here and in setup.cfg; the README ("Versions pinned, and why") says why (TF >= 2.19 does not build Horovod 0.28.1).
-TF_SPEC="tensorflow-cpu==2.18.1"
-TF_KERAS_SPEC="tf_keras==2.18.0"
-HOROVOD_SPEC="horovod==0.28.1"
+# Versions pinned here and in setup.cfg (whose extras name the default line); docs/versions.md says why.
+DEFAULT_TF_LINE=2.21
+HOROVOD_VERSION=0.28.1
+# The sdist pip downloads is checked against this hash before the patch is applied to it.
+HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+# Horovod 0.28.1 does not build against TensorFlow >= 2.19 as shipped; the patch says why, hunk by hunk.
+HOROVOD_PATCH=$ROOT/patches/horovod-$HOROVOD_VERSION-tf2.21.patch
 
 with_tf=1
-for arg in "$@"; do
-  case "$arg" in
-    --no-tensorflow) with_tf=0 ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+tf_line=$DEFAULT_TF_LINE
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tensorflow) with_tf=0; shift ;;
+    --tf)
+      [ $# -ge 2 ] || { echo "install.sh: --tf needs a TensorFlow line (2.21 or 2.18)" >&2; exit 2; }
+      tf_line=$2; shift 2 ;;
+    --tf=*) tf_line=${1#--tf=}; shift ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+case "$tf_line" in
+  2.21) TF_SPEC="tensorflow-cpu==2.21.0"; TF_KERAS_SPEC="tf_keras==2.21.0"; default_venv=$ROOT/.venv ;;
+  2.18) TF_SPEC="tensorflow-cpu==2.18.1"; TF_KERAS_SPEC="tf_keras==2.18.0"; default_venv=$ROOT/.venv-tf2.18 ;;
+  *) echo "install.sh: --tf '$tf_line' is not a tested TensorFlow line; use 2.21 or 2.18" >&2; exit 2 ;;
+esac
+VENV=${SUBMARINE_VENV:-$default_venv}
 
 step() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 skip() { printf '    %s (already done)\n' "$*"; }
@@ -68,38 +84,62 @@ if [ "$with_tf" = 1 ]; then
     echo "$tf_hash" > "$VENV/.stamp-tensorflow"
   fi
 
-  hvd_hash=$(hash_of "$HOROVOD_SPEC $tf_hash gloo")
+  hvd_hash=$(hash_of "horovod==$HOROVOD_VERSION $HOROVOD_SDIST_SHA256 $(sha256sum < "$HOROVOD_PATCH") $tf_hash gloo")
   if stamp_ok "$VENV/.stamp-horovod" "$hvd_hash"; then
-    skip "$HOROVOD_SPEC"
+    skip "horovod==$HOROVOD_VERSION (patched)"
   else
     command -v cmake >/dev/null || die "cmake is required to build Horovod; on Debian: apt-get install cmake"
     command -v g++ >/dev/null || die "a C++ compiler is required to build Horovod; on Debian: apt-get install g++"
-    step "building $HOROVOD_SPEC from its sdist with TensorFlow + Gloo (about 3-5 minutes on 2 cores)"
+    command -v patch >/dev/null || die "patch is required to patch Horovod's sources; on Debian: apt-get install patch"
+    step "building horovod==$HOROVOD_VERSION from its sdist with $(basename "$HOROVOD_PATCH"), TensorFlow + Gloo (about 3-5 minutes on 2 cores)"
+    src=$(mktemp -d "${TMPDIR:-/tmp}/horovod-src.XXXXXX")
+    trap 'rm -rf "$src"' EXIT
+    "${PIP[@]}" download --quiet --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION"
+    sdist=$src/horovod-$HOROVOD_VERSION.tar.gz
+    echo "$HOROVOD_SDIST_SHA256  $sdist" | sha256sum --check --status \
+      || die "the downloaded $(basename "$sdist") does not have the sha256 pinned in install.sh ($HOROVOD_SDIST_SHA256)"
+    tar -xzf "$sdist" -C "$src"
+    patch --directory "$src/horovod-$HOROVOD_VERSION" --strip 1 --forward --batch --quiet < "$HOROVOD_PATCH" \
+      || die "$HOROVOD_PATCH does not apply to horovod $HOROVOD_VERSION's sdist"
+    # From the patched directory, which pip neither takes from nor puts into its wheel cache: a wheel
+    # built against one TensorFlow line is never reused for another.
     # --no-build-isolation: Horovod's CMake must see the TensorFlow installed above.
-    # pip's wheel cache keeps the built wheel, keyed by the sdist; TensorFlow is pinned, so reuse is safe.
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
-      "${PIP[@]}" install --progress-bar off --no-build-isolation "$HOROVOD_SPEC"
+      "${PIP[@]}" install --progress-bar off --no-build-isolation "$src/horovod-$HOROVOD_VERSION"
+    rm -rf "$src"
+    trap - EXIT
     "$VENV/bin/python" - <<'PY' || die "Horovod was built without TensorFlow or Gloo support"
 import horovod.tensorflow as hvd
+import tensorflow as tf
 from horovod.common.util import gloo_built
 if not gloo_built():
     raise SystemExit("horovod built without gloo")
-print("    horovod", __import__("horovod").__version__, "with TensorFlow + Gloo")
+print("    horovod", __import__("horovod").__version__, "with TensorFlow", tf.__version__, "+ Gloo")
 PY
     echo "$hvd_hash" > "$VENV/.stamp-horovod"
   fi
 fi
 
 # --- this package ---------------------------------------------------------------------------------
-pkg_hash=$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$ROOT
+# With TensorFlow named beside it, so that pip picks the protobuf and grpcio helper packages that
+# TensorFlow allows (for 2.18, protobuf <6 and grpcio-health-checking 1.71).
+pkg_reqs=(-e "$ROOT[test]")
+[ "$with_tf" = 1 ] && pkg_reqs+=("$TF_SPEC")
+pkg_hash=$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$ROOT-$(hash_of "${pkg_reqs[@]}")
 if stamp_ok "$VENV/.stamp-package" "$pkg_hash"; then
   skip "submarine-elastic (editable) and test tools"
 else
   step "installing submarine-elastic (editable) with its test tools"
-  "${PIP[@]}" install --progress-bar off --quiet -e "$ROOT[test]"
+  "${PIP[@]}" install --progress-bar off --quiet "${pkg_reqs[@]}"
   echo "$pkg_hash" > "$VENV/.stamp-package"
 fi
+
+# --- gRPC stub generator --------------------------------------------------------------------------
+# grpcio-tools, pinned, in build/ beside the virtualenvs (it needs a protobuf TensorFlow 2.21 refuses);
+# the test that the checked-in stubs are current runs it. Skipped once installed.
+step "the gRPC stub generator (scripts/gen_protos.sh)"
+PYTHON="$VENV/bin/python" "$ROOT/scripts/gen_protos.sh" --install-generator
 
 # --- Hadoop jars ----------------------------------------------------------------------------------
 # Into the virtualenv (share/submarine-elastic/hadoop/lib), where the package looks for them; the command
