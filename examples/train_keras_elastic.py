@@ -1,5 +1,6 @@
-"""An elastic Keras ``fit`` script: a small classifier on a generated dataset, trained with Keras 2
-(``tf_keras``) and Horovod elastic, that survives any number of resizes.
+"""An elastic Keras ``fit`` script: a small classifier on a generated dataset, trained with Horovod
+elastic, that survives any number of resizes. Keras 3 (``tf.keras`` of TensorFlow 2.21) or Keras 2
+(``tf_keras``, with ``TF_USE_LEGACY_KERAS=1`` in the environment): the trainer follows the model.
 
 What makes it elastic (compare with a plain Keras script):
 
@@ -7,11 +8,7 @@ What makes it elastic (compare with a plain Keras script):
     init_horovod()                                                                             # 2.
     history = trainer.fit(epochs)                                                              # 3.
 
-Horovod's Keras helpers need Keras 2: the first line below selects ``tf_keras`` for ``tf.keras``
-(``pip install tf_keras==2.18.0``). Under Keras 3 the trainer refuses to start rather than train the
-ranks apart; a Keras 3 script uses a custom loop instead (``examples/train_elastic.py``).
-
-Run it on the pseudo-cluster:
+Run it on the pseudo-cluster (add ``--env TF_USE_LEGACY_KERAS=1`` for Keras 2):
     submarine job run --name keras-demo --elastic --num_workers 2 --min_workers 1 --max_workers 3 \\
         --worker_launch_cmd 'python examples/train_keras_elastic.py --epochs 20'
 or locally without YARN: horovodrun -np 2 python examples/train_keras_elastic.py
@@ -19,20 +16,16 @@ or locally without YARN: horovodrun -np 2 python examples/train_keras_elastic.py
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # before TensorFlow is imported: tf.keras is Keras 2
+import numpy as np
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from tf_hooks.elastic.ring import init_horovod  # noqa: E402
-from tf_hooks.elastic.rules import BatchRule  # noqa: E402
+from tf_hooks.elastic.ring import init_horovod
+from tf_hooks.elastic.rules import BatchRule
 
 FEATURES = 16
 CLASSES = 4
@@ -118,6 +111,7 @@ def main() -> None:
             "epochs": len(history),
             "steps": int(trainer.optimizer.iterations.numpy()),
             "size": hvd.size(),
+            "keras": trainer.keras.__version__,
             "resets": [asdict(r) for r in trainer.resets],
         }
         (args.log_dir / f"final-rank{rank}.json").write_text(json.dumps(final))

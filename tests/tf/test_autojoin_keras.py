@@ -1,8 +1,9 @@
 """Horovod's Keras binding as a plain script imports it in an agent-started process (the agent's
 ``sitecustomize`` on ``PYTHONPATH``), with the real TensorFlow and Horovod, one process per Keras:
 
-- Keras 3: the helpers that cannot work there raise ``KerasVersionError`` naming the way out, where
-  Horovod's own ``DistributedOptimizer`` would train the ranks apart without a word;
+- Keras 3: the helpers that cannot work there raise ``KerasVersionError`` naming the ways out (tf_keras, or
+  the project's Keras 3 trainer), where Horovod's own ``DistributedOptimizer`` would train the ranks apart
+  without a word;
 - Keras 2 (``TF_USE_LEGACY_KERAS=1``): the binding's backend is ``tf.keras``'s (Horovod binds the Keras
   3 one, and its metric-average callback fails at the first epoch end), and ``KerasState`` builds the
   optimizer's slots before it synchronises (a joiner has none, and the broadcast would hang).
@@ -48,6 +49,7 @@ for name, call in [
         call()
     except KerasVersionError as exc:
         assert "TF_USE_LEGACY_KERAS=1" in str(exc) and name in str(exc), str(exc)
+        assert "tf_hooks.elastic.keras.ElasticKerasTrainer" in str(exc), str(exc)  # Keras 3 fit's way
         refused.append(name)
 print(" ".join(refused))
 """

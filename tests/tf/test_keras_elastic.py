@@ -1,7 +1,9 @@
-"""The Keras elastic trainer with real TensorFlow: Keras 3 refused, Keras 2 trained, alone and in a ring.
+"""The Keras elastic trainer with real TensorFlow and Horovod, under Keras 3 (``tf.keras``) and Keras 2
+(``tf_keras`` with ``TF_USE_LEGACY_KERAS=1``): trained alone and in a ring of two (the same path, the
+same weights on every rank), through resizes, and refusing what would train the ranks apart.
 
-Which Keras ``tf.keras`` is gets fixed for a process the first time it is used, so every case that
-needs one or the other runs the example (or a few lines) in a fresh Python.
+Which Keras ``tf.keras`` is gets fixed for a process the first time it is used, so every case runs the
+example (or a few lines) in a fresh Python.
 """
 
 from __future__ import annotations
@@ -16,58 +18,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
-
-from tf_hooks.elastic import keras as ekeras  # noqa: E402
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_keras_elastic.py"
+#: TF_USE_LEGACY_KERAS for each Keras, and the major version the trainer must then report.
+KERAS = {"keras3": ("0", 3), "keras2": ("1", 2)}
 
 
-def run(args: list[str], legacy: str | None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_"))}
+def run(
+    args: list[str], legacy: str | None, timeout: float = 300, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_", "KERAS_BACKEND"))}
     env.pop("TF_USE_LEGACY_KERAS", None)
     if legacy is not None:
         env["TF_USE_LEGACY_KERAS"] = legacy
+    env.update(extra_env)
     return subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_example_refuses_keras_3_with_the_way_out():
-    result = run([sys.executable, str(EXAMPLE), "--epochs", "1"], legacy="0")
-    assert result.returncode != 0
-    assert "KerasVersionError: tf.keras is Keras 3." in result.stderr
-    assert "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported" in result.stderr
-    assert "tf_hooks.elastic.state.ElasticState" in result.stderr
-
-
-def test_a_keras_3_model_is_refused_even_with_tf_keras_selected():
-    code = (
-        "import sys, keras, numpy as np\n"
-        "from tf_hooks.elastic.keras import ElasticKerasTrainer, KerasVersionError\n"
-        "from tf_hooks.elastic.rules import BatchRule\n"
-        "model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
-        "x = np.zeros((4, 2), np.float32)\n"
-        "try:\n"
-        "    ElasticKerasTrainer(model, keras.optimizers.SGD(0.1), loss='mse', x=x, y=x[:, :1],\n"
-        "                        rule=BatchRule('fixed_global', 2, 0.1))\n"
-        "except KerasVersionError as exc:\n"
-        "    print(exc)\n"
-        "    print(sorted(m for m in sys.modules if m.startswith('horovod.tensorflow.keras')))\n"
-    )
-    result = run([sys.executable, "-c", code], legacy="1")
-    assert result.returncode == 0, result.stderr
-    message, horovod_keras = result.stdout.strip().splitlines()
-    assert "not a tf.keras model" in message and "(Keras 3." in message
-    assert horovod_keras == "[]", "Horovod's Keras module was imported before the guard refused"
-
-
-def test_require_keras2_matches_this_process():
-    """tf.keras here is Keras 3 unless the shell selected tf_keras; the guard says the same."""
-    if (ekeras._major(ekeras.keras_version(tf.keras)) or 3) >= 3:
-        with pytest.raises(ekeras.KerasVersionError, match="Keras 3"):
-            ekeras.require_keras2()
-    else:
-        assert ekeras.require_keras2() is tf.keras
+def horovodrun(np_: int = 2) -> list[str]:
+    found = shutil.which("horovodrun", path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.skip("horovodrun is not installed (pip install -e '.[horovod]')")
+    return [found, "-np", str(np_), "--gloo", "--network-interface", "lo", sys.executable]
 
 
 def final_of(log: Path) -> tuple[list[dict], list[dict], list[np.lib.npyio.NpzFile]]:
@@ -77,24 +51,25 @@ def final_of(log: Path) -> tuple[list[dict], list[dict], list[np.lib.npyio.NpzFi
     return history, finals, weights
 
 
-def test_two_ranks_train_exactly_as_one_and_end_identical(tmp_path: Path):
+@pytest.mark.parametrize("keras", sorted(KERAS))
+def test_two_ranks_train_exactly_as_one_and_end_identical(tmp_path: Path, keras: str):
     """With the trainer's loss weighting a step is the mean over the global batch whatever the split:
-    two ranks (uneven last step included) follow the same path as one process."""
+    two ranks (uneven last step included) follow the same path as one process, and end with the same
+    weights (without the allreduce each rank would follow its own half of the data)."""
+    legacy, major = KERAS[keras]
     args = ["--epochs", "3", "--samples", "1000", "--global-batch", "48"]
-    alone = run([sys.executable, str(EXAMPLE), *args, "--log-dir", str(tmp_path / "one")], legacy="1")
+    alone = run([sys.executable, str(EXAMPLE), *args, "--log-dir", str(tmp_path / "one")], legacy=legacy)
     assert alone.returncode == 0, alone.stderr[-3000:]
     history_one, finals_one, _ = final_of(tmp_path / "one")
+    assert finals_one[0]["keras"].split(".")[0] == str(major)
     assert [r["workers"] for r in history_one] == [1, 1, 1]
     assert finals_one[0]["accuracy"] >= 0.95
     assert history_one[-1]["loss"] < history_one[0]["loss"] / 5
 
-    horovodrun = shutil.which("horovodrun", path=str(Path(sys.executable).parent))
-    if horovodrun is None:
-        pytest.skip("horovodrun is not installed (pip install -e '.[horovod]')")
-    cmd = [horovodrun, "-np", "2", "--gloo", "--network-interface", "lo", sys.executable, str(EXAMPLE)]
-    ring = run([*cmd, *args, "--log-dir", str(tmp_path / "two")], legacy="1")
+    ring = run([*horovodrun(), str(EXAMPLE), *args, "--log-dir", str(tmp_path / "two")], legacy=legacy)
     assert ring.returncode == 0, ring.stdout[-3000:] + ring.stderr[-3000:]
     history_two, finals_two, weights = final_of(tmp_path / "two")
+    assert [f["keras"] for f in finals_two] == [finals_one[0]["keras"]] * 2
     assert [r["workers"] for r in history_two] == [2, 2, 2]
     assert len(weights) == 2
     for key in weights[0].files:
@@ -104,8 +79,7 @@ def test_two_ranks_train_exactly_as_one_and_end_identical(tmp_path: Path):
 
 
 RESIZES = """
-import json, os, time
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import json, time
 import numpy as np, tensorflow as tf
 import horovod.tensorflow as hvd
 from horovod.runner.elastic.worker import HostUpdateResult
@@ -135,14 +109,145 @@ print(json.dumps({
     "epochs": [r["epoch"] for r in history],
     "resets": [[r.reason, r.size_before, r.size_after] for r in trainer.resets],
     "steps": int(trainer.optimizer.iterations.numpy()),
+    "keras": trainer.keras.__version__,
 }))
 """
 
 
-def test_a_resize_at_an_epochs_last_batch_or_mid_epoch_loses_and_repeats_nothing():
-    result = run([sys.executable, "-c", RESIZES], legacy="1")
+@pytest.mark.parametrize("keras", sorted(KERAS))
+def test_a_resize_at_an_epochs_last_batch_or_mid_epoch_loses_and_repeats_nothing(keras: str):
+    legacy, major = KERAS[keras]
+    result = run([sys.executable, "-c", RESIZES], legacy=legacy)
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["keras"].split(".")[0] == str(major)
     assert outcome["resets"] == [["HostsUpdatedInterrupt", 1, 1]] * 2
     assert outcome["epochs"] == [0, 1, 2]
     assert outcome["steps"] == 3 * 4  # 64 samples, 16 a step: no step repeated or skipped
+
+
+# Claims to average over the ring (the marker allreduce_gradients sets) but does not: what Horovod's own
+# DistributedOptimizer does under Keras 3. Each rank then trains on its own half of every step.
+SKIPS_THE_ALLREDUCE = """
+import numpy as np, keras
+from tf_hooks.elastic.keras import ElasticKerasTrainer, RanksDivergedError
+from tf_hooks.elastic.ring import init_horovod
+from tf_hooks.elastic.rules import BatchRule
+
+class LocalSGD(keras.optimizers.SGD):
+    _submarine_allreduce = True
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("int32")
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+trainer = ElasticKerasTrainer(model, LocalSGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                              x=x, y=y, rule=BatchRule("fixed_global", 16, 0.1), metrics_callback=False)
+hvd = init_horovod()
+try:
+    trainer.fit(2)
+except RanksDivergedError as exc:
+    print("diverged", hvd.rank(), exc)
+"""
+
+
+def test_ranks_that_train_apart_are_stopped_at_the_first_epoch_end():
+    """The check behind "every rank ends identical": without the allreduce it fails, naming the ranks."""
+    result = run([*horovodrun(), "-c", SKIPS_THE_ALLREDUCE], legacy="0")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "diverged" in line]
+    assert len(lines) == 2, result.stdout[-3000:]
+    assert all("ranks [1] hold other weights than rank 0 at an epoch end" in line for line in lines)
+
+
+HOROVODS_OWN = """
+import keras, numpy as np
+import horovod.tensorflow.keras as hvd_keras
+from tf_hooks.elastic.keras import ElasticKerasTrainer
+from tf_hooks.elastic.rules import BatchRule
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+x = np.zeros((4, 2), np.float32)
+try:
+    ElasticKerasTrainer(model, hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse", x=x,
+                        y=x[:, :1], rule=BatchRule("fixed_global", 2, 0.1), metrics_callback=False)
+except TypeError as exc:
+    print(exc)
+"""
+
+
+def test_horovods_own_keras_3_optimizer_is_refused_up_front():
+    result = run([sys.executable, "-c", HOROVODS_OWN], legacy="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Horovod's DistributedOptimizer of a Keras 3 SGD does not allreduce in fit" in result.stdout
+    assert "pass the SGD itself" in result.stdout
+
+
+OTHER_KERAS = """
+import sys, keras, numpy as np, tensorflow as tf
+from tf_hooks.elastic.keras import ElasticKerasTrainer
+from tf_hooks.elastic.rules import BatchRule
+assert tf.keras.Model.__module__.startswith("tf_keras"), tf.keras.Model.__module__  # tf.keras is Keras 2 here
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])  # a Keras 3 model all the same
+x = np.random.default_rng(0).normal(size=(32, 2)).astype("float32")
+trainer = ElasticKerasTrainer(model, keras.optimizers.SGD(0.1), loss="mse", x=x, y=x[:, :1],
+                              rule=BatchRule("fixed_global", 8, 0.1), metrics_callback=False)
+import horovod.tensorflow as hvd
+hvd.init()
+history = trainer.fit(2)
+print(trainer.keras.__name__, trainer.keras.__version__, len(history))
+print(sorted(m for m in sys.modules if m.startswith("horovod.tensorflow.keras")))
+"""
+
+
+def test_a_keras_3_model_trains_as_keras_3_when_tf_keras_is_keras_2():
+    result = run([sys.executable, "-c", OTHER_KERAS], legacy="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained, horovod_keras = result.stdout.strip().splitlines()[-2:]
+    name, version, epochs = trained.split()
+    assert (name, version.split(".")[0], epochs) == ("keras", "3", "2")
+    assert horovod_keras == "[]", "the trainer imported Horovod's Keras helpers"
+
+
+TRACED_AHEAD = """
+import inspect, json, os
+import numpy as np, tensorflow as tf
+from tf_hooks.elastic.keras import ElasticKerasTrainer
+from tf_hooks.elastic.rules import BatchRule
+
+assert os.environ["HOROVOD_ELASTIC"] == "1"  # as in a job: the step may be traced before hvd.init()
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("int32")
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dropout(0.1),
+                             tf.keras.layers.Dense(2)])
+trainer = ElasticKerasTrainer(
+    model, tf.keras.optimizers.SGD(0.1), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    x=x, y=y, rule=BatchRule("fixed_global", 16, 0.1), metrics_callback=False)
+step = model.train_function
+if not hasattr(step, "experimental_get_tracing_count"):  # Keras 3: the tf.function inside
+    step = inspect.getclosurevars(step).nonlocals["multi_step_on_iterator"]
+traced, iterations = step.experimental_get_tracing_count(), int(trainer.optimizer.iterations.numpy())
+import horovod.tensorflow as hvd
+hvd.init()
+trainer.fit(2)
+print(json.dumps({
+    "keras": trainer.keras.__version__,
+    "traced_before_init": traced,
+    "iterations_before_init": iterations,
+    "traced_after_fit": step.experimental_get_tracing_count(),
+    "steps": int(trainer.optimizer.iterations.numpy()),
+}))
+"""
+
+
+@pytest.mark.parametrize("keras", sorted(KERAS))
+def test_the_step_is_traced_before_the_ring_and_not_again(keras: str):
+    """A joiner builds and traces before it joins, so the ring does not wait for it; the trace runs nothing
+    (no step counted, no collective before hvd.init) and fit reuses it."""
+    legacy, major = KERAS[keras]
+    result = run([sys.executable, "-c", TRACED_AHEAD], legacy=legacy, HOROVOD_ELASTIC="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["keras"].split(".")[0] == str(major)
+    assert (outcome["traced_before_init"], outcome["iterations_before_init"]) == (1, 0)
+    assert outcome["traced_after_fit"] == 1
+    assert outcome["steps"] == 2 * 4

@@ -1,4 +1,4 @@
-"""The Keras 3 guard of tf_hooks.elastic.keras, without TensorFlow: fakes stand in for ``tf.keras``."""
+"""The Keras guards of tf_hooks.elastic.keras, without TensorFlow: fakes stand in for ``tf.keras`` and Keras."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def test_keras_3_is_refused_with_both_ways_out():
     assert "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported" in problem
     assert "--env TF_USE_LEGACY_KERAS=1" in problem
     assert "tf_hooks.elastic.state.ElasticState" in problem and "examples/train_elastic.py" in problem
+    assert "tf_hooks.elastic.keras.ElasticKerasTrainer" in problem  # trains Keras 3 fit
 
 
 def test_variable_set_but_still_keras_3_names_the_likely_causes():
@@ -62,30 +63,43 @@ def test_keras_version_is_read_from_the_package_behind_the_module(monkeypatch: p
     assert ekeras.keras_version(types.SimpleNamespace()) is None
 
 
-def test_require_keras2_refuses_keras_3(monkeypatch: pytest.MonkeyPatch):
-    _fake_keras(monkeypatch, "fake_keras_pkg", "3.15.1")
-    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
-    with pytest.raises(ekeras.KerasVersionError, match="tf.keras is Keras 3.15.1"):
-        ekeras.require_keras2()
+def _fake_keras_package(monkeypatch: pytest.MonkeyPatch, package: str, version: str, backend: str = "tensorflow"):
+    """A Keras package ``package`` of ``version``, and a model of it."""
+    module = types.ModuleType(package)
+    module.__version__ = version  # type: ignore[attr-defined]
+    module.Model = type("Model", (), {"__module__": f"{package}.src.models"})  # type: ignore[attr-defined]
+    module.backend = types.SimpleNamespace(backend=lambda: backend)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, package, module)
+    sequential = type("Sequential", (module.Model,), {"__module__": f"{package}.src.models.sequential"})
+    return module, sequential()
 
 
-def test_require_keras2_refuses_a_model_of_another_keras(monkeypatch: pytest.MonkeyPatch):
-    keras = _fake_keras(monkeypatch, "fake_tf_keras_pkg", "2.18.0")
-    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    assert ekeras.require_keras2() is keras
-    assert ekeras.require_keras2(keras.Model()) is keras  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "keras3_pkg", types.SimpleNamespace(__version__="3.15.1"))
-    other = type("Sequential", (), {"__module__": "keras3_pkg.src.models"})()
-    with pytest.raises(ekeras.KerasVersionError, match=r"keras3_pkg.src.models.Sequential \(Keras 3.15.1\)"):
-        ekeras.require_keras2(other)
+@pytest.mark.parametrize("version", ["2.21.0", "3.15.1"])
+def test_the_trainer_follows_the_keras_of_the_model(monkeypatch: pytest.MonkeyPatch, version: str):
+    package, model = _fake_keras_package(monkeypatch, "fake_keras_pkg", version)
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)  # whatever tf.keras would be
+    assert ekeras.model_keras(model) is package
 
 
-def test_the_trainer_refuses_keras_3_before_it_touches_horovod(monkeypatch: pytest.MonkeyPatch):
-    _fake_keras(monkeypatch, "fake_keras_pkg", "3.15.1")
-    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+def test_keras_3_off_tensorflow_is_refused_naming_the_backend(monkeypatch: pytest.MonkeyPatch):
+    _, model = _fake_keras_package(monkeypatch, "fake_keras_pkg", "3.15.1", backend="jax")
+    with pytest.raises(ekeras.KerasVersionError, match=r"Keras 3.15.1 on the 'jax' backend.*KERAS_BACKEND"):
+        ekeras.model_keras(model)
+
+
+@pytest.mark.parametrize("version", ["1.2.2", "4.0.0", "nightly"])
+def test_a_keras_the_trainer_does_not_run_is_refused(monkeypatch: pytest.MonkeyPatch, version: str):
+    _, model = _fake_keras_package(monkeypatch, "fake_keras_pkg", version)
+    with pytest.raises(
+        ekeras.KerasVersionError, match=rf"fake_keras_pkg.src.models.sequential.Sequential of Keras {version}"
+    ):
+        ekeras.model_keras(model)
+
+
+def test_the_trainer_refuses_a_non_keras_model_before_it_touches_horovod(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "horovod", None)  # any import of Horovod fails loudly
     x = np.zeros((4, 2), np.float32)
-    with pytest.raises(ekeras.KerasVersionError, match="TF_USE_LEGACY_KERAS=1"):
+    with pytest.raises(ekeras.KerasVersionError, match="builtins.object, not a Keras model"):
         ekeras.ElasticKerasTrainer(object(), object(), loss="mse", x=x, y=x, rule=None)  # type: ignore[arg-type]
 
 

@@ -7,10 +7,13 @@
 - :mod:`tf_hooks.elastic.ring`: joining the Horovod ring when started by a submarine-elastic worker
   agent: imports, model and data are built *before* the ring forms, so a joiner costs the running
   workers only the re-form.
-- :mod:`tf_hooks.elastic.state`: Horovod elastic state holding TensorFlow variables (Keras 3 or a
+- :mod:`tf_hooks.elastic.state`: Horovod elastic state holding TensorFlow variables (Keras 3 or 2, or a
   custom ``tf.GradientTape`` loop), committed every K steps, restored and broadcast on every reset.
-- :mod:`tf_hooks.elastic.keras`: Keras ``fit`` with Horovod's Keras state and callbacks, for Keras 2
-  (``tf_keras``) only; it refuses Keras 3, under which Horovod's helpers would train unsynchronised.
+- :mod:`tf_hooks.elastic.optimizer`: a Keras optimizer (Keras 3 or 2) whose every update first averages
+  the gradients over the ring, where Horovod's Keras ``DistributedOptimizer`` silently does not (Keras 3).
+- :mod:`tf_hooks.elastic.keras`: Keras ``fit`` under Horovod elastic, Keras 3 or Keras 2 (``tf_keras``),
+  with the two modules above and its own callbacks; and the guard that refuses Horovod's own Keras
+  helpers under Keras 3 in plain scripts.
 
 A custom-loop script::
 

@@ -27,6 +27,11 @@ process and any Python process it starts:
   (``DistributedOptimizer`` does not allreduce in ``fit``; ``elastic.KerasState`` and the broadcast and
   metric-average callbacks fail) by functions that raise :class:`~tf_hooks.elastic.keras.KerasVersionError`
   with the way out, so such a script fails at the line that uses them instead of training unsynchronised.
+  They are refused rather than replaced by the project's Keras 3 versions
+  (:func:`tf_hooks.elastic.optimizer.allreduce_gradients`, :class:`tf_hooks.elastic.state.ElasticState`):
+  a script that calls them would train unsynchronised under ``horovodrun`` still, and one that works only
+  here is not the script the user wrote. The way out names tf_keras (Keras 2, where Horovod's helpers
+  work) and, for Keras 3, :class:`tf_hooks.elastic.keras.ElasticKerasTrainer` or a custom loop.
 
 Nothing here imports TensorFlow or Horovod: it waits for the script to do so.
 """

@@ -1,36 +1,33 @@
-"""Keras ``fit`` under Horovod elastic, with Keras 2 (``tf_keras``) only.
+"""Keras ``fit`` under Horovod elastic, with Keras 3 (``tf.keras`` from TensorFlow 2.16) or Keras 2 (``tf_keras``).
 
-Horovod 0.28's Keras integration is written for Keras 2. From TensorFlow 2.16 ``tf.keras`` is Keras 3
-unless ``TF_USE_LEGACY_KERAS=1`` is set (with ``tf_keras`` installed), and under Keras 3 Horovod's
-``KerasState`` and callbacks fail while its ``DistributedOptimizer`` silently skips the allreduce in
-``fit``: the ranks train apart. :func:`require_keras2` refuses that case with a message that says
-what to do, and :class:`ElasticKerasTrainer` calls it before it imports anything of
-``horovod.tensorflow.keras``. Keras 3 users train elastically with a custom ``tf.GradientTape`` loop
-and :class:`tf_hooks.elastic.state.ElasticState` (``examples/train_elastic.py``).
+Horovod 0.28's Keras integration is written for Keras 2: under Keras 3 its ``KerasState`` and callbacks
+fail and its ``DistributedOptimizer`` silently skips the allreduce in ``fit``, so the ranks train apart.
+:class:`ElasticKerasTrainer` uses none of it, and takes the same path under both Keras versions:
 
-:class:`ElasticKerasTrainer` wires up what a ``fit`` script needs under elastic Horovod:
-
-- the model compiled with Horovod's ``DistributedOptimizer``, its slots built up front (a joiner then
-  has the same variables as the ring it joins);
-- ``hvd.elastic.KerasState`` holding model, optimizer, epoch, batch, data cursor, ring size and history;
-- Horovod's callbacks: ``UpdateBatchStateCallback`` / ``UpdateEpochStateCallback`` (the batch counted
-  from the committed one), ``MetricAverageCallback``, and ``CommitStateCallback`` last, so a commit
-  records everything the other callbacks did for that batch (the last batch of an epoch is
-  committed at the epoch end, after the epoch's bookkeeping);
-- the learning rate of a :class:`~tf_hooks.elastic.rules.BatchRule` after every resize, with the
-  momentum-compensation ramp;
+- the gradients are averaged over the ring by :func:`tf_hooks.elastic.optimizer.allreduce_gradients`,
+  which wraps the optimizer's own update (``apply`` in Keras 3, ``apply_gradients`` in Keras 2), with
+  the optimizer's slots built up front (a joiner then has the same variables as the ring it joins);
+- the elastic state is :class:`tf_hooks.elastic.state.ElasticState` over every variable of the model and
+  of the optimizer (host copies at every commit, assigned back on a rollback, broadcast from rank 0 at
+  every re-form), with epoch, data cursor, ring size, learning-rate ramp and history as attributes;
+- its own callbacks, built on the model's Keras: the metrics averaged over the ranks at every epoch end;
+  the cursor, the learning rate of a :class:`~tf_hooks.elastic.rules.BatchRule` after every resize (with
+  the momentum-compensation ramp), the history and the weights check; and the commit every K batches,
+  last, so that a commit records everything the other callbacks did for that batch (the last batch of an
+  epoch is committed at the epoch end, after the epoch's bookkeeping);
 - exactly-once data within an epoch (:mod:`tf_hooks.elastic.data`), each rank's loss weighted so that
   a step optimises the exact mean over the global batch, however it is split;
 - the :class:`~tf_hooks.MetricsCallback`;
 - a check at every epoch end that all ranks hold the same weights (fails loudly otherwise).
 
+Keras 3 must run on its TensorFlow backend (the default; ``KERAS_BACKEND``), where Horovod's ops are.
 A script (the three elastic lines are marked)::
 
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")     # before TensorFlow is imported
     import tensorflow as tf
     from tf_hooks.elastic.keras import ElasticKerasTrainer
     from tf_hooks.elastic.ring import init_horovod
-    from tf_hooks.elastic.rules import BatchRule
+    from tf_hooks.elastic.optimizer import allreduce_gradients
+from tf_hooks.elastic.rules import BatchRule
 
     model = tf.keras.Sequential([...])
     trainer = ElasticKerasTrainer(                         # 1. state, callbacks, traced step
@@ -38,10 +35,14 @@ A script (the three elastic lines are marked)::
         x=x, y=y, rule=BatchRule("fixed_global", 64, 0.05), batches_per_commit=4)
     init_horovod()                                         # 2. join the ring
     history = trainer.fit(epochs=10)                       # 3. fit, re-formed on every resize
+
+The guard of the first half of this module (:func:`keras_problem`) is for plain Horovod scripts: it says
+why Horovod's own Keras helpers cannot be used in this process (:mod:`tf_hooks.elastic.autojoin`).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -56,6 +57,7 @@ import numpy as np
 
 from tf_hooks.api import TfHooksError
 from tf_hooks.elastic import data as edata
+from tf_hooks.elastic.optimizer import allreduce_gradients
 from tf_hooks.elastic.rules import BatchRule
 
 logger = logging.getLogger(__name__)
@@ -72,14 +74,15 @@ class ElasticKerasError(TfHooksError):
 
 
 class KerasVersionError(ElasticKerasError):
-    """The Keras in use is not Keras 2: Horovod's Keras helpers would fail or train unsynchronised."""
+    """The Keras in use cannot run what was asked: Horovod's Keras helpers under Keras 3, or the trainer
+    with a model of a Keras it does not run (not Keras 2 or 3, or Keras 3 off its TensorFlow backend)."""
 
 
 class RanksDivergedError(ElasticKerasError):
     """The ranks hold different weights at an epoch end: the gradients were not allreduced."""
 
 
-# -- the guard ---------------------------------------------------------------------------------
+# -- the guard of Horovod's own Keras helpers (plain scripts) ----------------------------------
 
 
 def keras_problem(keras_version: str | None, legacy_env: str | None) -> str | None:
@@ -95,8 +98,8 @@ def keras_problem(keras_version: str | None, legacy_env: str | None) -> str | No
     if legacy_env in _LEGACY_ON:
         cause = (
             f"{LEGACY_KERAS_ENV}={legacy_env} is set but tf.keras is {found}: tf_keras is not installed "
-            f"(pip install tf_keras matching TensorFlow, e.g. tf_keras==2.18.0), or the variable was set "
-            f"after tf.keras was first used in this process"
+            f"(pip install tf_keras matching TensorFlow, e.g. tf_keras==2.21.0 for TensorFlow 2.21), or the "
+            f"variable was set after tf.keras was first used in this process"
         )
     else:
         cause = f"tf.keras is {found} ({LEGACY_KERAS_ENV} is not set)"
@@ -105,8 +108,9 @@ def keras_problem(keras_version: str | None, legacy_env: str | None) -> str | No
         f"its DistributedOptimizer does not allreduce in fit, so the ranks would train unsynchronised. "
         f"Either set {LEGACY_KERAS_ENV}=1 before TensorFlow is imported (submarine job run --env "
         f"{LEGACY_KERAS_ENV}=1, or os.environ.setdefault('{LEGACY_KERAS_ENV}', '1') at the top of the script) "
-        f"with tf_keras installed, and build the model with tf.keras; or train with a custom tf.GradientTape "
-        f"loop and tf_hooks.elastic.state.ElasticState (see examples/train_elastic.py)."
+        f"with tf_keras installed, and build the model with tf.keras; or train Keras 3 with "
+        f"tf_hooks.elastic.keras.ElasticKerasTrainer (fit, see examples/train_keras_elastic.py) or with a custom "
+        f"tf.GradientTape loop and tf_hooks.elastic.state.ElasticState (see examples/train_elastic.py)."
     )
 
 
@@ -128,39 +132,41 @@ def keras_problem_now() -> str | None:
     return keras_problem(keras_version(tf.keras), os.environ.get(LEGACY_KERAS_ENV))
 
 
-def require_keras2(model: Any = None) -> ModuleType:
-    """Returns ``tf.keras`` when it is Keras 2 (and ``model``, if given, is one of its models).
-
-    Call it before anything of ``horovod.tensorflow.keras`` is imported: that module binds to
-    whatever ``tf.keras`` is at import time. Resolves ``tf.keras`` if nothing has yet.
-
-    Raises:
-        KerasVersionError: ``tf.keras`` is Keras 3, or ``model`` is not a ``tf.keras`` model; the
-            message says how to get Keras 2 or which path to take instead.
-    """
-    import tensorflow as tf
-
-    keras: ModuleType = tf.keras
-    problem = keras_problem(keras_version(keras), os.environ.get(LEGACY_KERAS_ENV))
-    if problem is not None:
-        raise KerasVersionError(problem)
-    if model is not None and not isinstance(model, keras.Model):
-        kind = type(model)
-        raise KerasVersionError(
-            f"the model is a {kind.__module__}.{kind.__qualname__} (Keras {_package_version(kind.__module__)}), not a "
-            f"tf.keras model: with {LEGACY_KERAS_ENV}=1 build it with tf.keras (or tf_keras), not with the "
-            f"keras package, which is Keras 3; or train it with a custom tf.GradientTape loop and "
-            f"tf_hooks.elastic.state.ElasticState (see examples/train_elastic.py)."
-        )
-    return keras
-
-
 def _major(version: str | None) -> int | None:
     head = (version or "").split(".")[0]
     return int(head) if head.isdigit() else None
 
 
 # -- the trainer -------------------------------------------------------------------------------
+
+
+def model_keras(model: Any) -> ModuleType:
+    """The Keras package ``model`` belongs to: ``keras`` (Keras 3) or ``tf_keras`` (Keras 2).
+
+    Whatever ``tf.keras`` resolves to in this process, the trainer follows the model: a ``tf_keras`` model
+    trains with Keras 2 callbacks even with Keras 3 imported, and the other way round.
+
+    Raises:
+        KerasVersionError: ``model`` is not a Keras model, its Keras is older than 2 or newer than 3, or it
+            is Keras 3 on a backend other than TensorFlow; the message names the model's class and Keras.
+    """
+    kind = type(model)
+    package = sys.modules.get(kind.__module__.split(".")[0])
+    version = _package_version(kind.__module__)
+    what = f"the model is a {kind.__module__}.{kind.__qualname__}"
+    if package is None or not isinstance(model, getattr(package, "Model", ())):
+        raise KerasVersionError(f"{what}, not a Keras model (build it with tf.keras, keras or tf_keras)")
+    major = _major(version)
+    if major not in (2, 3):
+        raise KerasVersionError(f"{what} of Keras {version}: the trainer runs Keras 2 (tf_keras) and Keras 3")
+    if major == 3:
+        backend = package.backend.backend()
+        if backend != "tensorflow":
+            raise KerasVersionError(
+                f"{what} of Keras {version} on the {backend!r} backend: Horovod's ops are TensorFlow's, so the "
+                f"trainer needs Keras 3 on its TensorFlow backend (unset KERAS_BACKEND, or set it to tensorflow)"
+            )
+    return package
 
 
 @dataclass
@@ -181,15 +187,16 @@ class ResetTiming:
 
 
 class ElasticKerasTrainer:
-    """Keras 2 ``fit`` under Horovod elastic: one object that holds the state and the callbacks.
+    """Keras ``fit`` under Horovod elastic, Keras 3 or Keras 2: one object that holds the state and callbacks.
 
     Build it before :func:`tf_hooks.elastic.ring.init_horovod` (a joiner then does this work while
     the ring keeps training), then call :meth:`fit` after.
 
     Args:
-        model: a built ``tf.keras`` (Keras 2) model; compiled here.
-        optimizer: a ``tf.keras`` optimizer with a float learning rate (the rule sets it); wrapped in
-            Horovod's ``DistributedOptimizer`` (as :attr:`optimizer`) unless it is one already.
+        model: a built Keras model (Keras 3 on TensorFlow, or ``tf_keras``); compiled here.
+        optimizer: an optimizer of the model's Keras with a float learning rate (the rule sets it), that
+            has not trained yet; replaced by :func:`~tf_hooks.elastic.optimizer.allreduce_gradients`'s copy
+            (:attr:`optimizer`) unless it already averages over the ring.
         loss: the Keras loss, with its default reduction (the per-rank weighting relies on it).
         x, y: the whole training set as arrays (every rank has it); each step takes its share.
         rule: batch size and learning rate per ring size; its ``base_lr`` overrides the optimizer's.
@@ -203,7 +210,7 @@ class ElasticKerasTrainer:
         compile_kwargs: more arguments to ``model.compile``.
 
     Raises:
-        KerasVersionError: as :func:`require_keras2`.
+        KerasVersionError: as :func:`model_keras`.
         ValueError: unusable data, ``batches_per_commit`` < 1, or a learning-rate schedule (the rule
             and the schedule would both set the rate).
     """
@@ -224,7 +231,7 @@ class ElasticKerasTrainer:
         check_sync: bool = True,
         **compile_kwargs: Any,
     ) -> None:
-        keras = require_keras2(model)
+        keras = model_keras(model)
         if len(x) != len(y) or len(x) < 1:
             raise ValueError(f"x and y must hold the same number (>= 1) of samples, got {len(x)} and {len(y)}")
         if batches_per_commit < 1:
@@ -232,10 +239,12 @@ class ElasticKerasTrainer:
         if isinstance(getattr(optimizer, "learning_rate", None), keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError("optimizer: pass a float learning rate; the BatchRule sets it on every resize")
         import horovod.tensorflow as hvd
-        import horovod.tensorflow.keras as hvd_keras
         import tensorflow as tf
 
+        from tf_hooks.elastic.state import ElasticState
+
         self._tf, self._hvd = tf, hvd
+        self.keras = keras
         self.model = model
         self.rule = rule
         self.x, self.y = x, y
@@ -243,21 +252,22 @@ class ElasticKerasTrainer:
         self.check_sync = check_sync
         self.resets: list[ResetTiming] = []
 
-        if not hasattr(optimizer, "_allreduce_grads"):
-            optimizer = hvd_keras.DistributedOptimizer(optimizer)
-        self.optimizer = optimizer
-        model.compile(optimizer=optimizer, loss=loss, metrics=list(metrics or []), **compile_kwargs)
-        optimizer.build(model.trainable_variables)
-        self.state = hvd_keras.elastic.KerasState(
-            model, optimizer, epoch=0, batch=0, cursor=0, workers=0, ramp_from_lr=0.0, resized_at=0, history=[]
+        self.optimizer = allreduce_gradients(optimizer)
+        model.compile(optimizer=self.optimizer, loss=loss, metrics=list(metrics or []), **compile_kwargs)
+        _build_slots(self.optimizer, model.trainable_variables)
+        self.state = ElasticState(
+            [*model.variables, *_optimizer_variables(self.optimizer)],
+            epoch=0,
+            batch=0,
+            cursor=0,
+            workers=0,
+            ramp_from_lr=0.0,
+            resized_at=0,
+            history=[],
         )
         self.state.register_reset_callbacks([self._on_reset])
 
-        types = _callback_types(keras, hvd_keras)
-        self._progress = types.Progress(self)
-        # Horovod's callbacks take the backend of the Keras its module imported (Keras 3 under TF 2.18).
-        average = hvd_keras.callbacks.MetricAverageCallback()
-        average.backend = keras.backend
+        types = _callback_types(keras)
         self.metrics_callback: Any = None
         if metrics_callback is True:
             from tf_hooks.keras import callback_class
@@ -265,15 +275,10 @@ class ElasticKerasTrainer:
             self.metrics_callback = callback_class(keras)(batch_size=self._local_batch)
         elif metrics_callback is not False:
             self.metrics_callback = metrics_callback
-        self._before_user = [
-            average,
-            self._progress,
-            types.BatchState(self.state),
-            hvd_keras.elastic.UpdateEpochStateCallback(self.state),
-        ]
+        self._before_user = [types.MetricAverage(hvd), types.Progress(self)]
         if self.metrics_callback is not None:
             self._before_user.append(self.metrics_callback)
-        self._commit = types.Commit(self.state, batches_per_commit=batches_per_commit)
+        self._commit = types.Commit(self.state, batches_per_commit)
         self._element_spec = (
             tf.TensorSpec((None, *x.shape[1:]), tf.as_dtype(x.dtype)),
             tf.TensorSpec((None, *y.shape[1:]), tf.as_dtype(y.dtype)),
@@ -319,7 +324,15 @@ class ElasticKerasTrainer:
             while state.epoch < epochs:
                 try:
                     dataset, steps = self._epoch_dataset()
-                    self.model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=verbose, callbacks=all_callbacks)
+                    # shuffle=False: the data is this epoch's permutation already.
+                    self.model.fit(
+                        dataset,
+                        steps_per_epoch=steps,
+                        epochs=1,
+                        shuffle=False,
+                        verbose=verbose,
+                        callbacks=all_callbacks,
+                    )
                 except (HostsUpdatedInterrupt, HorovodInternalError, self._tf.errors.UnknownError) as exc:
                     left = time.monotonic()
                     if isinstance(exc, self._tf.errors.UnknownError) and not _HOROVOD_OP.search(exc.message):
@@ -362,7 +375,7 @@ class ElasticKerasTrainer:
             while cursor < n:
                 step_len = edata.step_length(n, cursor, global_batch)
                 ids = edata.shard(perm, cursor, global_batch, rank, size)
-                # Keras averages the loss over this rank's part and Horovod over the ranks; with this
+                # Keras averages the loss over this rank's part and the allreduce over the ranks; with this
                 # weight the result is the mean over the whole step, also for uneven (or empty) parts.
                 weight = np.full(len(ids), size * len(ids) / step_len, np.float32)
                 yield x[ids], y[ids], weight
@@ -384,14 +397,49 @@ class ElasticKerasTrainer:
         def empty() -> Any:
             return iter(())
 
-        probe = tf.data.Dataset.from_generator(empty, output_signature=self._element_spec)
+        probe = iter(tf.data.Dataset.from_generator(empty, output_signature=self._element_spec))
         self.model.make_train_function()
-        self.model.train_function.get_concrete_function(iter(probe))
+        trace = traced_step(self.model.train_function)
+        if trace is None:
+            logger.info("the train step cannot be traced ahead (run_eagerly?): it traces at the first step")
+            return
+        trace(probe)
 
     def _on_reset(self) -> None:
         if self.resets and self.resets[-1].reformed is None:
             self.resets[-1].reformed = time.monotonic()
             self.resets[-1].size_after = self._hvd.size()
+
+
+def traced_step(train_function: Any) -> Callable[[Any], Any] | None:
+    """What traces a Keras train function for an iterator without running it, or None when it is not traced.
+
+    Keras 2's ``train_function`` is the ``tf.function`` itself. Keras 3's is a Python function around
+    ``multi_step_on_iterator``, the ``tf.function`` that ``fit`` calls; calling the outer one on an empty
+    iterator would run the step's ops that wait for no data (``optimizer.iterations`` and the seed
+    generators count a step; ``HorovodSize`` fails before ``hvd.init``), so the inner one is traced.
+    """
+    trace = getattr(train_function, "get_concrete_function", None)
+    if trace is None and train_function is not None:
+        inner = inspect.getclosurevars(train_function).nonlocals.get("multi_step_on_iterator")
+        trace = getattr(inner, "get_concrete_function", None)
+    return trace
+
+
+def _build_slots(optimizer: Any, variables: Sequence[Any]) -> None:
+    """Creates the optimizer's slots for ``variables`` now, as its first step would (Keras 3 and Keras 2
+    optimizers: ``build``, once; Keras 2 legacy optimizers: ``_create_all_weights``)."""
+    if hasattr(optimizer, "build"):
+        if not (getattr(optimizer, "built", False) or getattr(optimizer, "_built", False)):
+            optimizer.build(variables)
+    elif hasattr(optimizer, "_create_all_weights"):
+        optimizer._create_all_weights(variables)
+
+
+def _optimizer_variables(optimizer: Any) -> list[Any]:
+    """Every variable of the optimizer: a list in Keras 3, a callable list in Keras 2, a method in legacy ones."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) and not isinstance(variables, list) else variables)
 
 
 def _fingerprint_problem(fingerprints: np.ndarray) -> str | None:
@@ -401,54 +449,66 @@ def _fingerprint_problem(fingerprints: np.ndarray) -> str | None:
         return None
     return (
         f"ranks {differ} hold other weights than rank 0 at an epoch end (fingerprints "
-        f"{fingerprints.tolist()}): the gradients were not allreduced; under Keras 3 Horovod's "
-        f"DistributedOptimizer does that silently (see tf_hooks.elastic.keras)"
+        f"{fingerprints.tolist()}): the gradients were not averaged over the ring (an optimizer whose updates "
+        f"bypass tf_hooks.elastic.optimizer.allreduce_gradients, or Horovod's DistributedOptimizer under Keras 3)"
     )
 
 
 class _CallbackTypes:
-    """The trainer's callback classes, built on the Keras 2 module's ``Callback`` once it is known."""
+    """The trainer's callback classes, built on ``Callback`` of the model's Keras once it is known."""
 
-    def __init__(self, keras: ModuleType, hvd_keras: ModuleType) -> None:
-        class BatchState(hvd_keras.elastic.UpdateBatchStateCallback):  # type: ignore[name-defined]
-            """``state.batch``: the batches done in this epoch, counted from the committed one.
+    def __init__(self, keras: ModuleType) -> None:
+        class MetricAverage(keras.callbacks.Callback):  # type: ignore[name-defined]
+            """Every numeric log of the epoch averaged over the ranks (one allreduce), in place."""
 
-            Horovod's stores Keras's batch index, which restarts at 0 in the ``fit`` after a reset,
-            and shortens ``params['steps']``, which only the progress bar reads; the trainer's data
-            already starts at the committed cursor.
-            """
-
-            def on_train_begin(self, logs: Any = None) -> None:
-                self._start = self.state.batch
-
-            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-                pass
-
-            def on_batch_end(self, batch: int, logs: Any = None) -> None:
-                self.state.batch = self._start + batch + 1
+            def __init__(self, hvd: ModuleType) -> None:
+                super().__init__()
+                self.hvd = hvd
 
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-                self._start = 0
-                super().on_epoch_end(epoch, logs)
+                if not logs:
+                    return
+                names = sorted(logs)
+                values = np.array([float(logs[name]) for name in names], np.float64)
+                averaged = self.hvd.allreduce(values, op=self.hvd.Average, name="elastic_keras_metrics").numpy()
+                logs.update(zip(names, (float(v) for v in averaged), strict=True))
 
-        class Commit(hvd_keras.elastic.CommitStateCallback):  # type: ignore[name-defined]
-            """Horovod's, except that the last batch of the epoch is committed at the epoch end.
+        class Commit(keras.callbacks.Callback):  # type: ignore[name-defined]
+            """Commits the state every K batches and at every epoch end; a commit is where a resize is noticed.
 
-            A resize noticed in a commit leaves ``fit`` at once: at the last batch that would skip
-            the epoch's end (epoch count, history) and commit an epoch with no batch left in it.
+            The last batch of an epoch is committed at the epoch end only: a resize noticed there leaves
+            ``fit`` at once, which would skip the epoch's end (epoch count, history) and commit an epoch
+            with no batch left in it.
             """
 
-            def on_batch_end(self, batch: int, logs: Any = None) -> None:
-                if batch + 1 != self.params.get("steps"):
-                    super().on_batch_end(batch, logs)
+            def __init__(self, state: Any, batches_per_commit: int) -> None:
+                super().__init__()
+                self.state = state
+                self.batches_per_commit = batches_per_commit
+                self._left = batches_per_commit
+
+            def on_train_begin(self, logs: Any = None) -> None:
+                self._left = self.batches_per_commit  # the same on every rank after a re-form
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                if batch + 1 == self.params.get("steps"):
+                    return
+                self._left -= 1
+                if self._left == 0:
+                    self._left = self.batches_per_commit
+                    self.state.commit()
+
+            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+                self.state.commit()
 
         class Progress(keras.callbacks.Callback):  # type: ignore[name-defined]
-            """Cursor, learning rate, history and the weights check; runs before the commit."""
+            """Epoch, batch, cursor, learning rate, history and the weights check; runs before the commit."""
 
             def __init__(self, trainer: ElasticKerasTrainer) -> None:
                 super().__init__()
                 self.trainer = trainer
                 self._step = 0
+                self._first_batch = 0
                 self._global_batch = 1
                 self._lr: float | None = None
 
@@ -457,6 +517,7 @@ class _CallbackTypes:
                 size = trainer._hvd.size()
                 self._global_batch = trainer.rule.global_batch(size)
                 self._step = int(trainer.optimizer.iterations.numpy())
+                self._first_batch = state.batch
                 if state.workers != size:
                     # Ramp from the rate in effect now, even in the middle of the last resize's ramp.
                     state.ramp_from_lr = (
@@ -477,6 +538,7 @@ class _CallbackTypes:
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
                 trainer, state = self.trainer, self.trainer.state
                 state.cursor += edata.step_length(len(trainer.x), state.cursor, self._global_batch)
+                state.batch = self._first_batch + batch + 1
                 self._step += 1
                 if trainer.resets and trainer.resets[-1].resumed is None:
                     trainer.resets[-1].resumed = time.monotonic()
@@ -494,7 +556,9 @@ class _CallbackTypes:
                 }
                 record.update({k: float(v) for k, v in (logs or {}).items()})
                 state.history = [*state.history, record]  # a new list: the committed copy must not change
+                state.epoch += 1
                 state.cursor = 0
+                state.batch = self._first_batch = 0
 
             def _set_lr(self) -> None:
                 rule, state = self.trainer.rule, self.trainer.state
@@ -514,7 +578,7 @@ class _CallbackTypes:
                 if problem is not None:
                     raise RanksDivergedError(problem)
 
-        self.BatchState = BatchState
+        self.MetricAverage = MetricAverage
         self.Commit = Commit
         self.Progress = Progress
 
@@ -522,9 +586,9 @@ class _CallbackTypes:
 _types: dict[ModuleType, _CallbackTypes] = {}
 
 
-def _callback_types(keras: ModuleType, hvd_keras: ModuleType) -> _CallbackTypes:
+def _callback_types(keras: ModuleType) -> _CallbackTypes:
     if keras not in _types:
-        _types[keras] = _CallbackTypes(keras, hvd_keras)
+        _types[keras] = _CallbackTypes(keras)
     return _types[keras]
 
 
@@ -538,5 +602,5 @@ __all__ = [
     "keras_problem",
     "keras_problem_now",
     "keras_version",
-    "require_keras2",
+    "model_keras",
 ]
