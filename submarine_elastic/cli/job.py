@@ -13,7 +13,6 @@ from rich.console import Console
 from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.controller.api import ControllerError
 from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
 from submarine_elastic.elastic.client import (
     JobClient,
@@ -211,6 +210,7 @@ def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | N
     """The controller this job reports to (started for a --policy), with the job registered in it; it
     checks the job (limits, policy) before YARN hears of it."""
     from submarine_elastic.controller import locate
+    from submarine_elastic.controller.api import ControllerError
     from submarine_elastic.controller.client import ControllerClient
     from submarine_elastic.daemon import process
 
@@ -237,6 +237,8 @@ def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | N
 
 def _tell_controller(client: ControllerClient, call: Callable[[ControllerClient], object]) -> None:
     """One call to the controller; its refusal (a bad value, an unknown job) or silence fails the command."""
+    from submarine_elastic.controller.api import ControllerError
+
     try:
         call(client)
     except ControllerError as exc:
@@ -247,6 +249,7 @@ def _tell_controller(client: ControllerClient, call: Callable[[ControllerClient]
 def _metrics_line(name: str) -> str:
     """Step, loss and throughput of a job from the controller's metrics service ('' when unknown)."""
     from submarine_elastic.controller import locate
+    from submarine_elastic.controller.api import ControllerError
 
     state = locate.running()
     if state is None:
@@ -425,7 +428,7 @@ def _print_driver_view(st: pb.JobStatus) -> None:
 
 def _print_decisions(name: str, all_runs: bool = False) -> bool:
     """Prints the controller's decisions for the job (its current run, or every run); False: none."""
-    from submarine_elastic.controller.api import UnknownJobError
+    from submarine_elastic.controller.api import ControllerError, UnknownJobError
     from submarine_elastic.controller.client import view
 
     try:
@@ -507,7 +510,7 @@ def kill(name: str) -> None:
 
 def _controller_forgets(name: str) -> None:
     """Tell the running controller (if any) that a job left; one it does not know is nothing to tell."""
-    from submarine_elastic.controller.api import UnknownJobError
+    from submarine_elastic.controller.api import ControllerError, UnknownJobError
     from submarine_elastic.controller.client import ControllerClient
 
     try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from submarine_elastic.controller.api import DecisionRecord
+if TYPE_CHECKING:
+    from submarine_elastic.controller.api import DecisionRecord
 
 
 def table(title: str | None, *columns: str) -> Table:

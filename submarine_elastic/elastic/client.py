@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from google.protobuf import json_format
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
@@ -99,9 +98,14 @@ def load_outcome(job: str) -> JobOutcome | None:
     directory is not shared with the NodeManagers) or it cannot be read."""
     try:
         raw = json.loads(outcome_path(job).read_text())
+    except (OSError, ValueError):
+        return None
+    from google.protobuf import json_format  # only for an ended job's record
+
+    try:
         failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
         return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures)
-    except (OSError, ValueError, KeyError, TypeError, json_format.ParseError):
+    except (ValueError, KeyError, TypeError, AttributeError, json_format.ParseError):
         return None
 
 

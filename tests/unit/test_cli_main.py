@@ -36,3 +36,16 @@ def test_help_lists_every_subcommand_without_importing_them() -> None:
 def test_an_unknown_subcommand_is_named() -> None:
     result = CliRunner().invoke(cli, ["nope"])
     assert result.exit_code == 2 and "No such command 'nope'" in result.output
+
+
+def test_job_commands_load_neither_the_controller_nor_the_spec_models() -> None:
+    # What `submarine job show` imports before it runs: pydantic (the YARN spec models), the controller,
+    # NumPy and TensorFlow load only for the commands that need them.
+    code = (
+        "import sys, submarine_elastic.cli.job\n"
+        "heavy = {'pydantic', 'numpy', 'matplotlib', 'tensorflow', 'horovod', 'yaml'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy),"
+        " sorted(m for m in sys.modules if m.startswith('submarine_elastic.controller')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] []"
