@@ -131,5 +131,8 @@ def serve(
             policy,
             arbiter,
         )
-        done.wait()
+        # Python runs signal handlers on the main thread only, and a signal the kernel hands to one of the
+        # gRPC or py4j threads does not wake a main thread blocked in wait(): look at least once a second.
+        while not done.wait(1.0):
+            pass
         log.info("stopping")

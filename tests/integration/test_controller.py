@@ -217,3 +217,31 @@ def test_a_controller_that_cannot_start_says_why_and_one_that_runs_is_not_starte
     finally:
         assert process.stop(where)
     assert not process.stop(where)
+
+
+#: tgkill(2): a signal to one thread of a process (what the kernel may do with a process's SIGTERM).
+_TGKILL = {"x86_64": 234, "aarch64": 131}
+
+
+def test_a_sigterm_taken_by_any_of_its_threads_stops_the_controller(tmp_path: Path):
+    """Seen: `controller stop` timed out and the controller ran on, its SIGTERM taken by a gRPC thread while
+    the main thread, which alone runs Python's signal handlers, slept in an untimed wait."""
+    import ctypes
+    import platform
+
+    import psutil
+
+    if platform.machine() not in _TGKILL:
+        pytest.skip(f"no tgkill number known for {platform.machine()}")
+    where = tmp_path / "controller"
+    info = process.start("http://127.0.0.1:9", directory=where, timeout=60)
+    daemon = psutil.Process(info.pid)
+    other = next(t.id for t in daemon.threads() if t.id != info.pid)
+    try:
+        assert ctypes.CDLL(None).syscall(_TGKILL[platform.machine()], info.pid, other, signal.SIGTERM) == 0
+        gone, _ = psutil.wait_procs([daemon], timeout=20)
+        assert gone, "the controller ignored a SIGTERM that a thread other than its main one took"
+    finally:
+        if daemon.is_running():
+            daemon.kill()
+    assert locate.running(where) is None and not (where / locate.STATE).exists()
