@@ -1,8 +1,10 @@
-"""The Keras ``fit`` example as an elastic job on the real pseudo-cluster (Keras 2, real Horovod).
+"""The Keras ``fit`` example as an elastic job on the real pseudo-cluster, under Keras 3 (``tf.keras``)
+and Keras 2 (``tf_keras``), with real Horovod.
 
-The example writes the committed per-epoch history, each final rank's weights and accuracy, and the
-timings of every ring re-form it went through; the assertions are what a user would check: the job
-resizes when told, every rank ends with the same weights, and the model reaches its accuracy.
+The example writes the committed per-epoch history, each final rank's weights, accuracy and Keras, and
+the timings of every ring re-form it went through; the assertions are what a user would check: the job
+resizes when told, every rank ends with the same weights (a joiner got rank 0's model and optimizer, and
+every step's gradients were averaged over the ring of that step), and the model reaches its accuracy.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ def metrics() -> Iterator[MetricsServer]:
     server.stop(grace=0)
 
 
+#: TF_USE_LEGACY_KERAS of the job for each Keras, and the major version its ranks must then train with.
+KERAS = {"keras3": ("0", "3"), "keras2": ("1", "2")}
+
+
+@pytest.mark.parametrize("keras", sorted(KERAS))
 def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
-    yarn: YarnServiceClient, cluster_spec: ClusterSpec, metrics: MetricsServer, tmp_path: Path
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, metrics: MetricsServer, tmp_path: Path, keras: str
 ):
-    name = "keras-elastic-flex"
+    legacy, major = KERAS[keras]
+    name = f"keras-elastic-flex-{keras}"
     log = tmp_path / "log"
     cmd = (
         f"{sys.executable} {REPO}/examples/train_keras_elastic.py --samples {SAMPLES} --epochs 100 "
@@ -50,7 +58,14 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
     submarine(
         cluster_spec.rm_url,
         *("job", "run", "--name", name, "--elastic", "--num_workers", "2", "--min_workers", "1"),
-        *("--max_workers", "3", "--worker_resources", "memory-mb=1024,vcores=1", "--env", "TF_USE_LEGACY_KERAS=1"),
+        *(
+            "--max_workers",
+            "3",
+            "--worker_resources",
+            "memory-mb=1024,vcores=1",
+            "--env",
+            f"TF_USE_LEGACY_KERAS={legacy}",
+        ),
         *("--env", f"SUBMARINE_METRICS_ENDPOINT={metrics.address}", "--env", f"SUBMARINE_METRICS_TOKEN={TOKEN}"),
         *("--worker_launch_cmd", cmd),
     )
@@ -76,6 +91,7 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
     finals = {p.name: json.loads(p.read_text()) for p in sorted(log.glob("final-rank*.json"))}
     assert sorted(finals) == ["final-rank0.json", "final-rank1.json"]
     for final in finals.values():
+        assert final["keras"].split(".")[0] == major
         assert final["accuracy"] >= MIN_ACCURACY
         assert final["epochs"] == len(history)
     weights = [np.load(p) for p in sorted(log.glob("weights-rank*.npz"))]
