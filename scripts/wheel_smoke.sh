@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the wheel from the tree's files (tracked and new, never build/ leftovers), installs it (not editable)
 # with Horovod into a fresh virtualenv, and checks from outside the checkout what a user of the wheel needs:
-# the CLI starts, a job's YARN spec renders from the shipped template, every runtime file is installed and
+# the CLI and the controller's process start, a job's YARN spec renders from the shipped template, every runtime file is installed and
 # found through importlib.resources, and a job's driver and agent import. Run by `make test`.
 set -euo pipefail
 
@@ -31,6 +31,7 @@ say "checking it from outside the checkout"
 cd "$WORK"
 "$WORK/venv/bin/submarine" --help >/dev/null
 "$WORK/venv/bin/submarine" job run --help | grep -q -- "--elastic"
+"$WORK/venv/bin/python" -m submarine_elastic.daemon --help >/dev/null  # the controller's process
 SUBMARINE_JOBS_DIR="$WORK/jobs" "$WORK/venv/bin/python" - "$ROOT" <<'PY'
 import importlib.metadata
 import json
@@ -55,6 +56,7 @@ for name, path in {
     "bridge Java sources": installed / "bridge" / "java" / "org" / "submarineelastic" / "bridge" / "ElasticScheduler.java",
     "metrics .proto": installed / "metrics" / "proto" / "metrics.proto",
     "elastic .proto": installed / "elastic" / "proto" / "elastic.proto",
+    "controller .proto": installed / "controller" / "proto" / "controller.proto",
     "agent's sitecustomize": Path(__import__("tf_hooks.elastic._site", fromlist=["x"]).__file__).parent / "sitecustomize.py",
 }.items():
     if not path.is_file():
