@@ -1,19 +1,31 @@
 # The two entry points of the README. Both install first (scripts/install.sh skips what is done).
-.PHONY: install demo test lint wheel-smoke unit integration bench clean-cluster
+.PHONY: install install-tf2.18 demo test test-tf2.18 lint wheel-smoke unit integration bench clean-cluster
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# TensorFlow 2.18 (the line before the default 2.21) in a second virtualenv, to keep it working.
+VENV_TF218 ?= .venv-tf2.18
+TF218_TESTS := tests/unit tests/tf tests/integration/test_keras_elastic.py
 
 install:
 	scripts/install.sh
+
+install-tf2.18:
+	SUBMARINE_VENV=$(VENV_TF218) scripts/install.sh --tf 2.18
 
 ## Install everything, start the local pseudo-cluster and run the demo job on it.
 demo: install
 	$(PY) -m submarine_elastic.demo
 
-## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs).
-test: install lint wheel-smoke
+## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs),
+## then the unit, TensorFlow and Keras elastic job tests again with TensorFlow 2.18.
+test: install install-tf2.18 lint wheel-smoke
 	$(PY) -m pytest
+	$(VENV_TF218)/bin/python -m pytest $(TF218_TESTS)
+
+## The unit, TensorFlow and Keras elastic job tests with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
+test-tf2.18: install-tf2.18
+	$(VENV_TF218)/bin/python -m pytest $(TF218_TESTS)
 
 ## Build the wheel, install it into a fresh virtualenv and use it from outside the checkout.
 wheel-smoke: install

@@ -77,7 +77,7 @@ if [ "$with_tf" = 1 ]; then
   if stamp_ok "$VENV/.stamp-tensorflow" "$tf_hash"; then
     skip "$TF_SPEC, $TF_KERAS_SPEC"
   else
-    step "installing $TF_SPEC and $TF_KERAS_SPEC (a ~250 MB download on a fresh machine)"
+    step "installing $TF_SPEC and $TF_KERAS_SPEC (a ~275 MB download on a fresh machine)"
     "${PIP[@]}" install --progress-bar off "$TF_SPEC"
     # --no-deps: tf_keras would otherwise pull a second TensorFlow build (the non-CPU wheel).
     "${PIP[@]}" install --progress-bar off --no-deps "$TF_KERAS_SPEC"
@@ -91,7 +91,7 @@ if [ "$with_tf" = 1 ]; then
     command -v cmake >/dev/null || die "cmake is required to build Horovod; on Debian: apt-get install cmake"
     command -v g++ >/dev/null || die "a C++ compiler is required to build Horovod; on Debian: apt-get install g++"
     command -v patch >/dev/null || die "patch is required to patch Horovod's sources; on Debian: apt-get install patch"
-    step "building horovod==$HOROVOD_VERSION from its sdist with $(basename "$HOROVOD_PATCH"), TensorFlow + Gloo (about 3-5 minutes on 2 cores)"
+    step "building horovod==$HOROVOD_VERSION from its sdist with $(basename "$HOROVOD_PATCH"), TensorFlow + Gloo (about 3 minutes on 2 cores)"
     src=$(mktemp -d "${TMPDIR:-/tmp}/horovod-src.XXXXXX")
     trap 'rm -rf "$src"' EXIT
     "${PIP[@]}" download --quiet --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION"
