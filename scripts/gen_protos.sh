@@ -42,7 +42,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if [ ! -f "$GENERATOR/.installed" ]; then
+if [ -f "$GENERATOR/.installed" ] && [ "$ONLY_INSTALL" = 1 ]; then
+  echo "    grpcio-tools==$GRPCIO_TOOLS_VERSION in $GENERATOR (already done)"
+elif [ ! -f "$GENERATOR/.installed" ]; then
   echo "gen_protos.sh: installing grpcio-tools==$GRPCIO_TOOLS_VERSION into $GENERATOR" >&2
   mkdir -p "$(dirname "$GENERATOR")"
   partial=$(mktemp -d "$GENERATOR.partial.XXXXXX")

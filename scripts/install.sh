@@ -138,7 +138,6 @@ fi
 # --- gRPC stub generator --------------------------------------------------------------------------
 # grpcio-tools, pinned, in build/ beside the virtualenvs (it needs a protobuf TensorFlow 2.21 refuses);
 # the test that the checked-in stubs are current runs it. Skipped once installed.
-step "the gRPC stub generator (scripts/gen_protos.sh)"
 PYTHON="$VENV/bin/python" "$ROOT/scripts/gen_protos.sh" --install-generator
 
 # --- Hadoop jars ----------------------------------------------------------------------------------
