@@ -22,7 +22,7 @@ mkdir -p "$WORK/src"
 wheel=$(ls "$WORK"/dist/submarine_elastic-*.whl)
 echo "    $(basename "$wheel") ($(du -k "$wheel" | cut -f1) kB)"
 
-say "installing it into a fresh virtualenv, with Horovod (pip reuses the wheel the install step built)"
+say "installing it into a fresh virtualenv, with Horovod (built without TensorFlow: the driver needs only its runner)"
 "$PYTHON" -m venv "$WORK/venv"
 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 \
   "$WORK/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel[horovod]"
