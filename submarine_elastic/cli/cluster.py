@@ -1,4 +1,4 @@
-"""``submarine cluster up|down|status|daemon``: the local Hadoop YARN pseudo-cluster, or one of its
+"""``submarine cluster up|down|restart|status|daemon``: the local Hadoop YARN pseudo-cluster, or one of its
 daemons in the foreground (a container of the docker-compose cluster)."""
 
 from __future__ import annotations
@@ -181,6 +181,30 @@ def down(cluster_dir: Path | None) -> None:
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"stopped {len(stopped)} daemons")
+
+
+@cluster.command()
+@dir_option
+@click.argument("daemon_name", metavar="DAEMON")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=180,
+    show_default=True,
+    help="Seconds to wait for the daemon, then for every NodeManager, to get ready.",
+)
+def restart(cluster_dir: Path | None, daemon_name: str, timeout: float) -> None:
+    """Restart one daemon: zk, rm or nm-K (as `cluster status` names them).
+
+    Stops it (SIGTERM, SIGKILL after 15 s; nothing to stop if it died), starts it again with its configuration
+    and ports, and waits until the RM answers and every NodeManager is RUNNING. Running services keep their
+    containers: the RM recovers its applications from ZooKeeper, a NodeManager takes its containers back.
+    """
+    try:
+        started = _cluster(cluster_dir).restart(daemon_name, timeout=timeout, progress=_progress)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"{started.name} restarted: pid {started.pid}")
 
 
 @cluster.command()

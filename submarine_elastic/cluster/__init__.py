@@ -7,11 +7,13 @@ from submarine_elastic.cluster.api import (
     ClusterNotUpError,
     ClusterSpec,
     ClusterStatus,
+    DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
     Placement,
     PortInUseError,
     PrerequisiteError,
+    UnknownDaemonError,
 )
 from submarine_elastic.cluster.local import LocalCluster
 
@@ -22,10 +24,12 @@ __all__ = [
     "ClusterNotUpError",
     "ClusterSpec",
     "ClusterStatus",
+    "DaemonNotRunningError",
     "DaemonPlan",
     "DaemonStartError",
     "LocalCluster",
     "Placement",
     "PortInUseError",
     "PrerequisiteError",
+    "UnknownDaemonError",
 ]

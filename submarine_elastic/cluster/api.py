@@ -34,6 +34,19 @@ class ClusterNotUpError(ClusterError):
     """The cluster directory records no running cluster."""
 
 
+class UnknownDaemonError(ClusterError):
+    """A daemon was named that the cluster does not have."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        super().__init__(f"unknown daemon {name!r}: this cluster's daemons are {', '.join(known)}")
+        self.name = name
+        self.known = known
+
+
+class DaemonNotRunningError(ClusterError):
+    """A daemon that another one needs is not running (``restart`` of the RM while ZooKeeper is down)."""
+
+
 class DaemonStartError(ClusterError):
     """A daemon exited or did not become ready in time; the message carries the tail of its log."""
 
@@ -100,13 +113,28 @@ class ClusterSpec:
             "yarn.nodemanager.webapp.address": base + 2,
         }
 
+    def daemon_names(self) -> tuple[str, ...]:
+        """The daemons' names, as ``cluster status`` shows them and ``cluster restart`` takes them."""
+        return ("zk", "rm", *(f"nm-{i}" for i in range(self.nodes)))
+
+    def daemon_ports(self, name: str) -> dict[int, str]:
+        """The ports one daemon binds, with the role each plays.
+
+        Raises:
+            ValueError: ``name`` is not one of :meth:`daemon_names`.
+        """
+        if name == "zk":
+            return {self.zk_port: "ZooKeeper client port"}
+        if name == "rm":
+            return {p: f"ResourceManager {k}" for k, p in self.rm_ports().items()}
+        if name in self.daemon_names():
+            index = int(name.removeprefix("nm-"))
+            return {p: f"NodeManager {name} {k}" for k, p in self.nm_ports(index).items()}
+        raise ValueError(f"daemon must be one of {', '.join(self.daemon_names())}, got {name!r}")
+
     def all_ports(self) -> dict[int, str]:
         """Every port the cluster binds, with the role it plays (for the port-in-use check)."""
-        ports = {self.zk_port: "ZooKeeper client port"}
-        ports.update({p: f"ResourceManager {k}" for k, p in self.rm_ports().items()})
-        for i in range(self.nodes):
-            ports.update({p: f"NodeManager nm-{i} {k}" for k, p in self.nm_ports(i).items()})
-        return ports
+        return {p: role for name in self.daemon_names() for p, role in self.daemon_ports(name).items()}
 
 
 ROLES = ("zookeeper", "resourcemanager", "nodemanager")
@@ -172,6 +200,8 @@ class NodeInfo:
     used_vcores: int
     available_vcores: int
     containers: int
+    #: when the NodeManager last reported its health (ms since the epoch); a restarted one reports anew
+    last_health_update_ms: int = 0
 
 
 @dataclass(frozen=True)

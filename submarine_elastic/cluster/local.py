@@ -3,13 +3,15 @@ Services API, and N NodeManagers, each its own JVM started from the Maven-resolv
 
 Layout of the cluster directory (``SUBMARINE_CLUSTER_DIR``)::
 
-    cluster.json          the spec and the daemons started (pid + start time), written by ``up``
-    conf/<daemon>/        per-daemon Hadoop configuration: docker/hadoop/conf plus the overrides below
+    cluster.json          the spec and the daemons started (pid + start time), written by ``up`` and ``restart``
+    conf/<daemon>/        per-daemon Hadoop configuration: cluster/hadoop/conf plus the overrides below
     logs/<daemon>.log     each daemon's log; logs/<daemon>.out its stdout/stderr
-    zk/ nm-<i>/local nm-<i>/logs   data and container directories
+    zk/                   ZooKeeper's data: the service registry and the RM's state (its applications)
+    nm-<i>/local nm-<i>/logs nm-<i>/recovery   a NodeManager's containers, their logs, its recovery state
 
-The configuration files under ``docker/hadoop/conf`` are shared with the docker-compose cluster;
+The configuration files under ``cluster/hadoop/conf`` are shared with the docker-compose cluster;
 this module overrides only what differs on one host: addresses and ports, directories, node size.
+They turn on work-preserving restart: ``restart`` of the RM or of a NodeManager keeps running containers.
 
 Which processes are the cluster's (``down``, and ``up`` over a dead cluster's directory): the daemons
 recorded in ``cluster.json`` (pid and start time, so a reused pid is not taken for one), every process
@@ -33,6 +35,7 @@ import signal
 import socket
 import subprocess
 import tarfile
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -49,6 +52,7 @@ from submarine_elastic.cluster.api import (
     ClusterSpec,
     ClusterStatus,
     Daemon,
+    DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
     NodeInfo,
@@ -56,6 +60,7 @@ from submarine_elastic.cluster.api import (
     PortInUseError,
     PrerequisiteError,
     ServiceSummary,
+    UnknownDaemonError,
 )
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
@@ -65,6 +70,8 @@ Progress = Callable[[str], None]
 
 RM_MAIN = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
 NM_MAIN = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"
+RM_HEAP = "512m"
+NM_HEAP = "256m"
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 # Hadoop 3.4.x predates Java 17: Guice, Jersey 1 and Hadoop's own reflection need these packages
@@ -213,7 +220,7 @@ class LocalCluster:
 
             say(f"starting ResourceManager (web {spec.rm_url})")
             self._write_conf("rm", spec, tarball)
-            started.append(self._start_daemon(java, "rm", RM_MAIN, "512m", rm=True))
+            started.append(self._start_daemon(java, "rm"))
             self._write_state(spec, started)
             _wait(lambda: _rm_started(spec.rm_url), timeout, started[-1], "did not answer on its web address")
 
@@ -221,7 +228,7 @@ class LocalCluster:
             nm_daemons = []
             for i in range(spec.nodes):
                 self._write_conf(f"nm-{i}", spec, tarball, node=i)
-                nm_daemons.append(self._start_daemon(java, f"nm-{i}", NM_MAIN, "256m"))
+                nm_daemons.append(self._start_daemon(java, f"nm-{i}"))
                 started.append(nm_daemons[-1])
                 self._write_state(spec, started)
             self._wait_nodes(spec, nm_daemons, timeout, say)
@@ -291,6 +298,7 @@ class LocalCluster:
         )
         core = {
             "hadoop.registry.zk.quorum": f"{zk_host}:{spec.zk_port}",
+            "hadoop.zk.address": f"{zk_host}:{spec.zk_port}",
             "hadoop.tmp.dir": str(self.dir / "tmp"),
         }
         yarn = {
@@ -328,6 +336,87 @@ class LocalCluster:
         _write_files(self._zk_files(spec, spec.host)[0])
         return self._spawn("zk", self._zk_command(java, spec), env=None)
 
+    # ------------------------------------------------------------------ restart
+
+    def restart(self, name: str, *, timeout: float = 180.0, progress: Progress | None = None) -> Daemon:
+        """Restart one daemon (``zk``, ``rm`` or ``nm-<i>``) as an operator would: stop it (SIGTERM, SIGKILL
+        after ``DAEMON_GRACE_S``; nothing to stop when it already died), then start it again with the
+        configuration, ports and directories it had.
+
+        Blocks until the cluster is healthy again, at most ``timeout`` s per phase: the restarted daemon
+        answers (ZooKeeper ``ruok``, the RM its web address), then every running NodeManager is RUNNING in
+        the RM, a restarted one registered anew. With the shipped configuration running work lives on: the
+        RM reloads its applications from ZooKeeper and the NodeManagers and ApplicationMasters resync with
+        it; a NodeManager takes its containers back.
+
+        Returns:
+            The daemon now running.
+
+        Raises:
+            ClusterNotUpError: nothing is recorded in the cluster directory.
+            UnknownDaemonError: ``name`` is not one of this cluster's daemons.
+            DaemonNotRunningError: what the daemon needs is down (ZooKeeper for the RM, the RM for a
+                NodeManager); nothing was stopped.
+            PrerequisiteError: no Java, no Hadoop jars, or the daemon's configuration directory is gone.
+            PortInUseError: another process took one of the daemon's ports while it was down.
+            DaemonStartError: the daemon exited or did not get healthy in time (with its log tail).
+        """
+        say = progress or (lambda _msg: None)
+        state = self._read_state()
+        if state is None:
+            raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
+        spec, daemons = state
+        if name not in spec.daemon_names():
+            raise UnknownDaemonError(name, spec.daemon_names())
+        by_name = {d.name: d for d in daemons}
+        needs = {"zk": None, "rm": "zk"}.get(name, "rm")
+        if needs is not None and not (needs in by_name and _alive(by_name[needs])):
+            raise DaemonNotRunningError(
+                f"{name} needs {needs}, which is not running; restart it first: `submarine cluster restart {needs}`"
+            )
+        java = self._check_prerequisites()
+        conf = self.dir / "conf" / name
+        if not conf.is_dir():
+            raise PrerequisiteError(f"{name}'s configuration {conf} is gone; `submarine cluster up` writes it anew")
+
+        old = by_name.get(name)
+        if old is not None and _alive(old):
+            say(f"stopping {name} (pid {old.pid})")
+            _terminate([old], grace=DAEMON_GRACE_S, group=False)
+        else:
+            say(f"{name} is not running" + (f" (pid {old.pid} has exited)" if old else ""))
+        for port, role in sorted(spec.daemon_ports(name).items()):
+            if not _port_free(spec.host, port):
+                raise PortInUseError(port, role)
+
+        say(f"starting {name}")
+        started_at = time.time()
+        new = (
+            self._spawn("zk", self._zk_command(java, spec), env=None, append_output=True)
+            if name == "zk"
+            else self._start_daemon(java, name, append_output=True)
+        )
+        by_name[name] = new
+        daemons = [by_name[n] for n in spec.daemon_names() if n in by_name]
+        self._write_state(spec, daemons)
+
+        if name == "zk":
+            _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, new, "did not answer 'ruok'")
+        rm = by_name["rm"]
+        if not _alive(rm):
+            say("rm is not running: `submarine cluster restart rm` starts it")
+            return new
+        _wait(lambda: _rm_started(spec.rm_url), timeout, rm, "did not answer on its web address")
+        nms = [d for d in daemons if d.name.startswith("nm-")]
+        down = [d.name for d in nms if not _alive(d)]
+        if down:
+            say(f"not running: {', '.join(down)} (`submarine cluster restart` starts each)")
+        running = [d for d in nms if d.name not in down]
+        fresh = {name: started_at} if name.startswith("nm-") else None
+        self._wait_nodes(spec, running, timeout, say, fresh_since=fresh)
+        say(f"{name} restarted (pid {new.pid}); cluster healthy after {time.time() - started_at:.1f} s")
+        return new
+
     def _zk_files(self, spec: ClusterSpec, bind_host: str) -> tuple[dict[Path, bytes], dict[Path, dict[str, str]]]:
         """ZooKeeper's configuration files and the settings ``zoo.cfg`` overrides; writes nothing."""
         conf = self.dir / "conf" / "zk"
@@ -355,8 +444,12 @@ class LocalCluster:
             str(conf / "zoo.cfg"),
         ]
 
-    def _start_daemon(self, java: str, name: str, main: str, heap: str, *, rm: bool = False) -> Daemon:
-        return self._spawn(name, *self._daemon_command(java, name, main, heap, rm=rm))
+    def _start_daemon(self, java: str, name: str, *, append_output: bool = False) -> Daemon:
+        """Start the RM (``rm``) or a NodeManager (``nm-<i>``) from its configuration in ``conf/<name>``."""
+        main, heap = (RM_MAIN, RM_HEAP) if name == "rm" else (NM_MAIN, NM_HEAP)
+        return self._spawn(
+            name, *self._daemon_command(java, name, main, heap, rm=name == "rm"), append_output=append_output
+        )
 
     def _daemon_command(
         self, java: str, name: str, main: str, heap: str, *, rm: bool = False, console: bool = False
@@ -419,7 +512,7 @@ class LocalCluster:
                 directories=(logs, self.dir / "zk"),
             )
         tarball, jars = self._tarball_state()
-        name, main, heap = ("rm", RM_MAIN, "512m") if role == "resourcemanager" else (f"nm-{node}", NM_MAIN, "256m")
+        name, main, heap = ("rm", RM_MAIN, RM_HEAP) if role == "resourcemanager" else (f"nm-{node}", NM_MAIN, NM_HEAP)
         files, settings = self._conf_files(
             name, spec, tarball, node=None if role == "resourcemanager" else node, placement=placement
         )
@@ -456,11 +549,13 @@ class LocalCluster:
         self.prepare(plan)
         return list(plan.command), dict(plan.env)
 
-    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None) -> Daemon:
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None, *, append_output: bool = False) -> Daemon:
+        """Start one daemon in a session of its own, its stdout and stderr to ``logs/<name>.out`` (appended to
+        on a restart, so what the previous run printed stays)."""
         out = self.dir / "logs" / f"{name}.out"
         proc_env = dict(os.environ)
         proc_env.update(env or {})
-        with out.open("wb") as stdout:
+        with out.open("ab" if append_output else "wb") as stdout:
             proc = subprocess.Popen(
                 cmd,
                 stdout=stdout,
@@ -475,44 +570,65 @@ class LocalCluster:
         _CHILDREN[proc.pid] = proc
         return daemon
 
-    def _wait_nodes(self, spec: ClusterSpec, nms: list[Daemon], timeout: float, say: Progress) -> None:
-        """Block until every NM is RUNNING in the RM (polled every 0.5 s, at most ``timeout`` s).
+    def _wait_nodes(
+        self,
+        spec: ClusterSpec,
+        nms: list[Daemon],
+        timeout: float,
+        say: Progress,
+        *,
+        fresh_since: Mapping[str, float] | None = None,
+    ) -> None:
+        """Block until every NM of ``nms`` is RUNNING in the RM (polled every 0.5 s, at most ``timeout`` s).
+        An NM named in ``fresh_since`` must also have reported its health since that time (seconds since
+        the epoch): after a restart the RM lists the NM it knew until the new one registers.
 
         Raises:
             DaemonStartError: an NM exited, or one did not register in time (naming it, with its log).
         """
+        since_ms = {name: at * 1000 for name, at in (fresh_since or {}).items()}
         seen = -1
-        running: list[NodeInfo] = []
+        ready: set[str] = set()
+
+        def port(d: Daemon) -> int:
+            return spec.nm_ports(int(d.name.removeprefix("nm-")))["yarn.nodemanager.address"]
 
         def all_running() -> bool:
-            nonlocal running, seen
+            nonlocal ready, seen
             for d in nms:
                 if not _alive(d):
                     raise DaemonStartError(d.name, "exited before registering", d.log, _tail(d))
-            running = [n for n in _rm_nodes(spec.rm_url) if n.state == "RUNNING"]
-            if len(running) != seen:
-                seen = len(running)
-                say(f"{seen}/{spec.nodes} NodeManagers RUNNING")
-            return len(running) >= spec.nodes
+            # Node ids are "<resolved host>:<NM port>"; the port tells which NM a node is.
+            nodes = {int(n.node_id.rsplit(":", 1)[-1]): n for n in _rm_nodes(spec.rm_url)}
+            ready = {
+                d.name
+                for d in nms
+                if (n := nodes.get(port(d))) is not None
+                and n.state == "RUNNING"
+                and n.last_health_update_ms >= since_ms.get(d.name, 0)
+            }
+            if len(ready) != seen:
+                seen = len(ready)
+                say(f"{seen}/{len(nms)} NodeManagers RUNNING")
+            return len(ready) == len(nms)
 
         def missing(_state: RetryCallState) -> bool:
-            # Node ids are "<resolved host>:<NM port>"; the port tells which NM is missing.
-            ports = {n.node_id.rsplit(":", 1)[-1] for n in running}
-            absent = [d for i, d in enumerate(nms) if str(spec.nm_ports(i)["yarn.nodemanager.address"]) not in ports]
-            worst = absent[0] if absent else nms[0]
+            worst = next((d for d in nms if d.name not in ready), nms[0])
             raise DaemonStartError(
                 worst.name, f"did not register with the ResourceManager within {timeout:.0f} s", worst.log, _tail(worst)
             )
 
-        _poll(all_running, timeout, 0.5, missing)
+        if nms:
+            _poll(all_running, timeout, 0.5, missing)
 
     # ------------------------------------------------------------------ down
 
     def down(self, *, progress: Progress | None = None) -> list[Daemon]:
         """Stop exactly the daemons ``up`` recorded, then any container process they left behind.
 
-        NMs first (they stop their containers), then the RM, then ZooKeeper; each gets SIGTERM and
-        10 s before SIGKILL. Blocks until every process is gone.
+        NMs first, then the RM, then ZooKeeper; each gets SIGTERM and ``DAEMON_GRACE_S`` before SIGKILL.
+        The NodeManagers leave their containers running (supervised NM recovery), so the containers are
+        stopped last, with everything else left behind. Blocks until every process is gone.
 
         Returns:
             The daemons that were stopped.
@@ -538,7 +654,7 @@ class LocalCluster:
         return alive
 
     def _stop(self, daemons: Iterable[Daemon]) -> None:
-        """NodeManagers together (each stops its containers), then the RM, then ZooKeeper."""
+        """NodeManagers together, then the RM, then ZooKeeper."""
         by_name = list(daemons)
         for wave in (
             [d for d in by_name if d.name not in ("rm", "zk")],
@@ -733,9 +849,10 @@ def _descendants(roots: Iterable[psutil.Process], *, including: bool = False) ->
     return list(found.values())
 
 
-def _terminate(daemons: list[Daemon], grace: float) -> None:
+def _terminate(daemons: list[Daemon], grace: float, *, group: bool = True) -> None:
     """SIGTERM every daemon, wait up to ``grace`` seconds for all, then SIGKILL the process group of each
-    one left (each daemon leads its own session)."""
+    one left (each daemon leads its own session), or with ``group=False`` the daemon alone: a NodeManager's
+    group holds its containers' launch scripts, which a restarted NodeManager takes back."""
     procs = {d.name: p for d in daemons if (p := _process(d)) is not None}
     for proc in procs.values():
         with contextlib.suppress(psutil.Error):
@@ -744,8 +861,11 @@ def _terminate(daemons: list[Daemon], grace: float) -> None:
     for name, proc in procs.items():
         if proc in left:
             log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing it", name, proc.pid, grace)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, psutil.Error):
+                if group:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.kill()
     psutil.wait_procs(left, timeout=5.0)
     for d in daemons:
         _reap(d.pid)
@@ -840,6 +960,7 @@ def _rm_nodes(rm_url: str) -> list[NodeInfo]:
             used_vcores=int(n.get("usedVirtualCores", 0)),
             available_vcores=int(n.get("availableVirtualCores", 0)),
             containers=int(n.get("numContainers", 0)),
+            last_health_update_ms=int(n.get("lastHealthUpdate", 0)),
         )
         for n in nodes
     ]

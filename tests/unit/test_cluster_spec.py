@@ -15,10 +15,12 @@ from submarine_elastic.cluster import (
     ClusterAlreadyUpError,
     ClusterNotUpError,
     ClusterSpec,
+    DaemonNotRunningError,
     LocalCluster,
     Placement,
     PortInUseError,
     PrerequisiteError,
+    UnknownDaemonError,
 )
 from submarine_elastic.cluster.api import Daemon
 from submarine_elastic.cluster.local import _override_xml, _start_ticks
@@ -149,3 +151,102 @@ def test_the_daemon_command_tells_a_bad_host_name_and_runs_nothing(
     )
     assert result.exit_code == 1
     assert "node_host must be a host name or an IPv4 address, got 'bad host'" in result.output
+
+
+def test_daemon_names_and_their_ports():
+    spec = ClusterSpec(nodes=2, port_base=20000)
+    assert spec.daemon_names() == ("zk", "rm", "nm-0", "nm-1")
+    assert spec.daemon_ports("zk") == {20181: "ZooKeeper client port"}
+    assert set(spec.daemon_ports("rm")) == {20030, 20031, 20032, 20033, 20088}
+    assert spec.daemon_ports("nm-1") == {
+        20110: "NodeManager nm-1 yarn.nodemanager.address",
+        20111: "NodeManager nm-1 yarn.nodemanager.localizer.address",
+        20112: "NodeManager nm-1 yarn.nodemanager.webapp.address",
+    }
+    for name in ("nm-2", "nm-01", "resourcemanager"):
+        with pytest.raises(ValueError, match=f"daemon must be one of zk, rm, nm-0, nm-1, got '{name}'"):
+            spec.daemon_ports(name)
+
+
+def site(path: Path) -> dict[str | None, str | None]:
+    return {p.findtext("name"): p.findtext("value") for p in ET.parse(path).getroot()}
+
+
+def test_shipped_templates_turn_on_work_preserving_restart():
+    yarn = site(hadoop_conf_template() / "yarn-site.xml")
+    assert yarn["yarn.resourcemanager.recovery.enabled"] == "true"
+    assert yarn["yarn.resourcemanager.work-preserving-recovery.enabled"] == "true"
+    assert yarn["yarn.resourcemanager.store.class"] == (
+        "org.apache.hadoop.yarn.server.resourcemanager.recovery.ZKRMStateStore"
+    )
+    assert yarn["yarn.nodemanager.recovery.enabled"] == "true"
+    assert yarn["yarn.nodemanager.recovery.supervised"] == "true"
+    # The RM caps a service's AM attempts at its own maximum.
+    assert int(yarn["yarn.resourcemanager.am.max-attempts"] or 0) >= int(
+        yarn["yarn.service.am-restart.max-attempts"] or 0
+    )
+    assert site(hadoop_conf_template() / "core-site.xml")["hadoop.zk.address"] == "zookeeper:2181"
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [None, Placement(zk_host="zookeeper", rm_host="resourcemanager", node_host="nm-1")],
+    ids=["up", "compose"],
+)
+def test_each_daemon_finds_the_clusters_zookeeper_and_each_node_keeps_its_own_recovery_state(
+    tmp_path: Path, placement: Placement | None
+):
+    """The overrides `up` writes (one host) and `cluster daemon` writes (the docker-compose cluster)."""
+    spec = ClusterSpec(nodes=2, port_base=20000)
+    cluster = LocalCluster(tmp_path / "c")
+    zk_host = placement.zk_host if placement else spec.host
+    recovery_dirs = set()
+    for name, node in (("rm", None), ("nm-0", 0), ("nm-1", 1)):
+        _files, settings = cluster._conf_files(name, spec, tmp_path / "am.tar.gz", node=node, placement=placement)
+        conf = cluster.dir / "conf" / name
+        assert settings[conf / "core-site.xml"]["hadoop.zk.address"] == f"{zk_host}:{spec.zk_port}"
+        if node is not None:
+            yarn = settings[conf / "yarn-site.xml"]
+            # Recovery needs the NodeManager back on the same address: a fixed port, never 0.
+            assert yarn["yarn.nodemanager.address"].endswith(f":{spec.nm_ports(node)['yarn.nodemanager.address']}")
+            recovery_dirs.add(yarn["yarn.nodemanager.recovery.dir"])
+    assert recovery_dirs == {str(cluster.dir / "nm-0" / "recovery"), str(cluster.dir / "nm-1" / "recovery")}
+
+
+def recorded(tmp_path: Path, **alive: bool) -> LocalCluster:
+    """A cluster directory that records zk, rm, nm-0 and nm-1; a daemon named ``False`` has exited (its pid is
+    this process's, with another start time), the others run (this process)."""
+    cluster = LocalCluster(tmp_path / "c")
+    cluster.dir.mkdir(parents=True)
+    ticks = _start_ticks(os.getpid())
+    daemons = [
+        Daemon(name, os.getpid(), ticks if alive.get(name.replace("-", "_"), True) else ticks - 1, tmp_path / "x.log")
+        for name in ("zk", "rm", "nm-0", "nm-1")
+    ]
+    cluster._write_state(ClusterSpec(nodes=2), daemons)
+    return cluster
+
+
+def test_restart_of_an_unknown_daemon_names_it_and_the_known_ones(tmp_path: Path):
+    cluster = recorded(tmp_path)
+    with pytest.raises(
+        UnknownDaemonError, match="unknown daemon 'nm-2': this cluster's daemons are zk, rm, nm-0, nm-1"
+    ):
+        cluster.restart("nm-2")
+    result = CliRunner().invoke(cli, ["cluster", "restart", "namenode", "--cluster-dir", str(cluster.dir)])
+    assert result.exit_code == 1
+    assert "unknown daemon 'namenode': this cluster's daemons are zk, rm, nm-0, nm-1" in result.output
+
+
+@pytest.mark.parametrize(("name", "needs", "dead"), [("rm", "zk", {"zk": False}), ("nm-1", "rm", {"rm": False})])
+def test_restart_refuses_while_what_the_daemon_needs_is_down(tmp_path: Path, name: str, needs: str, dead: dict):
+    cluster = recorded(tmp_path, **dead)
+    before = cluster.state_file.read_text()
+    with pytest.raises(DaemonNotRunningError, match=f"{name} needs {needs}, which is not running"):
+        cluster.restart(name)
+    assert cluster.state_file.read_text() == before
+
+
+def test_restart_without_a_cluster(tmp_path: Path):
+    with pytest.raises(ClusterNotUpError, match="no cluster in"):
+        LocalCluster(tmp_path / "none").restart("rm")
