@@ -257,15 +257,16 @@ def _metrics_line(name: str) -> str:
     import grpc
 
     from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
+    from submarine_elastic.rpc import bearer, open_channel
 
     try:
         token = locate.read_token(locate.directory(), locate.METRICS_TOKEN)
     except ControllerError:
         return ""
-    with grpc.insecure_channel(state.metrics_endpoint) as channel:
+    with open_channel(state.metrics_endpoint) as channel:
         try:
             reply = metrics_pb2_grpc.MetricsServiceStub(channel).GetJob(
-                metrics_pb2.GetJobRequest(job_id=name), metadata=(("authorization", f"Bearer {token}"),), timeout=2
+                metrics_pb2.GetJobRequest(job_id=name), metadata=bearer(token), timeout=2
             )
         except grpc.RpcError:
             return ""

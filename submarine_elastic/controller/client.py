@@ -47,6 +47,7 @@ from submarine_elastic.controller.wire import (
     source_to_proto,
     status_from_proto,
 )
+from submarine_elastic.rpc import bearer, open_channel
 
 #: Seconds each call may take before it fails with ControllerUnavailableError.
 DEFAULT_TIMEOUT = 10.0
@@ -99,8 +100,8 @@ class ControllerClient(Controller):
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.address = address
         self.timeout = timeout
-        self._metadata = (("authorization", f"Bearer {token}"),)
-        self._channel = grpc.insecure_channel(
+        self._metadata = bearer(token)
+        self._channel = open_channel(
             address,
             options=[
                 ("grpc.max_receive_message_length", MAX_REPLY_BYTES),

@@ -362,8 +362,8 @@ def test_a_controller_that_is_gone_is_unavailable_within_the_deadline() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
-        ({"token": ""}, "token must be non-empty"),
-        ({"token": "has space"}, "token must be non-empty"),
+        ({"token": ""}, "bearer token must be non-empty"),
+        ({"token": "has space"}, "bearer token must be non-empty"),
         ({"token": TOKEN, "port": 70000}, "port must be an integer in [0, 65535], got 70000"),
         ({"token": TOKEN, "max_concurrent_rpcs": 0}, "max_concurrent_rpcs must be an integer >= 1, got 0"),
     ],
