@@ -48,7 +48,9 @@ elif [ ! -f "$GENERATOR/.installed" ]; then
   echo "gen_protos.sh: installing grpcio-tools==$GRPCIO_TOOLS_VERSION into $GENERATOR" >&2
   mkdir -p "$(dirname "$GENERATOR")"
   partial=$(mktemp -d "$GENERATOR.partial.XXXXXX")
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+  # --no-warn-conflicts: pip would compare this directory with the virtualenv (protobuf 7 beside 5) and
+  # print a resolver ERROR about packages this install does not touch.
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --no-warn-conflicts \
     --target "$partial" "grpcio-tools==$GRPCIO_TOOLS_VERSION" >&2 \
     || { rm -rf "$partial"; echo "gen_protos.sh: could not install grpcio-tools==$GRPCIO_TOOLS_VERSION with $PYTHON" >&2; exit 1; }
   touch "$partial/.installed"

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import grpc
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
@@ -24,8 +23,6 @@ from submarine_elastic.elastic.jobspec import (
 )
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import bearer, open_channel
 from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
 
 
@@ -176,6 +173,11 @@ class JobClient:
             target = driver_address(job, client=yarn, timeout=locate_timeout)
             remember_driver(job, target)
         self.address = target
+        # gRPC (about 60 ms to import) only once a driver is to be asked: `job show` of a job that ended,
+        # or whose driver is unknown, never loads it.
+        from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+        from submarine_elastic.rpc import bearer, open_channel
+
         token = load_token(job)
         self._metadata = bearer(token)
         self._channel = open_channel(target, ca=load_tls_ca(job))
@@ -191,6 +193,8 @@ class JobClient:
         self.close()
 
     def status(self) -> pb.JobStatus:
+        import grpc
+
         try:
             # wait_for_ready: a driver whose container runs but whose server is not up yet is waited for.
             return self._stub.Status(
@@ -206,6 +210,8 @@ class JobClient:
             FlexRefusedError: outside the job's limits, or unknown instances to remove.
             DriverUnreachableError: as the class.
         """
+        import grpc
+
         try:
             return self._stub.Flex(
                 pb.FlexRequest(workers=workers, remove=remove or [], reason=reason),
