@@ -32,11 +32,11 @@ from submarine_elastic.elastic.jobspec import (
     build_service,
     parse_env,
 )
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
+    from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
 console = Console()
 

@@ -7,8 +7,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
+from typing import TYPE_CHECKING
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
 from submarine_elastic.elastic.jobspec import (
@@ -22,8 +21,12 @@ from submarine_elastic.elastic.jobspec import (
     write_secrets,
 )
 from submarine_elastic.elastic.locate import driver_address
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
+    from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
 
 def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
@@ -98,6 +101,8 @@ def load_outcome(job: str) -> JobOutcome | None:
     except (OSError, ValueError):
         return None
     from google.protobuf import json_format  # only for an ended job's record
+
+    from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
     try:
         failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
@@ -195,6 +200,8 @@ class JobClient:
     def status(self) -> pb.JobStatus:
         import grpc
 
+        from submarine_elastic.elastic.proto import elastic_pb2 as pb
+
         try:
             # wait_for_ready: a driver whose container runs but whose server is not up yet is waited for.
             return self._stub.Status(
@@ -211,6 +218,8 @@ class JobClient:
             DriverUnreachableError: as the class.
         """
         import grpc
+
+        from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
         try:
             return self._stub.Flex(
@@ -236,6 +245,7 @@ class JobClient:
             FlexRefusedError: the job failed meanwhile (with its reason).
             DriverUnreachableError: as the class.
         """
+        from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
         def leaving(st: pb.JobStatus) -> list[str]:
             return [w.instance for w in st.workers if w.state == WorkerState.LEAVING]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
-
 from submarine_elastic import env
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, DriverUnreachableError
 from submarine_elastic.yarn import ServiceStatus, YarnError, YarnServiceClient
@@ -61,6 +59,8 @@ def driver_address(
             return f"{host}:{port}"
         last = f"service state {status.state}, driver container {'without address' if not host else 'ok'}"
         return ""
+
+    from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
     def not_found(_state: RetryCallState) -> str:
         raise DriverUnreachableError(f"the driver of job {job!r} was not found within {timeout:.0f} s: {last}")

@@ -46,7 +46,6 @@ from urllib.parse import quote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from tenacity import Retrying, retry_if_result
 from urllib3.util.retry import Retry
 
 from submarine_elastic.limits import YARN_NAME_CHARS
@@ -888,6 +887,8 @@ class YarnServiceClient(ServiceBackend):
         """The first answer of ``attempt`` that is not None (not done yet), one attempt every poll
         interval; after ``timeout`` seconds of the injected clock, what ``give_up`` returns (or raises).
         An exception of ``attempt`` ends the polling and propagates."""
+        from tenacity import Retrying, retry_if_result  # only a call that waits pays for its import
+
         deadline = self._clock() + timeout
         retrying = Retrying(
             stop=lambda _state: self._clock() >= deadline,
