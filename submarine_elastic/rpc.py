@@ -27,6 +27,12 @@ def open_channel(
     return grpc.insecure_channel(target, options=options)
 
 
+def dial_address(host: str, port: int) -> str:
+    """``host:port`` a client on this machine dials for a server bound to ``host`` (loopback for a
+    wildcard bind)."""
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '[::]', '') else host}:{port}"
+
+
 def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
     """The call metadata carrying ``token`` (none without one)."""
     return (("authorization", f"Bearer {token}"),) if token else ()

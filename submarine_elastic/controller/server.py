@@ -39,7 +39,7 @@ from submarine_elastic.controller.wire import (
     source_from_proto,
     status_to_proto,
 )
-from submarine_elastic.rpc import BearerTokenInterceptor
+from submarine_elastic.rpc import BearerTokenInterceptor, dial_address
 
 _log = logging.getLogger(__name__)
 
@@ -206,8 +206,7 @@ class ControllerServer:
     @property
     def address(self) -> str:
         """``host:port`` a client on this machine can dial."""
-        host = "127.0.0.1" if self._host in ("0.0.0.0", "::", "[::]", "") else self._host
-        return f"{host}:{self._port}"
+        return dial_address(self._host, self._port)
 
     def start(self) -> ControllerServer:
         """Bind and serve (on gRPC's threads); returns at once.

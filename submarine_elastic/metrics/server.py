@@ -36,7 +36,7 @@ from submarine_elastic.metrics.prometheus import PrometheusEndpoint
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_job_id
-from submarine_elastic.rpc import BearerTokenInterceptor, check_token
+from submarine_elastic.rpc import BearerTokenInterceptor, check_token, dial_address
 
 _log = logging.getLogger(__name__)
 
@@ -293,8 +293,7 @@ class MetricsServer:
     @property
     def address(self) -> str:
         """``host:port`` a client on this machine can dial."""
-        host = "127.0.0.1" if self._host in ("0.0.0.0", "::", "[::]", "") else self._host
-        return f"{host}:{self._port}"
+        return dial_address(self._host, self._port)
 
     @property
     def prometheus_port(self) -> int | None:
