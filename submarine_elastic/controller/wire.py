@@ -3,6 +3,8 @@ for the gRPC server and its client."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from submarine_elastic.controller.api import (
     DecisionRecord,
     DecisionState,
@@ -49,6 +51,11 @@ def source_from_proto(value: int) -> JobSource:
     return found
 
 
+def _optional(message: Any, name: str) -> Any:
+    """An optional field's value, None when unset (proto3 ``optional``)."""
+    return getattr(message, name) if message.HasField(name) else None
+
+
 def job_to_proto(job: JobRecord) -> pb.Job:
     message = pb.Job(
         job_id=job.job_id,
@@ -81,10 +88,10 @@ def job_from_proto(message: pb.Job) -> JobRecord:
         submitted_at=message.submitted_at,
         source=_SOURCE_OF[message.source],
         run=message.run,
-        app_id=message.app_id if message.HasField("app_id") else None,
-        observed_at=message.observed_at if message.HasField("observed_at") else None,
-        policy=message.policy if message.HasField("policy") else None,
-        last_resize_at=message.last_resize_at if message.HasField("last_resize_at") else None,
+        app_id=_optional(message, "app_id"),
+        observed_at=_optional(message, "observed_at"),
+        policy=_optional(message, "policy"),
+        last_resize_at=_optional(message, "last_resize_at"),
     )
 
 
@@ -111,7 +118,7 @@ def decision_from_proto(message: pb.Decision) -> DecisionRecord:
         to_workers=message.to_workers,
         reason=message.reason,
         state=_DECISION_STATE_OF[message.state],
-        error=message.error if message.HasField("error") else None,
+        error=_optional(message, "error"),
         run=message.run,
     )
 

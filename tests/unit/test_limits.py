@@ -65,7 +65,8 @@ def _accepted_by_each_side(name: str) -> dict[str, bool]:
     ],
 )
 def test_a_job_name_is_taken_or_refused_by_every_side_alike(name: str, accepted: bool) -> None:
-    assert _accepted_by_each_side(name) == dict.fromkeys(_accepted_by_each_side(name), accepted)
+    verdicts = _accepted_by_each_side(name)
+    assert verdicts == dict.fromkeys(verdicts, accepted)
 
 
 def test_a_refused_name_is_explained_with_the_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
