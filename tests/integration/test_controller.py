@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.daemon import process
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
+from tests.integration.conftest import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -73,19 +73,16 @@ def connect(directory: Path) -> ControllerClient:
 
 def wait_applied(ctl: ControllerClient, job: str, count: int, timeout: float = 120) -> list[tuple[int, int, bool]]:
     """The job's decisions once ``count`` of them are applied (the controller marks them after the ring confirms)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        decided = [(d.from_workers, d.to_workers, d.applied) for d in ctl.timeline(job)]
-        if sum(applied for *_, applied in decided) >= count or time.monotonic() > deadline:
-            return decided
-        time.sleep(0.5)
+
+    def decided() -> list[tuple[int, int, bool]] | None:
+        decisions = [(d.from_workers, d.to_workers, d.applied) for d in ctl.timeline(job)]
+        return decisions if sum(applied for *_, applied in decisions) >= count else None
+
+    return eventually(decided, f"{count} applied decisions of {job}", timeout)
 
 
 def wait_ring(job: JobClient, size: int, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while job.status().world_size != size:
-        assert time.monotonic() < deadline, f"{job.job} never reached {size} workers: {job.status()}"
-        time.sleep(0.5)
+    eventually(lambda: job.status().world_size == size, f"{job.job} reaching {size} workers", timeout)
 
 
 def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
@@ -142,10 +139,9 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 killed = locate.running(controller_dir)
                 assert killed is not None
                 os.kill(killed.pid, signal.SIGKILL)
-                deadline = time.monotonic() + 10
-                while locate.running(controller_dir) is not None:
-                    assert time.monotonic() < deadline, "the killed controller is still there"
-                    time.sleep(0.1)
+                eventually(
+                    lambda: locate.running(controller_dir) is None, "the killed controller gone", 10, interval=0.1
+                )
                 submarine("controller", "start", "--policy", "static", "--interval", "1")
                 ctl = connect(controller_dir)
                 restarted = locate.running(controller_dir)
@@ -187,10 +183,12 @@ def test_scaling_efficiency_resizes_a_job_on_its_own(controller_dir: Path, clust
                 policy,
             )
             with connect(controller_dir) as ctl:
-                deadline = time.monotonic() + 300
-                while len([d for d in ctl.timeline("ctl-probe") if d.applied]) < 2:
-                    assert time.monotonic() < deadline, f"no probe and return: {ctl.timeline('ctl-probe')}"
-                    time.sleep(1)
+                eventually(
+                    lambda: len([d for d in ctl.timeline("ctl-probe") if d.applied]) >= 2,
+                    "the policy probing a second worker and giving it back",
+                    timeout=300,
+                    interval=1,
+                )
                 probe, back = ctl.timeline("ctl-probe")[:2]
             assert (probe.from_workers, probe.to_workers) == (1, 2)
             assert (back.from_workers, back.to_workers) == (2, 1)
