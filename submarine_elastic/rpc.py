@@ -16,6 +16,47 @@ import grpc
 #: Methods any caller may use without a token: health checks (a load balancer, ``grpc_health_probe``).
 PUBLIC_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
 
+# Keepalive of long-lived streams (a job agent's ``Attach``). Such a stream is quiet for hours once its
+# worker trains, and TCP alone notices a peer that vanished without a FIN or RST (a partition, a host
+# that lost power) only after its retransmissions give up, some 15 minutes. So both ends ping the other
+# over HTTP/2 and end the connection when a ping goes unanswered: the stream then fails UNAVAILABLE on
+# both sides, the driver withdraws the worker from the ring and the agent stops its training process.
+
+#: How long a connection may be silent before its side sends a keepalive ping.
+KEEPALIVE_TIME_MS = 10_000
+#: How long a ping may wait for its acknowledgement before the connection is declared dead.
+KEEPALIVE_TIMEOUT_MS = 5_000
+#: A silently partitioned peer is noticed within this bound (one silent interval, then an unanswered ping).
+PARTITION_NOTICED_WITHIN_S = (KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS) / 1000
+#: The server accepts a client's pings this often when no data flows (gRPC's default is once in 5 minutes,
+#: and a client pinging faster is sent GOAWAY "too_many_pings"): half the clients' interval, for slack.
+MIN_PING_INTERVAL_WITHOUT_DATA_MS = KEEPALIVE_TIME_MS // 2
+#: A connection with no call in flight (a CLI's or the controller's channel left open) is closed after this.
+MAX_CONNECTION_IDLE_MS = 5 * 60 * 1000
+
+#: Channel options for a client holding a long-lived stream (a job agent's channel to its driver).
+STREAM_KEEPALIVE_CLIENT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # gRPC core waits this long for any ping's acknowledgement (keepalive pings included): one minute by
+    # default, which would override the keepalive timeout above.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # A quiet stream sends no data frames; gRPC's default stops pinging after two pings without data.
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+#: Server options for a server holding long-lived streams (a job's driver): it pings its clients on the same
+#: schedule, accepts their pings, and closes connections that carry no call.
+STREAM_KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_WITHOUT_DATA_MS),
+    ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+)
+
 
 def open_channel(
     target: str, *, ca: bytes | None = None, tls: bool = False, options: Sequence[tuple[str, Any]] = ()
