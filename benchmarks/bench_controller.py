@@ -47,7 +47,7 @@ class InstantCluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
         self.sent.append(time.perf_counter())
         self.sizes[job_id] = workers
 

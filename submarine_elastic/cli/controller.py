@@ -140,8 +140,8 @@ def status(show_all: bool) -> None:
             str(j.target),
             f"{j.min_workers}..{j.max_workers}",
             str(j.source),
-            f"{time.strftime('%H:%M:%S', time.localtime(last.time))} {last.from_workers}->{last.to_workers}: "
-            f"{last.reason}"
+            f"{time.strftime('%H:%M:%S', time.localtime(last.time))} {last.from_workers}->{last.to_workers} "
+            f"({last.describe()}): {last.reason}"
             if last
             else "-",
         )

@@ -20,16 +20,17 @@ def table(title: str | None, *columns: str) -> Table:
 
 
 def decisions_table(decisions: list[DecisionRecord], *, with_run: bool) -> Table:
-    """The controller's decisions as a table, oldest first (``with_run``: a column for the job's run)."""
+    """The controller's decisions as a table, oldest first (``with_run``: a column for the job's run), each
+    with its state: applied, failed with why, or pending or stalled with what YARN and the ring lack."""
     table = Table(title="controller decisions")
-    for col in ("run", "time", "from", "to", "applied", "reason")[0 if with_run else 1 :]:
+    for col in ("run", "time", "from", "to", "state", "reason")[0 if with_run else 1 :]:
         table.add_column(col)
     for d in decisions:
         cells = [
             time.strftime("%H:%M:%S", time.localtime(d.time)),
             str(d.from_workers),
             str(d.to_workers),
-            "yes" if d.applied else (d.error or "in progress"),
+            d.describe(),
             d.reason,
         ]
         table.add_row(*([str(d.run)] if with_run else []), *cells)

@@ -95,14 +95,24 @@ class JobSource(StrEnum):
 
 
 class DecisionState(StrEnum):
-    """Where a decision is: ``IN_PROGRESS`` -> ``APPLIED`` (the driver confirmed the size) or ``FAILED``.
+    """Where a decision is.
 
-    Any other change raises :class:`IllegalTransitionError`.
+    ``IN_PROGRESS`` (pending: sent to the job's driver, not converged yet) -> ``APPLIED`` once YARN has
+    exactly that many worker containers READY and the driver's ring has that world size, ``FAILED`` when
+    the driver did not take it (or the job ended or was submitted again first), or ``STALLED`` when it has
+    not converged within the controller's bound; a stalled decision may still become ``APPLIED`` or
+    ``FAILED``. Any other change raises :class:`IllegalTransitionError`.
     """
 
-    IN_PROGRESS = "in progress"
+    IN_PROGRESS = "pending"
     APPLIED = "applied"
     FAILED = "failed"
+    STALLED = "stalled"
+
+    @property
+    def converging(self) -> bool:
+        """Pending or stalled: the job may still reach the decided size."""
+        return self in (DecisionState.IN_PROGRESS, DecisionState.STALLED)
 
     def check(self, new: DecisionState) -> DecisionState:
         """``new`` if a decision in this state may move to it.
@@ -110,9 +120,17 @@ class DecisionState(StrEnum):
         Raises:
             IllegalTransitionError: it may not (named).
         """
-        if self is not DecisionState.IN_PROGRESS or new is DecisionState.IN_PROGRESS:
+        if new not in _DECISION_TRANSITIONS[self]:
             raise IllegalTransitionError(f"a decision {self} cannot become {new}")
         return new
+
+
+_DECISION_TRANSITIONS = {
+    DecisionState.IN_PROGRESS: (DecisionState.APPLIED, DecisionState.FAILED, DecisionState.STALLED),
+    DecisionState.STALLED: (DecisionState.APPLIED, DecisionState.FAILED),
+    DecisionState.APPLIED: (),
+    DecisionState.FAILED: (),
+}
 
 
 def _whole(name: str, value: object, low: int, high: int) -> int:
@@ -289,9 +307,12 @@ class DecisionRecord:
         state: see :class:`DecisionState`.
         error: why applying it failed; set exactly when it did.
         run: which run of the job name it was for (see :attr:`JobRecord.run`).
+        progress: while it is pending or stalled, why it has not converged as last read (``YARN has 3
+            of 1``, ``ring has 2 of 3``); None before the first read, and once it is applied or failed.
 
     Raises:
-        ValueError: an error without a failure, or a failure without an error.
+        ValueError: an error without a failure, a failure without an error, or progress on a decision
+            that is applied or failed.
     """
 
     job_id: str
@@ -302,16 +323,24 @@ class DecisionRecord:
     state: DecisionState = DecisionState.IN_PROGRESS
     error: str | None = None
     run: int = 1
+    progress: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", DecisionState(self.state))
         if (self.state is DecisionState.FAILED) != (self.error is not None):
             raise ValueError(f"a decision has an error exactly when it failed, got {self.state} and {self.error!r}")
+        if self.progress is not None and not self.state.converging:
+            raise ValueError(f"only a pending or stalled decision has progress, got {self.state} and {self.progress!r}")
 
     @property
     def applied(self) -> bool:
-        """The job's driver confirmed the new size."""
+        """YARN and the job's ring both have the new size."""
         return self.state is DecisionState.APPLIED
+
+    def describe(self) -> str:
+        """Its state for a reader: ``applied``, ``failed: <error>``, ``pending: <why>``, ``stalled: <why>``."""
+        why = self.error if self.state is DecisionState.FAILED else self.progress
+        return f"{self.state}: {why}" if why else str(self.state)
 
 
 @dataclass(frozen=True)
@@ -547,11 +576,41 @@ class ClusterApp:
     started_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class JobSize:
+    """A job's size as its driver and YARN report it, read together.
+
+    Attributes:
+        target: the worker count the job's driver holds as its target (it reconciles YARN and the ring
+            toward it).
+        ring: the world size of its ring (0 while the ring has not formed).
+        yarn_ready: READY containers of its worker component; None when YARN did not answer.
+    """
+
+    target: int
+    ring: int
+    yarn_ready: int | None
+
+    def lag(self, workers: int) -> str | None:
+        """Why the job does not have ``workers`` yet (``YARN has 3 of 1; ring has 2 of 1``); None when the
+        driver's target, YARN's READY workers and the ring all equal it."""
+        why = []
+        if self.target != workers:
+            why.append(f"the driver's target is {self.target}")
+        if self.yarn_ready is None:
+            why.append("YARN's workers unknown (the ResourceManager did not answer)")
+        elif self.yarn_ready != workers:
+            why.append(f"YARN has {self.yarn_ready} of {workers}")
+        if self.ring != workers:
+            why.append(f"ring has {self.ring} of {workers}")
+        return "; ".join(why) or None
+
+
 class JobBackend(ABC):
     """How the controller sees and changes the jobs on a cluster (the real one:
     :class:`~submarine_elastic.controller.backend.YarnJobBackend`). Every method blocks for at most its
-    own bounded calls to the ResourceManager or a job's driver, except :meth:`resize` and :meth:`replace`,
-    which block up to their ``timeout``.
+    own bounded calls to the ResourceManager or a job's driver, except :meth:`replace`, which blocks up to
+    its ``timeout``.
     """
 
     @abstractmethod
@@ -571,12 +630,21 @@ class JobBackend(ABC):
     def ring_size(self, job_id: str) -> int | None:
         """The job's current ring size, or None if its driver does not answer (yet)."""
 
+    def size(self, job_id: str) -> JobSize | None:
+        """The job's target, ring and READY worker containers as its driver and YARN report them now;
+        None if its driver does not answer. The default, for a backend that sees only the ring, takes the
+        ring size for all three."""
+        ring = self.ring_size(job_id)
+        return None if ring is None else JobSize(target=ring, ring=ring, yarn_ready=ring)
+
     @abstractmethod
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
-        """Resize and block until the ring has ``workers`` (at most ``timeout`` s).
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
+        """Give the job's driver the target ``workers``; returns once the driver has accepted it (it takes it
+        as its target when its resizer gets to it, at once unless a resize of its own is still running). The
+        resize itself runs in the driver: the controller follows it with :meth:`size`.
 
         Raises:
-            Exception: any failure; the controller records its message.
+            Exception: the driver refused the target or did not answer; the controller records the message.
         """
 
     def instances(self, job_id: str) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """The controller's view of a real YARN cluster: nodes and container sizes from the ResourceManager, ring
-sizes and resizes through each job's driver."""
+sizes and resizes through each job's driver, and each job's READY workers from its service."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from submarine_elastic.controller.api import (
     ClusterApp,
     JobBackend,
     JobFootprint,
+    JobSize,
     NodeResources,
     Resources,
 )
@@ -167,12 +168,31 @@ class YarnJobBackend(JobBackend):
             client.flex(workers, remove=remove, reason=reason)
             client.wait_for_size(workers, timeout)
 
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
         client = self._client(job_id)
         if client is None:
             raise ElasticError(f"the driver of job {job_id} is not reachable")
         client.flex(workers, reason=reason)
-        client.wait_for_size(workers, timeout)
+
+    def size(self, job_id: str) -> JobSize | None:
+        """The driver's target and world size, and the READY containers of the job's worker component
+        (one Status call to the driver, one service read from the RM)."""
+        client = self._client(job_id)
+        if client is None:
+            return None
+        try:
+            status = client.status()
+        except ElasticError:
+            self._clients.pop(job_id, None)
+            return None
+        ready: int | None
+        try:
+            worker = self.yarn.status(job_id).component(WORKER_COMPONENT)
+            ready = 0 if worker is None else worker.ready_count
+        except (YarnError, ValueError) as exc:
+            log.warning("cannot read job %s's workers from the RM: %s", job_id, exc)
+            ready = None
+        return JobSize(target=int(status.target), ring=int(status.world_size), yarn_ready=ready)
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         try:

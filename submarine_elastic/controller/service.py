@@ -11,14 +11,20 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
    per node, each job's container sizes, the ApplicationMasters and drivers still to be placed), or
    takes ``capacity`` slots when one is given;
 4. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
-5. records each decision, then applies it in the background through the job's driver (graceful
-   scale-in, stop-free scale-out), marking it applied once the driver confirms the new size;
-6. lowers the target of a running job that asked for more workers than fit for longer than
+5. records each decision, then sends it to the job's driver in the background (graceful scale-in,
+   stop-free scale-out; the driver takes the target and reconciles YARN and the ring toward it);
+6. follows every decision sent: it is applied once the job's YARN worker component has exactly that
+   many containers READY and the driver's ring has that world size (read each round); until then it
+   is pending, with why (``YARN has 3 of 1``, ``ring has 2 of 3``), and once it has not converged
+   within ``stall_after`` seconds it is stalled;
+7. lowers the target of a running job that asked for more workers than fit for longer than
    :data:`SETTLE_S` (or a round), so YARN keeps no request open that would take room the arbiter gives
    to another job.
 
-One resize per job is in flight at a time. A decision left unapplied by a controller that was
-killed is finished on restart by reading the job's real size back, never by resizing twice.
+One resize per job at a time: no new one is sent while the last is pending (a stalled one may be
+superseded; a grow that the cluster's room cannot hold is stalled by step 7). A controller that was
+killed adopts, on restart, each job's target as its driver holds it: a resize the driver took is
+followed to its end, one it never took is recorded as failed, and nothing is sent to undo either.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from submarine_elastic.controller.api import (
     JobBackend,
     JobFootprint,
     JobRecord,
+    JobSize,
     JobSource,
     JobState,
     JobSubmission,
@@ -71,6 +78,18 @@ CLOCK_SKEW_S = 30.0  # an application started this much before its run was regis
 SETTLE_S = 10.0
 
 
+@dataclass
+class _Converging:
+    """A job's latest decision while it is pending or stalled (what the controller follows each round)."""
+
+    decision_id: int
+    record: DecisionRecord
+    run: int
+    restarts_cooldown: bool = True
+    stalled: bool = False
+    why: str | None = None
+
+
 class _Held(NamedTuple):
     """Workers a job holds in one round: in its ring, and given to it but not in its ring yet."""
 
@@ -96,13 +115,14 @@ class ControllerService(Controller):
         backend: the cluster's jobs.
         metrics: the metrics service's store, or None.
         interval: seconds between rounds.
-        resize_timeout: seconds a resize may take before it is recorded as failed.
+        stall_after: seconds a decision may take to converge (YARN's READY workers and the ring both at
+            its size) before it is recorded as stalled; also the bound of a replacement's steps.
         capacity: worker slots to hand out, whatever the cluster reports (``--capacity``); None counts
             them from the nodes' memory and vcores and the jobs' container sizes.
         clock: wall-clock seconds (injectable for tests).
 
     Raises:
-        ValueError: ``interval`` is not positive or ``capacity`` is below 1.
+        ValueError: ``interval`` or ``stall_after`` is not positive, or ``capacity`` is below 1.
     """
 
     def __init__(
@@ -113,12 +133,14 @@ class ControllerService(Controller):
         *,
         metrics: MetricsStore | None = None,
         interval: float = 5.0,
-        resize_timeout: float = 300.0,
+        stall_after: float = 300.0,
         capacity: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be > 0, got {interval}")
+        if stall_after <= 0:
+            raise ValueError(f"stall_after must be > 0 seconds, got {stall_after}")
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be >= 1 worker slot, got {capacity}")
         self.store = store
@@ -126,12 +148,14 @@ class ControllerService(Controller):
         self.backend = backend
         self.metrics = metrics
         self.interval = interval
-        self.resize_timeout = resize_timeout
+        self.stall_after = stall_after
         self.capacity = capacity
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._in_flight: dict[str, threading.Thread] = {}
+        self._in_flight: dict[str, threading.Thread] = {}  # job id -> the thread sending its decision
+        self._converging: dict[str, _Converging] = {}  # job id -> its pending or stalled decision
+        self._unadopted: set[str] = set()  # jobs whose driver's target is to be read before any resize
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, tuple[int, str | None]] = {}
@@ -192,6 +216,7 @@ class ControllerService(Controller):
             policy=job.policy,
         )
         run = self.store.upsert_job(record)
+        self._unadopted.discard(job.job_id)  # this run's target is the one just submitted
         log.info(
             "job %s arrived (%s%s): %d workers in [%d, %d]",
             job_id,
@@ -261,10 +286,12 @@ class ControllerService(Controller):
             self._wake.clear()
 
     def tick(self) -> list[DecisionRecord]:
-        """One round: sync, count, snapshot, decide, start applying. Returns the decisions recorded."""
+        """One round: sync, follow the decisions sent, count, snapshot, decide, start sending. Returns the
+        decisions recorded."""
         self._sync_cluster()
-        live = self.store.jobs(live_only=True)
         now = self.clock()
+        self._follow(self.store.jobs(live_only=True), now)
+        live = self.store.jobs(live_only=True)
         sizes = {job.job_id: self.backend.ring_size(job.job_id) for job in live}
         for job in live:
             size = sizes[job.job_id]
@@ -302,9 +329,9 @@ class ControllerService(Controller):
         decided: set[str] = set()
         for decision in self.engine.decide(snapshot):
             job = next(j for j in managed if j.job_id == decision.job_id)
-            decided.add(job.job_id)
             if self._busy(job.job_id):
-                continue
+                continue  # its last resize is still converging: none is stacked on it
+            decided.add(job.job_id)
             holding = sum(room.holding[job.job_id])
             if decision.replace and decision.target_workers == job.target:
                 record = DecisionRecord(
@@ -335,7 +362,8 @@ class ControllerService(Controller):
         return recorded
 
     def wait_idle(self, timeout: float) -> bool:
-        """Block until no resize is in flight (at most ``timeout`` s); True if idle."""
+        """Block until no decision is being sent to a driver (at most ``timeout`` s); True if idle. A
+        decision sent may still be pending: :meth:`tick` follows it."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -455,8 +483,16 @@ class ControllerService(Controller):
             since = self._short_since.setdefault(key, now)
             fits, why = room.short[job.job_id]
             to = max(fits, job.min_workers)
-            if now - since < self.settle or job.job_id in decided or self._busy(job.job_id) or to >= job.target:
+            if (
+                now - since < self.settle
+                or job.job_id in decided
+                or self._sending(job.job_id)
+                or job.job_id in self._unadopted
+                or to >= job.target
+            ):
                 continue
+            # A grow still pending cannot converge in the room there is: it stalls, and this supersedes it.
+            self._stall(job.job_id, why)
             record = DecisionRecord(job.job_id, now, job.target, to, why)
             decision_id = self.store.add_decision(record)
             self.store.update_job(job.job_id, target=to)
@@ -483,9 +519,20 @@ class ControllerService(Controller):
         except PolicyError as exc:
             log.error("job %s: policy %r cannot be used (%s); it keeps the default policy", job.job_id, name, exc)
 
-    def _busy(self, job_id: str) -> bool:
+    def _sending(self, job_id: str) -> bool:
         with self._lock:
             return job_id in self._in_flight
+
+    def _busy(self, job_id: str) -> bool:
+        """No new resize for the job: one is being sent, or is pending, or its driver's target is unknown
+        (after a restart, or a send that failed) and a resize could undo one the driver took."""
+        with self._lock:
+            converging = self._converging.get(job_id)
+            return (
+                job_id in self._in_flight
+                or job_id in self._unadopted
+                or (converging is not None and not converging.stalled)
+            )
 
     def _apply(
         self,
@@ -496,50 +543,162 @@ class ControllerService(Controller):
         *,
         restarts_cooldown: bool = True,
     ) -> None:
-        """Apply a recorded decision in the background; on failure the job's target goes back to
-        ``previous_target``."""
+        """Send a recorded decision to the job's driver in the background, then follow it (:meth:`_check`).
+        If the driver does not take it, it fails and the job's target goes back to ``previous_target``
+        until the driver's is read again."""
+        job_id = record.job_id
+        run = self.store.job(job_id).run
+        with self._lock:
+            self._converging[job_id] = _Converging(decision_id, record, run, restarts_cooldown)
 
-        def run() -> None:
+        def send() -> None:
             try:
                 if replace:
-                    self.backend.replace(record.job_id, replace, self.resize_timeout)
+                    self.backend.replace(job_id, replace, self.stall_after)
                 else:
-                    self.backend.resize(record.job_id, record.to_workers, record.reason, self.resize_timeout)
+                    self.backend.resize(job_id, record.to_workers, record.reason)
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
-                log.warning("resize of %s to %d failed: %s", record.job_id, record.to_workers, exc)
+                log.warning("resize of %s to %d failed: %s", job_id, record.to_workers, exc)
+                with self._lock:
+                    self._converging.pop(job_id, None)
+                    self._unadopted.add(job_id)
                 self.store.finish_decision(decision_id, DecisionState.FAILED, str(exc) or type(exc).__name__)
-                self.store.update_job(record.job_id, target=previous_target)
+                self.store.update_job(job_id, target=previous_target)
             else:
-                self.store.finish_decision(decision_id, DecisionState.APPLIED)
-                done = self.clock()
-                self.store.update_job(record.job_id, workers=record.to_workers, observed_at=done)
-                if restarts_cooldown:
-                    self.store.update_job(record.job_id, last_resize_at=done)
+                try:
+                    self._check(job_id, self.backend.size(job_id), self.clock())
+                except Exception:  # noqa: BLE001 - the next round reads it again
+                    log.exception("cannot follow the resize of %s; the next round reads it again", job_id)
             finally:
                 with self._lock:
-                    self._in_flight.pop(record.job_id, None)
+                    self._in_flight.pop(job_id, None)
                 self._wake.set()
 
-        thread = threading.Thread(target=run, daemon=True, name=f"resize-{record.job_id}")
+        thread = threading.Thread(target=send, daemon=True, name=f"resize-{job_id}")
         with self._lock:
-            self._in_flight[record.job_id] = thread
+            self._in_flight[job_id] = thread
         thread.start()
 
-    def _recover(self) -> None:
-        """Finish decisions a previous controller left in flight by reading the jobs' real sizes."""
-        runs = {job.job_id: job.run for job in self.store.jobs()}
-        for decision_id, record in self.store.pending_decisions():
-            if runs.get(record.job_id) != record.run:
-                self.store.finish_decision(decision_id, DecisionState.FAILED, "the job was submitted again")
+    # ------------------------------------------------------------------ following decisions
+
+    def _follow(self, live: list[JobRecord], now: float) -> None:
+        """Adopt the driver's target of each job that needs it, and move each decision sent on: applied,
+        pending with why, or stalled. A job whose decision is being sent is left to its sender."""
+        by_id = {job.job_id: job for job in live}
+        with self._lock:
+            self._unadopted.intersection_update(by_id)  # a job that ended gets no resize anyway
+            following = list(self._converging.items())
+        for job_id, converging in following:
+            job = by_id.get(job_id)
+            if job is None or job.run != converging.run:
+                with self._lock:
+                    del self._converging[job_id]
+                if not converging.stalled:
+                    why = "the job ended" if job is None else "the job was submitted again"
+                    self.store.finish_decision(
+                        converging.decision_id, DecisionState.FAILED, f"{why} before it converged"
+                    )
+        for job in live:
+            followed = job.job_id in self._unadopted or job.job_id in self._converging
+            if not followed or self._sending(job.job_id):
                 continue
-            size = self.backend.ring_size(record.job_id)
-            if size == record.to_workers:
-                self.store.finish_decision(decision_id, DecisionState.APPLIED)
-                self.store.update_job(record.job_id, workers=size, target=size)
+            seen = self.backend.size(job.job_id)
+            if job.job_id in self._unadopted:
+                self._adopt(job, seen)
+            if job.job_id in self._converging:
+                self._check(job.job_id, seen, now)
+
+    def _adopt(self, job: JobRecord, seen: JobSize | None) -> None:
+        """Take the driver's target as the job's: a resize the driver took is in flight, not undone. A
+        pending decision for another size was never taken by it (or was overtaken): it fails, and
+        nothing is sent to the driver. Without an answer the job stays unadopted (and gets no resize)."""
+        if seen is None:
+            return
+        if seen.target != job.target:
+            log.info(
+                "job %s: its driver's target is %d workers (%d recorded here); the controller adopts it",
+                job.job_id,
+                seen.target,
+                job.target,
+            )
+            self.store.update_job(job.job_id, target=seen.target)
+        with self._lock:
+            self._unadopted.discard(job.job_id)
+            converging = self._converging.get(job.job_id)
+            if converging is not None and converging.record.to_workers != seen.target:
+                del self._converging[job.job_id]
             else:
-                self.store.finish_decision(decision_id, DecisionState.FAILED, "controller restarted before it applied")
-                if size is not None:
-                    self.store.update_job(record.job_id, workers=size, target=size)
+                converging = None
+        if converging is not None:
+            self.store.finish_decision(
+                converging.decision_id,
+                DecisionState.FAILED,
+                f"its driver's target is {seen.target}, not {converging.record.to_workers}: the driver did not take "
+                f"it before the controller restarted, or was resized since",
+            )
+
+    def _check(self, job_id: str, seen: JobSize | None, now: float) -> None:
+        """Applied when the driver's target, YARN's READY workers and the ring all have the decided size;
+        else pending with why, and stalled once ``stall_after`` seconds have passed since it was decided."""
+        with self._lock:
+            converging = self._converging.get(job_id)
+        if converging is None:
+            return
+        to = converging.record.to_workers
+        why = "its driver does not answer" if seen is None else seen.lag(to)
+        if why is None:
+            with self._lock:
+                if self._converging.get(job_id) is converging:
+                    del self._converging[job_id]
+            self.store.finish_decision(converging.decision_id, DecisionState.APPLIED)
+            self.store.update_job(job_id, workers=to, observed_at=now)
+            if converging.restarts_cooldown:
+                self.store.update_job(job_id, last_resize_at=now)
+            log.info("resize of %s to %d applied: YARN and the ring have it", job_id, to)
+            return
+        stalled = converging.stalled or now - converging.record.time >= self.stall_after
+        if stalled and not converging.stalled:
+            log.warning(
+                "resize of %s to %d stalled: not converged %.0f s after it was decided (%s)",
+                job_id,
+                to,
+                now - converging.record.time,
+                why,
+            )
+        if (why, stalled) != (converging.why, converging.stalled):
+            self.store.note_progress(converging.decision_id, why, stalled=stalled)
+            converging.why, converging.stalled = why, stalled
+
+    def _stall(self, job_id: str, cause: str) -> None:
+        """Record the job's pending decision as stalled by ``cause`` (it is about to be superseded)."""
+        with self._lock:
+            converging = self._converging.get(job_id)
+        if converging is None or converging.stalled:
+            return
+        why = f"{converging.why}; {cause}" if converging.why else cause
+        self.store.note_progress(converging.decision_id, why, stalled=True)
+        converging.why, converging.stalled = why, True
+
+    def _recover(self) -> None:
+        """Pick up what a previous controller left: the latest pending or stalled decision of each live job
+        is followed again; every live job adopts its driver's target before it gets another resize."""
+        jobs = {job.job_id: job for job in self.store.jobs()}
+        for decision_id, record in self.store.pending_decisions():  # oldest first
+            job = jobs.get(record.job_id)
+            if job is None or job.run != record.run or not job.live:
+                if record.state is DecisionState.IN_PROGRESS:
+                    again = job is not None and job.run != record.run
+                    why = "the job was submitted again" if again else "the job ended"
+                    self.store.finish_decision(decision_id, DecisionState.FAILED, f"{why} before it converged")
+                continue
+            earlier = self._converging.get(record.job_id)
+            if earlier is not None and not earlier.stalled:
+                self.store.finish_decision(earlier.decision_id, DecisionState.FAILED, "a later decision superseded it")
+            self._converging[record.job_id] = _Converging(
+                decision_id, record, job.run, stalled=record.state is DecisionState.STALLED, why=record.progress
+            )
+        self._unadopted = {job.job_id for job in jobs.values() if job.live}
+        self._follow(self.store.jobs(live_only=True), self.clock())
 
     def _sync_cluster(self) -> None:
         """Jobs whose application is gone have ended; applications of names the controller does not know

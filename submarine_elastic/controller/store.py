@@ -4,7 +4,7 @@ One file, WAL mode, written only by the controller's process. Others read it onl
 does not run (``submarine controller status|history`` of a stopped controller), through
 :class:`SavedState`, which opens it read-only. Every write is its own transaction; a controller killed at
 any point restarts from what was committed and resizes nothing twice (a decision is recorded before it
-is applied and marked applied once the job's driver confirms it).
+is sent to the job's driver, and marked applied once YARN and the job's ring both have its size).
 
 A job name submitted again starts a new run of it: the job's row is reset (limits, times, application
 id, throughput history) and its run number goes up by one; the decisions of earlier runs stay, marked
@@ -25,6 +25,7 @@ from submarine_elastic.controller.api import (
     ControllerView,
     DecisionRecord,
     DecisionState,
+    IllegalTransitionError,
     JobRecord,
     JobState,
     UnknownJobError,
@@ -56,7 +57,9 @@ CREATE TABLE IF NOT EXISTS decisions (
     reason TEXT NOT NULL,
     applied INTEGER NOT NULL DEFAULT 0,
     error TEXT,
-    run INTEGER NOT NULL DEFAULT 1
+    run INTEGER NOT NULL DEFAULT 1,
+    stalled INTEGER NOT NULL DEFAULT 0,
+    progress TEXT
 );
 CREATE TABLE IF NOT EXISTS throughput (
     job_id TEXT NOT NULL,
@@ -77,6 +80,8 @@ _ADDED_COLUMNS = (
     ("jobs", "app_id", "TEXT"),
     ("jobs", "observed_at", "REAL"),
     ("decisions", "run", "INTEGER NOT NULL DEFAULT 1"),
+    ("decisions", "stalled", "INTEGER NOT NULL DEFAULT 0"),
+    ("decisions", "progress", "TEXT"),
 )
 #: Seconds a statement waits for another connection's write lock.
 BUSY_TIMEOUT_S = 10.0
@@ -241,8 +246,8 @@ class ControllerStore:
         """Record a decision for the job's current run (``record.run`` is not read)."""
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, run)"
-                " VALUES (?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
+                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, stalled,"
+                " progress, run) VALUES (?,?,?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
                 (
                     record.job_id,
                     record.time,
@@ -251,30 +256,57 @@ class ControllerStore:
                     record.reason,
                     int(record.applied),
                     record.error,
+                    int(record.state is DecisionState.STALLED),
+                    record.progress,
                     record.job_id,
                 ),
             )
             return int(cur.lastrowid or 0)
 
     def finish_decision(self, decision_id: int, state: DecisionState, error: str | None = None) -> None:
-        """Mark an in-progress decision applied, or failed with ``error``.
+        """Mark a pending or stalled decision applied, or failed with ``error`` (its progress is cleared).
 
         Raises:
-            IllegalTransitionError: it is not in progress, or ``state`` is not a finished one.
+            IllegalTransitionError: it is applied or failed already, or ``state`` is not a finished one.
             ValueError: an error without a failure, or a failure without one.
             LookupError: no decision of that id.
         """
         if (state is DecisionState.FAILED) != (error is not None):
             raise ValueError(f"a decision has an error exactly when it failed, got {state} and {error!r}")
+        if state.converging:
+            raise IllegalTransitionError(f"a decision is finished as applied or failed, not {state}")
         with self._tx() as db:
-            row = db.execute("SELECT * FROM decisions WHERE id=?", (decision_id,)).fetchone()
-            if row is None:
-                raise LookupError(f"no decision {decision_id}")
-            _decision(row).state.check(state)
+            self._decision_row(db, decision_id).state.check(state)
             db.execute(
-                "UPDATE decisions SET applied=?, error=? WHERE id=?",
+                "UPDATE decisions SET applied=?, error=?, stalled=0, progress=NULL WHERE id=?",
                 (int(state is DecisionState.APPLIED), error, decision_id),
             )
+
+    def note_progress(self, decision_id: int, why: str | None, *, stalled: bool = False) -> None:
+        """Keep why a pending or stalled decision has not converged yet; with ``stalled``, a pending one
+        becomes stalled (a stalled one stays stalled either way).
+
+        Raises:
+            IllegalTransitionError: it is applied or failed already.
+            LookupError: no decision of that id.
+        """
+        with self._tx() as db:
+            state = self._decision_row(db, decision_id).state
+            if not state.converging:
+                raise IllegalTransitionError(f"a decision {state} has no progress")
+            if stalled and state is DecisionState.IN_PROGRESS:
+                state.check(DecisionState.STALLED)
+            db.execute(
+                "UPDATE decisions SET progress=?, stalled=? WHERE id=?",
+                (why, int(stalled or state is DecisionState.STALLED), decision_id),
+            )
+
+    @staticmethod
+    def _decision_row(db: sqlite3.Connection, decision_id: int) -> DecisionRecord:
+        row = db.execute("SELECT * FROM decisions WHERE id=?", (decision_id,)).fetchone()
+        if row is None:
+            raise LookupError(f"no decision {decision_id}")
+        return _decision(row)
 
     def decisions(self, job_id: str, *, all_runs: bool = False) -> list[DecisionRecord]:
         """The decisions of the job's current run, oldest first; with ``all_runs``, those of every run of
@@ -287,7 +319,7 @@ class ControllerStore:
         return [_decision(r) for r in rows]
 
     def pending_decisions(self) -> list[tuple[int, DecisionRecord]]:
-        """Decisions recorded but neither applied nor failed (a controller stopped while applying)."""
+        """Decisions neither applied nor failed (pending or stalled), oldest first, with their ids."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM decisions WHERE applied=0 AND error IS NULL ORDER BY id").fetchall()
         return [(int(r["id"]), _decision(r)) for r in rows]
@@ -392,6 +424,8 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         if row["applied"]
         else DecisionState.FAILED
         if row["error"] is not None
+        else DecisionState.STALLED
+        if row["stalled"]
         else DecisionState.IN_PROGRESS
     )
     return DecisionRecord(
@@ -403,4 +437,5 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         state=state,
         error=row["error"] if state is DecisionState.FAILED else None,
         run=row["run"],
+        progress=row["progress"] if state.converging else None,
     )

@@ -30,6 +30,7 @@ _DECISION_STATES = {
     DecisionState.IN_PROGRESS: pb.DECISION_STATE_IN_PROGRESS,
     DecisionState.APPLIED: pb.DECISION_STATE_APPLIED,
     DecisionState.FAILED: pb.DECISION_STATE_FAILED,
+    DecisionState.STALLED: pb.DECISION_STATE_STALLED,
 }
 
 
@@ -107,6 +108,8 @@ def decision_to_proto(decision: DecisionRecord) -> pb.Decision:
     )
     if decision.error is not None:
         message.error = decision.error
+    if decision.progress is not None:
+        message.progress = decision.progress
     return message
 
 
@@ -120,6 +123,7 @@ def decision_from_proto(message: pb.Decision) -> DecisionRecord:
         state=_DECISION_STATE_OF[message.state],
         error=_optional(message, "error"),
         run=message.run,
+        progress=_optional(message, "progress"),
     )
 
 

@@ -46,7 +46,7 @@ class FakeCluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
         with self.lock:
             self.resizes.append((job_id, workers))
         if job_id in self.fail:
@@ -370,9 +370,9 @@ def test_ring_sizes_are_read_every_round_even_while_a_resize_runs(tmp_path: Path
             super().__init__(capacity=8)
             self.release = threading.Event()
 
-        def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+        def resize(self, job_id: str, workers: int, reason: str) -> None:
             self.release.wait(10)
-            super().resize(job_id, workers, reason, timeout)
+            super().resize(job_id, workers, reason)
 
     cluster, clock = Slow(), Clock()
     c = controller(tmp_path, cluster, clock)

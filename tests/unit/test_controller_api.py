@@ -70,7 +70,7 @@ class Cluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
         self.sizes[job_id] = workers
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
@@ -438,9 +438,9 @@ def test_controller_status_and_history_ask_the_running_controller(live: Controll
     assert f"controller running (pid {os.getpid()})" in out
     [row] = [line for line in out.splitlines() if "big" in line]
     assert [cell.strip() for cell in row.split("│")[1:7]] == ["big", "running", "-", "2", "1..4", "bridge"]
-    assert "2->4: wants its" in row
+    assert "2->4 (pending):" in row and "wants its" in out
     code, out = run("controller", "history", "big")
-    assert code == 0 and "job big run 1: running, limits 1..4" in out and "in progress" in out
+    assert code == 0 and "job big run 1: running, limits 1..4" in out and "pending" in out
     code, out = run("controller", "history", "ghost")
     assert code == 1 and "the controller knows no job 'ghost'" in out
 

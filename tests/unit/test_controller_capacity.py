@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import responses
 
-from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources, Resources
+from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, JobSize, NodeResources, Resources
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, place, slot_unit
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
@@ -178,14 +178,18 @@ class MiniYarn(JobBackend):
         job = self.jobs.get(job_id)
         return len(job.workers) if job is not None and len(job.workers) >= job.min_ring else None
 
-    def resize(self, job_id: str, workers: int, reason: str, timeout: float) -> None:
+    def resize(self, job_id: str, workers: int, reason: str) -> None:
         self.resizes.append((job_id, workers))
         job = self.jobs[job_id]
         job.target = workers
         del job.workers[workers:]
         self._fill()
-        if len(job.workers) != workers:
-            raise TimeoutError(f"{job_id} has {len(job.workers)} of {workers} workers")
+
+    def size(self, job_id: str) -> JobSize | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        return JobSize(job.target, self.ring_size(job_id) or 0, yarn_ready=len(job.workers))
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return {n: ClusterApp(n, j.app_id, len(j.workers), j.started_at) for n, j in self.jobs.items()}

@@ -26,6 +26,7 @@ class DecisionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_STATE_IN_PROGRESS: _ClassVar[DecisionState]
     DECISION_STATE_APPLIED: _ClassVar[DecisionState]
     DECISION_STATE_FAILED: _ClassVar[DecisionState]
+    DECISION_STATE_STALLED: _ClassVar[DecisionState]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState
@@ -38,6 +39,7 @@ DECISION_STATE_UNSPECIFIED: DecisionState
 DECISION_STATE_IN_PROGRESS: DecisionState
 DECISION_STATE_APPLIED: DecisionState
 DECISION_STATE_FAILED: DecisionState
+DECISION_STATE_STALLED: DecisionState
 
 class Job(_message.Message):
     __slots__ = ("job_id", "min_workers", "max_workers", "workers", "target", "elastic", "state", "submitted_at", "source", "run", "app_id", "observed_at", "policy", "last_resize_at")
@@ -72,7 +74,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., target: _Optional[int] = ..., elastic: bool = ..., state: _Optional[_Union[JobState, str]] = ..., submitted_at: _Optional[float] = ..., source: _Optional[_Union[JobSource, str]] = ..., run: _Optional[int] = ..., app_id: _Optional[str] = ..., observed_at: _Optional[float] = ..., policy: _Optional[str] = ..., last_resize_at: _Optional[float] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("job_id", "time", "from_workers", "to_workers", "reason", "state", "error", "run")
+    __slots__ = ("job_id", "time", "from_workers", "to_workers", "reason", "state", "error", "run", "progress")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     FROM_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,7 @@ class Decision(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     time: float
     from_workers: int
@@ -89,7 +92,8 @@ class Decision(_message.Message):
     state: DecisionState
     error: str
     run: int
-    def __init__(self, job_id: _Optional[str] = ..., time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ..., state: _Optional[_Union[DecisionState, str]] = ..., error: _Optional[str] = ..., run: _Optional[int] = ...) -> None: ...
+    progress: str
+    def __init__(self, job_id: _Optional[str] = ..., time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ..., state: _Optional[_Union[DecisionState, str]] = ..., error: _Optional[str] = ..., run: _Optional[int] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("job_id", "min_workers", "max_workers", "workers", "elastic", "source", "policy")
