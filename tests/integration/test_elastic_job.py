@@ -8,19 +8,15 @@ epoch trains on each sample exactly once, no committed step is lost, all ranks e
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import numpy as np
-import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -33,65 +29,12 @@ from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import (
-    committed_steps,
-    container_processes,
-    eventually,
-    run_job,
-    submarine,
-    wait_finished,
-)
+from tests.integration.conftest import eventually, submarine
+from tests.integration.jobcheck import check_training, finish, start_job
+from tests.integration.jobcheck import training_pids as _training_pids
 from tests.tls import self_signed
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-SAMPLES = 2048
-
-
-def start_job(
-    rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None, *flags: str
-) -> None:
-    cmd = (
-        f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
-        f"--until-file {work}/stop --log-dir {work}/log"
-    )
-    run_job(rm_url, name, cmd, workers=workers, env=env, flags=flags)
-
-
-def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
-    (work / "stop").touch()
-    wait_finished(yarn, name, timeout)
-
-
-def check_training(log_dir: Path) -> dict[int, list[dict]]:
-    steps = committed_steps(log_dir)
-    # No committed step lost or doubled: steps 0..N-1 each appear, every rank's record of a step agrees,
-    # and the ranks' own ids are disjoint parts of the step's global batch.
-    assert sorted(steps) == list(range(len(steps)))
-    for step, records in steps.items():
-        size, batch = records[0]["size"], records[0]["batch"]
-        assert all(r["size"] == size and r["batch"] == batch for r in records), f"step {step}: {records}"
-        assert len({r["rank"] for r in records}) == len(records) and all(0 <= r["rank"] < size for r in records)
-        own = [i for r in records for i in r["ids"]]
-        assert len(own) == len(set(own)) and set(own) <= set(batch), f"step {step}: ranks' ids overlap or stray"
-    # Exactly-once data: each finished epoch covers every sample once, across all resizes and failures.
-    per_epoch: dict[int, list[int]] = collections.defaultdict(list)
-    for records in steps.values():
-        per_epoch[records[0]["epoch"]].extend(records[0]["batch"])
-    assert len(per_epoch) >= 2
-    for epoch, ids in per_epoch.items():
-        assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}: {len(ids)} ids, {len(set(ids))} distinct"
-    # Every rank ends with the same weights.
-    finals = [np.load(p) for p in sorted(log_dir.glob("weights-rank*.npz"))]
-    assert finals
-    for other in finals[1:]:
-        for key in finals[0].files:
-            np.testing.assert_array_equal(finals[0][key], other[key])
-    # Training works: the loss falls.
-    losses = [steps[s][0]["loss"] for s in sorted(steps)]
-    assert np.mean(losses[-10:]) < np.mean(losses[:10]) / 5
-    return steps
 
 
 @pytest.fixture()
@@ -195,16 +138,6 @@ def test_a_job_with_tls_answers_its_agents_and_flex_over_tls_only(
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         yarn.destroy(name, missing_ok=True)
-
-
-def _training_pids(container_id: str) -> list[int]:
-    """The training processes (train_elastic.py) among the processes of one worker container."""
-    pids = []
-    for pid in container_processes(container_id):
-        with contextlib.suppress(psutil.Error):
-            if any(arg.endswith("train_elastic.py") for arg in psutil.Process(pid).cmdline()):
-                pids.append(pid)
-    return pids
 
 
 def test_a_killed_worker_costs_at_most_the_uncommitted_steps(

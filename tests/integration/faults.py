@@ -1,0 +1,448 @@
+"""Infrastructure faults injected into a training elastic job, and what each cost it.
+
+:func:`run_fault` starts ``examples/train_elastic.py`` as an elastic job on a running pseudo-cluster, lets it
+train at its start size, injects one :class:`Scenario`'s fault, and then holds the job to what a user expects
+once the fault is over:
+
+- the ring is back at its full size, nobody leaving, and YARN agrees: the READY worker containers are exactly
+  the ring's members (instance and container id), as many as the component asks for, and it stays so while
+  the job trains on;
+- the job finishes; the step log has every committed step once, every epoch trained on each sample once,
+  every rank ended with the same weights (:func:`~tests.integration.jobcheck.check_training`);
+- the cluster is healthy again: every daemon runs, every NodeManager is RUNNING.
+
+What it measures (:class:`FaultReport`): the time from the fault to training at full size again (the first
+committed step at full size after the last one at another size), the longest pause between committed steps
+around the fault, the time until YARN agrees, the steps trained and thrown away (redone), and what the
+scenario itself marked (a daemon back, say). The steps redone come from the metrics stream, which sees every
+step a rank 0 ran, rolled back or not; the step log has only the committed ones.
+
+A scenario is one function that injects its fault into a :class:`FaultRun` and returns the ring size the job
+should train at afterwards; register it in :data:`SCENARIOS` and ``benchmarks/bench_faults.py`` runs it too.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import requests
+
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.cluster.api import Daemon
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.metrics.api import MetricsStore
+from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.yarn import YarnError, YarnServiceClient
+from tests.integration.conftest import container_processes, eventually, submarine
+from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times
+
+METRICS_TOKEN = "fault-metrics-token"
+#: Committed steps the job must train at a given size to count as training there (two commits).
+STEPS = 8
+#: How long the frozen ResourceManager stays frozen after the ring has shrunk without it.
+FROZEN_PAST_SHRINK_S = 15.0
+
+
+@dataclass
+class FaultRun:
+    """What a scenario acts on: the cluster, the running job, and where to note what happened.
+
+    ``yarn`` answers within seconds and does not retry, so a scenario can read YARN while a daemon is down.
+    """
+
+    cluster: LocalCluster
+    spec: ClusterSpec
+    yarn: YarnServiceClient
+    job: JobClient
+    name: str
+    work: Path
+    workers: int
+    injected_at: float = 0.0
+    #: seconds from the fault, by what happened then (see :meth:`mark`)
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work / "log"
+
+    def inject(self) -> float:
+        """Note the moment of the fault (call it right before injecting); returns it (seconds since the epoch)."""
+        self.injected_at = time.time()
+        return self.injected_at
+
+    def mark(self, what: str) -> float:
+        """Note that ``what`` happened now; returns the seconds since the fault."""
+        self.timings[what] = round(time.time() - self.injected_at, 2)
+        return self.timings[what]
+
+    def wait_steps(
+        self, count: int, *, after: float | None = None, size: int | None = None, timeout: float = 120
+    ) -> list[Step]:
+        """Block until ``count`` steps were committed after ``after`` (seconds since the epoch, default now),
+        by a ring of ``size`` when given; returns them. Fails naming what it waited for after ``timeout`` s."""
+        since = time.time() if after is None else after
+
+        def trained() -> list[Step]:
+            steps = [s for s in step_times(self.log_dir) if s.time > since and (size is None or s.size == size)]
+            return steps if len(steps) >= count else []
+
+        at = f" at ring size {size}" if size is not None else ""
+        return eventually(trained, f"{count} steps committed{at} by job {self.name}", timeout, 0.2)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fault. ``inject`` injects it into a job training with ``workers`` workers (calling
+    :meth:`FaultRun.inject` at the fault) and returns the ring size the job should train at afterwards;
+    ``then`` (optional) acts on the recovered job and returns its new size. YARN must agree with the ring for
+    ``hold_s`` seconds once it does."""
+
+    name: str
+    title: str
+    workers: int
+    inject: Callable[[FaultRun], int]
+    then: Callable[[FaultRun], int] | None = None
+    hold_s: float = 0.0
+
+
+@dataclass
+class FaultReport:
+    """What one fault cost the job; seconds are measured from the fault."""
+
+    scenario: str
+    fault: str
+    workers: int
+    full_size: int
+    #: the fault -> the first committed step at full size after the last one at another size
+    recovery_s: float
+    #: the longest time between two committed steps, from the last step before the fault to recovery
+    longest_pause_s: float
+    #: the fault -> YARN's READY worker containers are exactly the ring's members
+    yarn_agrees_s: float
+    #: steps rank 0 ran whose result was thrown away (rolled back and run again), in the whole run
+    steps_redone: int
+    steps_committed: int
+    timings_s: dict[str, float]
+    #: worker instances whose container lived through the fault, and those YARN replaced
+    containers_kept: list[str]
+    containers_replaced: list[str]
+    notes: dict[str, object]
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        return path
+
+
+# ---------------------------------------------------------------------------------------------- harness
+
+
+def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultReport:
+    """Run the example job on ``cluster``, inject ``scenario``'s fault, check the job and the cluster
+    afterwards (see the module) and measure what it cost. Blocks for the whole job (a minute or two).
+    Whatever happens, the cluster is left with every daemon running and none stopped (:func:`restore`).
+
+    Raises:
+        AssertionError: the job, YARN or the cluster did not do what a user expects, naming what.
+    """
+    spec = cluster.spec()
+    name = f"fault-{scenario.name.replace('_', '-')}"
+    log_dir = work / "log"
+    metrics = MetricsServer(InMemoryStore(points_per_job=100_000), token=METRICS_TOKEN).start()
+    metrics_env = {"SUBMARINE_METRICS_ENDPOINT": metrics.address, "SUBMARINE_METRICS_TOKEN": METRICS_TOKEN}
+    yarn = YarnServiceClient(spec.rm_url, poll_interval=0.5, timeout=(5.0, 20.0), retries=0)
+    try:
+        start_job(spec.rm_url, name, work, scenario.workers, metrics_env)
+        try:
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                job.wait_for_size(scenario.workers, timeout=240)
+                run = FaultRun(cluster, spec, yarn, job, name, work, scenario.workers)
+                run.wait_steps(STEPS, size=scenario.workers)
+                before = ring(job)
+                try:
+                    full = scenario.inject(run)
+                finally:
+                    restore(cluster)
+                job.wait_for_size(full, timeout=180)
+                after = agreed(run, full)
+                yarn_agrees_s = round(time.time() - run.injected_at, 2)
+                hold(run, full, scenario.hold_s)
+                recovered_by = run.wait_steps(STEPS, size=full)[-1].time
+                assert agrees(run, full) == after, "YARN's workers changed while the job trained on"
+                if scenario.then is not None:
+                    size = scenario.then(run)
+                    agreed(run, size)
+                    run.wait_steps(STEPS, size=size)
+            finish(yarn, name, work)
+        finally:
+            yarn.destroy(name, missing_ok=True)
+        steps = check_training(log_dir)
+        redone = steps_redone(metrics.store, name, steps)
+    finally:
+        metrics.stop()
+        yarn.close()
+        restore(cluster)
+    assert_healthy(cluster)
+    timeline = step_times(log_dir)
+    recovered, pause = recovery(timeline, run.injected_at, recovered_by, full)
+    return FaultReport(
+        scenario=scenario.name,
+        fault=scenario.title,
+        workers=scenario.workers,
+        full_size=full,
+        recovery_s=round(recovered - run.injected_at, 2),
+        longest_pause_s=round(pause, 2),
+        yarn_agrees_s=yarn_agrees_s,
+        steps_redone=redone,
+        steps_committed=len(steps),
+        timings_s=run.timings,
+        containers_kept=sorted(i for i, c in before.items() if after.get(i) == c),
+        containers_replaced=sorted(i for i, c in before.items() if i in after and after[i] != c),
+        notes=run.notes,
+    )
+
+
+def ring(job: JobClient) -> dict[str, str]:
+    """The ring's members as the job's driver reports them: instance -> container id."""
+    return {w.instance: w.container_id for w in job.status().workers if w.rank >= 0}
+
+
+def agrees(run: FaultRun, size: int) -> dict[str, str] | None:
+    """The ring's members (instance -> container id) when the ring has ``size`` ranks, the job's target is
+    ``size``, and YARN's worker component asks for ``size`` containers and has exactly the ring's members
+    READY, nothing else; else None (also while YARN does not answer)."""
+    status = run.job.status()
+    members = {w.instance: w.container_id for w in status.workers if w.rank >= 0}
+    if status.world_size != size or status.target != size or len(members) != size:
+        return None
+    try:
+        worker = run.yarn.status(run.name).component("worker")
+    except YarnError:
+        return None
+    if worker is None or worker.number_of_containers != size or len(worker.containers) != size:
+        return None
+    ready = {c.component_instance_name: c.id for c in worker.ready_containers}
+    return members if ready == members else None
+
+
+def agreed(run: FaultRun, size: int, timeout: float = 150) -> dict[str, str]:
+    """Block until :func:`agrees`; fails naming the ring and YARN's workers as last seen."""
+
+    def check() -> dict[str, str]:
+        return agrees(run, size) or {}
+
+    try:
+        return eventually(check, f"YARN's READY workers to be the ring's {size} members", timeout)
+    except AssertionError as exc:
+        seen: object
+        try:
+            worker = run.yarn.status(run.name).component("worker")
+            seen = [(c.component_instance_name, c.id, str(c.state)) for c in worker.containers] if worker else None
+            desired = worker.number_of_containers if worker else None
+        except YarnError as err:
+            seen, desired = f"nothing: YARN not answering: {err}", None
+        status = run.job.status()
+        raise AssertionError(
+            f"{exc}: ring {ring(run.job)} (world size {status.world_size}, target {status.target}, "
+            f"{status.error or 'no error'}); YARN wants {desired} workers, has {seen}"
+        ) from exc
+
+
+def hold(run: FaultRun, size: int, seconds: float) -> None:
+    """Assert that YARN keeps agreeing with the ring of ``size`` for ``seconds`` (read every half second)."""
+    first = agrees(run, size)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        now = agrees(run, size)
+        assert now == first, f"YARN's workers moved away from the ring's: {first} then {now}"
+        time.sleep(0.5)
+
+
+def recovery(steps: list[Step], injected_at: float, until: float, full: int) -> tuple[float, float]:
+    """(when training was at full size again, the longest pause between committed steps up to then): the
+    first step at ``full`` after the last step at another size, among the steps after the fault and up to
+    ``until``."""
+    window = [s for s in steps if injected_at < s.time <= until]
+    last_other = max((s.time for s in window if s.size != full), default=injected_at)
+    back = next(s.time for s in window if s.time > last_other and s.size == full)
+    times = [max((s.time for s in steps if s.time <= injected_at), default=injected_at)]
+    times += [s.time for s in window if s.time <= back]
+    return back, max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+
+
+def steps_redone(store: MetricsStore, name: str, steps: dict[int, list[dict]]) -> int:
+    """Steps rank 0 ran minus the steps committed: the work a fault threw away. Every committed step must
+    have been reported, else the count would be short."""
+    runs = collections.Counter(p.point.step for p in store.series(name, 100_000) if p.worker.rank == 0)
+    missing = sorted(set(steps) - set(runs))
+    assert not missing, f"rank 0 reported no metrics for committed steps {missing[:10]}"
+    return sum(runs.values()) - len(steps)
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def daemon(cluster: LocalCluster, name: str) -> Daemon:
+    found = [d for d in cluster.running_daemons() if d.name == name]
+    assert found, f"{name} is not running in the cluster at {cluster.dir}"
+    return found[0]
+
+
+def restart(cluster: LocalCluster, name: str) -> str:
+    """``submarine cluster restart NAME``, as an operator types it; a non-zero exit fails."""
+    return submarine(cluster.spec().rm_url, "cluster", "restart", name, "--cluster-dir", str(cluster.dir))
+
+
+def answers(url: str) -> bool:
+    try:
+        requests.get(url, timeout=2)
+    except requests.RequestException:
+        return False
+    return True
+
+
+def restore(cluster: LocalCluster) -> None:
+    """Wake every stopped daemon (SIGCONT) and start again every one that died, ZooKeeper first."""
+    for d in cluster.running_daemons():
+        os.kill(d.pid, signal.SIGCONT)
+    running = {d.name for d in cluster.running_daemons()}
+    for name in cluster.spec().daemon_names():
+        if name not in running:
+            restart(cluster, name)
+
+
+def assert_healthy(cluster: LocalCluster) -> None:
+    """Every daemon runs, the RM answers and every NodeManager is RUNNING in it."""
+    spec = cluster.spec()
+    assert {d.name for d in cluster.running_daemons()} == set(spec.daemon_names())
+    status = cluster.status()
+    assert status.rm_error is None, status.rm_error
+    assert sorted(n.state for n in status.nodes) == ["RUNNING"] * spec.nodes, status.nodes
+
+
+def container_nodes(run: FaultRun) -> dict[str, str]:
+    """Container id -> the NodeManager (``nm-<i>``) it runs on, as the ResourceManager reports the job's
+    containers: their node ids end with the NodeManager's port, which names it on this pseudo-cluster."""
+    app_id = run.yarn.status(run.name).id
+    base = f"{run.spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts"
+    attempts = requests.get(base, timeout=10).json()["appAttempts"]["appAttempt"]
+    attempt = attempts[-1]["appAttemptId"]
+    raw = requests.get(f"{base}/{attempt}/containers", timeout=10).json()
+    by_port = {run.spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(run.spec.nodes)}
+    return {c["containerId"]: by_port[int(c["nodeId"].rsplit(":", 1)[1])] for c in raw["container"]}
+
+
+# -------------------------------------------------------------------------------------------- scenarios
+
+
+def kill_node_manager(run: FaultRun) -> int:
+    """kill -9 of the NodeManager holding the most workers; training goes on, then ``submarine cluster
+    restart nm-K`` (the pseudo-cluster has no supervisor of its own) brings it back."""
+    workers = ring(run.job)
+    nodes = container_nodes(run)
+    held = collections.Counter(nodes[c] for c in workers.values())
+    victim = held.most_common(1)[0][0]
+    run.notes["node"] = victim
+    run.notes["workers_on_node"] = sorted(i for i, c in workers.items() if nodes[c] == victim)
+    index = int(victim.removeprefix("nm-"))
+    web = f"http://{run.spec.host}:{run.spec.nm_ports(index)['yarn.nodemanager.webapp.address']}/ws/v1/node/info"
+    nm = daemon(run.cluster, victim)
+    processes = {c: container_processes(c) for c in workers.values()}
+    run.inject()
+    os.kill(nm.pid, signal.SIGKILL)
+    eventually(lambda: not answers(web), f"the killed {victim} to stop answering", 10, 0.1)
+    # Its containers run on without it, and the ring trains on.
+    run.wait_steps(STEPS, after=run.injected_at)
+    run.mark("trained_on_without_the_nm_s")
+    run.notes["worker_processes_untouched"] = {c: container_processes(c) for c in workers.values()} == processes
+    restart(run.cluster, victim)
+    run.mark("nm_back_s")
+    return run.workers
+
+
+def kill_resource_manager(run: FaultRun) -> int:
+    """kill -9 of the ResourceManager; training goes on, then ``submarine cluster restart rm``."""
+    rm = daemon(run.cluster, "rm")
+    run.inject()
+    os.kill(rm.pid, signal.SIGKILL)
+    eventually(lambda: not answers(f"{run.spec.rm_url}/ws/v1/cluster/info"), "the killed RM to stop answering", 10, 0.1)
+    run.wait_steps(STEPS, after=run.injected_at)
+    run.mark("trained_on_without_the_rm_s")
+    restart(run.cluster, "rm")
+    run.mark("rm_back_s")
+    return run.workers
+
+
+def flex_to_three(run: FaultRun) -> int:
+    """``submarine job flex JOB --workers 3`` after the fault: the restarted RM places the new worker."""
+    flexed = time.time()
+    out = submarine(run.spec.rm_url, "job", "flex", run.name, "--workers", "3", "--timeout", "180")
+    assert "ring has 3 workers" in out, out
+    run.timings["flex_after_recovery_s"] = round(time.time() - flexed, 2)
+    return 3
+
+
+def freeze_resource_manager(run: FaultRun) -> int:
+    """SIGSTOP of the ResourceManager, the job flexed from 3 workers to 1 while it is frozen, SIGCONT well
+    after the ring has shrunk: the ring trains at 1 while YARN still runs the leavers' containers, and YARN
+    catches up once the RM runs again.
+
+    The flex goes to the job's driver over its control plane, as the controller's does: ``submarine job
+    flex`` asks the ResourceManager for the job first and refuses while it does not answer."""
+    rm = daemon(run.cluster, "rm")
+    workers = ring(run.job)
+    run.inject()
+    os.kill(rm.pid, signal.SIGSTOP)
+    try:
+        run.job.flex(1, reason="flex while the ResourceManager is frozen")
+        run.job.wait_for_size(1, timeout=120)
+        run.mark("ring_shrunk_s")
+        kept = ring(run.job)
+        # Well past the shrink: the ring trains at 1 all along, while YARN, frozen, still runs the leavers.
+        shrunk = time.time()
+        run.wait_steps(1, after=shrunk + FROZEN_PAST_SHRINK_S, size=1, timeout=FROZEN_PAST_SHRINK_S + 60)
+        assert all(s.size == 1 for s in step_times(run.log_dir) if s.time > shrunk), "the ring grew while frozen"
+        run.notes["driver_error_while_frozen"] = run.job.status().error
+        leavers = [c for i, c in workers.items() if i not in kept]
+        assert len(leavers) == 2 and all(container_processes(c) for c in leavers), (
+            f"the leavers' containers {leavers} stopped while the RM was frozen"
+        )
+    finally:
+        os.kill(rm.pid, signal.SIGCONT)
+    run.mark("rm_resumed_s")
+    return 1
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="nm_kill",
+            title="kill -9 of a NodeManager holding workers, then cluster restart nm-K",
+            workers=2,
+            inject=kill_node_manager,
+        ),
+        Scenario(
+            name="rm_kill",
+            title="kill -9 of the ResourceManager, then cluster restart rm; then a flex 2 -> 3",
+            workers=2,
+            inject=kill_resource_manager,
+            then=flex_to_three,
+        ),
+        Scenario(
+            name="rm_freeze",
+            title="SIGSTOP of the ResourceManager, a flex 3 -> 1 while it is frozen, SIGCONT",
+            workers=3,
+            inject=freeze_resource_manager,
+            hold_s=10.0,
+        ),
+    )
+}

@@ -1,0 +1,105 @@
+"""Running the example elastic job on the pseudo-cluster and checking what it trained.
+
+``examples/train_elastic.py`` logs every committed step (ring size, the sample ids of each rank, the loss,
+the time) and each rank's final weights under ``<work>/log``; the checks here read that log as a user
+would: the job resized when told, every epoch trained on each sample exactly once, no committed step was
+lost or repeated, every rank ended with the same weights.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from submarine_elastic.yarn import YarnServiceClient
+from tests.integration.conftest import committed_steps, container_processes, run_job, wait_finished
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = 2048
+
+
+def start_job(
+    rm_url: str, name: str, work: Path, workers: int = 2, env: dict[str, str] | None = None, *flags: str
+) -> None:
+    """``submarine job run --elastic`` of the example script, training whole epochs until ``<work>/stop``
+    exists (see :func:`finish`) and logging its steps under ``<work>/log``."""
+    cmd = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} --epochs 100 --step-sleep 0.03 "
+        f"--until-file {work}/stop --log-dir {work}/log"
+    )
+    run_job(rm_url, name, cmd, workers=workers, env=env, flags=flags)
+
+
+def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:
+    """Let the job finish its epoch and end; a FAILED end fails the test."""
+    (work / "stop").touch()
+    wait_finished(yarn, name, timeout)
+
+
+def check_training(log_dir: Path) -> dict[int, list[dict]]:
+    """Assert what a user checks in the step log and the final weights; return the steps by number."""
+    steps = committed_steps(log_dir)
+    # No committed step lost or doubled: steps 0..N-1 each appear, every rank's record of a step agrees,
+    # and the ranks' own ids are disjoint parts of the step's global batch.
+    assert sorted(steps) == list(range(len(steps)))
+    for step, records in steps.items():
+        size, batch = records[0]["size"], records[0]["batch"]
+        assert all(r["size"] == size and r["batch"] == batch for r in records), f"step {step}: {records}"
+        assert len({r["rank"] for r in records}) == len(records) and all(0 <= r["rank"] < size for r in records)
+        own = [i for r in records for i in r["ids"]]
+        assert len(own) == len(set(own)) and set(own) <= set(batch), f"step {step}: ranks' ids overlap or stray"
+    # Exactly-once data: each finished epoch covers every sample once, across all resizes and failures.
+    per_epoch: dict[int, list[int]] = collections.defaultdict(list)
+    for records in steps.values():
+        per_epoch[records[0]["epoch"]].extend(records[0]["batch"])
+    assert len(per_epoch) >= 2
+    for epoch, ids in per_epoch.items():
+        assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}: {len(ids)} ids, {len(set(ids))} distinct"
+    # Every rank ends with the same weights.
+    finals = [np.load(p) for p in sorted(log_dir.glob("weights-rank*.npz"))]
+    assert finals
+    for other in finals[1:]:
+        for key in finals[0].files:
+            np.testing.assert_array_equal(finals[0][key], other[key])
+    # Training works: the loss falls.
+    losses = [steps[s][0]["loss"] for s in sorted(steps)]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) / 5
+    return steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One committed step as the step log has it: its number, when it ended (on its last rank), the ring size."""
+
+    number: int
+    time: float
+    size: int
+
+
+def step_times(log_dir: Path) -> list[Step]:
+    """The committed steps so far, in order. Read while the job runs: a line still being written is left
+    for the next read."""
+    steps: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        text = path.read_text()
+        for line in text[: text.rfind("\n") + 1].splitlines():
+            record = json.loads(line)
+            steps[record["step"]].append(record)
+    return [Step(n, max(r["time"] for r in rs), rs[0]["size"]) for n, rs in sorted(steps.items())]
+
+
+def training_pids(container_id: str) -> list[int]:
+    """The training processes (train_elastic.py) among the processes of one worker container."""
+    pids = []
+    for pid in container_processes(container_id):
+        with contextlib.suppress(psutil.Error):
+            if any(arg.endswith("train_elastic.py") for arg in psutil.Process(pid).cmdline()):
+                pids.append(pid)
+    return pids

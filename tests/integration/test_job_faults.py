@@ -1,0 +1,62 @@
+"""Infrastructure faults injected into a training elastic TensorFlow + Horovod job on the session's cluster.
+
+Each test runs one scenario of :mod:`tests.integration.faults` (a NodeManager killed under the workers, the
+ResourceManager killed, the ResourceManager frozen during a flex): the job trains through it, ends at full size
+with YARN's worker containers exactly the ring's members, finishes with every committed step once, every sample
+once per epoch and the same weights on every rank, and leaves the cluster healthy for the next test. Each
+writes what the fault cost (recovery time, steps redone) to ``recovery.json`` in its temporary directory and
+prints it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.cluster import LocalCluster
+from tests.integration.faults import SCENARIOS, FaultReport, run_fault
+
+pytestmark = pytest.mark.integration
+
+
+def recorded(report: FaultReport, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Write the report to ``recovery.json`` and print it past pytest's capture."""
+    path = report.write(tmp_path / "recovery.json")
+    with capsys.disabled():
+        print(f"\n    {report.fault}: {path}\n    {json.dumps(asdict(report))}")
+
+
+def test_a_node_manager_killed_under_the_workers_costs_the_job_nothing(
+    yarn_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    report = run_fault(SCENARIOS["nm_kill"], yarn_cluster, tmp_path)
+    recorded(report, tmp_path, capsys)
+    assert report.notes["workers_on_node"], "the killed NodeManager held no worker"
+    # Every worker is back in the ring: in the container it had, or in one YARN relaunched that rejoined.
+    assert sorted(report.containers_kept + report.containers_replaced) == ["worker-0", "worker-1"]
+    assert report.full_size == 2
+
+
+def test_a_killed_resource_manager_restarts_under_the_job_and_a_flex_works_after(
+    yarn_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    report = run_fault(SCENARIOS["rm_kill"], yarn_cluster, tmp_path)
+    recorded(report, tmp_path, capsys)
+    # Work-preserving restart: the workers kept their containers.
+    assert report.containers_kept == ["worker-0", "worker-1"]
+    assert report.steps_redone == 0
+    assert "flex_after_recovery_s" in report.timings_s
+
+
+def test_a_flex_while_the_resource_manager_is_frozen_shrinks_the_ring_and_yarn_catches_up(
+    yarn_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    report = run_fault(SCENARIOS["rm_freeze"], yarn_cluster, tmp_path)
+    recorded(report, tmp_path, capsys)
+    assert report.full_size == 1 and len(report.containers_kept) == 1 and not report.containers_replaced
+    assert report.steps_redone == 0
+    # The ring shrank while the RM was frozen; YARN agreed only after it ran again.
+    assert report.timings_s["ring_shrunk_s"] < report.timings_s["rm_resumed_s"] <= report.yarn_agrees_s
