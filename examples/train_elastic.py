@@ -183,6 +183,7 @@ def main() -> None:
                 break
 
     train(state)
+    state.close(timeout=60.0)  # a checkpoint still being written (submarine job run --checkpoint_path)
     metrics.close(timeout=5.0)
     logits = model(x_all, training=False)
     accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_all))

@@ -18,6 +18,8 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_METRICS_TLS_CA`` | training | PEM of the CA that signed the service's certificate; set: TLS |
 | ``SUBMARINE_METRICS_TLS`` | training | ``1``: TLS with the system's CAs (when no ``..._TLS_CA``) |
 | ``SUBMARINE_METRICS_EVERY_N`` | training | report every N-th step (default 1) |
+| ``SUBMARINE_CHECKPOINT_PATH`` | training | directory where rank 0 of the elastic helpers writes the committed state, and from which a job that lost every worker resumes (``job run --checkpoint_path``); unset: no checkpoints |
+| ``SUBMARINE_CHECKPOINT_EVERY`` | training | write a checkpoint every N commits (default 50; ``job run --checkpoint_every``) |
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
 | ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
@@ -167,6 +169,29 @@ def job_id() -> str | None:
 def worker_instance() -> str:
     """This worker's instance name (``SUBMARINE_WORKER_INSTANCE``, else the host name)."""
     return _get("SUBMARINE_WORKER_INSTANCE") or socket.gethostname()
+
+
+#: Commits between two checkpoints when ``SUBMARINE_CHECKPOINT_EVERY`` is unset.
+CHECKPOINT_EVERY_DEFAULT = 50
+
+
+def checkpoint_path() -> str | None:
+    """Directory of the job's checkpoints (``SUBMARINE_CHECKPOINT_PATH``), or None: none are written or read."""
+    return _get("SUBMARINE_CHECKPOINT_PATH")
+
+
+def checkpoint_every() -> int:
+    """Commits between two checkpoints (``SUBMARINE_CHECKPOINT_EVERY``, default :data:`CHECKPOINT_EVERY_DEFAULT`).
+
+    Raises:
+        ValueError: the variable is set but is not a positive integer.
+    """
+    value = _get("SUBMARINE_CHECKPOINT_EVERY")
+    if value is None:
+        return CHECKPOINT_EVERY_DEFAULT
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"SUBMARINE_CHECKPOINT_EVERY must be a positive integer (commits), got {value!r}")
+    return int(value)
 
 
 def pollux_data_dir() -> Path:

@@ -96,7 +96,19 @@ def job() -> None:
 @click.option("--worker_launch_cmd", required=True, help="The training command each worker runs.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment of every container (repeat).")
 @click.option("--input_path", default=None, help="Passed to the job as SUBMARINE_INPUT_PATH.")
-@click.option("--checkpoint_path", default=None, help="Passed to the job as SUBMARINE_CHECKPOINT_PATH.")
+@click.option(
+    "--checkpoint_path",
+    default=None,
+    help="Directory every worker host reaches at the same path: the elastic helpers checkpoint there and a job "
+    "that lost every worker resumes from it (SUBMARINE_CHECKPOINT_PATH).",
+)
+@click.option(
+    "--checkpoint_every",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Checkpoint every N commits (SUBMARINE_CHECKPOINT_EVERY) [default: 50]. Needs --checkpoint_path.",
+)
 @click.option("--queue", default=None, help="YARN queue.")
 @click.option("--docker_image", default=None, help="Worker image (needs a Docker-enabled NodeManager).")
 @click.option(
@@ -137,6 +149,7 @@ def run(
     env_pairs: tuple[str, ...],
     input_path: str | None,
     checkpoint_path: str | None,
+    checkpoint_every: int | None,
     queue: str | None,
     docker_image: str | None,
     workdir: Path | None,
@@ -170,6 +183,7 @@ def run(
             env=parse_env(env_pairs),
             input_path=input_path,
             checkpoint_path=checkpoint_path,
+            checkpoint_every=checkpoint_every,
             queue=queue,
             docker_image=docker_image,
             workdir=(workdir or Path.cwd()).resolve(),

@@ -128,6 +128,7 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)
     input_path: str | None = None
     checkpoint_path: str | None = None
+    checkpoint_every: int | None = None
     queue: str | None = None
     docker_image: str | None = None
     workdir: Path = field(default_factory=Path.cwd)
@@ -138,10 +139,28 @@ class JobRequest:
 
     def __post_init__(self) -> None:
         """Raises:
-        JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too).
+        JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too), or the
+            checkpoint flags are unusable.
         """
         if (problem := JOB_NAME.problem(self.name)) is not None:
             raise JobSpecError(f"--name: {problem}")
+        if (problem := checkpoint_problem(self.checkpoint_path, self.checkpoint_every)) is not None:
+            raise JobSpecError(problem)
+
+
+def checkpoint_problem(path: str | None, every: int | None) -> str | None:
+    """What is wrong with ``--checkpoint_path``/``--checkpoint_every``, naming the flag; None when nothing is."""
+    if path is not None:
+        if not path.strip():
+            return "--checkpoint_path must not be empty"
+        if '"' in path:
+            return "--checkpoint_path must not contain double quotes (YARN does not escape them)"
+    if every is not None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            return f"--checkpoint_every must be a whole number of commits >= 1, got {every!r}"
+        if path is None:
+            return "--checkpoint_every needs --checkpoint_path (the directory the checkpoints are written to)"
+    return None
 
 
 def job_dir(job: str) -> Path:
@@ -286,6 +305,8 @@ def build_service(req: JobRequest) -> Service:
         common["SUBMARINE_INPUT_PATH"] = req.input_path
     if req.checkpoint_path:
         common["SUBMARINE_CHECKPOINT_PATH"] = req.checkpoint_path
+    if req.checkpoint_every is not None:
+        common["SUBMARINE_CHECKPOINT_EVERY"] = str(req.checkpoint_every)
     common.update(req.env)
     # Secrets travel as files YARN localizes into each container, never as values in the spec.
     secret_files = job_secrets(req)

@@ -9,6 +9,8 @@
   workers only the re-form.
 - :mod:`tf_hooks.elastic.state`: Horovod elastic state holding TensorFlow variables (Keras 3 or 2, or a
   custom ``tf.GradientTape`` loop), committed every K steps, restored and broadcast on every reset.
+- :mod:`tf_hooks.elastic.checkpoint`: the committed state written to disk every K commits in the
+  background (``SUBMARINE_CHECKPOINT_PATH``), and read back when a whole job was lost. Pure numpy.
 - :mod:`tf_hooks.elastic.optimizer`: a Keras optimizer (Keras 3 or 2) whose every update first averages
   the gradients over the ring, where Horovod's Keras ``DistributedOptimizer`` silently does not (Keras 3).
 - :mod:`tf_hooks.elastic.keras`: Keras ``fit`` under Horovod elastic, Keras 3 or Keras 2 (``tf_keras``),

@@ -9,7 +9,8 @@ fail and its ``DistributedOptimizer`` silently skips the allreduce in ``fit``, s
   the optimizer's slots built up front (a joiner then has the same variables as the ring it joins);
 - the elastic state is :class:`tf_hooks.elastic.state.ElasticState` over every variable of the model and
   of the optimizer (host copies at every commit, assigned back on a rollback, broadcast from rank 0 at
-  every re-form), with epoch, data cursor, ring size, learning-rate ramp and history as attributes;
+  every re-form), with epoch, data cursor, ring size, learning-rate ramp and history as attributes,
+  checkpointed every K commits when the job has a checkpoint path (and resumed from when the whole job was lost);
 - its own callbacks, built on the model's Keras: the metrics averaged over the ranks at every epoch end;
   the cursor, the learning rate of a :class:`~tf_hooks.elastic.rules.BatchRule` after every resize (with
   the momentum-compensation ramp), the history and the weights check; and the commit every K batches,
@@ -57,6 +58,7 @@ import numpy as np
 
 from tf_hooks.api import TfHooksError
 from tf_hooks.elastic import data as edata
+from tf_hooks.elastic.checkpoint import Checkpointer
 from tf_hooks.elastic.optimizer import allreduce_gradients
 from tf_hooks.elastic.rules import BatchRule
 
@@ -207,12 +209,17 @@ class ElasticKerasTrainer:
         metrics_callback: True: a :class:`~tf_hooks.MetricsCallback` configured from the environment;
             a callback instance; or False for none.
         check_sync: compare a fingerprint of the weights across the ranks at every epoch end.
+        checkpoint: where rank 0 checkpoints the committed state every K commits, and where a job that
+            lost every worker resumes from (:class:`~tf_hooks.elastic.state.ElasticState`): None, the
+            job's ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
+            :class:`~tf_hooks.elastic.checkpoint.Checkpointer`.
         compile_kwargs: more arguments to ``model.compile``.
 
     Raises:
         KerasVersionError: as :func:`model_keras`.
         ValueError: unusable data, ``batches_per_commit`` < 1, or a learning-rate schedule (the rule
             and the schedule would both set the rate).
+        CheckpointConfigError: an unusable checkpoint setting (named).
     """
 
     def __init__(
@@ -229,6 +236,7 @@ class ElasticKerasTrainer:
         batches_per_commit: int = 1,
         metrics_callback: Any = True,
         check_sync: bool = True,
+        checkpoint: Checkpointer | str | os.PathLike[str] | bool | None = None,
         **compile_kwargs: Any,
     ) -> None:
         keras = model_keras(model)
@@ -264,6 +272,7 @@ class ElasticKerasTrainer:
             ramp_from_lr=0.0,
             resized_at=0,
             history=[],
+            checkpoint=checkpoint,
         )
         self.state.register_reset_callbacks([self._on_reset])
 
@@ -309,9 +318,13 @@ class ElasticKerasTrainer:
         Returns the per-epoch history (committed with the state, so a joiner has it too): the
         epoch, ring size, global batch, learning rate, wall time and the rank-averaged logs.
 
+        With a checkpoint directory that holds a checkpoint, a job whose every process is new starts
+        from it: the epoch, the data cursor and the weights go on from its commit.
+
         Raises:
             RanksDivergedError: the ranks' weights differ at an epoch end.
             ElasticKerasError: TensorFlow failed in ``fit`` other than in a Horovod collective.
+            CheckpointReadError: the newest checkpoint cannot be read or does not fit this model.
             Whatever else ``model.fit`` raises that is not a resize or a lost peer.
         """
         from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
@@ -350,7 +363,10 @@ class ElasticKerasTrainer:
         return train(self.state)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flushes and stops the metrics callback's sender (blocks at most ``timeout`` s). Never raises."""
+        """Waits for the checkpoint being written, if any, then flushes and stops the metrics callback's
+        sender (each blocks at most ``timeout`` s). Never raises."""
+        if not self.state.close(timeout):
+            logger.warning("the checkpoint being written was not finished within %s s", timeout)
         if self.metrics_callback is not None and hasattr(self.metrics_callback, "close"):
             self.metrics_callback.close(timeout)
 

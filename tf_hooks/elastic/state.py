@@ -6,10 +6,19 @@ assigns them back on a rollback, and broadcasts them from rank 0 on every sync (
 re-form), together with the plain Python attributes given as keyword arguments (epoch, cursor, ...).
 Rank 0 after a re-form is always a worker of the previous ring (Horovod keeps existing hosts first),
 so a joiner never overwrites what the job has learned.
+
+With a checkpoint directory (:mod:`tf_hooks.elastic.checkpoint`), rank 0 also hands every K-th commit's
+host copies to a background writer, and a job whose every process is new (the whole job was lost) starts
+from the newest checkpoint: rank 0 reads it at the first sync and the sync's broadcast gives it to every
+rank. One reader means one read of the shared filesystem and the same state on every rank even if a
+checkpoint is being replaced meanwhile; a joiner of a running ring never reads one (the ring's state is
+newer).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,28 +26,62 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.elastic import ObjectState
 
+from tf_hooks.elastic.checkpoint import Checkpoint, Checkpointer, CheckpointReadError, resolve
+
+logger = logging.getLogger(__name__)
+
+#: The attribute that counts the job's commits; set by the state itself.
+COMMITS = "commits"
+
 
 class ElasticState(ObjectState):
-    """Committed training state: TensorFlow variables plus picklable attributes.
+    """Committed training state: TensorFlow variables plus picklable attributes, checkpointed on request.
 
     Args:
         variables: every variable that must agree across ranks (model weights and optimizer slots;
             build the optimizer first so its slots exist); tf.Variables or Keras 3 variables.
+        checkpoint: where to checkpoint (:func:`tf_hooks.elastic.checkpoint.resolve`): None, the job's
+            ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
+            :class:`~tf_hooks.elastic.checkpoint.Checkpointer`. It must be the same on every rank (the
+            first sync then runs two more collectives on every rank).
         **attrs: plain values (epoch, cursor, step, ...) exposed as attributes and committed with
-            the variables.
+            the variables. ``commits`` is the state's own: the number of commits the job has made.
+
+    Raises:
+        ValueError: no variables, or an attribute named ``commits``.
+        CheckpointConfigError: an unusable checkpoint setting (named).
     """
 
-    def __init__(self, variables: Sequence[tf.Variable], **attrs: Any) -> None:
+    _saved_state: dict[str, Any]  # ObjectState's committed attributes
+
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        *,
+        checkpoint: Checkpointer | str | os.PathLike[str] | bool | None = None,
+        **attrs: Any,
+    ) -> None:
         if not variables:
             raise ValueError("variables must not be empty: pass the model's and the optimizer's variables")
+        if COMMITS in attrs:
+            raise ValueError(f"{COMMITS!r} is the state's own attribute (the job's commit count): use another name")
         # Keras 3 variables wrap a tf.Variable (``.value``); Horovod broadcasts tf.Variables.
         self.variables = [v if isinstance(v, tf.Variable) else v.value for v in variables]
         self._values = [v.numpy() for v in self.variables]
-        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **attrs)
+        self.checkpointer = resolve(checkpoint)
+        #: The checkpoint this process resumed from (None: none, or not rank 0's read).
+        self.resumed_from: Checkpoint | None = None
+        self._synced = False
+        self.commits = 0
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **{COMMITS: 0}, **attrs)
 
     def save(self) -> None:
+        self.commits += 1
         self._values = [v.numpy() for v in self.variables]
         super().save()
+        if self.checkpointer is not None and self.checkpointer.due(self.commits) and hvd.rank() == 0:
+            # The host copies just made are never changed (the next commit makes new ones): no copy here.
+            self.checkpointer.submit(self.commits, self._values, self._saved_state)
 
     def restore(self) -> None:
         for var, value in zip(self.variables, self._values, strict=True):
@@ -46,6 +89,76 @@ class ElasticState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
+        """Broadcasts rank 0's variables and attributes; at a whole job's first sync, rank 0 first
+        resumes from the newest checkpoint.
+
+        Raises:
+            CheckpointReadError: on every rank, when the newest checkpoint cannot be read or does not fit
+                this state (the file and the reason named).
+            HorovodInternalError: a peer was lost (Horovod's elastic run re-forms and syncs again).
+        """
+        if self.checkpointer is not None:
+            self._resume_if_whole_job_is_new(self.checkpointer)
         hvd.broadcast_variables(self.variables, root_rank=0)
         self._values = [v.numpy() for v in self.variables]
         super().sync()
+        self._synced = True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Waits (at most ``timeout`` s) for the checkpoint being written, if any; True when none is left.
+        Call it before the process exits: the writer is a daemon thread."""
+        return self.checkpointer.wait(timeout) if self.checkpointer is not None else True
+
+    def _resume_if_whole_job_is_new(self, checkpointer: Checkpointer) -> None:
+        """Resumes from the newest checkpoint when no rank has synced before; the same collectives on every rank."""
+        synced = hvd.allreduce(tf.constant(int(self._synced), tf.int32), op=hvd.Sum, name="elastic_state_synced")
+        if int(synced.numpy()) > 0:
+            return  # a running ring: its state is newer than any checkpoint
+        outcome: tuple[str, str, int] | None = None
+        if hvd.rank() == 0:
+            try:
+                checkpoint = checkpointer.load_latest()
+                if checkpoint is None:
+                    outcome = ("fresh", str(checkpointer.directory), 0)
+                else:
+                    self._apply(checkpoint)
+                    outcome = ("resumed", str(checkpoint.path), checkpoint.commits)
+            except CheckpointReadError as exc:
+                outcome = ("failed", str(exc), 0)
+        kind, what, commits = hvd.broadcast_object(outcome, root_rank=0, name="elastic_state_checkpoint")
+        if kind == "failed":
+            raise CheckpointReadError(what)
+        if kind == "resumed":
+            # A warning, so that it shows in the training log whatever logging the script sets up.
+            logger.warning("resuming from commit %d: checkpoint %s", commits, what)
+        else:
+            logger.info("no checkpoint in %s yet: training starts fresh", what)
+
+    def _apply(self, checkpoint: Checkpoint) -> None:
+        """Puts a checkpoint's values and attributes into this state, checked against it first.
+
+        Raises:
+            CheckpointReadError: the checkpoint holds other variables or lacks attributes of this state.
+        """
+        where = f"cannot resume from the checkpoint {checkpoint.path}"
+        if len(checkpoint.values) != len(self.variables):
+            raise CheckpointReadError(
+                f"{where}: it holds {len(checkpoint.values)} variables, this state {len(self.variables)} (the model "
+                f"or optimizer differs from the one that wrote it)"
+            )
+        for i, (var, value) in enumerate(zip(self.variables, checkpoint.values, strict=True)):
+            want = (tuple(var.shape), var.dtype.as_numpy_dtype)
+            if (value.shape, value.dtype) != (want[0], want[1]):
+                raise CheckpointReadError(
+                    f"{where}: variable {i} ({var.name}) is {value.dtype}{list(value.shape)} there and "
+                    f"{tf.as_dtype(var.dtype).name}{list(want[0])} here (the model or optimizer differs)"
+                )
+        missing = sorted(set(self._saved_state) - set(checkpoint.attrs))
+        if missing:
+            raise CheckpointReadError(f"{where}: it lacks the attributes {missing} of this state")
+        for var, value in zip(self.variables, checkpoint.values, strict=True):
+            var.assign(value)
+        self._values = [v.numpy() for v in self.variables]
+        self._saved_state = {name: checkpoint.attrs[name] for name in self._saved_state}
+        self._set_attrs()
+        self.resumed_from = checkpoint
