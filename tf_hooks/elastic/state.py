@@ -42,8 +42,8 @@ class ElasticState(ObjectState):
             build the optimizer first so its slots exist); tf.Variables or Keras 3 variables.
         checkpoint: where to checkpoint (:func:`tf_hooks.elastic.checkpoint.resolve`): None, the job's
             ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
-            :class:`~tf_hooks.elastic.checkpoint.Checkpointer`. It must be the same on every rank (the
-            first sync then runs two more collectives on every rank).
+            :class:`~tf_hooks.elastic.checkpoint.Checkpointer`. It must be the same on every rank: with
+            it, every sync runs one more small allreduce (and a whole job's first, a broadcast).
         **attrs: plain values (epoch, cursor, step, ...) exposed as attributes and committed with
             the variables. ``commits`` is the state's own: the number of commits the job has made.
 
