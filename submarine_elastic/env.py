@@ -31,6 +31,9 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
+| ``SUBMARINE_HUNG_AFTER_S`` | job | a training process in a ring that sends its agent no heartbeat for this long is killed as hung (default 10) |
+| ``SUBMARINE_DRIVER_GRACE_S`` | job | how long a worker whose driver was lost keeps training and waits for the driver's next incarnation (default 180) |
+| ``SUBMARINE_DRIVER_STATE_FILE`` | job | where the job's driver keeps what its next incarnation needs (target, timeline, incarnations); default: beside the outcome file |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
 | ``SUBMARINE_JOBS_DIR`` | client | one directory per job: its control token, secrets and TLS files, which YARN localizes into its containers (so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
@@ -161,6 +164,24 @@ def metrics_every_n() -> int:
     return every_n
 
 
+def positive_seconds(name: str, default: float) -> float:
+    """A duration in seconds from the variable ``name`` (``default`` when unset).
+
+    Raises:
+        ValueError: the variable is set but is not a positive number (naming it).
+    """
+    value = _get(name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def job_id() -> str | None:
     """The job's name (``SUBMARINE_JOB_ID``), or None."""
     return _get("SUBMARINE_JOB_ID")
@@ -279,6 +300,18 @@ def job_outcome_file() -> Path | None:
     """Where the job's driver records how the job ended (``SUBMARINE_JOB_OUTCOME_FILE``), or None."""
     value = _get("SUBMARINE_JOB_OUTCOME_FILE")
     return Path(value) if value else None
+
+
+def driver_state_file() -> Path | None:
+    """Where the job's driver keeps what its next incarnation needs (``SUBMARINE_DRIVER_STATE_FILE``; by
+    default ``<job>.driver.json`` beside the outcome file), or None when neither is set."""
+    value = _get("SUBMARINE_DRIVER_STATE_FILE")
+    if value:
+        return Path(value)
+    outcome = job_outcome_file()
+    if outcome is None:
+        return None
+    return outcome.with_name(outcome.name.removesuffix(".outcome.json").removesuffix(".json") + ".driver.json")
 
 
 def workdir() -> Path | None:

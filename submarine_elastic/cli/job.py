@@ -424,6 +424,17 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     console.print(
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
     )
+    if len(st.incarnations) > 1:
+        now = st.incarnations[-1]
+        adopted = (
+            f", adopted {now.adopted_workers} training workers ({now.recovered_after:.1f} s to re-form their ring)"
+            if now.adopted_workers
+            else ""
+        )
+        since = time.strftime("%H:%M:%S", time.localtime(now.started))
+        console.print(
+            f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
+        )
     table = _table("workers", "instance", "container", "state", "rank", "exit")
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""

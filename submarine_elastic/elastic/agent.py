@@ -14,6 +14,21 @@ container's log directory (``training-N.log``; YARN relaunches a failed agent in
 and overwrites ``stderr.txt``), and to the agent's own streams. A failed process's last stderr lines
 go to the driver with its Exited event, so ``submarine job show`` can say why it failed.
 
+The agent outlives its driver: when the driver's stream breaks (the driver died; YARN relaunches it),
+the training process goes on training in its ring, and the agent tells it the driver is gone, finds the
+driver again (through the YARN Services API) and re-attaches with where its process stands
+(:class:`pb.Resume`), for up to ``SUBMARINE_DRIVER_GRACE_S`` seconds (default
+:data:`DRIVER_GRACE_S`). The new driver adopts it and sends ``Reform``: the Horovod environment of the
+ring it forms around its own rendezvous, which the process joins at its next commit. A driver that
+refuses the re-attach (it already counts this worker out) gets the process stopped: it cannot come back
+into a ring that re-formed without it.
+
+Hung processes: once in a ring, the training process sends a heartbeat every second
+(:mod:`tf_hooks.elastic.ring`). One that sends none for ``SUBMARINE_HUNG_AFTER_S`` seconds (default
+:data:`HUNG_AFTER_S`, well under Gloo's 30 s timeout) is stopped, deadlocked or stuck holding the
+interpreter: the agent kills it (SIGKILL, which also ends a stopped process), so its peers' collectives
+fail at once and the ring re-forms without it, and reports it as hung; YARN then relaunches the worker.
+
 Exit status, which YARN's restart policy (ALWAYS) acts on:
 - the training process failed (not on the driver's request): the agent exits with its code, YARN
   relaunches it (in the same container), and the new agent joins as a new Horovod host (its key is
@@ -39,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -50,12 +65,18 @@ from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTrans
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import bearer, open_channel
+from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS, bearer, open_channel
 
 log = logging.getLogger("submarine_elastic.agent")
 
 CONNECT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
+#: How long an agent that lost its driver keeps its training process and looks for the next incarnation.
+DRIVER_GRACE_S = 180.0
+#: A training process in a ring that sends no heartbeat for this long is killed as hung.
+HUNG_AFTER_S = 10.0
+#: Pause between attempts to reach a lost driver.
+REATTACH_PAUSE_S = 1.0
 #: Lines of a failed process's stderr sent to the driver, and the most characters they may take.
 TAIL_LINES = 30
 TAIL_CHARS = 4000
@@ -124,7 +145,11 @@ class Agent:
         self.host = host
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
-        self.events: queue.Queue[pb.AgentEvent | None] = queue.Queue()
+        #: the events of the current driver stream (None between streams: an event then is conveyed by the
+        #: next Hello's Resume, or, for Exited, sent again first on the next stream)
+        self._outbox: queue.Queue[pb.AgentEvent | None] | None = None
+        self._outbox_lock = threading.Lock()
+        self._exit_event: pb.AgentEvent | None = None
         self._state = AgentState.STARTING
         # Reentrant: the SIGTERM handler runs on the main thread, which may hold it at that moment.
         self._state_lock = threading.RLock()
@@ -137,6 +162,17 @@ class Agent:
         self._stdout: _Tee | None = None
         self._stderr: _Tee | None = None
         self._logfile: IO[bytes] | None = None
+        #: the Horovod environment of the slot the process trains in (Start or Reform), and who placed it
+        self.slot_env: dict[str, str] = {}
+        self.placed_by = 0
+        #: the last heartbeat of the training process (monotonic), once it is in a ring
+        self.last_beat: float | None = None
+        self.hung_after = HUNG_AFTER_S
+        self.hung_seconds = 0.0
+        #: the driver stream ended because the job ended (the driver closed it), not because it was lost
+        self.released = threading.Event()
+        #: the agent stopped the process because it lost its driver for good or was refused by it
+        self.gave_up = False
 
     @property
     def state(self) -> AgentState:
@@ -187,22 +223,33 @@ class Agent:
         threading.Thread(target=self._read_child, daemon=True, name="child-channel").start()
 
     def _read_child(self) -> None:
+        """Reads the training process's messages: warm (once), heartbeats, and pings it wants answered."""
         assert self.channel_end is not None
         buf = b""
-        while not buf.endswith(b"\n"):
+        while True:
             try:
-                chunk = self.channel_end.recv(4096)
+                chunk = self.channel_end.recv(65536)
             except OSError:
                 return
             if not chunk:
                 return
             buf += chunk
-        try:
-            message = json.loads(buf)
-        except ValueError:
-            log.error("%s: unreadable message from the training process: %r", self.instance, buf[:200])
-            return
-        if message.get("event") == "warm":
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    log.error("%s: unreadable message from the training process: %r", self.instance, line[:200])
+                    continue
+                if isinstance(message, dict):
+                    self._on_child(message)
+
+    def _on_child(self, message: dict[str, object]) -> None:
+        if "beat" in message:
+            self.last_beat = time.monotonic()
+        elif "ping" in message:
+            self._tell_child({"pong": message["ping"]})
+        elif message.get("event") == "warm":
             with self._state_lock:
                 if self._state is not AgentState.STARTING:
                     log.warning("%s: 'warm' from the training process while %s; ignored", self.instance, self._state)
@@ -211,7 +258,33 @@ class Agent:
                 self.joined = True
             warmup = time.monotonic() - self.started_at
             log.info("%s: training process warm after %.1f s", self.instance, warmup)
-            self.events.put(pb.AgentEvent(warm=pb.Warm(pid=int(message.get("pid", 0)), warmup_seconds=warmup)))
+            pid = message.get("pid", 0)
+            self.send(
+                pb.AgentEvent(warm=pb.Warm(pid=int(pid) if isinstance(pid, int | str) else 0, warmup_seconds=warmup))
+            )
+
+    def watch_heartbeats(self) -> None:
+        """Kills the training process when it is in a ring and sent no heartbeat for ``hung_after`` s."""
+        while self.proc is not None and self.proc.poll() is None:
+            time.sleep(min(1.0, self.hung_after / 4))
+            beat = self.last_beat
+            if beat is None or self._state is not AgentState.RUNNING:
+                continue
+            silent = time.monotonic() - beat
+            if silent > self.hung_after:
+                self.hung_seconds = silent
+                log.error(
+                    "%s: the training process sent no heartbeat for %.1f s (bound %.0f s): hung; killing it so "
+                    "the ring re-forms without it",
+                    self.instance,
+                    silent,
+                    self.hung_after,
+                )
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
 
     def wait_training(self) -> int:
         """Blocks until the training process ended and its output is copied; returns its status."""
@@ -245,6 +318,7 @@ class Agent:
                 joined=self.joined,
                 stderr_tail=tail,
                 log_path=str(self.log_path or ""),
+                hung_seconds=self.hung_seconds,
             )
         )
 
@@ -277,14 +351,52 @@ class Agent:
 
     # -------------------------------------------------------------- the driver stream
 
-    def _outgoing(self) -> Iterator[pb.AgentEvent]:
-        hello = pb.Hello(instance=self.instance, container_id=self.container_id, host=self.host, agent_id=self.agent_id)
-        yield pb.AgentEvent(hello=hello)
+    def send(self, event: pb.AgentEvent) -> None:
+        """Sends ``event`` on the current driver stream; an Exited event is also kept for the next one."""
+        with self._outbox_lock:
+            if event.WhichOneof("event") == "exited":
+                self._exit_event = event
+            if self._outbox is not None:
+                self._outbox.put(event)
+
+    def hello(self) -> pb.AgentEvent:
+        """The first event of a stream: who this agent is and where its training process stands."""
+        with self._state_lock:
+            state = self._state
+        rank = int(self.slot_env.get("HOROVOD_RANK", "-1")) if state is AgentState.RUNNING else -1
+        resume = pb.Resume(state=state.value, rank=rank, driver_incarnation=self.placed_by)
+        return pb.AgentEvent(
+            hello=pb.Hello(
+                instance=self.instance,
+                container_id=self.container_id,
+                host=self.host,
+                agent_id=self.agent_id,
+                resume=resume,
+            )
+        )
+
+    def _outgoing(self, outbox: queue.Queue[pb.AgentEvent | None]) -> Iterator[pb.AgentEvent]:
         while True:
-            event = self.events.get()
+            event = outbox.get()
             if event is None:
                 return
             yield event
+
+    def _open_stream(self) -> queue.Queue[pb.AgentEvent | None]:
+        """A new stream's outbox, holding the Hello (and the Exited event when the process already ended)."""
+        outbox: queue.Queue[pb.AgentEvent | None] = queue.Queue()
+        with self._outbox_lock:
+            outbox.put(self.hello())
+            if self._exit_event is not None:
+                outbox.put(self._exit_event)
+            self._outbox = outbox
+        return outbox
+
+    def _close_stream(self) -> None:
+        with self._outbox_lock:
+            if self._outbox is not None:
+                self._outbox.put(None)
+            self._outbox = None
 
     def _handle(self, command: pb.AgentCommand) -> None:
         kind = command.WhichOneof("command")
@@ -296,53 +408,134 @@ class Agent:
                 self._move(to)  # a Start or Leave before Warm breaks the protocol: IllegalTransitionError
             if kind == "start":
                 log.info("%s: joining the ring as rank %s", self.instance, command.start.env.get("HOROVOD_RANK"))
-                self.send_slot_env(dict(command.start.env))
+                self._place(dict(command.start.env))
+                self.send_slot_env(self.slot_env)
             else:
                 log.info("%s: leaving the ring (scale-in)", self.instance)
                 self._tell_child({"leave": True})
+        elif kind == "reform":
+            if self._state is not AgentState.RUNNING:
+                log.error("%s: a Reform while %s; ignored", self.instance, self._state)
+                return
+            self._place(dict(command.reform.env))
+            log.info(
+                "%s: driver incarnation %d adopted this worker; re-forming the ring at the next commit",
+                self.instance,
+                self.placed_by,
+            )
+            self._tell_child({"reform": self.slot_env})
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 
-    def run(self, target: str, token: str | None, tls_ca: bytes | None = None) -> int:
+    def _place(self, slot_env: dict[str, str]) -> None:
+        self.slot_env = slot_env
+        self.placed_by = int(slot_env.get("SUBMARINE_DRIVER_INCARNATION", "0") or 0)
+
+    def run(
+        self,
+        target: str,
+        token: str | None,
+        tls_ca: bytes | None = None,
+        *,
+        locate: Callable[[], str] | None = None,
+        grace: float = DRIVER_GRACE_S,
+    ) -> int:
+        """Runs the training process and stays attached to the job's driver (see the module doc); returns
+        the agent's exit status. ``locate`` finds the driver's address again after it was lost."""
         self.start_training()
-        metadata = bearer(token)
-        channel = open_channel(target, ca=tls_ca)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
-        except grpc.FutureTimeoutError:
-            log.error("%s: the job driver at %s did not answer within %.0f s", self.instance, target, CONNECT_TIMEOUT_S)
-            self.stop_training(STOP_GRACE_S)
-            return 1
-        stub = pb_grpc.ElasticDriverStub(channel)
-        commands = stub.Attach(self._outgoing(), metadata=metadata)
-        reader = threading.Thread(target=self._read_commands, args=(commands,), daemon=True, name="driver-stream")
-        reader.start()
+        threading.Thread(target=self.watch_heartbeats, daemon=True, name="heartbeats").start()
+        link = threading.Thread(
+            target=self._stay_attached, args=(target, token, tls_ca, locate, grace), daemon=True, name="driver-link"
+        )
+        link.start()
 
         code = self.wait_training()
         event = self.exited(code)
         leaving = event.exited.leaving
         log.info("%s: training process exited with %d%s", self.instance, code, " (leaving)" if leaving else "")
-        self.events.put(event)
+        self.send(event)
+        if self.gave_up:
+            self._close_stream()
+            return 1
         if code != 0 and not leaving:
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
-            self.events.put(None)
+            self._close_stream()
             return code
         # Finished or removed: stay until YARN stops this container (exiting would start a new one).
-        reader.join()
+        link.join()
         while True:
             time.sleep(3600)
 
-    def _read_commands(self, commands: Iterator[pb.AgentCommand]) -> None:
+    def _stay_attached(
+        self, target: str, token: str | None, tls_ca: bytes | None, locate: Callable[[], str] | None, grace: float
+    ) -> None:
+        """Attaches to the driver and, each time the stream is lost, attaches to its next incarnation, until
+        the driver ends the stream (the job ended) or stays away for ``grace`` s (the process is stopped)."""
+        metadata = bearer(token)
+        lost_at: float | None = None
+        while True:
+            wait = CONNECT_TIMEOUT_S if lost_at is None else max(0.0, lost_at + grace - time.monotonic())
+            channel = open_channel(target, ca=tls_ca, options=STREAM_KEEPALIVE_CLIENT_OPTIONS)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=min(wait, 5.0) if lost_at is not None else wait)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                if lost_at is None or time.monotonic() - lost_at >= grace:
+                    self._give_up(target, "did not answer" if lost_at is None else f"stayed away for {grace:.0f} s")
+                    return
+                target = self._relocate(target, locate)
+                continue
+            commands = pb_grpc.ElasticDriverStub(channel).Attach(self._outgoing(self._open_stream()), metadata=metadata)
+            try:
+                for command in commands:
+                    lost_at = None
+                    try:
+                        self._handle(command)
+                    except IllegalTransitionError as exc:
+                        log.error("%s: ignoring the driver's %s: %s", self.instance, command.WhichOneof("command"), exc)
+                ended = None
+            except grpc.RpcError as exc:
+                ended = exc
+            finally:
+                self._close_stream()
+                channel.close()
+            if ended is None:
+                self.released.set()
+                return  # the driver closed the stream: the job ended
+            if ended.code() is grpc.StatusCode.FAILED_PRECONDITION:
+                self._give_up(target, f"refused this worker: {ended.details()}")
+                return
+            if self.proc is None or self.proc.poll() is not None:
+                return  # nothing left to re-attach for
+            if lost_at is None:
+                lost_at = time.monotonic()
+                log.warning(
+                    "%s: lost the job driver (%s); the training process goes on, looking for the driver for %.0f s",
+                    self.instance,
+                    ended.code(),
+                    grace,
+                )
+                self._tell_child({"driver": "lost"})
+            time.sleep(REATTACH_PAUSE_S)
+            target = self._relocate(target, locate)
+
+    def _relocate(self, target: str, locate: Callable[[], str] | None) -> str:
+        if locate is None:
+            return target
         try:
-            for command in commands:
-                try:
-                    self._handle(command)
-                except IllegalTransitionError as exc:
-                    log.error("%s: ignoring the driver's %s: %s", self.instance, command.WhichOneof("command"), exc)
-        except grpc.RpcError as exc:
-            if self.proc is not None and self.proc.poll() is None:
-                log.error("%s: lost the job driver (%s); stopping the training process", self.instance, exc.code())
-                self.stop_training(STOP_GRACE_S)
+            found = locate()
+        except (ElasticError, OSError) as exc:
+            log.info("%s: the driver's address is not known yet (%s)", self.instance, exc)
+            return target
+        if found != target:
+            log.info("%s: the job driver is now at %s", self.instance, found)
+        return found
+
+    def _give_up(self, target: str, why: str) -> None:
+        """Stops the training process for good: the agent then exits with status 1 (YARN starts a fresh one)."""
+        log.error("%s: the job driver at %s %s; stopping the training process", self.instance, target, why)
+        self.gave_up = True
+        self.stop_training(STOP_GRACE_S)
 
 
 def main() -> int:
@@ -357,18 +550,21 @@ def main() -> int:
     host = os.environ.get("NM_HOST") or socket.gethostname()
     try:
         token, tls_ca = env.job_token(), env.driver_tls_ca()
+        hung_after = env.positive_seconds("SUBMARINE_HUNG_AFTER_S", HUNG_AFTER_S)
+        grace = env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", DRIVER_GRACE_S)
         target = driver_address()
-    except (ElasticError, OSError, env.SecretFileError) as exc:
+    except (ElasticError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)
+    agent.hung_after = hung_after
 
     def on_sigterm(_signum: int, _frame: object) -> None:
         agent.stop_training(STOP_GRACE_S)
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    return agent.run(target, token, tls_ca)
+    return agent.run(target, token, tls_ca, locate=lambda: driver_address(timeout=5.0), grace=grace)
 
 
 if __name__ == "__main__":

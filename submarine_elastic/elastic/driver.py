@@ -29,6 +29,16 @@ restarting) is sent again, not lost; until YARN has the target, ``JobStatus.erro
 The job and each worker follow the state machines of :mod:`submarine_elastic.elastic.api`
 (:class:`JobPhase`, :class:`WorkerState`); a transition they do not have raises.
 
+The driver is recoverable. It runs in a YARN component with restart policy ON_FAILURE: a driver that
+concludes the job (finished or failed, its outcome recorded) exits 0 and ends the service; one that
+dies is relaunched. What its next incarnation needs (the target, the resize asked for, the timeline,
+the failures, its incarnations) it keeps in a small state file (:class:`DriverState`, beside the
+outcome record). The workers train on while it is gone (Gloo's ring needs no driver), their agents
+re-attach to the next incarnation with where they stand (:class:`pb.Resume`), and it adopts those that
+train: it offers Horovod only them until their ring has re-formed around its own rendezvous (``Reform``:
+the new environment, applied at their next commit), so rank 0 is a worker holding the committed state,
+never a fresh joiner; then warm joiners are admitted as usual. A driver loss costs no committed step.
+
 Failures are explained: the first failed training processes are kept with the last lines of their
 stderr (:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed,
 one failed training process, or one that finished without ever calling ``hvd.init()``, fails the
@@ -50,7 +60,8 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import grpc
 from google.protobuf import json_format
@@ -96,6 +107,13 @@ RECONCILE_SLICE_S = 10.0
 #: there, up to the maximum, so a job waiting for capacity does not poll the ResourceManager all the time.
 RECONCILE_PAUSE_S = 1.0
 RECONCILE_PAUSE_MAX_S = 60.0
+#: How long a new driver incarnation waits for the workers of the previous one to re-attach before it forms
+#: its ring with those that did (at least ``--min_workers``).
+ADOPT_WAIT_S = 20.0
+#: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
+ADOPT_RING_S = 120.0
+#: How often the driver's state file is brought up to date.
+PERSIST_EVERY_S = 1.0
 #: gRPC threads of the control plane beyond the agents' streams: Flex, Status and their retries.
 CONTROL_CALL_THREADS = 16
 
@@ -127,6 +145,11 @@ class AgentHandle:
     connected: bool = True
     #: its training process asked to join a ring (it reached WARM)
     joined: bool = False
+    #: it kept training while the job's driver was replaced: this incarnation adopted it (its rank then)
+    adopted: bool = False
+    adopted_rank: int = -1
+    #: it was sent this incarnation's Reform (its ring re-forms around this driver's rendezvous)
+    reformed: bool = False
 
     @property
     def number(self) -> int:
@@ -140,6 +163,8 @@ class AgentRegistry(HostDiscovery):
         super().__init__()
         self._lock = threading.Condition()
         self._agents: dict[str, AgentHandle] = {}
+        #: while set, Horovod is offered only adopted workers (a new incarnation re-forming their ring)
+        self.adopting = False
 
     def add(self, agent: AgentHandle) -> None:
         """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""
@@ -192,11 +217,20 @@ class AgentRegistry(HostDiscovery):
             return list(self._agents.values())
 
     def available(self) -> list[AgentHandle]:
-        """Workers Horovod may use: connected, warm or running, not leaving, not exited."""
+        """Workers Horovod may use: connected, warm or running, not leaving, not exited; while ``adopting``,
+        only the adopted ones, in their old rank order."""
         with self._lock:
-            return [
+            usable = [
                 a for a in self._agents.values() if a.connected and a.state in (WorkerState.WARM, WorkerState.RUNNING)
             ]
+            if self.adopting:
+                usable = sorted((a for a in usable if a.adopted), key=lambda a: a.adopted_rank)
+            return usable
+
+    def end_adoption(self) -> None:
+        with self._lock:
+            self.adopting = False
+            self._lock.notify_all()
 
     def wait(self, predicate: object, timeout: float) -> bool:
         with self._lock:
@@ -204,6 +238,55 @@ class AgentRegistry(HostDiscovery):
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
         return {a.agent_id: 1 for a in self.available()}
+
+
+@dataclass
+class DriverState:
+    """What a driver incarnation leaves its successor: written to a small JSON file (atomically, when it
+    changes), read back by the next incarnation of the same YARN application.
+
+    ``target`` is the worker count the driver last applied, ``requested`` the latest one a client asked
+    for (a resize queued when the driver died is taken up again), ``world_size`` the ring's size then.
+    """
+
+    app: str = ""
+    target: int = 0
+    requested: int = 0
+    world_size: int = 0
+    removing: list[str] = field(default_factory=list)
+    timeline: list[dict[str, object]] = field(default_factory=list)
+    failures: list[dict[str, object]] = field(default_factory=list)
+    incarnations: list[dict[str, object]] = field(default_factory=list)
+    error: str = ""
+
+    @classmethod
+    def load(cls, path: Path | None, app: str) -> DriverState | None:
+        """The state a previous incarnation of application ``app`` left at ``path``; None when there is none
+        (or it belongs to another run of a job of the same name). An unreadable file is logged and ignored:
+        the new incarnation then rebuilds its view from the agents alone."""
+        if path is None or not path.exists():
+            return None
+        try:
+            raw = json.loads(path.read_text())
+            state = cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("ignoring the previous driver's state in %s: %s", path, exc)
+            return None
+        return state if state.app == app else None
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(f"{path.name}.tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.replace(path)
+
+
+def application_of(container_id: str) -> str:
+    """The YARN application id of a container id (``container_e01_1700000000000_0001_01_000002`` ->
+    ``application_1700000000000_0001``); '' when it is not one."""
+    parts = container_id.split("_")
+    if len(parts) > 1 and parts[1].startswith("e"):
+        del parts[1]
+    return f"application_{parts[1]}_{parts[2]}" if len(parts) >= 5 and parts[0] == "container" else ""
 
 
 class JobDriver(pb_grpc.ElasticDriverServicer):
@@ -215,7 +298,16 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     """
 
     def __init__(
-        self, job: str, limits: Limits, yarn: ServiceBackend, token: str | None, iface: str, elastic_timeout: int
+        self,
+        job: str,
+        limits: Limits,
+        yarn: ServiceBackend,
+        token: str | None,
+        iface: str,
+        elastic_timeout: int,
+        *,
+        state_file: Path | None = None,
+        app: str = "",
     ) -> None:
         self.job = job
         self.limits = limits
@@ -242,6 +334,34 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.failures: list[pb.WorkerFailure] = []
         self.error = ""
         self._fatal = threading.Event()
+        self.requested = limits.num
+        self._state_file = state_file
+        self._app = app
+        previous = DriverState.load(state_file, app)
+        #: what the previous incarnation left (None: this is the job's first driver)
+        self.previous = previous
+        self.incarnations = (
+            [json_format.ParseDict(i, pb.DriverIncarnation()) for i in previous.incarnations] if previous else []
+        )
+        self.incarnation = len(self.incarnations) + 1
+        self._started = time.time()
+        self.incarnations.append(
+            pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
+        )
+        if previous is not None:
+            self.target = previous.target or limits.num
+            self.requested = previous.requested or self.target
+            self._removing = tuple(previous.removing)
+            self.timeline = [json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline]
+            self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
+            log.warning(
+                "driver incarnation %d of job %s: the previous one left target %d (ring of %d); adopting its workers",
+                self.incarnation,
+                job,
+                self.target,
+                previous.world_size,
+            )
+        self._persisted = ""
 
     @property
     def phase(self) -> JobPhase:
@@ -269,14 +389,48 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return
         hello = first.hello
         agent = AgentHandle(hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host)
+        refusal = self._adopt(agent, hello.resume if hello.HasField("resume") else None)
+        if refusal:
+            log.warning("refused %s (%s): %s", agent.instance, agent.agent_id, refusal)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
+            return
         self.registry.add(agent)
-        log.info("agent attached: %s (%s)", agent.instance, agent.container_id)
+        log.info(
+            "agent attached: %s (%s)%s",
+            agent.instance,
+            agent.container_id,
+            f", adopted at rank {agent.adopted_rank}" if agent.adopted else "",
+        )
         threading.Thread(target=self._read_agent, args=(agent, request_iterator), daemon=True).start()
         while True:
             command = agent.commands.get()
             if command is None:
                 return
             yield command
+
+    def _adopt(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
+        """Sets a (re-)attaching agent's state from where it says its process stands; returns why it is refused
+        ('' when it is not): a worker this driver already counted out, or one placed by an incarnation that
+        is not this one's predecessor's, cannot come back into the ring."""
+        state = resume.state if resume is not None else "starting"
+        known = self.registry.get(agent.agent_id)
+        if known is not None and known.state.ended:
+            return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
+        if state in ("stopping", "exited"):
+            return f"{agent.instance}'s training process is ending"
+        if state == "warm":
+            agent.state, agent.joined = WorkerState.WARM, True
+        elif state == "running":
+            assert resume is not None
+            if resume.driver_incarnation == self.incarnation:
+                return f"{agent.instance} lost this driver's stream and its ring re-formed without it"
+            if self.ring_formed:
+                return f"{agent.instance} trains in a ring of an earlier driver; this one's ring has formed since"
+            agent.state, agent.joined = WorkerState.RUNNING, True
+            agent.adopted, agent.adopted_rank = True, resume.rank
+        elif state == "leaving":
+            agent.state, agent.joined = WorkerState.LEAVING, True
+        return ""
 
     def _read_agent(self, agent: AgentHandle, events: Iterator[pb.AgentEvent]) -> None:
         try:
@@ -317,6 +471,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             reason = (
                 f"{agent.instance}'s training process finished without joining the job's ring: it never called "
                 f"hvd.init(), so it trained alone. Call hvd.init() (any Horovod binding) before training."
+            )
+        elif exited.hung_seconds > 0:
+            reason = (
+                f"{agent.instance}'s training process hung: it sent no heartbeat for {exited.hung_seconds:.1f} s, "
+                f"so its agent killed it and the ring re-formed without it"
             )
         else:
             reason = f"{agent.instance}'s training process {_describe_exit(code)}" + (
@@ -362,6 +521,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if unknown:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown worker instances: {', '.join(unknown)}")
         previous = self.target
+        self.requested = request.workers
         self._resizes.put((request.workers, list(request.remove), request.reason or "requested"))
         return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
 
@@ -388,6 +548,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             timeline=self.timeline,
             error=self.error or "; ".join(why for why in (self._waiting_reason(), self._yarn_lag()) if why),
             failures=self.failures,
+            incarnations=self.incarnations,
         )
 
     def _waiting_reason(self) -> str:
@@ -506,14 +667,20 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             },
             **create_slot_env_vars(slot_info),
             "PYTHONUNBUFFERED": "1",
+            "SUBMARINE_DRIVER_INCARNATION": str(self.incarnation),
         }
-        try:
-            self.registry.move(agent.agent_id, WorkerState.RUNNING)
-        except IllegalTransitionError as exc:
-            # Horovod read discovery just before the worker began to leave, or before it ended.
-            log.info("no slot for %s: %s", agent.instance, exc)
+        if agent.adopted and not agent.reformed and agent.state is WorkerState.RUNNING:
+            # It trains in the previous incarnation's ring: it re-forms around this driver's rendezvous.
+            agent.reformed = True
+            agent.commands.put(pb.AgentCommand(reform=pb.Reform(env=slot_env)))
         else:
-            agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
+            try:
+                self.registry.move(agent.agent_id, WorkerState.RUNNING)
+            except IllegalTransitionError as exc:
+                # Horovod read discovery just before the worker began to leave, or before it ended.
+                log.info("no slot for %s: %s", agent.instance, exc)
+            else:
+                agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):
                 agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
@@ -569,6 +736,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
         )
         threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
+        threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
+        if self.previous is not None:
+            # What YARN should have is what the previous incarnation last applied (and still removes by name).
+            self._set_yarn_target(self.target)
 
         hvd_driver = ElasticDriver(
             self._rendezvous,
@@ -583,6 +754,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._hvd = hvd_driver
         self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver))
         self._server_ip = _my_ip(self.iface)
+        adopting = self._await_adoption()
+        if not adopting and self.requested != self.target:
+            self._resizes.put((self.requested, [], "asked for before the driver was relaunched"))
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         started = time.monotonic()
 
@@ -602,7 +776,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if self._fatal.is_set():
             return self._end(server, 3)
         self.phase = JobPhase.RUNNING
-        hvd_driver.start(min(self.target, len(self.registry.available())), self._create_worker)
+        first_ring = len(self.registry.available())
+        hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
+        if adopting:
+            threading.Thread(
+                target=self._finish_adoption, args=(hvd_driver, first_ring), daemon=True, name="adoption"
+            ).start()
         results = hvd_driver.get_results()
         hvd_driver.stop()
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
@@ -613,6 +792,90 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)
+
+    def _await_adoption(self) -> bool:
+        """A new incarnation whose predecessor had a ring waits (up to ADOPT_WAIT_S) for that ring's workers
+        to re-attach; True when at least ``--min_workers`` did: the registry then offers Horovod only them
+        until their ring re-formed (:meth:`_finish_adoption`)."""
+        previous = self.previous
+        if previous is None or previous.world_size == 0:
+            return False
+        self.registry.adopting = True
+        expected = previous.world_size
+        log.info("waiting up to %.0f s for the %d workers of the previous ring to re-attach", ADOPT_WAIT_S, expected)
+        self.registry.wait(lambda: len(self.registry.available()) >= expected or self._fatal.is_set(), ADOPT_WAIT_S)
+        adopted = len(self.registry.available())
+        if adopted >= self.limits.min and not self._fatal.is_set():
+            log.warning(
+                "adopting %d of the previous ring's %d workers; their ring re-forms at their next commit",
+                adopted,
+                expected,
+            )
+            self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
+            return True
+        log.error(
+            "only %d of the previous ring's %d workers re-attached (need %d): forming a new ring",
+            adopted,
+            expected,
+            self.limits.min,
+        )
+        self.registry.end_adoption()
+        return False
+
+    def _finish_adoption(self, hvd_driver: ElasticDriver, adopted: int) -> None:
+        """Once the adopted ring re-formed around this driver (its rank 0 registered Horovod's notification
+        service with this rendezvous, so later host changes reach it), admits warm joiners again and takes
+        up a resize the previous incarnation had been asked for."""
+        deadline = time.monotonic() + ADOPT_RING_S
+        while time.monotonic() < deadline and not hvd_driver.finished():
+            coordinator = hvd_driver.get_coordinator_info()
+            if coordinator is not None and hvd_driver.get_worker_client(coordinator) is not None:
+                me = self.incarnations[-1]
+                me.adopted_workers = adopted
+                me.recovered_after = time.time() - self._started
+                log.info(
+                    "the adopted ring of %d re-formed %.1f s after this driver started", adopted, me.recovered_after
+                )
+                break
+            time.sleep(0.2)
+        else:
+            log.warning("the adopted ring did not register with this driver within %.0f s", ADOPT_RING_S)
+        self.registry.end_adoption()
+        if self.requested != self.target:
+            self._resizes.put((self.requested, [], "asked for before the driver was relaunched"))
+
+    def _persist_loop(self) -> None:
+        while True:
+            self._persist()
+            time.sleep(PERSIST_EVERY_S)
+
+    def _persist(self) -> None:
+        """Writes :class:`DriverState` when it changed (the next incarnation reads it)."""
+        if self._state_file is None:
+            return
+
+        def plain(message: object) -> dict[str, object]:
+            return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+        state = DriverState(
+            app=self._app,
+            target=self.target,
+            requested=self.requested,
+            world_size=self._hvd.world_size() if self._hvd is not None else 0,
+            removing=list(self._removing),
+            timeline=[plain(e) for e in self.timeline],
+            failures=[plain(f) for f in self.failures],
+            incarnations=[plain(i) for i in self.incarnations],
+            error=self.error,
+        )
+        text = json.dumps(asdict(state))
+        if text == self._persisted:
+            return
+        try:
+            state.save(self._state_file)
+        except OSError as exc:
+            log.warning("cannot keep the driver's state in %s: %s", self._state_file, exc)
+        self._persisted = text
 
     def _end(self, server: grpc.Server, rc: int) -> int:
         """Stops every agent stream and the server; logs the reason of a failure as the last line."""
@@ -627,6 +890,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             sys.stderr.write(f"submarine-elastic job {self.job} failed: {self.error or 'unknown reason'}\n")
             sys.stderr.flush()
         self._record_outcome()
+        self._persist()
         for agent in self.registry.snapshot():
             agent.commands.put(None)
         server.stop(grace=2)
@@ -720,9 +984,22 @@ def main() -> int:
     except (ValueError, OSError) as exc:
         log.error("cannot read the job's token or TLS files: %s", exc)
         return 2
+    app = application_of(os.environ.get("CONTAINER_ID", ""))
     with YarnServiceClient(rm) as yarn:
-        driver = JobDriver(job, Limits(num, lo, hi), yarn, token, env.gloo_iface() or "lo", timeout)
-        return driver.run(port, tls)
+        driver = JobDriver(
+            job,
+            Limits(num, lo, hi),
+            yarn,
+            token,
+            env.gloo_iface() or "lo",
+            timeout,
+            state_file=env.driver_state_file(),
+            app=app,
+        )
+        rc = driver.run(port, tls)
+    # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy
+    # (ON_FAILURE) that ends the service; any other exit of the driver is a crash that YARN relaunches.
+    return 0 if driver.phase in (JobPhase.FINISHED, JobPhase.FAILED) else rc
 
 
 if __name__ == "__main__":

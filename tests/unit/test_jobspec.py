@@ -48,12 +48,15 @@ def request(**kw: object) -> JobRequest:
     return JobRequest(**args)
 
 
-def test_the_spec_has_a_driver_that_ends_the_service_and_n_worker_agents():
+def test_the_spec_has_a_relaunched_driver_that_ends_the_service_and_n_worker_agents():
     spec = build_service(request()).to_dict()
     driver, worker = spec["components"]
     assert driver["name"] == "driver" and driver["number_of_containers"] == 1
-    assert driver["restart_policy"] == "NEVER"
-    assert driver["configuration"]["properties"] == {"yarn.service.container-state-report-as-service-state": "true"}
+    # A driver that dies is relaunched (after 1 s); one that exits 0 (the job ended) ends the service.
+    assert driver["restart_policy"] == "ON_FAILURE"
+    properties = driver["configuration"]["properties"]
+    assert properties["yarn.service.container-state-report-as-service-state"] == "true"
+    assert properties["yarn.service.container-failure.retry-interval-ms"] == "1000"
     assert driver["launch_command"] == "/venv/bin/python -m submarine_elastic.elastic.driver"
     assert worker["number_of_containers"] == 2 and worker["restart_policy"] == "ALWAYS"
     assert worker["resource"] == {"cpus": 1, "memory": "2048"}

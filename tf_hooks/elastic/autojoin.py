@@ -8,7 +8,9 @@ process and any Python process it starts:
   ...) first does :func:`tf_hooks.elastic.ring.wait_for_slot`: it tells the agent the process is warm
   and blocks until the job's driver places it in a ring, then initialises Horovod in it. So a script
   written for ``horovodrun`` never trains alone at world size 1.
-- a later ``hvd.init()`` (Horovod's elastic reset re-initialises after every resize), when the agent has
+- a later ``hvd.init()`` (Horovod's elastic reset re-initialises after every resize) first takes the
+  environment of the ring a new driver incarnation formed, when the job's driver was lost and came back
+  (:func:`tf_hooks.elastic.ring.prepare_reinit`); and, when the agent has
   asked the process to leave (scale-in), asks the job's rendezvous for this process's slot in the new
   ring, as Horovod's own ``init`` would; the driver sends Leave before it withdraws the worker, so the
   answer is "no slot", and the process exits with status 0 instead of being aborted by Horovod
@@ -137,6 +139,9 @@ def _patch_basics(module: ModuleType) -> None:
         before = tcp_sockets()
         result = original(self, *args, **kwargs)
         _ring_sockets.update({fd: ino for fd, ino in tcp_sockets().items() if before.get(fd) != ino})
+        from tf_hooks.elastic import ring
+
+        ring.after_init()
         return result
 
     init._submarine_autojoin = True  # type: ignore[attr-defined]
@@ -230,11 +235,14 @@ def release_previous_ring() -> int:
 def join_or_leave() -> None:
     """What every ``hvd.init()`` does first in an agent-started process.
 
-    The first call blocks until the driver places the process in a ring (the agent's channel); a later
-    call, when the agent asked the process to leave, exits it with :data:`LEFT_RING`.
+    The first call blocks until the driver places the process in a ring (the agent's channel). A later
+    call first reads what the agent sent and, when the job's driver was lost, waits for its next
+    incarnation and takes the new ring's environment (:func:`tf_hooks.elastic.ring.prepare_reinit`);
+    then, when the agent asked the process to leave, it exits with :data:`LEFT_RING`.
 
     Raises:
-        tf_hooks.elastic.ring.RingJoinError: the agent went away before the ring formed.
+        tf_hooks.elastic.ring.RingJoinError: the agent went away before the ring formed, or the job's
+            driver did not come back.
         SystemExit: the process left the ring on scale-in.
     """
     from submarine_elastic import env
@@ -242,7 +250,9 @@ def join_or_leave() -> None:
 
     if env.agent_fd() is not None:
         ring.wait_for_slot()
-    elif ring.leave_requested():
+        return
+    ring.prepare_reinit()
+    if ring.leave_requested():
         rank = _slot_rank()
         if rank < 0:
             sys.stderr.write("submarine-elastic: this worker left the ring (scale-in); exiting\n")

@@ -8,44 +8,174 @@ joiner's start-up runs while the current ring keeps training; only the re-form i
 
 Outside an agent (``horovodrun``, a plain ``python``) :func:`init_horovod` is just ``hvd.init()``.
 
-The channel stays open once the process is in a ring: on scale-in the agent writes ``{"leave": true}``
-into it, and :func:`leave_requested` (asked by :mod:`tf_hooks.elastic.autojoin` when Horovod re-forms
-the ring) tells the process to exit cleanly instead of being thrown out of the ring by Horovod.
+Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns the channel:
+
+- it writes a heartbeat every :data:`HEARTBEAT_S` seconds; the agent kills a process that stops
+  beating (stopped, or stuck holding the interpreter) so its ring can re-form without it;
+- it reads what the agent sends: ``leave`` (scale-in: :func:`leave_requested`), ``driver: lost`` (the
+  job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
+  this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
+  through Horovod's own host-update notification), and ``pong`` (the answer to :meth:`AgentChannel.sync`).
+
+Every re-initialisation after the first (Horovod's elastic reset) first calls :func:`prepare_reinit`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import sys
+import threading
 import time
 from typing import Any
 
 from submarine_elastic import env
 
+logger = logging.getLogger(__name__)
+
+#: Seconds between the process's heartbeats to its agent.
+HEARTBEAT_S = 1.0
+#: How long a re-initialisation waits for the job's driver to come back (the agent gives up sooner).
+DRIVER_WAIT_S = 600.0
+#: How long :meth:`AgentChannel.sync` waits for the agent's answer.
+SYNC_TIMEOUT_S = 10.0
+
 
 class RingJoinError(RuntimeError):
-    """The agent's channel closed or sent something unreadable before the ring formed."""
+    """The agent's channel closed or sent something unreadable before the ring formed, or the job's
+    driver did not come back while the process waited to re-form its ring."""
 
 
-#: The agent's end of the channel once this process is in a ring (None: not started by an agent).
-_channel: socket.socket | None = None
-#: What the agent sent after the slot's line, not read as a message yet.
-_pending = b""
-_leave_seen = False
+class AgentChannel:
+    """The process's end of its agent's channel once the process is in a ring (see the module doc).
+
+    ``leave``, ``driver_lost`` and the pending ``reform`` environment change only on its thread,
+    under its condition; readers wait on it.
+    """
+
+    def __init__(self, sock: socket.socket, unread: bytes = b"") -> None:
+        self._sock = sock
+        self._unread = unread
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self.leave = False
+        self.driver_lost = False
+        self.closed = False
+        self._reform: dict[str, str] | None = None
+        self._pings = 0
+        self._pongs = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name="submarine-agent-channel")
+        self._thread.start()
+
+    def send(self, message: dict[str, Any]) -> bool:
+        try:
+            with self._send_lock:
+                self._sock.sendall(json.dumps(message).encode() + b"\n")
+            return True
+        except OSError:
+            return False
+
+    def _run(self) -> None:
+        self._sock.settimeout(HEARTBEAT_S)
+        buf, self._unread = self._unread, b""
+        next_beat = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.send({"beat": now})
+                next_beat = now + HEARTBEAT_S
+            lines = buf.split(b"\n")
+            buf = lines.pop()
+            for line in lines:
+                self._dispatch(line)
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            logger.warning("unreadable message from the worker agent: %r", line[:200])
+            return
+        if not isinstance(message, dict):
+            return
+        reform = None
+        with self._cond:
+            if message.get("leave"):
+                self.leave = True
+            if message.get("driver") == "lost":
+                self.driver_lost = True
+            if isinstance(message.get("reform"), dict):
+                reform = {str(k): str(v) for k, v in message["reform"].items()}
+                self._reform = reform
+                self.driver_lost = False
+            if "pong" in message:
+                self._pongs = max(self._pongs, int(message["pong"]))
+            self._cond.notify_all()
+        if reform is not None:
+            _interrupt_ring()
+
+    def sync(self, timeout: float = SYNC_TIMEOUT_S) -> bool:
+        """Waits until everything the agent sent before now has been read; False on timeout or a closed channel."""
+        with self._cond:
+            self._pings += 1
+            n = self._pings
+        if not self.send({"ping": n}):
+            return False
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pongs >= n or self.closed, timeout) and self._pongs >= n
+
+    def take_reform(self, timeout: float) -> dict[str, str] | None:
+        """The new ring's environment a new driver sent (once), waiting up to ``timeout`` s while the driver is
+        lost; None when there is none.
+
+        Raises:
+            RingJoinError: the driver is still lost after ``timeout`` s, or the agent went away meanwhile.
+        """
+        with self._cond:
+            if self.driver_lost:
+                logger.warning("the job's driver is gone; waiting for its next incarnation to re-form the ring")
+                self._cond.wait_for(lambda: not self.driver_lost or self.closed, timeout)
+                if self.driver_lost:
+                    why = (
+                        "the worker agent went away" if self.closed else f"it did not come back within {timeout:.0f} s"
+                    )
+                    raise RingJoinError(f"cannot re-form the ring: the job's driver is gone and {why}")
+            reform, self._reform = self._reform, None
+            return reform
+
+
+#: The agent's channel once this process is in a ring (None: not started by an agent, or not placed yet).
+_channel: AgentChannel | None = None
+#: A new driver's environment was applied before the current ``hvd.init()``: Horovod's worker notification
+#: service must be registered with that driver's rendezvous once the init is done.
+_reformed = False
 
 
 def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     """Tell the agent this process is warm and block until it sends the slot's Horovod environment.
 
     Blocks for up to ``timeout`` seconds (None: until the driver places the process). Sets the
-    environment in ``os.environ`` and returns it; returns ``{}`` when not started by an agent.
+    environment in ``os.environ``, starts the channel's thread (:class:`AgentChannel`) and returns the
+    environment; returns ``{}`` when not started by an agent.
 
     Raises:
         RingJoinError: the agent went away or sent a malformed message.
         TimeoutError: ``timeout`` passed first.
     """
-    global _channel, _pending
+    global _channel
     fd = env.agent_fd()
     if fd is None:
         return {}
@@ -63,7 +193,7 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
             if not chunk:
                 raise RingJoinError("the worker agent closed the channel before the ring formed")
             buf += chunk
-        line, _, _pending = buf.partition(b"\n")
+        line, _, unread = buf.partition(b"\n")
         try:
             message = json.loads(line)
             slot_env = {str(k): str(v) for k, v in message["env"].items()}
@@ -73,38 +203,75 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     finally:
         if not placed:
             sock.close()
-    _channel = sock
     os.environ.pop("SUBMARINE_AGENT_FD", None)
     os.environ.update(slot_env)
+    _channel = AgentChannel(sock, unread)
     return slot_env
+
+
+def channel() -> AgentChannel | None:
+    """This process's channel to its agent once it is in a ring, else None."""
+    return _channel
+
+
+def prepare_reinit(timeout: float = DRIVER_WAIT_S) -> None:
+    """What a re-initialisation of Horovod does first in an agent-started process: reads everything the
+    agent sent (a Leave sent before the re-form is seen), waits while the job's driver is gone, and
+    applies the environment of the ring a new driver incarnation formed (its rendezvous).
+
+    Raises:
+        RingJoinError: the driver did not come back within ``timeout`` s.
+    """
+    global _reformed
+    if _channel is None:
+        return
+    _channel.sync()
+    reform = _channel.take_reform(timeout)
+    if reform:
+        os.environ.update(reform)
+        _reformed = True
+        logger.warning(
+            "re-forming the ring around the job's new driver (incarnation %s)",
+            reform.get("SUBMARINE_DRIVER_INCARNATION", "?"),
+        )
+
+
+def after_init() -> None:
+    """What a successful ``hvd.init()`` does last: after a re-form around a new driver, registers Horovod's
+    worker notification service with that driver's rendezvous, so it can interrupt this ring on later
+    resizes (Horovod registers it once per process, with the rendezvous of the time)."""
+    global _reformed
+    if not _reformed:
+        return
+    _reformed = False
+    module = sys.modules.get("horovod.common.elastic")
+    manager = getattr(module, "notification_manager", None)
+    if manager is None or getattr(manager, "_service", None) is None:
+        return  # not an elastic script, or before its first hvd.elastic.run: it registers itself then
+    old = manager._service
+    manager._service = None
+    manager.init()  # a new service, registered with the rendezvous now in os.environ
+    old.shutdown()
+
+
+def _interrupt_ring() -> None:
+    """Makes the ring this process trains in re-form at its next commit, as Horovod's driver does when its
+    hosts change (a no-op outside ``hvd.elastic.run``)."""
+    module = sys.modules.get("horovod.common.elastic")
+    if module is None:
+        return
+    from horovod.runner.elastic.worker import HostUpdateResult
+
+    module.notification_manager.handle_hosts_updated(time.time(), HostUpdateResult.mixed)
 
 
 def leave_requested() -> bool:
     """Whether the agent has asked this process to leave the ring (scale-in). Never blocks.
 
     Answers False outside an agent, before the process is in a ring, and when the agent is gone.
+    :func:`prepare_reinit` reads everything sent before it, so a re-init sees a Leave sent before the re-form.
     """
-    global _leave_seen, _pending
-    if _leave_seen or _channel is None:
-        return _leave_seen
-    data, _pending = _pending, b""
-    try:
-        _channel.setblocking(False)
-        data += _channel.recv(65536)
-    except (BlockingIOError, InterruptedError, OSError):
-        pass
-    finally:
-        try:
-            _channel.setblocking(True)
-        except OSError:
-            pass
-    for line in data.splitlines():
-        try:
-            if json.loads(line).get("leave"):
-                _leave_seen = True
-        except (ValueError, AttributeError):
-            continue
-    return _leave_seen
+    return _channel is not None and _channel.leave
 
 
 def init_horovod(timeout: float | None = None) -> Any:

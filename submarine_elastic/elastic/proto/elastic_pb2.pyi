@@ -16,16 +16,28 @@ class AgentEvent(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "container_id", "host", "agent_id")
+    __slots__ = ("instance", "container_id", "host", "agent_id", "resume")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     host: str
     agent_id: str
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    resume: Resume
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
+
+class Resume(_message.Message):
+    __slots__ = ("state", "rank", "driver_incarnation")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    rank: int
+    driver_incarnation: int
+    def __init__(self, state: _Optional[str] = ..., rank: _Optional[int] = ..., driver_incarnation: _Optional[int] = ...) -> None: ...
 
 class Warm(_message.Message):
     __slots__ = ("pid", "warmup_seconds")
@@ -36,30 +48,47 @@ class Warm(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., warmup_seconds: _Optional[float] = ...) -> None: ...
 
 class Exited(_message.Message):
-    __slots__ = ("exit_code", "leaving", "joined", "stderr_tail", "log_path")
+    __slots__ = ("exit_code", "leaving", "joined", "stderr_tail", "log_path", "hung_seconds")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     LEAVING_FIELD_NUMBER: _ClassVar[int]
     JOINED_FIELD_NUMBER: _ClassVar[int]
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    HUNG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     leaving: bool
     joined: bool
     stderr_tail: str
     log_path: str
-    def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
+    hung_seconds: float
+    def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ..., hung_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("start", "leave", "stop")
+    __slots__ = ("start", "leave", "stop", "reform")
     START_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    REFORM_FIELD_NUMBER: _ClassVar[int]
     start: Start
     leave: Leave
     stop: Stop
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ...) -> None: ...
+    reform: Reform
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ...) -> None: ...
 
 class Start(_message.Message):
+    __slots__ = ("env",)
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Reform(_message.Message):
     __slots__ = ("env",)
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
@@ -153,7 +182,7 @@ class WorkerFailure(_message.Message):
     def __init__(self, time: _Optional[float] = ..., instance: _Optional[str] = ..., container_id: _Optional[str] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures")
+    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures", "incarnations")
     JOB_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +193,7 @@ class JobStatus(_message.Message):
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
+    INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
     job: str
     phase: str
     target: int
@@ -174,4 +204,19 @@ class JobStatus(_message.Message):
     timeline: _containers.RepeatedCompositeFieldContainer[ResizeEvent]
     error: str
     failures: _containers.RepeatedCompositeFieldContainer[WorkerFailure]
-    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ...) -> None: ...
+    incarnations: _containers.RepeatedCompositeFieldContainer[DriverIncarnation]
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ...) -> None: ...
+
+class DriverIncarnation(_message.Message):
+    __slots__ = ("number", "started", "host", "adopted_workers", "recovered_after")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    started: float
+    host: str
+    adopted_workers: int
+    recovered_after: float
+    def __init__(self, number: _Optional[int] = ..., started: _Optional[float] = ..., host: _Optional[str] = ..., adopted_workers: _Optional[int] = ..., recovered_after: _Optional[float] = ...) -> None: ...

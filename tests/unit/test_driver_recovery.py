@@ -1,0 +1,249 @@
+"""What a relaunched driver takes over from its predecessor, and how it adopts the workers that kept
+training; the agent's and the training process's side of a lost driver and of a hung process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic import env
+from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic.api import Limits, WorkerState
+from submarine_elastic.elastic.driver import AgentHandle, JobDriver, application_of
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from tf_hooks.elastic import ring
+
+APP = "application_1795518217586_0001"
+
+
+def make_driver(state_file: Path | None = None, app: str = APP) -> JobDriver:
+    return JobDriver(
+        "job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60, state_file=state_file, app=app
+    )  # type: ignore[arg-type]
+
+
+def handle(n: int) -> AgentHandle:
+    return AgentHandle(f"container_{n}-a1", f"worker-{n}", f"container_{n}", "127.0.0.1")
+
+
+def resume(state: str, rank: int = -1, incarnation: int = 1) -> pb.Resume:
+    return pb.Resume(state=state, rank=rank, driver_incarnation=incarnation)
+
+
+def test_container_ids_name_their_application() -> None:
+    assert application_of("container_1795518217586_0001_01_000005") == APP
+    assert application_of("container_e17_1795518217586_0001_01_000005") == APP
+    assert application_of("") == "" and application_of("worker-0-123") == ""
+
+
+def test_a_relaunched_driver_takes_over_its_predecessors_target_timeline_and_incarnations(tmp_path: Path) -> None:
+    state_file = tmp_path / "job.driver.json"
+    first = make_driver(state_file)
+    assert first.previous is None and first.incarnation == 1
+    first.target, first.requested = 3, 1  # a scale-in was asked for and not done when it died
+    first.timeline.append(pb.ResizeEvent(time=1.0, from_workers=2, to_workers=3, reason="requested"))
+    first.failures.append(pb.WorkerFailure(instance="worker-1", exit_code=-9, reason="killed"))
+    first._persist()
+
+    second = make_driver(state_file)
+    assert second.incarnation == 2 and second.previous is not None
+    assert (second.target, second.requested) == (3, 1)
+    assert [e.to_workers for e in second.timeline] == [3]
+    assert [f.instance for f in second.failures] == ["worker-1"]
+    status = second.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    assert [i.number for i in status.incarnations] == [1, 2]
+    second._persist()
+    assert [i["number"] for i in json.loads(state_file.read_text())["incarnations"]] == [1, 2]
+
+
+def test_state_left_by_another_run_of_a_job_of_the_same_name_is_ignored(tmp_path: Path) -> None:
+    state_file = tmp_path / "job.driver.json"
+    make_driver(state_file, app="application_1_0001")._persist()
+    fresh = make_driver(state_file, app="application_1_0002")
+    assert fresh.previous is None and fresh.incarnation == 1
+
+
+def test_an_unreadable_state_file_is_ignored_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state_file = tmp_path / "job.driver.json"
+    state_file.write_text("{not json")
+    assert make_driver(state_file).previous is None
+    assert "ignoring the previous driver's state" in caplog.text
+
+
+def test_the_state_file_sits_beside_the_outcome_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SUBMARINE_DRIVER_STATE_FILE", raising=False)
+    monkeypatch.setenv("SUBMARINE_JOB_OUTCOME_FILE", str(tmp_path / "mnist.outcome.json"))
+    assert env.driver_state_file() == tmp_path / "mnist.driver.json"
+
+
+def test_agents_that_kept_training_are_adopted_and_stale_ones_refused() -> None:
+    driver = make_driver()
+    driver.incarnation = 2
+    running, warm, fresh, leaving = handle(0), handle(1), handle(2), handle(3)
+    assert driver._adopt(running, resume("running", rank=0, incarnation=1)) == ""
+    assert running.state is WorkerState.RUNNING and running.adopted and running.adopted_rank == 0
+    assert driver._adopt(warm, resume("warm")) == "" and warm.state is WorkerState.WARM and not warm.adopted
+    assert driver._adopt(fresh, None) == "" and fresh.state is WorkerState.ATTACHED
+    assert driver._adopt(leaving, resume("leaving", rank=2)) == "" and leaving.state is WorkerState.LEAVING
+    # Placed by this very incarnation: it lost the stream, and the ring re-formed without it.
+    assert "re-formed without it" in driver._adopt(handle(4), resume("running", rank=1, incarnation=2))
+    assert "ending" in driver._adopt(handle(5), resume("exited"))
+    # A worker this driver counted out cannot come back.
+    gone = handle(6)
+    driver.registry.add(gone)
+    driver.registry.end(gone, 1)
+    assert "counted out" in driver._adopt(handle(6), resume("running", rank=1, incarnation=1))
+    # Once this incarnation's ring formed, a late worker of an earlier ring is refused.
+    driver.phase = driver.phase.RUNNING
+    assert "earlier driver" in driver._adopt(handle(7), resume("running", rank=1, incarnation=1))
+
+
+def test_while_adopting_horovod_is_offered_only_the_adopted_workers_in_their_old_rank_order() -> None:
+    driver = make_driver()
+    driver.incarnation = 2
+    agents = {n: handle(n) for n in range(3)}
+    driver._adopt(agents[0], resume("running", rank=1, incarnation=1))
+    driver._adopt(agents[1], resume("running", rank=0, incarnation=1))
+    driver._adopt(agents[2], resume("warm"))
+    for a in agents.values():
+        driver.registry.add(a)
+    driver.registry.adopting = True
+    assert [a.instance for a in driver.registry.available()] == ["worker-1", "worker-0"]
+    driver.registry.end_adoption()
+    assert {a.instance for a in driver.registry.available()} == {"worker-0", "worker-1", "worker-2"}
+
+
+def test_an_adopted_worker_is_sent_reform_with_this_incarnations_rendezvous_not_start() -> None:
+    from horovod.runner.common.util.hosts import SlotInfo
+
+    driver = make_driver()
+    driver.incarnation = 2
+    adopted = handle(0)
+    driver._adopt(adopted, resume("running", rank=0, incarnation=1))
+    driver.registry.add(adopted)
+    driver.registry.end(adopted, 0)  # so _create_worker does not wait
+    adopted.state = WorkerState.RUNNING  # the Reform is chosen before the process's end is seen
+    slot = SlotInfo(hostname=adopted.agent_id, rank=0, local_rank=0, cross_rank=0, size=1, local_size=1, cross_size=1)
+    driver._create_worker(slot, [])
+    command = adopted.commands.get_nowait()
+    assert command.WhichOneof("command") == "reform"
+    assert command.reform.env["SUBMARINE_DRIVER_INCARNATION"] == "2"
+    assert command.reform.env["HOROVOD_HOSTNAME"] == adopted.agent_id
+
+
+def test_a_hung_workers_failure_says_so() -> None:
+    driver = make_driver()
+    driver._ring_formed = True
+    worker = handle(1)
+    worker.state = WorkerState.RUNNING
+    driver._note_exit(worker, pb.Exited(exit_code=-9, joined=True, hung_seconds=10.4))
+    (failure,) = driver.failures
+    assert "hung: it sent no heartbeat for 10.4 s" in failure.reason
+    assert not driver._fatal.is_set()
+
+
+# ------------------------------------------------------------------ the agent and the training process
+
+
+def test_the_agent_kills_a_training_process_that_stopped_sending_heartbeats(tmp_path: Path) -> None:
+    worker = agent_mod.Agent("sleep 60", "worker-0", "container_0", "127.0.0.1")
+    worker.hung_after = 0.5
+    os.environ["LOG_DIRS"] = str(tmp_path)
+    try:
+        worker.start_training()
+    finally:
+        del os.environ["LOG_DIRS"]
+    assert worker.proc is not None
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # stopped: no heartbeat, and SIGTERM would not end it
+    worker._state = agent_mod.AgentState.RUNNING
+    worker.last_beat = time.monotonic()
+    worker.watch_heartbeats()
+    assert worker.wait_training() == -signal.SIGKILL
+    assert worker.hung_seconds > 0.5
+    assert worker.exited_event(-signal.SIGKILL, leaving=False).exited.hung_seconds == worker.hung_seconds
+
+
+def test_a_process_that_beats_is_not_hung(tmp_path: Path) -> None:
+    worker = agent_mod.Agent("sleep 1.5", "worker-0", "container_0", "127.0.0.1")
+    worker.hung_after = 0.5
+    os.environ["LOG_DIRS"] = str(tmp_path)
+    try:
+        worker.start_training()
+    finally:
+        del os.environ["LOG_DIRS"]
+    worker._state = agent_mod.AgentState.RUNNING
+
+    def beat() -> None:
+        while worker.proc is not None and worker.proc.poll() is None:
+            worker._on_child({"beat": 1})
+            time.sleep(0.1)
+
+    threading.Thread(target=beat, daemon=True).start()
+    worker.watch_heartbeats()
+    assert worker.wait_training() == 0 and worker.hung_seconds == 0
+
+
+def test_the_training_process_beats_reads_leave_lost_reform_and_waits_while_the_driver_is_lost() -> None:
+    ours, theirs = socket.socketpair()
+    channel = ring.AgentChannel(theirs)
+    ours.settimeout(5)
+    assert b'"beat"' in ours.recv(4096)  # the first heartbeat at once
+    ours.sendall(b'{"leave": true}\n{"driver": "lost"}\n')
+    replies = ours.makefile("rb")
+
+    def answer_pings(count: int) -> None:
+        for _ in range(count):
+            while True:
+                message = json.loads(replies.readline())
+                if "ping" in message:
+                    ours.sendall(json.dumps({"pong": message["ping"]}).encode() + b"\n")
+                    break
+
+    threading.Thread(target=answer_pings, args=(1,), daemon=True).start()
+    assert channel.sync()
+    assert channel.leave and channel.driver_lost
+    with pytest.raises(ring.RingJoinError, match="driver is gone"):
+        channel.take_reform(timeout=0.3)
+    new_env = {"HOROVOD_GLOO_RENDEZVOUS_PORT": "4242", "SUBMARINE_DRIVER_INCARNATION": "2"}
+    threading.Timer(0.2, lambda: ours.sendall(json.dumps({"reform": new_env}).encode() + b"\n")).start()
+    assert channel.take_reform(timeout=5) == new_env  # waited for the new driver
+    assert not channel.driver_lost and channel.take_reform(timeout=0) is None  # taken once
+    ours.close()
+
+
+def test_a_re_init_takes_the_new_drivers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, theirs = socket.socketpair()
+    monkeypatch.setattr(ring, "_channel", ring.AgentChannel(theirs))
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "1111")
+    ours.sendall(json.dumps({"reform": {"HOROVOD_GLOO_RENDEZVOUS_PORT": "2222"}}).encode() + b"\n")
+    replies = ours.makefile("rb")
+
+    def answer() -> None:
+        while True:
+            message = json.loads(replies.readline())
+            if "ping" in message:
+                ours.sendall(json.dumps({"pong": message["ping"]}).encode() + b"\n")
+                return
+
+    threading.Thread(target=answer, daemon=True).start()
+    ring.prepare_reinit(timeout=5)
+    assert os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "2222"
+    ours.close()
+
+
+def test_the_hung_bound_and_the_driver_grace_must_be_positive_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBMARINE_HUNG_AFTER_S", "2.5")
+    assert env.positive_seconds("SUBMARINE_HUNG_AFTER_S", 10) == 2.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("SUBMARINE_HUNG_AFTER_S", bad)
+        with pytest.raises(ValueError, match="SUBMARINE_HUNG_AFTER_S must be a positive number of seconds"):
+            env.positive_seconds("SUBMARINE_HUNG_AFTER_S", 10)
+    monkeypatch.delenv("SUBMARINE_DRIVER_GRACE_S", raising=False)
+    assert env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", 180) == 180
