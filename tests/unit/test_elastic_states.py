@@ -99,8 +99,10 @@ def test_an_agent_told_to_leave_reports_an_exit_that_is_no_failure(
 ) -> None:
     monkeypatch.setenv("LOG_DIRS", str(tmp_path))
     worker = agent_mod.Agent(f"{sys.executable} -c {shlex.quote(CHILD)}", "worker-1", "c-1", "host")
+    outbox = worker._open_stream()  # what the driver's stream carries, Hello first
+    assert outbox.get_nowait().hello.resume.state == "starting"
     worker.start_training()
-    warm = worker.events.get(timeout=60)
+    warm = outbox.get(timeout=60)
     assert warm.WhichOneof("event") == "warm" and worker.state is AgentState.WARM and worker.joined
 
     worker._handle(pb.AgentCommand(leave=pb.Leave()))
