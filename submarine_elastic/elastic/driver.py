@@ -803,7 +803,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.registry.adopting = True
         expected = previous.world_size
         log.info("waiting up to %.0f s for the %d workers of the previous ring to re-attach", ADOPT_WAIT_S, expected)
-        self.registry.wait(lambda: len(self.registry.available()) >= expected or self._fatal.is_set(), ADOPT_WAIT_S)
+
+        def settled() -> bool:
+            # Every adoptable worker is back, or as many agents as the ring had are attached (the rest are new).
+            attached = sum(1 for a in self.registry.snapshot() if a.connected)
+            return len(self.registry.available()) >= expected or attached >= expected or self._fatal.is_set()
+
+        self.registry.wait(settled, ADOPT_WAIT_S)
         adopted = len(self.registry.available())
         if adopted >= self.limits.min and not self._fatal.is_set():
             log.warning(
