@@ -109,6 +109,8 @@ _APP_ID = re.compile(r"application_\d+_\d+")
 _REFLEX_AFTER_POLLS = 10
 #: errors reconcile keeps trying through: the RM down or restarting, a service not running *yet*.
 _TRANSIENT = (RMUnreachableError, ServiceStateError, YarnRequestError)
+#: the least time one request of reconcile is given to connect and to answer, however little is left.
+_MIN_REQUEST_S = 1.0
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -120,7 +122,9 @@ def _narrow(cls: type[_YE], message: str, cause: YarnError) -> _YE:
     return cls(message, status_code=cause.status_code, diagnostics=cause.diagnostics)
 
 
-def build_session(*, retries: int = 3, backoff: float = 0.5, backoff_max: float = 10.0) -> requests.Session:
+def build_session(
+    *, retries: int = 3, backoff: float = 0.5, backoff_max: float = 10.0, read_retries: int | None = None
+) -> requests.Session:
     """A :class:`requests.Session` with the client's retry policy mounted for http and https.
 
     Why POST is never retried once it may have been sent: ``POST /app/v1/services`` submits a YARN
@@ -130,19 +134,22 @@ def build_session(*, retries: int = 3, backoff: float = 0.5, backoff_max: float 
     on *connect* errors (``ConnectTimeoutError``, ``NewConnectionError``), raised before a byte of
     the request is written, which is safe; read errors and retryable statuses are not retried for
     POST. GET, PUT (flex to N, state STOPPED/STARTED, decommission a named instance) and DELETE
-    give the same end state when repeated, so they are retried on both. Blocks for nothing.
+    give the same end state when repeated, so they are retried on both. ``read_retries`` (default
+    ``retries``) bounds the retries after a request was sent and no answer came in time. Blocks for nothing.
 
     Raises:
-        ValueError: a negative ``retries``, ``backoff`` or ``backoff_max``.
+        ValueError: a negative ``retries``, ``read_retries``, ``backoff`` or ``backoff_max``.
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
+    if read_retries is not None and read_retries < 0:
+        raise ValueError(f"read_retries must be >= 0, got {read_retries}")
     if backoff < 0 or backoff_max < 0:
         raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff} and {backoff_max}")
     retry = Retry(
         total=None,
         connect=retries,
-        read=retries,
+        read=retries if read_retries is None else read_retries,
         status=retries,
         other=0,
         allowed_methods=IDEMPOTENT_METHODS,
@@ -279,6 +286,13 @@ class YarnServiceClient(ServiceBackend):
             self.user = user if user is not None else env.yarn_user()
         self._owns_session = session is None
         self._session = session if session is not None else build_session(retries=retries, backoff=backoff)
+        # What reconcile sends: not sent again after a read timeout (its own next poll reads again), each
+        # request bounded by what is left of its timeout (see _send); an injected session is used as given.
+        self._bounded_session = (
+            build_session(retries=retries, backoff=backoff, read_retries=0) if session is None else session
+        )
+        #: the clock time the calling thread's requests must be answered by (``at``; None: no bound)
+        self._deadline = threading.local()
         self._timeout = (float(timeouts[0]), float(timeouts[1]))
         self._retries = retries
         self._poll_interval = float(poll_interval)
@@ -301,9 +315,10 @@ class YarnServiceClient(ServiceBackend):
         return cls(url, **kwargs)
 
     def close(self) -> None:
-        """Close the HTTP session if this client created it."""
+        """Close the HTTP sessions if this client created them."""
         if self._owns_session:
             self._session.close()
+            self._bounded_session.close()
 
     def __enter__(self) -> YarnServiceClient:
         return self
@@ -323,6 +338,9 @@ class YarnServiceClient(ServiceBackend):
     ) -> requests.Response:
         """Send one request (with the session's retries) and return whatever the RM answered.
 
+        Inside :meth:`reconcile` the request waits at most what is left of its timeout (at least
+        ``_MIN_REQUEST_S``) and is not sent again after a read timeout.
+
         Raises:
             RMUnreachableError: no connection or a timeout, after the retries.
             YarnRequestError: any other transport failure.
@@ -333,13 +351,18 @@ class YarnServiceClient(ServiceBackend):
             query["user.name"] = self.user
         # Never the body: a service spec's environment may carry tokens.
         logger.debug("%s %s params=%s", method, url, query)
+        session, timeout = self._session, self._timeout
+        deadline: float | None = getattr(self._deadline, "at", None)
+        if deadline is not None:
+            left = max(deadline - self._clock(), _MIN_REQUEST_S)
+            session, timeout = self._bounded_session, (min(timeout[0], left), min(timeout[1], left))
         try:
-            return self._session.request(
+            return session.request(
                 method,
                 url,
                 params=query,
                 json=body,
-                timeout=self._timeout,
+                timeout=timeout,
                 auth=self._auth,
                 headers={"Accept": "application/json"},
             )
@@ -786,6 +809,11 @@ class YarnServiceClient(ServiceBackend):
         that failed is sent again at the next read. Converged means desired == READY == listed
         containers == target, with no ``remove`` instance listed.
 
+        Blocks for about ``timeout`` s at most: each request waits only what is left of it (at least
+        ``_MIN_REQUEST_S``) and is not sent again after a read timeout, so a ResourceManager that takes
+        connections but does not answer (stopped, overloaded) holds it that long, not the client's read
+        timeout times its retries.
+
         Never raises :class:`YarnError`: a timeout, a missing service or component, or a stopped service
         comes back in :attr:`ReconcileResult.error`; an unreachable RM, or one refusing because the
         service is not running yet, is retried until the timeout (whose message names the last such
@@ -804,7 +832,11 @@ class YarnServiceClient(ServiceBackend):
         if target is None:
             raise ValueError(f"no target for {name}/{component}: pass n or call set_target first")
         run = _Reconciliation(self, name, component, target, self._clock)
-        return self._poll(run.step, timeout, run.timed_out)
+        self._deadline.at = self._clock() + timeout
+        try:
+            return self._poll(run.step, timeout, run.timed_out)
+        finally:
+            self._deadline.at = None
 
     # ------------------------------------------------------------------------------------------ waits
 

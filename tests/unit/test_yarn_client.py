@@ -10,6 +10,7 @@ import json
 import socket
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -794,6 +795,21 @@ def test_reconcile_times_out_as_data(client: YarnServiceClient, rsps: responses.
     assert (result.desired, result.ready) == (2, 1)
     assert result.elapsed_s == 3.0
     assert clock.now == 3.0
+
+
+def test_reconcile_is_bounded_by_its_timeout_when_the_rm_takes_connections_but_does_not_answer() -> None:
+    """A stopped (SIGSTOP) or overloaded RM: the kernel takes the connection, no answer comes. Each request of
+    reconcile waits only what is left of its timeout and is not sent again, so the caller (a job's driver
+    taking resizes between reconciliations) is held about the timeout, not read timeout x (1 + retries)."""
+    with socket.create_server(("127.0.0.1", 0)) as frozen:  # listens, never accepts, never answers
+        url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+        with YarnServiceClient(url, user="alice", auth="simple", timeout=(5.0, 10.0), retries=2) as client:
+            started = time.monotonic()
+            result = client.reconcile("job", "worker", 1, timeout=1.5)
+            took = time.monotonic() - started
+    assert took < 4, f"reconcile(timeout=1.5) held its caller {took:.1f} s"
+    assert not result.converged and isinstance(result.error, YarnTimeoutError)
+    assert "unreachable" in str(result.error) and "Read timed out" in str(result.error)
 
 
 def test_reconcile_treats_an_unreachable_rm_as_transient(
