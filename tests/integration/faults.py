@@ -406,11 +406,19 @@ def freeze_resource_manager(run: FaultRun) -> int:
         run.job.wait_for_size(1, timeout=120)
         run.mark("ring_shrunk_s")
         kept = ring(run.job)
-        # Well past the shrink: the ring trains at 1 all along, while YARN, frozen, still runs the leavers.
         shrunk = time.time()
+
+        # ``submarine job show`` asks the driver while the RM does not answer: it says why YARN lags (once a
+        # reconciliation slice of the driver has ended without an answer).
+        def lag_said() -> str:
+            error = run.job.status().error
+            return error if "unreachable" in error else ""
+
+        lag = eventually(lag_said, "the driver to say that YARN lags behind the ring (the RM unreachable)", 60)
+        run.notes["driver_error_while_frozen"] = lag
+        # Well past the shrink: the ring trains at 1 all along, while YARN, frozen, still runs the leavers.
         run.wait_steps(1, after=shrunk + FROZEN_PAST_SHRINK_S, size=1, timeout=FROZEN_PAST_SHRINK_S + 60)
         assert all(s.size == 1 for s in step_times(run.log_dir) if s.time > shrunk), "the ring grew while frozen"
-        run.notes["driver_error_while_frozen"] = run.job.status().error
         leavers = [c for i, c in workers.items() if i not in kept]
         assert len(leavers) == 2 and all(container_processes(c) for c in leavers), (
             f"the leavers' containers {leavers} stopped while the RM was frozen"
