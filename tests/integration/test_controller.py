@@ -94,7 +94,9 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
     controller withdraws the rest of its request. A fixed-size job of one worker arrives to the full
     cluster: the elastic job goes down to 1 — as far as needed for the arrival's worker and, where the
     room left beside the elastic job's AM and driver has too few vcores, for the arrival's driver — and
-    gets its workers back when the arrival leaves."""
+    gets its workers back when the arrival leaves. The controller, SIGKILLed while that resize is in flight,
+    comes back, adopts the driver's target, counts the resize applied once YARN and the ring have it, and
+    resizes nothing."""
     out = submarine("controller", "start", "--policy", "static", "--interval", "1")
     assert "controller running" in out
     (tmp_path / "a").mkdir()
@@ -134,7 +136,15 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 assert ctl.timeline("ctl-elastic")[1].reason == f"fair share: gives {gave} to ctl-fixed ({gave})"
                 shown = submarine("job", "show", "ctl-elastic")
                 assert "controller decisions" in shown
-                # The controller dies and comes back: it reads its state and resizes nothing twice.
+                # It leaves: the elastic job is given its workers back.
+                submarine("job", "kill", "ctl-fixed")
+                assert ctl.job("ctl-fixed").state is JobState.FINISHED  # told by job kill, not found out later
+                # The room comes back as YARN frees the arrival's containers: one grow or several, one at a time.
+                grow = eventually(lambda: ctl.timeline("ctl-elastic")[2:], "a grow back decided", 60, interval=0.1)[0]
+                assert grow.from_workers == 1 and 1 < grow.to_workers <= fits, grow
+                # The controller dies while YARN starts the containers and the ring re-forms; it comes back,
+                # takes the driver's target as the job's, follows the resize to its end and undoes nothing.
+                assert not grow.applied, f"YARN and the ring had {grow.to_workers} workers at once: nothing in flight"
                 ctl.close()
                 killed = locate.running(controller_dir)
                 assert killed is not None
@@ -146,11 +156,19 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 ctl = connect(controller_dir)
                 restarted = locate.running(controller_dir)
                 assert restarted is not None and restarted.pid != killed.pid
-                # It leaves: the elastic job gets its workers back.
-                submarine("job", "kill", "ctl-fixed")
-                assert ctl.job("ctl-fixed").state is JobState.FINISHED  # told by job kill, not found out later
+                assert ctl.job("ctl-elastic").target >= grow.to_workers, "the grow in flight was not adopted"
                 wait_ring(elastic, fits)
-                assert wait_applied(ctl, "ctl-elastic", 3)[2] == (1, fits, True)
+
+                def regrown() -> list[tuple[int, int, bool]] | None:
+                    after = [(d.from_workers, d.to_workers, d.applied) for d in ctl.timeline("ctl-elastic")[2:]]
+                    return after if after[-1][1:] == (fits, True) else None
+
+                after = eventually(regrown, f"ctl-elastic given its {fits} workers back", 120)
+                assert after[0] == (1, grow.to_workers, True), after
+                assert all(to > start and applied for start, to, applied in after), f"a resize was undone: {after}"
+                driver = [(e.from_workers, e.to_workers) for e in elastic.status().timeline]
+                since = driver[driver.index((1, grow.to_workers)) :]
+                assert all(to > start for start, to in since), f"the driver was resized down after the grow: {driver}"
                 ctl.close()
         finally:
             for name in ("ctl-elastic", "ctl-fixed"):
