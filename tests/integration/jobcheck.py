@@ -43,9 +43,16 @@ def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180)
     wait_finished(yarn, name, timeout)
 
 
-def check_training(log_dir: Path) -> dict[int, list[dict]]:
-    """Assert what a user checks in the step log and the final weights; return the steps by number."""
-    steps = committed_steps(log_dir)
+def check_training(log_dir: Path, *, lost_at: float | None = None) -> dict[int, list[dict]]:
+    """Assert what a user checks in the step log and the final weights; return the steps by number.
+
+    With ``lost_at``, the job was lost whole at that moment and resumed from a checkpoint: the steps after the
+    checkpoint were trained twice, and each step's last record wins (:func:`steps_across_a_loss`)."""
+    if lost_at is None:
+        steps = committed_steps(log_dir)
+    else:
+        before, after = steps_across_a_loss(log_dir, lost_at)
+        steps = {**before, **after}
     # No committed step lost or doubled: steps 0..N-1 each appear, every rank's record of a step agrees,
     # and the ranks' own ids are disjoint parts of the step's global batch.
     assert sorted(steps) == list(range(len(steps)))
@@ -74,13 +81,47 @@ def check_training(log_dir: Path) -> dict[int, list[dict]]:
     return steps
 
 
+def steps_across_a_loss(log_dir: Path, lost_at: float) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
+    """The step log of a job lost whole at ``lost_at`` (every process killed) and resumed from a checkpoint,
+    split into the steps committed before the loss and those committed after, each by step number.
+
+    Every record before the loss was written by a process of the first run (it stamped the time and was killed
+    afterwards), every one after by a process of the resumed run, so the moment splits the log into the two
+    runs exactly. The resumed run goes on from the checkpoint's step, at or before the last step the first run
+    committed: it trains the steps from there again, and the model ends with what their second attempt taught.
+    So each step's last record wins: the merged log ``{**before, **after}`` must hold every step once, from
+    one run, and cover every sample once per epoch, as a job that was never lost. Within each run a step
+    appears once (``check_training`` checks each step's ranks are distinct), and the resumed run's steps are
+    one unbroken range (it neither skips a step nor goes back).
+
+    A process killed while writing its records may leave an unfinished last line; only a file whose every
+    whole record predates the loss (a killed process's) may, and that line is left out (it is one of the
+    steps redone after the loss, or one not yet committed).
+    """
+    before: dict[int, list[dict]] = collections.defaultdict(list)
+    after: dict[int, list[dict]] = collections.defaultdict(list)
+    for path in log_dir.glob("steps-*.jsonl"):
+        text = path.read_text()
+        whole = text[: text.rfind("\n") + 1]
+        records = [json.loads(line) for line in whole.splitlines()]
+        if whole != text:
+            assert all(r["time"] < lost_at for r in records), f"{path} has an unfinished line after the loss"
+        for record in records:
+            (before if record["time"] < lost_at else after)[record["step"]].append(record)
+    assert after, "no step was committed after the loss"
+    assert sorted(after) == list(range(min(after), max(after) + 1)), "the resumed run skipped steps"
+    return dict(before), dict(after)
+
+
 @dataclass(frozen=True)
 class Step:
-    """One committed step as the step log has it: its number, when it ended (on its last rank), the ring size."""
+    """One committed step as the step log has it: its number, when it ended (on its last rank), the ring size,
+    its epoch."""
 
     number: int
     time: float
     size: int
+    epoch: int
 
 
 def step_times(log_dir: Path) -> list[Step]:
@@ -92,7 +133,7 @@ def step_times(log_dir: Path) -> list[Step]:
         for line in text[: text.rfind("\n") + 1].splitlines():
             record = json.loads(line)
             steps[record["step"]].append(record)
-    return [Step(n, max(r["time"] for r in rs), rs[0]["size"]) for n, rs in sorted(steps.items())]
+    return [Step(n, max(r["time"] for r in rs), rs[0]["size"], rs[0]["epoch"]) for n, rs in sorted(steps.items())]
 
 
 def training_pids(container_id: str) -> list[int]:
