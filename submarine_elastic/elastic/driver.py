@@ -355,7 +355,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self.timeline = [json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline]
             self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
             log.warning(
-                "driver incarnation %d of job %s: the previous one left target %d (ring of %d); adopting its workers",
+                "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 self.incarnation,
                 job,
                 self.target,
@@ -819,11 +819,14 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             )
             self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
             return True
-        log.error(
-            "only %d of the previous ring's %d workers re-attached (need %d): forming a new ring",
+        log.warning(
+            "%d of the previous ring's %d workers kept training (need %d to adopt them): forming a new ring%s",
             adopted,
             expected,
             self.limits.min,
+            " (the whole job was lost: training resumes from its last checkpoint, if it writes any)"
+            if adopted == 0
+            else "",
         )
         self.registry.end_adoption()
         return False
