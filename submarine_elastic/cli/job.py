@@ -493,19 +493,29 @@ def list_jobs() -> None:
 def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: float) -> None:
     """Resize a running job: grow stop-free, or shrink at a commit boundary.
 
-    Refused within about 20 s when the ResourceManager does not answer (YARN starts and stops the
-    containers), with nothing changed."""
+    When the ResourceManager does not answer (after about 20 s), the resize goes to the job's driver at its
+    last known address: the driver holds the new target, the ring follows at once (a shrink) or when the
+    new containers start (a growth), and the driver sends YARN the target once the ResourceManager answers
+    again. Without a known driver address nothing is changed."""
     with _yarn() as yarn:
+        address = None
         try:
             yarn.status(name)
         except RMUnreachableError as exc:
-            raise click.ClickException(
-                f"cannot resize job {name}: {_rm_down(exc)}; a resize needs it, nothing was changed"
-            ) from exc
+            address = last_driver_address(name)
+            if address is None:
+                raise click.ClickException(
+                    f"cannot resize job {name}: {_rm_down(exc)}, and its driver's address is not known on this "
+                    f"machine; nothing was changed"
+                ) from exc
+            console.print(
+                f"[yellow]{_rm_down(exc)}[/yellow]: asking the job's driver at its last known address {address}; "
+                f"it sends YARN the new target once the ResourceManager answers"
+            )
         except YarnError as exc:
             raise _fail(exc) from exc
         try:
-            with JobClient(name, yarn) as client:
+            with JobClient(name, None if address else yarn, address=address) as client:
                 t0 = time.monotonic()
                 reply = client.flex(workers, list(remove), reason="submarine job flex")
                 console.print(f"job {name}: {reply.previous} -> {reply.target} workers")
