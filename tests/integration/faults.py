@@ -19,11 +19,15 @@ step a rank 0 ran, rolled back or not; the step log has only the committed ones.
 
 A scenario is one function that injects its fault into a :class:`FaultRun` and returns the ring size the job
 should train at afterwards; register it in :data:`SCENARIOS` and ``benchmarks/bench_faults.py`` runs it too.
+The faults: a NodeManager killed under the workers, the ResourceManager killed and restarted, the
+ResourceManager frozen during a flex (``tests/integration/test_job_faults.py``); the job's driver killed, a
+worker's training process stopped past the hung bound (``tests/integration/test_job_recovery.py``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -32,17 +36,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+import pytest
 import requests
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.cluster.api import Daemon
+from submarine_elastic.elastic.agent import HUNG_AFTER_S
 from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 from tests.integration.conftest import container_processes, eventually, submarine
-from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times
+from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times, training_pids
 
 METRICS_TOKEN = "fault-metrics-token"
 #: Committed steps the job must train at a given size to count as training there (two commits).
@@ -122,6 +130,8 @@ class FaultReport:
     fault: str
     workers: int
     full_size: int
+    #: when the fault was injected, seconds since the epoch (the step log's clock)
+    injected_at: float
     #: the fault -> the first committed step at full size after the last one at another size
     recovery_s: float
     #: the longest time between two committed steps, from the last step before the fault to recovery
@@ -140,6 +150,13 @@ class FaultReport:
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
         return path
+
+
+def recorded(report: FaultReport, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A test's record of what its fault cost: the report in ``recovery.json``, printed past pytest's capture."""
+    path = report.write(tmp_path / "recovery.json")
+    with capsys.disabled():
+        print(f"\n    {report.fault}: {path}\n    {json.dumps(asdict(report))}")
 
 
 # ---------------------------------------------------------------------------------------------- harness
@@ -198,6 +215,7 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
         fault=scenario.title,
         workers=scenario.workers,
         full_size=full,
+        injected_at=round(run.injected_at, 3),
         recovery_s=round(recovered - run.injected_at, 2),
         longest_pause_s=round(pause, 2),
         yarn_agrees_s=yarn_agrees_s,
@@ -328,6 +346,18 @@ def assert_healthy(cluster: LocalCluster) -> None:
     assert sorted(n.state for n in status.nodes) == ["RUNNING"] * spec.nodes, status.nodes
 
 
+def driver_pids(run: FaultRun) -> list[int]:
+    """The job driver's python processes in its container (not the shell YARN runs it from)."""
+    driver = run.yarn.status(run.name).component("driver")
+    assert driver is not None and driver.containers, f"job {run.name} has no driver container"
+    pids = []
+    for pid in container_processes(driver.containers[0].id):
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).cmdline()[1:3] == ["-m", "submarine_elastic.elastic.driver"]:
+                pids.append(pid)
+    return pids
+
+
 def container_nodes(run: FaultRun) -> dict[str, str]:
     """Container id -> the NodeManager (``nm-<i>``) it runs on, as the ResourceManager reports the job's
     containers: their node ids end with the NodeManager's port, which names it on this pseudo-cluster."""
@@ -429,6 +459,77 @@ def freeze_resource_manager(run: FaultRun) -> int:
     return 1
 
 
+def kill_driver(run: FaultRun) -> int:
+    """kill -9 of the job's driver: the workers train on without it, YARN relaunches it (restart policy
+    ON_FAILURE) and its second incarnation adopts every worker: their ring re-forms around it at the size it
+    had, and ``submarine job show`` says which incarnation drives the job."""
+    (victim,) = driver_pids(run)
+    run.inject()
+    os.kill(victim, signal.SIGKILL)
+    # Committed half a second after the kill: with no driver running.
+    run.wait_steps(1, after=run.injected_at + 0.5, timeout=30)
+    run.mark("trained_on_without_the_driver_s")
+
+    def adopted() -> pb.DriverIncarnation | None:
+        incarnations = run.job.status().incarnations
+        return incarnations[1] if len(incarnations) == 2 and incarnations[1].recovered_after > 0 else None
+
+    second = eventually(adopted, "the relaunched driver to adopt the ring", 120, 0.5)
+    assert second is not None
+    run.notes["adopted_workers"] = second.adopted_workers
+    assert second.adopted_workers == run.workers, f"the relaunched driver adopted {second.adopted_workers} workers"
+    run.timings["driver_relaunched_s"] = round(second.started - run.injected_at, 2)
+    adopted_at = second.started + second.recovered_after
+    run.timings["ring_adopted_s"] = round(adopted_at - run.injected_at, 2)
+    since = [s for s in step_times(run.log_dir) if s.time > run.injected_at]
+    run.notes["steps_before_adoption"] = sum(s.time < adopted_at for s in since)
+    assert {s.size for s in since} == {run.workers}, f"the ring changed size without its driver: {since}"
+    shown = submarine(run.spec.rm_url, "job", "show", run.name)
+    line = next((x.strip() for x in shown.splitlines() if x.startswith("driver: incarnation")), "")
+    assert line.startswith("driver: incarnation 2 "), f"job show names no second driver incarnation:\n{shown}"
+    run.notes["job_show"] = line
+    return run.workers
+
+
+#: The worker whose training process :func:`hang_worker` stops.
+HUNG_WORKER = "worker-1"
+
+
+def hang_worker(run: FaultRun) -> int:
+    """SIGSTOP of a worker's training process, left stopped: once it sent its agent no heartbeat for the hung
+    bound (``SUBMARINE_HUNG_AFTER_S``, default :data:`HUNG_AFTER_S`) the agent kills it, the ring re-forms and
+    trains without it, ``job show`` lists it as hung, and YARN relaunches it and it rejoins."""
+    bound = HUNG_AFTER_S
+    (victim,) = training_pids(ring(run.job)[HUNG_WORKER])
+
+    def killed() -> bool:
+        with contextlib.suppress(psutil.Error):
+            return psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
+        return True
+
+    run.inject()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        eventually(killed, f"the agent to kill the stopped training process of {HUNG_WORKER}", bound + 10, 0.2)
+        run.mark("hung_process_killed_s")
+        eventually(lambda: run.job.status().world_size == 1, f"the ring to re-form without {HUNG_WORKER}", 30, 0.2)
+        run.mark("ring_without_it_s")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+    run.wait_steps(1, after=run.injected_at, size=1, timeout=30)
+    run.mark("trained_without_it_s")
+    run.notes["hung_bound_s"] = bound
+    assert run.timings["hung_process_killed_s"] < bound + 3, (
+        f"the stopped process was killed {run.timings['hung_process_killed_s']} s after the stop, bound {bound} s"
+    )
+    failures = run.job.status().failures
+    hung = [f.reason for f in failures if f.instance == HUNG_WORKER and "hung" in f.reason]
+    assert hung, f"the driver lists no hung failure of {HUNG_WORKER}: {failures}"
+    run.notes["failure"] = hung[0]
+    return run.workers
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -451,6 +552,19 @@ SCENARIOS: dict[str, Scenario] = {
             workers=3,
             inject=freeze_resource_manager,
             hold_s=10.0,
+        ),
+        Scenario(
+            name="driver_kill",
+            title="kill -9 of the job's driver (YARN relaunches it); then a flex 2 -> 3",
+            workers=2,
+            inject=kill_driver,
+            then=flex_to_three,
+        ),
+        Scenario(
+            name="worker_hang",
+            title=f"SIGSTOP of a worker's training process past the hung bound ({HUNG_AFTER_S:.0f} s)",
+            workers=2,
+            inject=hang_worker,
         ),
     )
 }

@@ -10,23 +10,14 @@ prints it.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from submarine_elastic.cluster import LocalCluster
-from tests.integration.faults import SCENARIOS, FaultReport, run_fault
+from tests.integration.faults import SCENARIOS, recorded, run_fault
 
 pytestmark = pytest.mark.integration
-
-
-def recorded(report: FaultReport, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Write the report to ``recovery.json`` and print it past pytest's capture."""
-    path = report.write(tmp_path / "recovery.json")
-    with capsys.disabled():
-        print(f"\n    {report.fault}: {path}\n    {json.dumps(asdict(report))}")
 
 
 def test_a_node_manager_killed_under_the_workers_costs_the_job_nothing(
