@@ -303,7 +303,7 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
         status = yarn.status(name)
         if status.is_terminal:
             # The service ends with its driver, as STOPPED whether the job finished or failed: the driver's
-            # outcome record and the RM's final status tell which.
+            # outcome record (or, without one, the RM's final status) tells which.
             outcome, final = load_outcome(name), _final_status(yarn, name)
             _print_outcome(name, outcome, final, str(status.state))
             failed = outcome.phase != "finished" if outcome is not None else final in ("FAILED", "KILLED")
@@ -385,7 +385,10 @@ def _print_outcome(name: str, outcome: JobOutcome | None, final: str | None, yar
     if outcome is None and yarn_state is None:
         return False
     verdict = (outcome.phase.upper() if outcome is not None else None) or final or "ENDED"
-    facts = (f"YARN state {yarn_state}" if yarn_state else "", f"final status {final}" if final else "")
+    # With a record, the RM's final status is the driver's (it exits 0 whenever it concluded the job, so that
+    # YARN does not relaunch it): shown only when no record says how the job itself ended.
+    shown_final = final if outcome is None else None
+    facts = (f"YARN state {yarn_state}" if yarn_state else "", f"final status {shown_final}" if shown_final else "")
     where = ", ".join(x for x in facts if x)
     console.print(f"job [bold]{name}[/bold] ended: {verdict}" + (f" ({where})" if where else ""))
     if outcome is None:

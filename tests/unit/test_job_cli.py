@@ -137,7 +137,7 @@ def test_show_of_an_ended_job_gives_the_reason_and_the_failed_workers_stderr(mon
     code, out, _ = run("job", "show", "mnist")
     outcome_path("mnist").unlink()
     assert code == 0, out
-    assert "job mnist ended: FAILED (YARN state STOPPED, final status FAILED)" in out
+    assert "job mnist ended: FAILED (YARN state STOPPED)" in out
     assert "reason: worker-1's training process exited with status 1: ValueError: bad batch size" in out
     assert 'File "train.py", line 3' in out and "full log: /logs/training-1.log" in out
 
