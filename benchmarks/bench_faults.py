@@ -24,9 +24,11 @@ Run: ``.venv/bin/python benchmarks/bench_faults.py [--repeats 3] [--only rm_kill
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +68,22 @@ def cell(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({max(values):.2f})" if values else "-"
 
 
+def tree() -> dict[str, object]:
+    """The commit the run measures, the product files the working tree changes from it (they are measured too:
+    the jobs run the tree's code), and a digest of those changes, to tell whether they moved during the run."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    product = ["submarine_elastic", "tf_hooks", "examples", "yarn_service_specs"]
+    changed = git("status", "--porcelain", "--", *product).splitlines()
+    return {
+        "commit": git("rev-parse", "--short", "HEAD").strip(),
+        "uncommitted": sorted(line[3:] for line in changed),
+        "digest": hashlib.sha256(git("diff", "HEAD", "--", *product).encode()).hexdigest()[:12],
+    }
+
+
 def summary(values: list[float]) -> dict[str, object]:
     return {
         "median": round(statistics.median(values), 2) if values else None,
@@ -96,6 +114,7 @@ def main() -> None:
     reports: dict[str, list[FaultReport]] = {s.name: [] for s in chosen}
     failures: dict[str, list[str]] = {s.name: [] for s in chosen}
     started = time.monotonic()
+    measured = tree()
     try:
         for i in range(args.repeats):
             for scenario in chosen:
@@ -140,6 +159,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "repeats": args.repeats,
         "minutes": round((time.monotonic() - started) / 60, 1),
+        "tree": {**measured, "changed_during_run": tree()["digest"] != measured["digest"]},
         "faults": faults,
     }
     RESULTS.mkdir(exist_ok=True)
@@ -162,6 +182,7 @@ def markdown(results: dict) -> str:
         "full size with YARN's READY workers exactly its members, every committed step once, every sample once per "
         "epoch, identical weights on every rank, a healthy cluster after.",
         "",
+        *measured_tree(results.get("tree")),
         "| fault | before | workers -> full size | runs ok | fault -> training at full size | longest pause "
         "| YARN agrees | steps redone | marks (median) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -189,6 +210,17 @@ def markdown(results: dict) -> str:
     if failed:
         lines += ["", "Runs that failed a check:", *[f"- {n}: {'; '.join(msgs)}" for n, msgs in failed.items()]]
     return "\n".join(lines) + "\n"
+
+
+def measured_tree(state: dict | None) -> list[str]:
+    """The lines saying which code the runs measured, when ``faults.json`` has it."""
+    if not state:
+        return []
+    line = f"Measured at commit {state['commit']}"
+    if state["uncommitted"]:
+        line += f" with the working tree's uncommitted changes to {', '.join(state['uncommitted'])}"
+        line += " (which changed during the run)" if state["changed_during_run"] else ""
+    return [line + ".", ""]
 
 
 if __name__ == "__main__":
