@@ -87,9 +87,12 @@ from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
+    ContainerState,
+    ContainerStatus,
     ReconcileResult,
     ServiceBackend,
     ServiceNotFoundError,
+    YarnError,
     YarnServiceClient,
     YarnTimeoutError,
     instance_number,
@@ -116,6 +119,10 @@ ADOPT_RING_S = 120.0
 PERSIST_EVERY_S = 1.0
 #: gRPC threads of the control plane beyond the agents' streams: Flex, Status and their retries.
 CONTROL_CALL_THREADS = 16
+#: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
+CONTAINER_CHECK_S = 5.0
+#: Container states of the YARN Services API in which a container no longer runs.
+ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
 
 
 def control_plane_threads(limits: Limits) -> int:
@@ -651,6 +658,85 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         elif result.desired != result.target or not isinstance(result.error, YarnTimeoutError):
             log.warning("YARN does not have the resize to %d workers yet: %s", result.target, result.error)
 
+    # ------------------------------------------------------------------ containers YARN lost
+
+    def _watch_containers(self) -> None:
+        """Every CONTAINER_CHECK_S, reads the worker component from YARN and evicts the agents whose container
+        YARN counts out (:meth:`_evict_orphans`); a read that fails is tried again at the next round."""
+        while not self._fatal.is_set():
+            time.sleep(CONTAINER_CHECK_S)
+            try:
+                worker = self.yarn.status(self.job).component(WORKER_COMPONENT)
+            except YarnError as exc:
+                log.debug("cannot read the worker containers from YARN: %s", exc)
+                continue
+            if worker is not None:
+                self._evict_orphans(worker.containers)
+
+    def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
+        """Evicts the agents still attached whose container YARN no longer runs; returns them.
+
+        When the ResourceManager declares a NodeManager LOST, it counts the node's containers lost: the
+        service's ApplicationMaster lists each STOPPED and relaunches its instance in a new container on
+        another node, whose agent attaches as a new worker. But the old container's processes may live on
+        without their NodeManager, still in the ring. Such an agent is withdrawn from discovery (its ring
+        re-forms without it), told to Stop, and recorded among the failures with why.
+
+        Only what YARN says counts: the agent's container listed as ended, or its instance running in a later
+        container (YARN numbers an application's containers in the order it allocates them). A container YARN
+        does not list at all (an ApplicationMaster still recovering its containers, one started a moment ago)
+        evicts nobody. Leaving and ended agents are left alone."""
+
+        def order(container_id: str) -> tuple[int, ...]:
+            # container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<number>: allocated in (attempt, number) order
+            return tuple(int(p) for p in container_id.split("_")[-2:] if p.isdigit())
+
+        listed = {c.id: c for c in containers}
+        running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
+        evicted: list[AgentHandle] = []
+        for agent in self.registry.snapshot():
+            if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
+                continue
+            mine = listed.get(agent.container_id)
+            if mine is not None and mine.state not in ENDED_CONTAINER_STATES:
+                continue  # YARN runs it
+            now = running.get(agent.instance)
+            if now is not None and order(now.id) <= order(agent.container_id):
+                now = None  # an earlier container of its instance: not its successor
+            if mine is None and now is None:
+                continue  # not listed, nor a successor: no word from YARN
+            where = (mine.bare_host or mine.hostname) if mine is not None else None
+            reason = (
+                f"{agent.instance}'s container {agent.container_id} was lost with its NodeManager on "
+                f"{where or agent.host}: YARN counts it "
+                + (str(mine.state) if mine is not None else "gone")
+                + (f" and relaunched {agent.instance} in container {now.id}" if now is not None else "")
+                + "; its agent still ran and was stopped, out of the ring"
+            )
+            rank = self._ranks().get(agent.agent_id, -1)
+            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+                try:
+                    self.registry.move(agent.agent_id, WorkerState.LEAVING)
+                except IllegalTransitionError:
+                    continue  # its process ended meanwhile
+            agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
+            evicted.append(agent)
+            if any(f.container_id == agent.container_id for f in self.failures):
+                continue  # an agent not yet warm is told again each round until its process ends
+            log.warning("%s", reason)
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append(
+                    pb.WorkerFailure(
+                        time=time.time(),
+                        instance=agent.instance,
+                        container_id=agent.container_id,
+                        rank=rank,
+                        exit_code=-int(signal.SIGTERM),
+                        reason=reason,
+                    )
+                )
+        return evicted
+
     # ------------------------------------------------------------------ Horovod
 
     def _create_worker(self, slot_info: hvd_hosts.SlotInfo, events: list[threading.Event]) -> tuple[int, float]:
@@ -737,6 +823,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         )
         threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
         threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
+        threading.Thread(target=self._watch_containers, daemon=True, name="containers").start()
         if self.previous is not None:
             # What YARN should have is what the previous incarnation last applied (and still removes by name).
             self._set_yarn_target(self.target)
