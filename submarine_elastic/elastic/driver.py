@@ -42,8 +42,9 @@ never a fresh joiner; then warm joiners are admitted as usual. A driver loss cos
 Failures are explained: the first failed training processes are kept with the last lines of their
 stderr (:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed,
 one failed training process, or one that finished without ever calling ``hvd.init()``, fails the
-job at once with its reason (start-up failures repeat in every relaunch). The driver's exit ends the
-YARN service (the component reports its state as the service's); its last stderr line is the reason.
+job at once with its reason (start-up failures repeat in every relaunch). The driver's exit 0, once it
+concluded the job, ends the YARN service (the component reports its state as the service's); its last
+stderr line and the outcome record give the reason.
 """
 
 from __future__ import annotations
