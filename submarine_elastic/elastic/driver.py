@@ -886,10 +886,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         to re-attach; True when at least ``--min_workers`` did: the registry then offers Horovod only them
         until their ring re-formed (:meth:`_finish_adoption`)."""
         previous = self.previous
-        if previous is None or previous.world_size == 0:
+        if previous is None:
             return False
         self.registry.adopting = True
-        expected = previous.world_size
+        # The ring's size it recorded last; a predecessor that died before it recorded its ring left its target.
+        expected = previous.world_size or previous.target
         log.info("waiting up to %.0f s for the %d workers of the previous ring to re-attach", ADOPT_WAIT_S, expected)
 
         def settled() -> bool:
