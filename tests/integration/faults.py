@@ -32,7 +32,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -120,6 +120,9 @@ class Scenario:
     inject: Callable[[FaultRun], int]
     then: Callable[[FaultRun], int] | None = None
     hold_s: float = 0.0
+    #: wraps the job's submission (given the cluster, a YARN client and the job's name) to place its
+    #: containers where the fault needs them; None: wherever YARN puts them
+    placing: Callable[[LocalCluster, YarnServiceClient, str], contextlib.AbstractContextManager[object]] | None = None
 
 
 @dataclass
@@ -177,7 +180,8 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
     metrics_env = {"SUBMARINE_METRICS_ENDPOINT": metrics.address, "SUBMARINE_METRICS_TOKEN": METRICS_TOKEN}
     yarn = YarnServiceClient(spec.rm_url, poll_interval=0.5, timeout=(5.0, 20.0), retries=0)
     try:
-        start_job(spec.rm_url, name, work, scenario.workers, metrics_env)
+        with scenario.placing(cluster, yarn, name) if scenario.placing else contextlib.nullcontext():
+            start_job(spec.rm_url, name, work, scenario.workers, metrics_env)
         try:
             with JobClient(name, yarn, locate_timeout=120) as job:
                 job.wait_for_size(scenario.workers, timeout=240)
@@ -541,6 +545,154 @@ def hang_worker(run: FaultRun) -> int:
     return run.workers
 
 
+def node_of(spec: ClusterSpec, node_id: str) -> str:
+    """The NodeManager (``nm-<i>``) of a ResourceManager node id (``host:port``) on this pseudo-cluster."""
+    by_port = {spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(spec.nodes)}
+    return by_port[int(node_id.rsplit(":", 1)[1])]
+
+
+def am_node(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> str:
+    """The NodeManager running the job's ApplicationMaster (its current attempt); '' before it is placed."""
+    app_id = yarn.status(name).id
+    if not app_id:
+        return ""
+    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", timeout=10).json()
+    attempts = (raw.get("appAttempts") or {}).get("appAttempt") or []
+    node = attempts[-1].get("nodeId", "") if attempts else ""
+    return node_of(spec, node) if node else ""
+
+
+def set_node_size(spec: ClusterSpec, yarn: YarnServiceClient, node: str, memory_mb: int, vcores: int) -> None:
+    """Sets what NodeManager ``node`` (``nm-<i>``) offers to containers, as an operator does with ``yarn rmadmin
+    -updateNodeResource`` (the RM's REST equivalent): at 0 the scheduler places nothing more there, and the
+    containers running there go on (no over-commit timeout). The NodeManager keeps heartbeating meanwhile."""
+    port = spec.nm_ports(int(node.removeprefix("nm-")))["yarn.nodemanager.address"]
+    (node_id,) = [n.node_id for n in yarn.nodes() if n.node_id.endswith(f":{port}")]
+    resp = requests.post(
+        f"{spec.rm_url}/ws/v1/cluster/nodes/{node_id}/resource",
+        params={"user.name": yarn.user or ""},
+        json={"resource": {"memory": memory_mb, "vCores": vcores}, "overCommitTimeout": -1},
+        timeout=10,
+    )
+    assert resp.status_code == 200, f"the RM refused to size {node} ({node_id}): HTTP {resp.status_code} {resp.text}"
+
+
+@contextlib.contextmanager
+def only_on(cluster: LocalCluster, yarn: YarnServiceClient, node: str) -> Iterator[None]:
+    """While inside, the scheduler places containers on NodeManager ``node`` alone: the others offer nothing
+    (:func:`set_node_size`); they are given back their size on the way out."""
+    spec = cluster.spec()
+    others = [f"nm-{i}" for i in range(spec.nodes) if f"nm-{i}" != node]
+    try:
+        for other in others:
+            set_node_size(spec, yarn, other, 0, 0)
+        yield
+    finally:
+        for other in others:
+            set_node_size(spec, yarn, other, spec.node_memory_mb, spec.node_vcores)
+
+
+#: The NodeManager :func:`lose_node_manager`'s job starts on (with its ApplicationMaster and driver); the other
+#: one is the node it loses.
+HOME_NODE = "nm-0"
+
+
+@contextlib.contextmanager
+def all_on_home_node(cluster: LocalCluster, yarn: YarnServiceClient, name: str) -> Iterator[None]:
+    """The job's submission with every container it starts with (ApplicationMaster, driver, workers) placed on
+    :data:`HOME_NODE`: the others offer nothing until the driver and every worker have a container."""
+    with only_on(cluster, yarn, HOME_NODE):
+        yield
+
+        def placed() -> bool:
+            status = yarn.status(name)
+            return bool(status.components) and all(
+                len(c.containers) == (c.number_of_containers or 0) for c in status.components
+            )
+
+        eventually(placed, f"job {name}'s driver and workers to get containers on {HOME_NODE}", 180)
+
+
+def lose_node_manager(run: FaultRun) -> int:
+    """kill -9 of a NodeManager holding a worker (and neither the job's driver nor its ApplicationMaster), left
+    dead: the ring trains on; the ResourceManager declares the node LOST once it was silent for its expiry
+    bound (``yarn.nm.liveness-monitor.expiry-interval-ms``); YARN relaunches the node's worker on the other
+    NodeManager and it rejoins the ring; the job's driver stops the orphaned worker, still running on the
+    dead node, and says why in its failures. :func:`restore` restarts the NodeManager afterwards.
+
+    The job starts with everything on :data:`HOME_NODE` (:func:`all_on_home_node`); a flex to one more worker
+    while only the other NodeManager takes containers puts the new worker there, on the node to lose."""
+    nodes = container_nodes(run)
+    home = am_node(run.spec, run.yarn, run.name)
+    assert set(nodes.values()) == {home} == {HOME_NODE}, f"the job's containers are not all on {HOME_NODE}: {nodes}"
+    (victim,) = {f"nm-{i}" for i in range(run.spec.nodes)} - {home}
+    size = run.workers + 1
+    with only_on(run.cluster, run.yarn, victim):
+        run.job.flex(size, reason=f"a worker on {victim}, the node to lose")
+
+        def flexed() -> bool:
+            worker = run.yarn.status(run.name).component("worker")
+            return worker is not None and len(worker.containers) == size
+
+        eventually(flexed, f"worker-{run.workers} to get a container on {victim}", 120)
+    run.job.wait_for_size(size, timeout=180)
+    run.wait_steps(STEPS, size=size)
+    workers = ring(run.job)
+    nodes = container_nodes(run)
+    lost = {i: c for i, c in workers.items() if nodes[c] == victim}
+    assert lost, f"no worker on {victim}: {workers}, {nodes}"
+    run.notes["node"] = victim
+    run.notes["workers_on_node"] = sorted(lost)
+    bound_ms = run.yarn.config_value("yarn.nm.liveness-monitor.expiry-interval-ms")
+    assert bound_ms is not None, "the RM does not set yarn.nm.liveness-monitor.expiry-interval-ms"
+    bound = int(bound_ms) / 1000
+    run.notes["expiry_bound_s"] = bound
+    port = run.spec.nm_ports(int(victim.removeprefix("nm-")))["yarn.nodemanager.address"]
+    nm = daemon(run.cluster, victim)
+    run.inject()
+    os.kill(nm.pid, signal.SIGKILL)
+    run.wait_steps(STEPS, after=run.injected_at, size=size)
+    run.mark("trained_on_without_the_nm_s")
+
+    def node_lost() -> bool:
+        return any(n.node_id.endswith(f":{port}") for n in run.yarn.nodes(states=("LOST",)))
+
+    eventually(node_lost, f"the ResourceManager to declare {victim} LOST", bound * 4 / 3 + 30, 0.2)
+    lost_s = run.mark("nm_lost_s")
+    # The RM checks its NodeManagers every third of the bound: LOST 1 to 4/3 bounds after the last heartbeat.
+    latest = bound * 4 / 3 + 5
+    assert bound <= lost_s <= latest, f"{victim} was declared LOST {lost_s} s after the kill, bound {bound} s"
+
+    def relaunched() -> dict[str, str]:
+        worker = run.yarn.status(run.name).component("worker")
+        ready = {c.component_instance_name: c.id for c in worker.ready_containers} if worker else {}
+        moved = {i: ready.get(i, c) for i, c in lost.items()}
+        return moved if all(moved[i] != c for i, c in lost.items()) else {}
+
+    moved = eventually(relaunched, f"YARN to relaunch {sorted(lost)} READY in new containers", 120)
+    run.mark("relaunched_s")
+    placed = container_nodes(run)
+    assert {placed[c] for c in moved.values()} == {home}, f"YARN relaunched {moved} elsewhere than {home}: {placed}"
+    run.notes["relaunched"] = moved
+    # The orphans: each old container's training process is stopped, and the driver says why.
+    eventually(
+        lambda: not any(training_pids(c) for c in lost.values()), "the job's driver to stop the orphans", 60, 0.2
+    )
+    run.mark("orphans_stopped_s")
+    failures = {f.container_id: f.reason for f in run.job.status().failures}
+    for instance, old in lost.items():
+        reason = failures.get(old, "")
+        assert f"{instance}'s container {old} was lost with its NodeManager" in reason, (
+            f"the driver lists no lost container for {instance}: {failures}"
+        )
+        run.notes[f"failure_{instance}"] = reason
+    run.notes["orphan_agent_processes_left"] = sum(len(container_processes(c)) for c in lost.values())
+    # Back at full size with the relaunched workers in the ring, before the NodeManager comes back.
+    eventually(lambda: ring(run.job) == {**workers, **moved}, f"the ring to take in {moved}", 120, 0.2)
+    run.mark("full_size_again_s")
+    return size
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -570,6 +722,13 @@ SCENARIOS: dict[str, Scenario] = {
             workers=2,
             inject=kill_driver,
             then=flex_to_three,
+        ),
+        Scenario(
+            name="nm_lost",
+            title="kill -9 of a NodeManager holding a worker (flexed 2 -> 3 onto it), left dead: declared LOST",
+            workers=2,
+            inject=lose_node_manager,
+            placing=all_on_home_node,
         ),
         Scenario(
             name="worker_hang",
