@@ -75,6 +75,7 @@ from horovod.runner.http.http_server import RendezvousServer
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import (
+    DRIVER_COMPONENT,
     WORKER_COMPONENT,
     FlexRefusedError,
     IllegalTransitionError,
@@ -316,6 +317,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         *,
         state_file: Path | None = None,
         app: str = "",
+        container_id: str = "",
     ) -> None:
         self.job = job
         self.limits = limits
@@ -345,6 +347,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.requested = limits.num
         self._state_file = state_file
         self._app = app
+        #: this driver's own YARN container ('' outside YARN): when YARN counts it out, the driver steps down
+        self.container_id = container_id
+        self._server: grpc.Server | None = None
         previous = DriverState.load(state_file, app)
         #: what the previous incarnation left (None: this is the job's first driver)
         self.previous = previous
@@ -667,12 +672,39 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         while not self._fatal.is_set():
             time.sleep(CONTAINER_CHECK_S)
             try:
-                worker = self.yarn.status(self.job).component(WORKER_COMPONENT)
+                status = self.yarn.status(self.job)
             except YarnError as exc:
                 log.debug("cannot read the worker containers from YARN: %s", exc)
                 continue
+            worker, driver = status.component(WORKER_COMPONENT), status.component(DRIVER_COMPONENT)
+            if driver is not None and (why := self.replaced_by_yarn(driver.containers)):
+                self._step_down(why)
+                return
             if worker is not None:
                 self._evict_orphans(worker.containers)
+
+    def replaced_by_yarn(self, containers: tuple[ContainerStatus, ...]) -> str:
+        """Why YARN no longer counts this driver as the job's ('' while it does): its container is listed as
+        ended (lost with its NodeManager), or the driver runs in a later container. Only positive evidence
+        counts, as for the workers (:meth:`_evict_orphans`)."""
+        if not self.container_id:
+            return ""
+        mine = next((c for c in containers if c.id == self.container_id), None)
+        if mine is not None and mine.state in ENDED_CONTAINER_STATES:
+            return f"YARN counts this driver's container {self.container_id} {mine.state}"
+        later = [c.id for c in containers if c.state not in ENDED_CONTAINER_STATES and c.id != self.container_id]
+        if mine is None and later:
+            return f"YARN runs the job's driver in container {later[0]}, not in this one ({self.container_id})"
+        return ""
+
+    def _step_down(self, why: str) -> None:
+        """A driver YARN replaced (its NodeManager was lost while it ran on): it drops every agent's stream, so
+        they find and re-attach to the driver YARN runs now, and exits."""
+        log.error("stepping down: %s; the agents re-attach to the driver YARN runs now", why)
+        if self._server is not None:
+            self._server.stop(grace=0)
+        logging.shutdown()
+        os._exit(0)
 
     def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
         """Evicts the agents still attached whose container YARN no longer runs; returns them.
@@ -819,6 +851,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             log.error("cannot listen on port %d (taken?)", port)
             return 2
         server, _ = served
+        self._server = server
         log.info(
             "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
         )
@@ -1093,6 +1126,7 @@ def main() -> int:
             timeout,
             state_file=env.driver_state_file(),
             app=app,
+            container_id=os.environ.get("CONTAINER_ID", ""),
         )
         rc = driver.run(port, tls)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, DriverUnreachableError
-from submarine_elastic.yarn import ServiceStatus, YarnError, YarnServiceClient
+from submarine_elastic.yarn import ContainerState, ServiceStatus, YarnError, YarnServiceClient
 
 
 def driver_host(status: ServiceStatus) -> str | None:
-    """The address of the job's driver container, or None while it has none."""
+    """The address of the job's driver container, or None while it has none. A container YARN counts as
+    ended (lost with its NodeManager, or failed and being replaced) is passed over for the one it runs."""
     comp = status.component(DRIVER_COMPONENT)
     if comp is None:
         return None
-    for container in comp.containers:
+    ended = (ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED)
+    for container in sorted(comp.containers, key=lambda c: c.state in ended):
         if container.ip or container.hostname:
             return container.ip or container.hostname
     return None

@@ -217,3 +217,30 @@ def test_the_driver_reads_yarn_until_it_answers_and_then_evicts(
     assert not watcher.is_alive()
     assert yarn.reads >= 3 and commands(old) == ["stop"] and len(driver.failures) == 1
     assert commands(w0) == [] and commands(new) == []
+
+
+# ------------------------------------------------------------------ the driver's own container
+
+D_OLD = "container_e01_1700000000000_0001_01_000002"  # the driver on the NodeManager that was lost
+D_NEW = "container_e01_1700000000000_0001_01_000009"  # the driver YARN runs now
+
+
+def test_a_driver_that_yarn_replaced_knows_it_and_one_it_runs_does_not() -> None:
+    job = JobDriver("job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60, container_id=D_OLD)  # type: ignore[arg-type]
+    assert job.replaced_by_yarn((container(D_OLD, "driver-0", "READY"),)) == ""
+    assert "counts this driver's container" in job.replaced_by_yarn(
+        (container(D_OLD, "driver-0", "FAILED"), container(D_NEW, "driver-0", "READY"))
+    )
+    assert D_NEW in job.replaced_by_yarn((container(D_NEW, "driver-0", "READY"),))
+    assert job.replaced_by_yarn(()) == ""  # no word from YARN: stays
+    outside = JobDriver("job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    assert outside.replaced_by_yarn((container(D_NEW, "driver-0", "READY"),)) == ""
+
+
+def test_agents_look_for_the_driver_yarn_runs_not_the_one_it_lost() -> None:
+    from submarine_elastic.elastic.locate import driver_host
+
+    lost = ContainerStatus(id=D_OLD, state="FAILED", component_instance_name="driver-0", ip="198.18.0.2")
+    now = ContainerStatus(id=D_NEW, state="READY", component_instance_name="driver-0", ip="198.18.0.3")
+    driver = ComponentStatus(name="driver", state="STABLE", number_of_containers=1, containers=(lost, now))
+    assert driver_host(ServiceStatus(name="job", state=ServiceState.STABLE, components=(driver,))) == "198.18.0.3"
