@@ -463,20 +463,13 @@ def freeze_resource_manager(run: FaultRun) -> int:
     return 1
 
 
-#: How long the ring trains at its start size before :func:`kill_driver` kills the driver. The driver records
-#: its ring for its next incarnation once a second (``PERSIST_EVERY_S``); killed within that second of the ring
-#: forming, the next incarnation reads a ring of 0, re-forms the workers' ring all the same but never counts
-#: them adopted (``adopted_workers`` and ``recovered_after`` stay 0). That is a fault of its own.
-DRIVER_KILL_AFTER_S = 3.0
-
-
 def kill_driver(run: FaultRun) -> int:
-    """kill -9 of the job's driver once its ring has trained :data:`DRIVER_KILL_AFTER_S`: the workers train on
-    without it, YARN relaunches it (restart policy ON_FAILURE) and its second incarnation adopts every worker:
-    their ring re-forms around it at the size it had, and ``submarine job show`` says which incarnation drives
-    the job."""
-    formed = next(s.time for s in step_times(run.log_dir) if s.size == run.workers)
-    run.wait_steps(1, after=formed + DRIVER_KILL_AFTER_S, size=run.workers)
+    """kill -9 of the job's driver: the workers train on without it, YARN relaunches it (restart policy
+    ON_FAILURE) and its second incarnation adopts every worker: their ring re-forms around it at the size it
+    had, and ``submarine job show`` says which incarnation drives the job.
+
+    The kill comes about a second after the ring formed, often before the driver recorded the ring for its
+    next incarnation (it does so once a second): that one then waits for as many workers as the job's target."""
     (victim,) = driver_pids(run)
     run.inject()
     os.kill(victim, signal.SIGKILL)
