@@ -46,10 +46,15 @@ from submarine_elastic.yarn import YarnError  # noqa: E402
 from tests.integration.faults import SCENARIOS, FaultReport, run_fault  # noqa: E402
 
 #: What each fault did to a training job on the same pseudo-cluster before the project handled it (no driver
-#: recovery, no hung-process bound, ResourceManager recovery off, YARN not reconciled with the ring), as measured
-#: then; this script does not measure it. In parentheses where that fault differed from the scenario's.
+#: recovery, no hung-process bound, ResourceManager recovery off, a dead NodeManager LOST only after 10 min, YARN
+#: not reconciled with the ring), as measured then; this script does not measure it. In parentheses where that
+#: fault differed from the scenario's.
 BEFORE = {
     "nm_kill": (
+        "(the NodeManager held 2 workers and stayed dead) survived while the orphaned processes lived; the RM "
+        "listed the node RUNNING for 10 min; a worker dying later was never relaunched (ring 2, target 3)"
+    ),
+    "nm_lost": (
         "(the NodeManager held 2 workers) survived while the orphaned processes lived; the RM listed the node "
         "RUNNING for 10 min; a worker dying later was never relaunched (ring 2, target 3)"
     ),
@@ -203,8 +208,9 @@ def markdown(results: dict) -> str:
         "Steps redone: steps rank 0 ran whose result was rolled back, from the metrics stream (the step log has only "
         "committed steps). Marks: what the scenario noted, in seconds from the fault. Before: what the same fault "
         "did to a training job on the same pseudo-cluster before the project handled it (no driver recovery, no "
-        "hung-process bound, ResourceManager recovery off, YARN not reconciled with the ring), as measured then, "
-        "not by this script; in parentheses where that fault differed from this one.",
+        "hung-process bound, ResourceManager recovery off, a dead NodeManager LOST only after 10 min, YARN not "
+        "reconciled with the ring), as measured then, not by this script; in parentheses where that fault differed "
+        "from this one.",
     ]
     failed = {n: f["failed"] for n, f in results["faults"].items() if f["failed"]}
     if failed:
