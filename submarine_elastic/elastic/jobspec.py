@@ -138,14 +138,79 @@ class JobRequest:
     tls: DriverTls | None = None
 
     def __post_init__(self) -> None:
-        """Raises:
-        JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too), or the
-            checkpoint flags are unusable.
+        """Refuses, before anything is written or sent, every flag that would reach a shell or a path unsafely.
+
+        How each flag that reaches a container travels, and why:
+
+        - ``--worker_launch_cmd``: base64 in ``SUBMARINE_WORKER_CMD_B64``, decoded by the agent, so any
+          quoting survives (a command needs quotes and ``$`` far too often to refuse them).
+        - ``--env`` values, ``--input_path``, ``--checkpoint_path``, ``--workdir`` (and the ResourceManager
+          URL): plain variables of the spec, which YARN writes into each container's launch script as
+          ``export NAME="value"`` without escaping. A value holding ``$``, a backquote, ``"``, ``\\`` or a
+          control character (newline) is refused, naming the flag and the character: there bash would expand
+          it or run a command. Encoding them instead would hide the paths from YARN's logs and from every
+          process that reads its environment before the agent could decode it, for values that are names
+          and paths, which need none of those characters.
+        - ``--env`` values of the secret variables (:data:`SECRET_ENV`): never in the spec but written to a
+          file YARN localizes, so any character is kept.
+        - ``--env`` names: shell variable names (``[A-Za-z_][A-Za-z0-9_]*``).
+
+        Raises:
+            JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too), the
+                checkpoint flags are unusable, or a flag above holds a character the launch script would
+                interpret (the flag and the character named).
         """
         if (problem := JOB_NAME.problem(self.name)) is not None:
             raise JobSpecError(f"--name: {problem}")
         if (problem := checkpoint_problem(self.checkpoint_path, self.checkpoint_every)) is not None:
             raise JobSpecError(problem)
+        for key, value in self.env.items():
+            if (problem := env_problem(key, value)) is not None:
+                raise JobSpecError(problem)
+        for flag, text in (
+            ("--input_path", self.input_path),
+            ("--workdir", str(self.workdir)),
+            ("SUBMARINE_RM_URL", self.rm_url),
+        ):
+            if text is not None and (problem := shell_problem(flag, text)) is not None:
+                raise JobSpecError(problem)
+
+
+#: What bash still reads inside the double quotes of ``export NAME="value"``, YARN's unescaped form of a
+#: spec variable in a container's launch script: each could end the string, expand or run a command.
+_SHELL_ACTIVE = {"$": "a dollar sign", "`": "a backquote", '"': "double quotes", "\\": "a backslash"}
+
+
+def shell_problem(flag: str, value: str) -> str | None:
+    """What makes ``value`` unsafe in YARN's launch script (see :meth:`JobRequest.__post_init__`), naming
+    ``flag``, the character and the value; None when nothing does."""
+    for char in value:
+        if char in _SHELL_ACTIVE:
+            what = f"{_SHELL_ACTIVE[char]} ({char!r})"
+        elif char in "\n\r":
+            what = f"a newline ({char!r})"
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            what = f"a control character (U+{ord(char):04X})"
+        else:
+            continue
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        return (
+            f"{flag} must not contain {what}, found in {shown!r}: YARN writes it into each container's "
+            'launch script as export NAME="..." without escaping, where the shell would interpret it'
+        )
+    return None
+
+
+def env_problem(key: str, value: str) -> str | None:
+    """What is wrong with one ``--env`` pair, naming it; None when nothing is. Secret variables
+    (:data:`SECRET_ENV`) travel as files, so their values may hold any character."""
+    if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
+        return f"--env: {key!r} is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    if not isinstance(value, str):
+        return f"--env {key}: the value must be a string, got {type(value).__name__}"
+    if key in SECRET_ENV:
+        return None
+    return shell_problem(f"--env {key}", value)
 
 
 def checkpoint_problem(path: str | None, every: int | None) -> str | None:
@@ -153,8 +218,8 @@ def checkpoint_problem(path: str | None, every: int | None) -> str | None:
     if path is not None:
         if not path.strip():
             return "--checkpoint_path must not be empty"
-        if '"' in path:
-            return "--checkpoint_path must not contain double quotes (YARN does not escape them)"
+        if (problem := shell_problem("--checkpoint_path", path)) is not None:
+            return problem
     if every is not None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             return f"--checkpoint_every must be a whole number of commits >= 1, got {every!r}"
@@ -228,15 +293,16 @@ def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``K=V`` pairs of ``--env``.
 
     Raises:
-        JobSpecError: a pair without ``=``, a bad variable name, or a double quote in a value.
+        JobSpecError: a pair without ``=``, a bad variable name, or a value the containers' launch script
+            would interpret (see :func:`env_problem`).
     """
     result: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not _ENV_KEY.fullmatch(key):
             raise JobSpecError(f"--env: expected NAME=VALUE with a shell variable name, got {pair!r}")
-        if '"' in value:
-            raise JobSpecError(f"--env {key}: a value must not contain double quotes (YARN does not escape them)")
+        if (problem := env_problem(key, value)) is not None:
+            raise JobSpecError(problem)
         result[key] = value
     return result
 

@@ -1,0 +1,170 @@
+"""No ``submarine job run`` flag runs anything in a container's launch script.
+
+YARN writes every variable of a service spec into each container's launch script as ``export NAME="value"``
+without escaping. These tests render the spec the same way and run it with bash: a value that could expand
+or run a command is refused before anything is written or sent, naming the flag and the character, and
+every value that is accepted reaches the container unchanged.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from submarine_elastic.cli.main import cli
+from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.client import load_token
+from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service
+
+#: What an attack leaves behind when it runs: a file in the directory the launch script runs in.
+SENTINEL = "pwned"
+#: The attacks found by probing, and the character each is refused for (the first one in it).
+ATTACKS = {
+    "command substitution": ("$(touch pwned)", "a dollar sign ('$')"),
+    "backquotes": ("`touch pwned`", "a backquote ('`')"),
+    "quote break-out": ('"; touch pwned; echo "', "double quotes ('\"')"),
+    "escaped quote": ('x\\"; touch pwned; echo "', "a backslash ('\\\\')"),
+    "newline": ("/data\ntouch pwned", "a newline ('\\n')"),
+}
+#: Each flag that lands in the spec's environment, as a request field (the flag named in the refusal).
+PATH_FLAGS = {"--checkpoint_path": "checkpoint_path", "--input_path": "input_path", "--workdir": "workdir"}
+
+
+@pytest.fixture(autouse=True)
+def jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SUBMARINE_JOBS_DIR", str(tmp_path / "jobs"))
+    return tmp_path / "jobs"
+
+
+def request(**kw: Any) -> JobRequest:
+    args: dict[str, Any] = {
+        "name": "mnist",
+        "launch_cmd": "python train.py",
+        "limits": Limits(2, 1, 4),
+        "resources": WorkerResources(2048, 1),
+        "rm_url": "http://127.0.0.1:18088",
+        "driver_port": 31000,
+        "token": "t0ken",
+        "python": "/venv/bin/python",
+        "workdir": Path("/work"),
+    }
+    args.update(kw)
+    return JobRequest(**args)
+
+
+def launch_script(env: dict[str, str]) -> str:
+    """The environment part of a container's launch script, as YARN's NodeManager writes it."""
+    return "".join(f'export {name}="{value}"\n' for name, value in env.items())
+
+
+def worker_env(req: JobRequest) -> dict[str, str]:
+    """A worker container's environment in its spec: the service's, then its component's."""
+    spec = build_service(req).to_dict()
+    worker = next(c for c in spec["components"] if c["name"] == "worker")
+    return {**spec["configuration"]["env"], **worker["configuration"]["env"]}
+
+
+def run_script(script: str, cwd: Path, *names: str) -> list[str]:
+    """Runs ``script`` with bash in ``cwd``; returns the values the named variables have after it."""
+    shown = " ".join(f'"${name}"' for name in names)
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", f"{script}printf '%s\\0' {shown}"],
+        cwd=cwd,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=30,
+        check=False,
+    )
+    return done.stdout.decode().split("\0")[: len(names)]
+
+
+def test_the_attacks_run_when_written_into_the_launch_script_unchecked(tmp_path: Path):
+    # What a spec that carried them would do: shows the harness below can see an attack succeed.
+    for attack, _ in (ATTACKS["command substitution"], ATTACKS["backquotes"], ATTACKS["quote break-out"]):
+        (tmp_path / SENTINEL).unlink(missing_ok=True)
+        run_script(launch_script({"X": attack}), tmp_path, "X")
+        assert (tmp_path / SENTINEL).exists(), attack
+
+
+@pytest.mark.parametrize(("attack", "character"), ATTACKS.values(), ids=ATTACKS.keys())
+def test_an_env_value_that_the_launch_script_would_interpret_is_refused_naming_flag_and_character(
+    attack: str, character: str
+):
+    with pytest.raises(JobSpecError) as refused:
+        request(env={"DATA_DIR": attack})
+    assert str(refused.value).startswith(f"--env DATA_DIR must not contain {character}")
+
+
+@pytest.mark.parametrize("flag", PATH_FLAGS)
+@pytest.mark.parametrize(("attack", "character"), ATTACKS.values(), ids=ATTACKS.keys())
+def test_a_path_that_the_launch_script_would_interpret_is_refused_naming_flag_and_character(
+    flag: str, attack: str, character: str
+):
+    value: Any = Path(f"/shared/{attack}") if flag == "--workdir" else f"/shared/{attack}"
+    with pytest.raises(JobSpecError) as refused:
+        request(**{PATH_FLAGS[flag]: value})
+    assert str(refused.value).startswith(f"{flag} must not contain {character}")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--env", "DATA_DIR=$(touch pwned)"],
+        ["--env", "OK=1", "--env", "DATA_DIR=`touch pwned`"],
+        ["--checkpoint_path", '/c"; touch pwned; echo "'],
+        ["--input_path", "hdfs:///in/$(touch pwned)"],
+        ["--workdir", 'w"; touch pwned; echo "'],
+    ],
+    ids=["env-subst", "env-backquote", "checkpoint-quote", "input-subst", "workdir-quote"],
+)
+def test_job_run_refuses_the_attack_before_anything_is_written_or_sent(
+    flags: list[str], jobs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        cli,
+        ["job", "run", "--name", "inject", "--worker_launch_cmd", "python t.py", *flags],
+        env={"SUBMARINE_RM_URL": "http://127.0.0.1:9"},  # nothing listens: a request would fail differently
+    )
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1, output
+    flag = flags[-2] if flags[-2] != "--env" else "--env DATA_DIR"
+    assert f"{flag} must not contain" in output
+    assert "unreachable" not in output
+    assert load_token("inject") is None
+    assert not jobs_dir.exists() or not any(jobs_dir.iterdir())
+    assert not (tmp_path / SENTINEL).exists()
+
+
+def test_the_launch_command_and_a_secret_may_hold_anything_and_still_run_nothing(tmp_path: Path):
+    # The command travels base64-encoded and a secret as a localized file: neither is in the script.
+    attack = '"; touch pwned; echo "$(touch pwned)`touch pwned`'
+    req = request(launch_cmd=f"python t.py --x '{attack}'", env={"SUBMARINE_METRICS_TOKEN": attack})
+    run_script(launch_script(worker_env(req)), tmp_path, "SUBMARINE_WORKER_CMD_B64")
+    assert not (tmp_path / SENTINEL).exists()
+
+
+# Every printable character except those refused, with spaces, single quotes, globs, ;&|<>(){}#~! more often.
+_ACCEPTED = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='$`"\\')
+    | st.sampled_from(list("'*?~!;&|<>(){}#[] ")),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=_ACCEPTED, path=_ACCEPTED)
+def test_every_accepted_value_reaches_the_container_unchanged(value: str, path: str, tmp_path: Path):
+    req = request(env={"USER_VALUE": value}, input_path=path, checkpoint_path=f"/c/{path}")
+    seen = run_script(
+        launch_script(worker_env(req)), tmp_path, "USER_VALUE", "SUBMARINE_INPUT_PATH", "SUBMARINE_CHECKPOINT_PATH"
+    )
+    assert seen == [value, path, f"/c/{path}"]
+    assert not (tmp_path / SENTINEL).exists()
