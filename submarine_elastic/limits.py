@@ -54,6 +54,15 @@ INSTANCE = NameRule(
     re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"),
     "1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit",
 )
+#: A worker's agent as the job driver takes it: a YARN component instance ``<component>-<number>``
+#: (``worker-3``), the number at most the 19 digits YARN reserves for it; the driver orders workers by it.
+WORKER_INSTANCE = NameRule(
+    "worker instance",
+    re.compile(rf"[a-z][a-z0-9-]{{0,{COMPONENT_NAME_MAX_LENGTH - 1}}}-[0-9]{{1,19}}"),
+    "a YARN component instance name: <component>-<number>, like worker-3",
+)
+#: The longest container id, host or agent id an agent may name itself by (a DNS name has at most 253).
+MAX_AGENT_FIELD_LENGTH = 255
 #: One run of a training process (the agent numbers them); starts of a process never share one.
 INCARNATION = NameRule("incarnation", re.compile(r"[A-Za-z0-9._:-]{1,64}"), "1-64 characters of [A-Za-z0-9._:-]")
 #: The name of a metric a user reports beside the built-in ones (``top5_accuracy``).

@@ -86,6 +86,7 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
@@ -401,6 +402,18 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
             return
         hello = first.hello
+        # Refused before it is registered: a name without its number would fail every Status and resize after.
+        instance_problem = WORKER_INSTANCE.problem(hello.instance)
+        problems = [] if instance_problem is None else [instance_problem]
+        for what, value in (("container_id", hello.container_id), ("host", hello.host), ("agent_id", hello.agent_id)):
+            if len(value) > MAX_AGENT_FIELD_LENGTH:
+                problems.append(f"Hello.{what} is {len(value)} characters, above {MAX_AGENT_FIELD_LENGTH}")
+        if not (hello.agent_id or hello.container_id):
+            problems.append("Hello names neither an agent_id nor a container_id")
+        if problems:
+            log.warning("refused an agent's Hello: %s", "; ".join(problems))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused Hello: " + "; ".join(problems))
+            return
         agent = AgentHandle(hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host)
         refusal = self._adopt(agent, hello.resume if hello.HasField("resume") else None)
         if refusal:

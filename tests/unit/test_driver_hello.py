@@ -1,0 +1,155 @@
+"""The job driver refuses an agent whose Hello it could not keep, before registering it: over real gRPC, a
+worker named ``worker`` (no number) is answered INVALID_ARGUMENT, and Status and a resize still work after."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_fixed
+
+from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.yarn import ComponentTarget, ReconcileResult
+
+#: What a user waits at most for an answer of the driver.
+ANSWER_WITHIN_S = 10.0
+
+
+@dataclass
+class RecordingYarn:
+    """Stands in for the YARN service: records the targets the driver sets; YARN has each one at once."""
+
+    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+
+    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
+        self.targets.append((n, tuple(remove)))
+        return ComponentTarget(n, tuple(remove))
+
+    def target(self, name: str, component: str) -> ComponentTarget | None:
+        return ComponentTarget(*self.targets[-1]) if self.targets else None
+
+    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
+        n = self.targets[-1][0] if self.targets else 0
+        names = tuple(f"worker-{i}" for i in range(n))
+        return ReconcileResult(name, component, n, n, n, names, "STABLE", converged=True)
+
+
+@pytest.fixture()
+def yarn() -> RecordingYarn:
+    return RecordingYarn()
+
+
+@pytest.fixture()
+def driver(yarn: RecordingYarn) -> Iterator[tuple[JobDriver, str]]:
+    """A job of 2 workers (1 to 4): its driver serves on port 0 and takes resizes."""
+    job = JobDriver("hello", Limits(2, 1, 4), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    served = job.serve(0)
+    assert served is not None
+    server, port = served
+    threading.Thread(target=job._resize_loop, daemon=True, name="resizer").start()
+    yield job, f"127.0.0.1:{port}"
+    for agent in job.registry.snapshot():
+        agent.commands.put(None)
+    server.stop(None)
+
+
+async def good_agent(target: str, number: int, attached: asyncio.Event) -> list[str]:
+    """A worker's agent: Hello, then Warm; answers Leave by exiting as a leaver. Returns its commands."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = pb_grpc.ElasticDriverStub(channel).Attach()
+        await call.write(pb.AgentEvent(hello=pb.Hello(instance=f"worker-{number}", container_id=f"c{number}")))
+        await call.write(pb.AgentEvent(warm=pb.Warm(pid=number, warmup_seconds=0.1)))
+        attached.set()
+        received = []
+        async for command in call:
+            received.append(command.WhichOneof("command"))
+            if received[-1] == "leave":
+                await call.write(pb.AgentEvent(exited=pb.Exited(exit_code=0, leaving=True, joined=True)))
+                await call.done_writing()
+        return received
+
+
+async def attach_refused(target: str, hello: pb.Hello) -> grpc.aio.AioRpcError:
+    """Attaches with ``hello`` and returns the error the driver ends the stream with; fails if it does not."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = pb_grpc.ElasticDriverStub(channel).Attach(timeout=ANSWER_WITHIN_S)
+        await call.write(pb.AgentEvent(hello=hello))
+        await call.write(pb.AgentEvent(warm=pb.Warm(pid=99, warmup_seconds=0.1)))
+        try:
+            commands = [command async for command in call]
+        except grpc.aio.AioRpcError as exc:
+            return exc
+        pytest.fail(f"the driver took {hello.instance!r} and sent it {commands}")
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(ANSWER_WITHIN_S), wait=wait_fixed(0.05), retry=retry_if_result(lambda ok: not ok)
+    )
+    try:
+        await retrying(check)
+    except RetryError:
+        pytest.fail(f"not within {ANSWER_WITHIN_S:.0f} s: {what}")
+
+
+@pytest.mark.parametrize(
+    ("hello", "named"),
+    [
+        (pb.Hello(instance="worker", container_id="c9"), "worker instance 'worker' is not a YARN component instance"),
+        (pb.Hello(instance="worker-", container_id="c9"), "worker instance 'worker-'"),
+        (pb.Hello(instance="worker-1\n", container_id="c9"), "worker instance 'worker-1\\n'"),
+        (pb.Hello(instance="", container_id="c9"), "worker instance ''"),
+        (pb.Hello(instance="worker-9", container_id="c" * 300), "Hello.container_id is 300 characters, above 255"),
+        (pb.Hello(instance="worker-9", container_id="c9", host="h" * 256), "Hello.host is 256 characters"),
+        (pb.Hello(instance="worker-9", container_id="c9", agent_id="a" * 1000), "Hello.agent_id is 1000 characters"),
+        (pb.Hello(instance="worker-9"), "Hello names neither an agent_id nor a container_id"),
+    ],
+    ids=["no-number", "empty-number", "newline", "empty", "long-container", "long-host", "long-agent-id", "no-id"],
+)
+def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_work(
+    driver: tuple[JobDriver, str], yarn: RecordingYarn, hello: pb.Hello, named: str
+) -> None:
+    job, target = driver
+
+    async def scenario() -> None:
+        attached = [asyncio.Event(), asyncio.Event()]
+        agents = [asyncio.create_task(good_agent(target, i, attached[i])) for i in range(2)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in attached)), ANSWER_WITHIN_S)
+
+        refused = await attach_refused(target, hello)
+        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert named in (refused.details() or "")
+        assert sorted(a.instance for a in job.registry.snapshot()) == ["worker-0", "worker-1"]
+
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = pb_grpc.ElasticDriverStub(channel)
+
+            async def both_listed_warm() -> bool:
+                status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
+                return [(w.instance, w.state) for w in status.workers] == [("worker-0", "warm"), ("worker-1", "warm")]
+
+            await until(both_listed_warm, "Status lists worker-0 and worker-1 warm, and no one else")
+
+            # A scale-in orders the workers by their number: the resize thread takes it and tells YARN.
+            reply = await stub.Flex(pb.FlexRequest(workers=1, reason="test"), timeout=ANSWER_WITHIN_S)
+            assert (reply.previous, reply.target) == (2, 1)
+
+            async def yarn_told() -> bool:
+                return yarn.targets == [(1, ())]
+
+            await until(yarn_told, "the resize to 1 worker reached YARN")
+            assert await asyncio.wait_for(agents[1], ANSWER_WITHIN_S) == ["leave"]
+            status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
+            assert status.target == 1
+            assert {w.instance: w.state for w in status.workers} == {"worker-0": "warm", "worker-1": "exited"}
+        agents[0].cancel()
+        await asyncio.gather(agents[0], return_exceptions=True)
+
+    asyncio.run(scenario())
