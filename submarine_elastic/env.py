@@ -36,6 +36,8 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_DRIVER_STATE_FILE`` | job | where the job's driver keeps what its next incarnation needs (target, timeline, incarnations); default: beside the outcome file |
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
+| ``SUBMARINE_CA_DIR`` | client, controller | the cluster's certificate authority (``ca.crt``, ``ca.key`` mode 0600), created on first use; default ``~/.submarine-elastic/ca`` |
+| ``SUBMARINE_INSECURE`` | client, job, training | ``1``: plaintext where TLS is the default (the job driver, the controller, the metrics service and their clients); unset: TLS, and a client without a CA refuses to connect |
 | ``SUBMARINE_JOBS_DIR`` | client | one directory per job: its control token, secrets and TLS files, which YARN localizes into its containers (so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured job models and workloads (default: the copy the package ships) |
 """
@@ -329,6 +331,26 @@ def controller_dir() -> Path:
     """Directory of the controller's state, database and log (``SUBMARINE_CONTROLLER_DIR``)."""
     value = _get("SUBMARINE_CONTROLLER_DIR")
     return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "controller"
+
+
+def ca_dir() -> Path:
+    """Directory of the cluster's certificate authority (``SUBMARINE_CA_DIR``)."""
+    value = _get("SUBMARINE_CA_DIR")
+    return Path(value).expanduser() if value else Path.home() / ".submarine-elastic" / "ca"
+
+
+def insecure() -> bool:
+    """Whether plaintext was asked for where TLS is the default (``SUBMARINE_INSECURE``: ``1``, ``true``, ``yes``).
+
+    Raises:
+        ValueError: any other non-empty value (a typo must not leave the choice unclear).
+    """
+    value = (_get("SUBMARINE_INSECURE") or "").lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"SUBMARINE_INSECURE must be 1/true/yes or 0/false/no, got {value!r}")
 
 
 def jobs_dir() -> Path:
