@@ -932,7 +932,9 @@ def _zk_ok(host: str, port: int) -> bool:
 
 
 def _get_json(url: str, params: dict[str, str] | None = None) -> dict:
-    resp = requests.get(url, params=params, timeout=5.0, headers={"Accept": "application/json"})
+    """GET a ResourceManager REST resource as the YARN user (the cluster refuses anonymous requests)."""
+    query = {"user.name": env.yarn_user(), **(params or {})}
+    resp = requests.get(url, params=query, timeout=5.0, headers={"Accept": "application/json"})
     resp.raise_for_status()
     return resp.json()
 

@@ -24,6 +24,8 @@ from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 
 PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
+#: Query of a REST call to the ResourceManager or a NodeManager: the cluster refuses anonymous requests (401).
+AS_USER = {"user.name": "test"}
 
 T = TypeVar("T")
 

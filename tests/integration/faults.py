@@ -49,7 +49,7 @@ from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnError, YarnServiceClient
-from tests.integration.conftest import container_processes, eventually, submarine
+from tests.integration.conftest import AS_USER, container_processes, eventually, submarine
 from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times, training_pids
 
 METRICS_TOKEN = "fault-metrics-token"
@@ -367,9 +367,9 @@ def container_nodes(run: FaultRun) -> dict[str, str]:
     containers: their node ids end with the NodeManager's port, which names it on this pseudo-cluster."""
     app_id = run.yarn.status(run.name).id
     base = f"{run.spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts"
-    attempts = requests.get(base, timeout=10).json()["appAttempts"]["appAttempt"]
+    attempts = requests.get(base, params=AS_USER, timeout=10).json()["appAttempts"]["appAttempt"]
     attempt = attempts[-1]["appAttemptId"]
-    raw = requests.get(f"{base}/{attempt}/containers", timeout=10).json()
+    raw = requests.get(f"{base}/{attempt}/containers", params=AS_USER, timeout=10).json()
     by_port = {run.spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(run.spec.nodes)}
     return {c["containerId"]: by_port[int(c["nodeId"].rsplit(":", 1)[1])] for c in raw["container"]}
 
@@ -549,7 +549,7 @@ def am_node(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> str:
     app_id = yarn.status(name).id
     if not app_id:
         return ""
-    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", timeout=10).json()
+    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", params=AS_USER, timeout=10).json()
     attempts = (raw.get("appAttempts") or {}).get("appAttempt") or []
     node = attempts[-1].get("nodeId", "") if attempts else ""
     return node_of(spec, node) if node else ""

@@ -25,7 +25,7 @@ from submarine_elastic.cluster import (
     PortInUseError,
 )
 from submarine_elastic.env import hadoop_conf_template
-from tests.integration.conftest import PORT_BASE, container_processes, eventually, processes_under
+from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually, processes_under
 
 pytestmark = pytest.mark.integration
 
@@ -210,7 +210,9 @@ def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path:
             return s.recv(4) == b"imok"
 
     def running_nodes() -> list[int]:
-        nodes = requests.get(f"{spec.rm_url}/ws/v1/cluster/nodes", timeout=5).json()["nodes"] or {"node": []}
+        nodes = requests.get(f"{spec.rm_url}/ws/v1/cluster/nodes", params=AS_USER, timeout=5).json()["nodes"] or {
+            "node": []
+        }
         return sorted(int(n["id"].rsplit(":", 1)[1]) for n in nodes["node"] if n["state"] == "RUNNING")
 
     try:
@@ -223,7 +225,9 @@ def test_daemons_started_one_by_one_form_a_cluster_and_stop_on_sigterm(tmp_path:
         until(lambda: running_nodes() == expected, f"NodeManagers on ports {expected} RUNNING", timeout=240)
         resp = requests.get(f"{spec.rm_url}/app/v1/services/version", params={"user.name": "test"}, timeout=10)
         assert resp.status_code == 200, resp.text
-        memory = requests.get(f"{spec.rm_url}/ws/v1/cluster/metrics", timeout=5).json()["clusterMetrics"]
+        memory = requests.get(f"{spec.rm_url}/ws/v1/cluster/metrics", params=AS_USER, timeout=5).json()[
+            "clusterMetrics"
+        ]
         assert memory["totalMB"] == spec.node_memory_mb + 2048
         for name, proc in started.items():
             # The command replaces itself with the JVM, so a container's stop signal reaches the daemon.

@@ -32,7 +32,7 @@ from submarine_elastic.yarn import (
     YarnError,
     YarnServiceClient,
 )
-from tests.integration.conftest import PORT_BASE, container_processes, eventually
+from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +106,7 @@ def stable_with(yarn: YarnServiceClient, expected: dict[str, str]) -> ServiceSta
 
 def attempts(spec: ClusterSpec, app_id: str) -> list[tuple[str, str]]:
     """The application's attempts as the RM knows them: (attempt id, AM container id)."""
-    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", timeout=10).json()
+    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", params=AS_USER, timeout=10).json()
     return [(a["appAttemptId"], a["containerId"]) for a in raw["appAttempts"]["appAttempt"]]
 
 
@@ -114,7 +114,10 @@ def nm_containers(spec: ClusterSpec, index: int) -> dict[str, str]:
     """Container id -> state as NodeManager ``index`` itself reports them (its own REST API)."""
     port = spec.nm_ports(index)["yarn.nodemanager.webapp.address"]
     raw = requests.get(
-        f"http://{spec.host}:{port}/ws/v1/node/containers", timeout=5, headers={"Accept": "application/json"}
+        f"http://{spec.host}:{port}/ws/v1/node/containers",
+        params=AS_USER,
+        timeout=5,
+        headers={"Accept": "application/json"},
     ).json()
     return {c["id"]: c["state"] for c in (raw.get("containers") or {}).get("container") or []}
 
@@ -193,7 +196,7 @@ def test_a_killed_resource_manager_restarts_and_the_service_keeps_its_containers
     assert worker is not None and worker.number_of_containers == WORKERS and worker.ready_count == WORKERS
     assert {cid: container_processes(cid) for cid in before.values()} == processes
     assert attempts(spec, app_id) == am_before  # the ApplicationMaster lived on: no second attempt
-    nodes = requests.get(f"{spec.rm_url}/ws/v1/cluster/nodes", timeout=10).json()["nodes"]["node"]
+    nodes = requests.get(f"{spec.rm_url}/ws/v1/cluster/nodes", params=AS_USER, timeout=10).json()["nodes"]["node"]
     assert sorted(n["state"] for n in nodes) == ["RUNNING", "RUNNING"]
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from tests.integration.conftest import AS_USER
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def dse_apps(rm_url: str) -> list[dict]:
     """Every application of the RM (finished ones too) whose name is a DSE job's."""
-    apps = requests.get(f"{rm_url}/ws/v1/cluster/apps", timeout=10).json()["apps"] or {}
+    apps = requests.get(f"{rm_url}/ws/v1/cluster/apps", params=AS_USER, timeout=10).json()["apps"] or {}
     return [a for a in apps.get("app", []) if a["name"].startswith("dse-")]
 
 

@@ -113,7 +113,7 @@ def test_the_services_and_jobs_directories_are_volumes_shared_by_the_rm_and_ever
 
 def test_ports_and_health_checks_match_the_cluster_spec() -> None:
     spec = ClusterSpec()
-    assert SERVICES["resourcemanager"]["ports"] == [f"{spec.rm_web_port}:{spec.rm_web_port}"]
+    assert SERVICES["resourcemanager"]["ports"] == [f"127.0.0.1:{spec.rm_web_port}:{spec.rm_web_port}"]
     for service in SERVICES.values():
         assert service["environment"]["SUBMARINE_RM_URL"] == f"http://resourcemanager:{spec.rm_web_port}"
     assert f"/dev/tcp/127.0.0.1/{spec.zk_port} " in " ".join(SERVICES["zookeeper"]["healthcheck"]["test"])
@@ -121,6 +121,40 @@ def test_ports_and_health_checks_match_the_cluster_spec() -> None:
     assert SERVICES["resourcemanager"]["depends_on"]["zookeeper"]["condition"] == "service_healthy"
     for name in NODEMANAGERS:
         assert SERVICES[name]["depends_on"]["resourcemanager"]["condition"] == "service_healthy"
+
+
+def test_every_published_port_is_on_the_hosts_loopback_only() -> None:
+    """A port published without an address is open on every interface of the host."""
+    published = [(name, port) for name, service in SERVICES.items() for port in service.get("ports", [])]
+    assert published
+    for name, port in published:
+        assert isinstance(port, str) and port.startswith("127.0.0.1:"), f"{name} publishes {port!r} beyond loopback"
+
+
+def test_the_daemons_and_jobs_run_as_an_unprivileged_user_owning_only_the_volumes() -> None:
+    steps = dockerfile()
+    users = [args.strip() for instruction, args in steps if instruction == "USER"]
+    assert users and users[-1] not in ("root", "0", "0:0"), "the containers would run as root"
+    last_user = max(i for i, (instruction, _) in enumerate(steps) if instruction == "USER")
+    assert not [args for instruction, args in steps[last_user:] if instruction == "RUN"], "a RUN after USER"
+    setup = next(args for instruction, args in steps if instruction == "RUN" and "useradd" in args)
+    assert users[-1] in setup.split()
+    env = dockerfile_env()
+    for directory in (f"{env['SUBMARINE_CLUSTER_DIR']}/yarn-services", env["SUBMARINE_JOBS_DIR"]):
+        assert directory in setup, f"{directory} is a volume the user must own"
+    assert f"chown -R {users[-1]}:{users[-1]} {env['SUBMARINE_CLUSTER_DIR']}" in setup
+    assert f"chmod 0700 {env['SUBMARINE_JOBS_DIR']}" in setup
+    for service in SERVICES.values():
+        assert service.get("user") in (None, users[-1]), "a service overrides the image's user"
+        assert not service.get("privileged"), "a privileged container"
+
+
+def test_the_shared_configuration_refuses_anonymous_web_requests_and_lets_no_user_act_for_others() -> None:
+    """Both clusters read this core-site.xml: a REST call without a user is refused, and no proxy user (a
+    wildcard let root impersonate anyone from any host) is configured."""
+    core = site(ROOT / "submarine_elastic" / "cluster" / "hadoop" / "conf" / "core-site.xml")
+    assert core["hadoop.http.authentication.simple.anonymous.allowed"] == "false"
+    assert not [name for name in core if name.startswith("hadoop.proxyuser.")]
 
 
 def test_the_image_copies_what_exists_and_installs_with_the_project_script() -> None:
@@ -145,7 +179,7 @@ def test_the_image_copies_what_exists_and_installs_with_the_project_script() -> 
 
 
 def test_the_image_step_that_prepares_the_am_archive_runs(tmp_path: Path, fake_lib: Path) -> None:
-    (step,) = [args for instruction, args in dockerfile() if instruction == "RUN" and "submarine " in args]
+    (step,) = [args for instruction, args in dockerfile() if instruction == "RUN" and args.startswith("submarine ")]
     first = shlex.split(step.split("&&")[0].split(">")[0])
     assert first[0] == "submarine"
     args = first[1:]
