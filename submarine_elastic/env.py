@@ -11,11 +11,14 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_HADOOP_CONF`` | cluster | the shared Hadoop configuration files (default: the ones the package ships) |
 | ``SUBMARINE_RM_URL`` | client | ResourceManager web address (default: the local pseudo-cluster's) |
 | ``SUBMARINE_YARN_USER`` | client | user for simple auth (``?user.name=``); default: the login user |
-| ``SUBMARINE_YARN_AUTH`` | client | ``simple`` (default) or ``kerberos`` (SPNEGO) |
+| ``SUBMARINE_YARN_AUTH`` | client, job | ``simple`` (default) or ``kerberos`` (SPNEGO, mutual authentication required) |
+| ``SUBMARINE_YARN_KEYTAB`` | client, job | with ``kerberos``: the keytab to log in from (into a private in-memory credentials cache); unset: the user's credentials cache (``kinit``). ``job run`` copies it into the job's secrets and points the job's containers at the copy YARN localizes |
+| ``SUBMARINE_YARN_PRINCIPAL`` | client, job | the keytab's principal to log in as (default: its first) |
 | ``SUBMARINE_METRICS_ENDPOINT`` | training | ``host:port`` of the metrics service; unset: hooks do nothing |
 | ``SUBMARINE_METRICS_TOKEN`` | training, service | bearer token the hooks send and the service checks |
 | ``SUBMARINE_METRICS_TOKEN_FILE`` | training, service | file holding the token (when no ``..._TOKEN``) |
 | ``SUBMARINE_METRICS_TLS_CA`` | training | PEM of the CA that signed the service's certificate; set: TLS |
+| ``SUBMARINE_METRICS_TLS_CERT_FILE`` / ``..._KEY_FILE`` | training | the hooks' client certificate and key (PEM) for a metrics service that requires one |
 | ``SUBMARINE_METRICS_TLS`` | training | ``1``: TLS with the system's CAs (when no ``..._TLS_CA``) |
 | ``SUBMARINE_METRICS_EVERY_N`` | training | report every N-th step (default 1) |
 | ``SUBMARINE_CHECKPOINT_PATH`` | training | directory where rank 0 of the elastic helpers writes the committed state, and from which a job that lost every worker resumes (``job run --checkpoint_path``); unset: no checkpoints |
@@ -28,6 +31,9 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``); ``job run`` points it at the file YARN localizes into each container |
 | ``SUBMARINE_DRIVER_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the driver's certificate chain and key (PEM): with both, its control plane speaks TLS only |
 | ``SUBMARINE_DRIVER_TLS_CA_FILE`` | job | certificates the agents trust for the driver (PEM); with it, they connect over TLS |
+| ``SUBMARINE_DRIVER_TLS_CLIENT_CA_FILE`` | job | the job's CA (PEM): the driver accepts only clients presenting a certificate it issued |
+| ``SUBMARINE_DRIVER_TLS_NAME`` | job | the name the driver's certificate carries, which its clients check instead of the host they dial |
+| ``SUBMARINE_AGENT_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the agents' client certificate and key (PEM) for the driver |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
@@ -109,6 +115,18 @@ def yarn_user() -> str:
 def yarn_auth() -> str:
     """``simple`` or ``kerberos`` (``SUBMARINE_YARN_AUTH``); anything else is rejected by the client."""
     return (_get("SUBMARINE_YARN_AUTH") or "simple").lower()
+
+
+def yarn_keytab() -> Path | None:
+    """The keytab a Kerberos client logs in from (``SUBMARINE_YARN_KEYTAB``; in a job's container, the copy YARN
+    localized); None: the user's credentials cache."""
+    value = _get("SUBMARINE_YARN_KEYTAB")
+    return Path(value).expanduser() if value else None
+
+
+def yarn_principal() -> str | None:
+    """The principal to log in as from the keytab (``SUBMARINE_YARN_PRINCIPAL``); None: the keytab's first."""
+    return _get("SUBMARINE_YARN_PRINCIPAL")
 
 
 def metrics_endpoint() -> str | None:
@@ -271,6 +289,52 @@ def driver_tls() -> tuple[bytes, bytes] | None:
     if not cert or not key:
         raise ValueError("SUBMARINE_DRIVER_TLS_CERT_FILE and SUBMARINE_DRIVER_TLS_KEY_FILE go together")
     return Path(cert).read_bytes(), Path(key).read_bytes()
+
+
+def _pem_pair(cert_var: str, key_var: str) -> tuple[bytes, bytes] | None:
+    cert, key = _get(cert_var), _get(key_var)
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ValueError(f"{cert_var} and {key_var} go together")
+    return Path(cert).read_bytes(), Path(key).read_bytes()
+
+
+def driver_tls_client_ca() -> bytes | None:
+    """The job's CA, PEM (``SUBMARINE_DRIVER_TLS_CLIENT_CA_FILE``): the driver requires client certificates
+    it issued. None when unset.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    path = _get("SUBMARINE_DRIVER_TLS_CLIENT_CA_FILE")
+    return Path(path).read_bytes() if path else None
+
+
+def driver_tls_name() -> str | None:
+    """The name the driver's certificate carries (``SUBMARINE_DRIVER_TLS_NAME``), or None."""
+    return _get("SUBMARINE_DRIVER_TLS_NAME")
+
+
+def agent_tls() -> tuple[bytes, bytes] | None:
+    """The agents' client certificate chain and key, PEM (``SUBMARINE_AGENT_TLS_CERT_FILE`` / ``..._KEY_FILE``).
+
+    Raises:
+        ValueError: only one of the two is set.
+        OSError: a file cannot be read.
+    """
+    return _pem_pair("SUBMARINE_AGENT_TLS_CERT_FILE", "SUBMARINE_AGENT_TLS_KEY_FILE")
+
+
+def metrics_tls_client() -> tuple[bytes, bytes] | None:
+    """The hooks' client certificate chain and key for the metrics service, PEM
+    (``SUBMARINE_METRICS_TLS_CERT_FILE`` / ``..._KEY_FILE``), or None.
+
+    Raises:
+        ValueError: only one of the two is set.
+        OSError: a file cannot be read.
+    """
+    return _pem_pair("SUBMARINE_METRICS_TLS_CERT_FILE", "SUBMARINE_METRICS_TLS_KEY_FILE")
 
 
 def driver_tls_ca() -> bytes | None:

@@ -1,14 +1,17 @@
 """gRPC plumbing every client and server of the project shares: channels, bearer tokens, authentication.
 
 The metrics service, the controller and a job's driver check callers with one interceptor
-(:class:`BearerTokenInterceptor`); the hooks' sender, the job agents and ``submarine job`` open their
-channels and attach their token with :func:`open_channel` and :func:`bearer`.
+(:class:`BearerTokenInterceptor`) and serve TLS with :class:`ServerTls`; the hooks' sender, the job agents
+and ``submarine job`` open their channels and attach their token with :func:`open_channel` and
+:func:`bearer`. A channel is TLS unless plaintext is asked for: without a CA it is refused, not opened in the
+clear.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -58,14 +61,62 @@ STREAM_KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+class InsecureChannelError(ValueError):
+    """A client has no CA to check its server against and was not told plaintext is meant."""
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A server's TLS: its certificate chain and key (PEM) and, when ``client_ca`` is given, mutual TLS:
+    a client must present a certificate that CA issued, or the handshake fails before any call."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"ServerTls(key=***, mutual={self.client_ca is not None})"
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)], root_certificates=self.client_ca, require_client_auth=self.client_ca is not None
+        )
+
+
 def open_channel(
-    target: str, *, ca: bytes | None = None, tls: bool = False, options: Sequence[tuple[str, Any]] = ()
+    target: str,
+    *,
+    ca: bytes | None = None,
+    tls: bool = False,
+    client_cert: tuple[bytes, bytes] | None = None,
+    server_name: str | None = None,
+    insecure: bool = False,
+    options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.Channel:
-    """A channel to ``target`` (``host:port``): TLS when ``ca`` is given (trusting those certificates) or
-    ``tls`` is set (trusting the system's), else plaintext. Opens no connection yet."""
+    """A channel to ``target`` (``host:port``). Opens no connection yet.
+
+    TLS when ``ca`` is given (trusting those certificates) or ``tls`` is set (trusting the system's),
+    presenting ``client_cert`` (certificate chain and key, PEM) when given and checking the server's
+    certificate for ``server_name`` instead of the host dialled when given. Plaintext only when asked for
+    with ``insecure``: a client left without a CA never falls back to sending its token in the clear.
+
+    Raises:
+        InsecureChannelError: neither a CA, nor ``tls``, nor ``insecure``.
+    """
     if ca is not None or tls:
-        return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca), options=options)
-    return grpc.insecure_channel(target, options=options)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=client_cert[1] if client_cert else None,
+            certificate_chain=client_cert[0] if client_cert else None,
+        )
+        named = (("grpc.ssl_target_name_override", server_name),) if server_name else ()
+        return grpc.secure_channel(target, credentials, options=(*options, *named))
+    if insecure:
+        return grpc.insecure_channel(target, options=options)
+    raise InsecureChannelError(
+        f"no CA to check the server at {target} against, so nothing is sent to it: TLS is the default. "
+        "Give the CA (or use the system's), or ask for plaintext with --insecure or SUBMARINE_INSECURE=1"
+    )
 
 
 def dial_address(host: str, port: int) -> str:

@@ -187,9 +187,7 @@ class CertificateAuthority:
                 critical=True,
             )
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
         )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -135,6 +135,13 @@ def job() -> None:
     default=None,
     help="Certificates the agents and `job flex|show` trust for the driver [default: --tls_cert].",
 )
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Plaintext control plane: no certificates (default: SUBMARINE_INSECURE; without either, mutual TLS with "
+    "certificates issued for the job).",
+)
 @click.option("--wait_job_finish", is_flag=True, help="Follow the job to its end with a live view.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds --wait_job_finish waits.")
 def run(
@@ -157,6 +164,7 @@ def run(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_ca: Path | None,
+    insecure: bool | None,
     wait_job_finish: bool,
     timeout: float,
 ) -> None:
@@ -169,6 +177,12 @@ def run(
         raise click.BadParameter(
             "--tls_cert and --tls_key go together (and --tls_ca needs them)", param_hint="--tls_cert"
         )
+    try:
+        insecure = env.insecure() if insecure is None else insecure
+    except ValueError as exc:
+        raise _fail(exc) from exc
+    if insecure and tls_cert is not None:
+        raise click.BadParameter("--insecure and --tls_cert exclude each other", param_hint="--insecure")
     try:
         limits = Limits(num_workers, lo, hi)
         tls = DriverTls.load(tls_cert, tls_key, tls_ca) if tls_cert is not None and tls_key is not None else None
@@ -188,6 +202,7 @@ def run(
             docker_image=docker_image,
             workdir=(workdir or Path.cwd()).resolve(),
             tls=tls,
+            insecure=insecure,
         )
     except (ValueError, JobSpecError) as exc:
         raise _fail(exc) from exc
@@ -236,7 +251,7 @@ def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | N
         client = ControllerClient(info.address, locate.read_token(where, locate.API_TOKEN))
         req.env.update(
             SUBMARINE_METRICS_ENDPOINT=info.metrics_endpoint,
-            SUBMARINE_METRICS_TOKEN=locate.read_token(where, locate.METRICS_TOKEN),
+            SUBMARINE_METRICS_TOKEN=locate.metrics_credential(where, req.name),
         )
     except ControllerError as exc:
         raise _fail(exc) from exc

@@ -65,7 +65,7 @@ from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTrans
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS, bearer, open_channel
+from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS, InsecureChannelError, bearer, open_channel
 
 log = logging.getLogger("submarine_elastic.agent")
 
@@ -145,6 +145,8 @@ class Agent:
         self.host = host
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
+        #: how the driver is reached: client certificate, the name its certificate carries, plaintext asked for
+        self._tls: tuple[tuple[bytes, bytes] | None, str | None, bool] = (None, None, False)
         #: the events of the current driver stream (None between streams: an event then is conveyed by the
         #: next Hello's Resume, or, for Exited, sent again first on the next stream)
         self._outbox: queue.Queue[pb.AgentEvent | None] | None = None
@@ -439,9 +441,22 @@ class Agent:
         *,
         locate: Callable[[], str] | None = None,
         grace: float = DRIVER_GRACE_S,
+        client_cert: tuple[bytes, bytes] | None = None,
+        server_name: str | None = None,
+        insecure: bool = False,
     ) -> int:
         """Runs the training process and stays attached to the job's driver (see the module doc); returns
-        the agent's exit status. ``locate`` finds the driver's address again after it was lost."""
+        the agent's exit status. ``locate`` finds the driver's address again after it was lost.
+
+        The driver is reached over TLS, checked against ``tls_ca`` for ``server_name`` (the job's name for
+        it) and shown ``client_cert``; in plaintext only with ``insecure``.
+
+        Raises:
+            InsecureChannelError: no ``tls_ca`` and not ``insecure`` (before the training process starts).
+        """
+        if tls_ca is None and not insecure:
+            open_channel(target)  # raises: no CA, and plaintext was not asked for
+        self._tls = (client_cert, server_name, insecure)
         self.start_training()
         threading.Thread(target=self.watch_heartbeats, daemon=True, name="heartbeats").start()
         link = threading.Thread(
@@ -475,7 +490,15 @@ class Agent:
         lost_at: float | None = None
         while True:
             wait = CONNECT_TIMEOUT_S if lost_at is None else max(0.0, lost_at + grace - time.monotonic())
-            channel = open_channel(target, ca=tls_ca, options=STREAM_KEEPALIVE_CLIENT_OPTIONS)
+            client_cert, server_name, insecure = self._tls
+            channel = open_channel(
+                target,
+                ca=tls_ca,
+                client_cert=client_cert,
+                server_name=server_name,
+                insecure=insecure,
+                options=STREAM_KEEPALIVE_CLIENT_OPTIONS,
+            )
             try:
                 grpc.channel_ready_future(channel).result(timeout=min(wait, 5.0) if lost_at is not None else wait)
             except grpc.FutureTimeoutError:
@@ -549,7 +572,7 @@ def main() -> int:
     container_id = os.environ.get("CONTAINER_ID") or f"{instance}-{os.getpid()}"
     host = os.environ.get("NM_HOST") or socket.gethostname()
     try:
-        token, tls_ca = env.job_token(), env.driver_tls_ca()
+        token, tls_ca, client_cert, insecure = env.job_token(), env.driver_tls_ca(), env.agent_tls(), env.insecure()
         hung_after = env.positive_seconds("SUBMARINE_HUNG_AFTER_S", HUNG_AFTER_S)
         grace = env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", DRIVER_GRACE_S)
         target = driver_address()
@@ -564,7 +587,20 @@ def main() -> int:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    return agent.run(target, token, tls_ca, locate=lambda: driver_address(timeout=5.0), grace=grace)
+    try:
+        return agent.run(
+            target,
+            token,
+            tls_ca,
+            locate=lambda: driver_address(timeout=5.0),
+            grace=grace,
+            client_cert=client_cert,
+            server_name=env.driver_tls_name(),
+            insecure=insecure,
+        )
+    except InsecureChannelError as exc:
+        log.error("%s", exc)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
 from submarine_elastic.elastic.jobspec import (
+    CLIENT_CERT,
+    CLIENT_KEY,
+    INSECURE_MARK,
     SECRET_ENV,
     TLS_FILES,
     JobRequest,
@@ -143,6 +146,30 @@ def load_tls_ca(job: str) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+def load_client_cert(job: str) -> tuple[bytes, bytes] | None:
+    """The client certificate chain and key ``job run`` issued for the job's submitting side, or None."""
+    cert, key = job_dir(job) / CLIENT_CERT, job_dir(job) / CLIENT_KEY
+    return (cert.read_bytes(), key.read_bytes()) if cert.is_file() and key.is_file() else None
+
+
+def load_server_name(job: str) -> str | None:
+    """The name the job's driver certificate carries, when ``job run`` issued it (else None: the
+    certificate given with ``--tls_cert`` names the driver's hosts)."""
+    from submarine_elastic.tls import common_name, driver_server_name
+
+    path = job_dir(job) / TLS_FILES["SUBMARINE_DRIVER_TLS_CERT_FILE"]
+    try:
+        issued = common_name(path.read_bytes()) == f"{job}/driver"
+    except (OSError, ValueError):
+        return None
+    return driver_server_name(job) if issued else None
+
+
+def is_insecure(job: str) -> bool:
+    """Whether the job was run with ``--insecure`` (its directory then holds no TLS files)."""
+    return (job_dir(job) / INSECURE_MARK).is_file()
+
+
 def load_token(job: str) -> str | None:
     """The job's control token as :func:`submit` kept it, or None."""
     path = job_dir(job) / SECRET_ENV["SUBMARINE_JOB_TOKEN"]
@@ -185,7 +212,13 @@ class JobClient:
 
         token = load_token(job)
         self._metadata = bearer(token)
-        self._channel = open_channel(target, ca=load_tls_ca(job))
+        self._channel = open_channel(
+            target,
+            ca=load_tls_ca(job),
+            client_cert=load_client_cert(job),
+            server_name=load_server_name(job),
+            insecure=is_insecure(job),
+        )
         self._stub = pb_grpc.ElasticDriverStub(self._channel)
 
     def close(self) -> None:

@@ -71,7 +71,8 @@ from horovod.runner.elastic.discovery import HostDiscovery
 from horovod.runner.elastic.driver import ElasticDriver
 from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
-from horovod.runner.http.http_server import RendezvousServer
+from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+from horovod.runner.util.threads import in_thread
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import (
@@ -87,7 +88,7 @@ from submarine_elastic.elastic.api import (
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
-from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor
+from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
     ContainerState,
@@ -338,7 +339,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._removing: tuple[str, ...] = ()
         self._resizes: queue.Queue[tuple[int, list[str], str]] = queue.Queue()
         self._hvd: ElasticDriver | None = None
-        self._rendezvous = RendezvousServer(verbose=0)
+        self._rendezvous = BoundRendezvousServer(verbose=0)
         self._elastic_timeout = elastic_timeout
         self._server_ip = "127.0.0.1"
         self._rendezvous_port = 0
@@ -827,10 +828,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
         return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
 
-    def serve(self, port: int, tls: tuple[bytes, bytes] | None = None) -> tuple[grpc.Server, int] | None:
-        """Starts the control plane on ``port`` (0: any free one), TLS only given ``tls`` (certificate chain
-        and key, PEM). Every call needs the job token when the driver has one. Returns the server and its
-        port, or None when the port cannot be bound.
+    def serve(
+        self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1"
+    ) -> tuple[grpc.Server, int] | None:
+        """Starts the control plane on ``host:port`` (port 0: any free one), TLS only given ``tls`` (mutual
+        when it names a client CA). Every call needs the job token when the driver has one. Returns the
+        server and its port, or None when the port cannot be bound.
 
         It serves :func:`control_plane_threads` calls at once, every agent's stream and Flex and Status
         beside them; a call beyond that is refused with ``RESOURCE_EXHAUSTED`` rather than queued behind
@@ -846,27 +849,33 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             maximum_concurrent_rpcs=threads,
         )
         pb_grpc.add_ElasticDriverServicer_to_server(self, server)
-        address = f"0.0.0.0:{port}"
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if tls is None:
             bound = server.add_insecure_port(address)
         else:
-            bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
+            bound = server.add_secure_port(address, tls.credentials())
         if bound == 0:
             return None
         server.start()
         return server, bound
 
-    def run(self, port: int, tls: tuple[bytes, bytes] | None = None) -> int:
-        """Serves the control plane on ``port`` (see :meth:`serve`) and drives the job until it ends;
-        returns the exit code."""
-        served = self.serve(port, tls)
+    def run(self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1") -> int:
+        """Serves the control plane on ``host:port`` (see :meth:`serve`) and drives the job until it ends;
+        returns the exit code. Horovod's rendezvous listens on the address its workers are told
+        (:func:`_my_ip` of the Gloo interface), not on every interface."""
+        served = self.serve(port, tls, host=host)
         if served is None:
-            log.error("cannot listen on port %d (taken?)", port)
+            log.error("cannot listen on %s port %d (taken?)", host, port)
             return 2
         server, _ = served
         self._server = server
         log.info(
-            "driver of job %s listening on port %d%s; limits %s", self.job, port, " (TLS)" if tls else "", self.limits
+            "driver of job %s listening on %s port %d (%s); limits %s",
+            self.job,
+            host,
+            port,
+            "plaintext" if tls is None else "mutual TLS" if tls.client_ca else "TLS",
+            self.limits,
         )
         threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
         threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
@@ -886,8 +895,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             verbose=0,
         )
         self._hvd = hvd_driver
-        self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver))
         self._server_ip = _my_ip(self.iface)
+        self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver), host=self._server_ip)
         adopting = self._await_adoption()
         if not adopting and self.requested != self.target:
             self._resizes.put((self.requested, [], "asked for before the driver was relaunched"))
@@ -1102,6 +1111,47 @@ def _last_line(text: str) -> str:
     return lines[-1].strip()[:REASON_CHARS] if lines else ""
 
 
+class BoundRendezvousServer(RendezvousServer):
+    """Horovod's rendezvous server listening on one address: Horovod's own binds every interface, where any
+    host that reaches the driver's could read and write the ring's key-value store."""
+
+    def start(self, handler_cls: type = RendezvousHandler, host: str = "127.0.0.1") -> int:
+        """Listens on ``host`` (a free port) and serves in a thread; returns the port.
+
+        Raises:
+            OSError: ``host`` is not an address of this machine.
+        """
+        self._httpd = RendezvousHTTPServer((host, 0), handler_cls, self._verbose)
+        self._listen_thread = in_thread(target=self._httpd.serve_forever)
+        return int(self._httpd.server_address[1])
+
+
+def advertised_host() -> str:
+    """The address YARN reports for this container, which the job's clients dial: the one this host's name
+    resolves to (how a NodeManager without Docker finds a container's IP)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def control_plane_problem(token: str | None, tls: ServerTls | None, insecure: bool) -> str | None:
+    """Why the driver must not serve (no token, or no TLS, without ``--insecure``); None when it may."""
+    if insecure:
+        return None
+    if token is None:
+        return (
+            "no job token (SUBMARINE_JOB_TOKEN or SUBMARINE_JOB_TOKEN_FILE): refusing to open the control plane "
+            "to anyone; `submarine job run` sets one, SUBMARINE_INSECURE=1 (job run --insecure) allows it"
+        )
+    if tls is None:
+        return (
+            "no TLS certificate (SUBMARINE_DRIVER_TLS_CERT_FILE/KEY_FILE): refusing to serve the control plane "
+            "in plaintext; `submarine job run` issues one, SUBMARINE_INSECURE=1 (job run --insecure) allows it"
+        )
+    return None
+
+
 def _my_ip(iface: str) -> str:
     if iface == "lo":
         return "127.0.0.1"
@@ -1124,9 +1174,13 @@ def main() -> int:
     num, lo, hi = env.worker_limits()
     timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
     try:
-        token, tls = env.job_token(), env.driver_tls()
+        token, pair, client_ca, insecure = env.job_token(), env.driver_tls(), env.driver_tls_client_ca(), env.insecure()
     except (ValueError, OSError) as exc:
         log.error("cannot read the job's token or TLS files: %s", exc)
+        return 2
+    tls = None if pair is None else ServerTls(cert=pair[0], key=pair[1], client_ca=client_ca)
+    if (problem := control_plane_problem(token, tls, insecure)) is not None:
+        log.error("%s", problem)
         return 2
     app = application_of(os.environ.get("CONTAINER_ID", ""))
     with YarnServiceClient(rm) as yarn:
@@ -1141,7 +1195,7 @@ def main() -> int:
             app=app,
             container_id=os.environ.get("CONTAINER_ID", ""),
         )
-        rc = driver.run(port, tls)
+        rc = driver.run(port, tls, host=advertised_host())
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy
     # (ON_FAILURE) that ends the service; any other exit of the driver is a crash that YARN relaunches.
     return 0 if driver.phase in (JobPhase.FINISHED, JobPhase.FAILED) else rc

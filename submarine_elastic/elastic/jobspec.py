@@ -14,6 +14,7 @@ import secrets
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.yarn import InvalidSpecError
 
 if TYPE_CHECKING:
+    from submarine_elastic.tls import Issued
     from submarine_elastic.yarn import Service
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -136,6 +138,15 @@ class JobRequest:
     driver_port: int = field(default_factory=lambda: free_port())
     token: str = field(default_factory=lambda: new_token(), repr=False)
     tls: DriverTls | None = None
+    #: plaintext control plane (``job run --insecure``): no certificates, the containers told so
+    insecure: bool = False
+    #: the client certificate (and the CA of the service) the job's hooks present to the metrics service
+    metrics_tls: Issued | None = field(default=None, repr=False)
+
+    @cached_property
+    def job_tls(self) -> JobTls | None:
+        """The job's own certificates (None with ``insecure``): issued once per request."""
+        return None if self.insecure else JobTls.issue(self.name, self.tls)
 
     def __post_init__(self) -> None:
         """Refuses, before anything is written or sent, every flag that would reach a shell or a path unsafely.
@@ -256,21 +267,78 @@ def outcome_path(job: str) -> Path:
 #: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
 #: shows it to whoever may read the service.
 SECRET_ENV = {"SUBMARINE_JOB_TOKEN": "job.token", "SUBMARINE_METRICS_TOKEN": "metrics.token"}
-#: The driver's TLS files (``--tls_cert/--tls_key/--tls_ca``) and the variable naming each in a container.
+#: The job's TLS files and the variable naming each in a container: the driver's certificate and key
+#: (``--tls_cert/--tls_key``, else issued by the job's CA), the certificates the agents trust for it, the
+#: job's CA the driver checks its clients' certificates against, and the agents' client certificate.
 TLS_FILES = {
     "SUBMARINE_DRIVER_TLS_CERT_FILE": "driver.crt",
     "SUBMARINE_DRIVER_TLS_KEY_FILE": "driver.key",
     "SUBMARINE_DRIVER_TLS_CA_FILE": "driver-ca.crt",
+    "SUBMARINE_DRIVER_TLS_CLIENT_CA_FILE": "job-ca.crt",
+    "SUBMARINE_AGENT_TLS_CERT_FILE": "agent.crt",
+    "SUBMARINE_AGENT_TLS_KEY_FILE": "agent.key",
 }
+#: The hooks' TLS files for the metrics service (issued by the cluster's CA when the job reports to the
+#: controller's service).
+METRICS_TLS_FILES = {
+    "SUBMARINE_METRICS_TLS_CA": "metrics-ca.crt",
+    "SUBMARINE_METRICS_TLS_CERT_FILE": "metrics.crt",
+    "SUBMARINE_METRICS_TLS_KEY_FILE": "metrics.key",
+}
+#: The client certificate ``job flex|show`` and the controller present to the job's driver: kept in the
+#: job's directory, never localized into a container.
+CLIENT_CERT, CLIENT_KEY = "client.crt", "client.key"
+#: In the job's directory of a job run with ``--insecure``: its clients then speak plaintext to its driver.
+INSECURE_MARK = "insecure"
+
+
+@dataclass(frozen=True)
+class JobTls:
+    """A job's certificates, issued at submit by a CA of the job's own whose key is then forgotten: the
+    driver's (naming :func:`~submarine_elastic.tls.driver_server_name`, unless ``--tls_cert`` gave one),
+    the agents' and the submitting side's client certificates. Its driver accepts no other client."""
+
+    driver: DriverTls
+    server_name: str | None
+    job_ca: str
+    agent: tuple[str, str]
+    client: tuple[str, str]
+
+    def __repr__(self) -> str:  # never show a key
+        return f"JobTls(server_name={self.server_name!r}, keys=***)"
+
+    @classmethod
+    def issue(cls, job: str, given: DriverTls | None = None) -> JobTls:
+        from submarine_elastic import tls
+
+        ca = tls.CertificateAuthority.create(f"{job} job CA")
+        name = None if given is not None else tls.driver_server_name(job)
+        if given is None:
+            server = ca.issue_server(f"{job}/driver", [tls.driver_server_name(job)])
+            given = DriverTls(server.cert.decode(), server.key.decode(), ca.cert_pem.decode())
+        agent, client = ca.issue_client(f"{job}/agent"), ca.issue_client(f"{job}/client")
+        return cls(
+            driver=given,
+            server_name=name,
+            job_ca=ca.cert_pem.decode(),
+            agent=(agent.cert.decode(), agent.key.decode()),
+            client=(client.cert.decode(), client.key.decode()),
+        )
 
 
 def job_secrets(req: JobRequest) -> dict[str, str]:
     """The files a job's containers get, by name: its control token, the secret variables of ``--env``,
-    and the driver's TLS files."""
+    and the job's TLS files."""
     values = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
     files = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
-    if req.tls is not None:
-        files.update(zip(TLS_FILES.values(), (req.tls.cert, req.tls.key, req.tls.ca), strict=True))
+    if (job_tls := req.job_tls) is not None:
+        driver = job_tls.driver
+        contents = (driver.cert, driver.key, driver.ca, job_tls.job_ca, *job_tls.agent)
+        files.update(zip(TLS_FILES.values(), contents, strict=True))
+    if req.metrics_tls is not None:
+        issued = req.metrics_tls
+        pems = (issued.ca.decode(), issued.cert.decode(), issued.key.decode())
+        files.update(zip(METRICS_TLS_FILES.values(), pems, strict=True))
     return files
 
 
@@ -279,7 +347,12 @@ def write_secrets(req: JobRequest) -> Path:
     directory = job_dir(req.name)
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    for dest, value in job_secrets(req).items():
+    kept = job_secrets(req)
+    if (job_tls := req.job_tls) is not None:
+        kept.update({CLIENT_CERT: job_tls.client[0], CLIENT_KEY: job_tls.client[1]})
+    else:
+        kept[INSECURE_MARK] = "plaintext control plane (job run --insecure)\n"
+    for dest, value in kept.items():
         path = directory / dest
         tmp = path.with_name(f"{dest}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -379,8 +452,14 @@ def build_service(req: JobRequest) -> Service:
     for name, dest in SECRET_ENV.items():
         if common.pop(name, None):
             common[f"{name}_FILE"] = f"$PWD/{dest}"
-    if req.tls is not None:
+    if (job_tls := req.job_tls) is not None:
         common.update({name: f"$PWD/{dest}" for name, dest in TLS_FILES.items()})
+        if job_tls.server_name:
+            common["SUBMARINE_DRIVER_TLS_NAME"] = job_tls.server_name
+    else:
+        common["SUBMARINE_INSECURE"] = "1"
+    if req.metrics_tls is not None:
+        common.update({name: f"$PWD/{dest}" for name, dest in METRICS_TLS_FILES.items()})
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
     if secret_files:
         directory = job_dir(req.name).resolve()

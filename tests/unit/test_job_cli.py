@@ -22,7 +22,7 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import remember_driver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.jobspec import SECRET_ENV, job_dir, outcome_path
+from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir, outcome_path
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 
@@ -53,6 +53,7 @@ def driver() -> Iterator[JobDriver]:
     directory = job_dir("mnist")
     directory.mkdir(parents=True)
     (directory / SECRET_ENV["SUBMARINE_JOB_TOKEN"]).write_text(TOKEN)
+    (directory / INSECURE_MARK).write_text("")  # a job run --insecure: its driver speaks plaintext
     remember_driver("mnist", f"127.0.0.1:{port}")
     yield servicer
     server.stop(0)

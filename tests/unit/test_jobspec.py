@@ -15,6 +15,9 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import FlexRefusedError, Limits
 from submarine_elastic.elastic.client import forget_job, load_token, submit
 from submarine_elastic.elastic.jobspec import (
+    CLIENT_CERT,
+    CLIENT_KEY,
+    TLS_FILES,
     DriverTls,
     JobRequest,
     JobSpecError,
@@ -132,8 +135,8 @@ def test_secrets_reach_the_containers_as_files_never_as_values_in_the_spec(tmp_p
     assert env["OTHER"] == "1"
     files = {f["dest_file"]: f for f in spec["configuration"]["files"]}
     assert {dest: f["src_file"] for dest, f in files.items()} == {
-        "job.token": f"file://{tmp_path / 'jobs' / 'mnist' / 'job.token'}",
-        "metrics.token": f"file://{tmp_path / 'jobs' / 'mnist' / 'metrics.token'}",
+        dest: f"file://{tmp_path / 'jobs' / 'mnist' / dest}"
+        for dest in ("job.token", "metrics.token", *TLS_FILES.values())
     }
     assert {f["type"] for f in files.values()} == {"STATIC"}
 
@@ -142,10 +145,11 @@ def test_secrets_are_written_readable_by_their_owner_only(tmp_path: Path):
     req = request(env={"SUBMARINE_METRICS_TOKEN": "m3trics-secret"})
     directory = write_secrets(req)
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    assert {p.name: (p.read_text(), stat.S_IMODE(p.stat().st_mode)) for p in directory.iterdir()} == {
-        "job.token": ("t0ken", 0o600),
-        "metrics.token": ("m3trics-secret", 0o600),
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()} == {
+        name: 0o600 for name in ("job.token", "metrics.token", *TLS_FILES.values(), CLIENT_CERT, CLIENT_KEY)
     }
+    assert (directory / "job.token").read_text() == "t0ken"
+    assert (directory / "metrics.token").read_text() == "m3trics-secret"
 
 
 class RecordingYarn:
@@ -190,12 +194,8 @@ def test_driver_tls_files_reach_the_containers_and_the_key_stays_out_of_the_spec
     assert env["SUBMARINE_DRIVER_TLS_CERT_FILE"] == "$PWD/driver.crt"
     assert env["SUBMARINE_DRIVER_TLS_KEY_FILE"] == "$PWD/driver.key"
     assert env["SUBMARINE_DRIVER_TLS_CA_FILE"] == "$PWD/driver-ca.crt"
-    assert {f["dest_file"] for f in spec["configuration"]["files"]} == {
-        "job.token",
-        "driver.crt",
-        "driver.key",
-        "driver-ca.crt",
-    }
+    assert {f["dest_file"] for f in spec["configuration"]["files"]} == {"job.token", *TLS_FILES.values()}
+    assert "SUBMARINE_DRIVER_TLS_NAME" not in env  # the given certificate names the driver's hosts
     written = write_secrets(req)
     assert (written / "driver.key").read_text() == key.read_text()
     assert stat.S_IMODE((written / "driver.key").stat().st_mode) == 0o600

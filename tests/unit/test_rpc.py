@@ -23,7 +23,7 @@ def driver_stub() -> Iterator[pb_grpc.ElasticDriverStub]:
     served = driver.serve(0)
     assert served is not None
     server, port = served
-    with open_channel(f"127.0.0.1:{port}") as channel:
+    with open_channel(f"127.0.0.1:{port}", insecure=True) as channel:
         yield pb_grpc.ElasticDriverStub(channel)
     server.stop(None)
 
