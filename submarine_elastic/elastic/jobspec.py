@@ -11,6 +11,7 @@ import os
 import random
 import re
 import secrets
+import shlex
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -165,6 +166,11 @@ class JobRequest:
         - ``--env`` values of the secret variables (:data:`SECRET_ENV`): never in the spec but written to a
           file YARN localizes, so any character is kept.
         - ``--env`` names: shell variable names (``[A-Za-z_][A-Za-z0-9_]*``).
+        - the Python interpreter (``sys.executable`` of ``job run``): the start of the driver's and the
+          agents' launch commands, which YARN runs as ``bash -c "..."``; refused like a path above and quoted
+          for the inner shell, so a directory with a space still works.
+        - ``--queue``: a YARN queue name or dotted path (``[A-Za-z0-9_-]`` parts), ``--docker_image``: an image
+          reference (``[registry[:port]/]name[:tag][@digest]``): names, refused when they are not one.
 
         Raises:
             JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too), the
@@ -182,9 +188,35 @@ class JobRequest:
             ("--input_path", self.input_path),
             ("--workdir", str(self.workdir)),
             ("SUBMARINE_RM_URL", self.rm_url),
+            ("the Python interpreter", self.python),
         ):
             if text is not None and (problem := shell_problem(flag, text)) is not None:
                 raise JobSpecError(problem)
+        if self.queue is not None and not _QUEUE.fullmatch(self.queue):
+            raise JobSpecError(
+                f"--queue: {self.queue!r} is not a YARN queue name (parts of letters, digits, '_' and '-', "
+                "joined by '.', e.g. root.default)"
+            )
+        if self.docker_image is not None and not _IMAGE.fullmatch(self.docker_image):
+            raise JobSpecError(
+                f"--docker_image: {self.docker_image!r} is not an image reference "
+                "([registry[:port]/]name[:tag][@sha256:digest], e.g. tensorflow/tensorflow:2.18.0)"
+            )
+
+
+#: A YARN queue: its leaf name or its path from ``root``, parts joined by dots.
+_QUEUE = re.compile(r"[A-Za-z0-9_-]{1,255}(\.[A-Za-z0-9_-]{1,255}){0,15}")
+#: A Docker image reference: an optional registry (``localhost``, a host name with a dot, or any host with a
+#: port; as Docker tells a registry from a first path component), lower-case path components, an optional tag
+#: and an optional digest.
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE = re.compile(
+    r"(?=.{1,512}$)"
+    rf"(?:(?:localhost(?::[0-9]{{1,5}})?|{_HOST}(?:\.{_HOST})+(?::[0-9]{{1,5}})?|{_HOST}:[0-9]{{1,5}})/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?"
+)
 
 
 #: What bash still reads inside the double quotes of ``export NAME="value"``, YARN's unescaped form of a
@@ -468,10 +500,10 @@ def build_service(req: JobRequest) -> Service:
         ]
     for comp in raw["components"]:
         if comp["name"] == DRIVER_COMPONENT:
-            comp["launch_command"] = f"{req.python} -m submarine_elastic.elastic.driver"
+            comp["launch_command"] = f"{shlex.quote(req.python)} -m submarine_elastic.elastic.driver"
         elif comp["name"] == WORKER_COMPONENT:
             comp["number_of_containers"] = req.limits.num
-            comp["launch_command"] = f"{req.python} -m submarine_elastic.elastic.agent"
+            comp["launch_command"] = f"{shlex.quote(req.python)} -m submarine_elastic.elastic.agent"
             comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
             if req.resources.gpus:
                 comp["resource"]["additional"] = {"yarn.io/gpu": {"value": req.resources.gpus, "unit": ""}}

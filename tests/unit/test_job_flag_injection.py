@@ -168,3 +168,55 @@ def test_every_accepted_value_reaches_the_container_unchanged(value: str, path: 
     )
     assert seen == [value, path, f"/c/{path}"]
     assert not (tmp_path / SENTINEL).exists()
+
+
+def launch_command(req: JobRequest, component: str) -> str:
+    spec = build_service(req).to_dict()
+    return next(c for c in spec["components"] if c["name"] == component)["launch_command"]
+
+
+@pytest.mark.parametrize("component", ["driver", "worker"])
+def test_the_interpreter_starts_the_containers_from_a_directory_with_a_space(component: str, tmp_path: Path):
+    # The NodeManager runs a launch command as exec /bin/bash -c "<command>": an unquoted interpreter path
+    # with a space ran "/opt/my" with the rest as arguments.
+    python = tmp_path / "my venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\nprintf "%s " "$@" > started\n')
+    python.chmod(0o755)
+    command = launch_command(request(python=str(python)), component)
+    run_script(f'/bin/bash -c "{command}"\n', tmp_path)
+    module = "driver" if component == "driver" else "agent"
+    assert (tmp_path / "started").read_text() == f"-m submarine_elastic.elastic.{module} "
+
+
+@pytest.mark.parametrize(("attack", "character"), ATTACKS.values(), ids=ATTACKS.keys())
+def test_an_interpreter_path_the_launch_script_would_interpret_is_refused(attack: str, character: str):
+    with pytest.raises(JobSpecError) as refused:
+        request(python=f"/venvs/{attack}/bin/python")
+    assert str(refused.value).startswith(f"the Python interpreter must not contain {character}")
+
+
+@pytest.mark.parametrize("queue", ["", "a b", "root;default", "root..default", "q$(id)", "root/default", "x" * 256])
+def test_a_queue_that_is_not_a_yarn_queue_name_is_refused_naming_the_flag(queue: str):
+    with pytest.raises(JobSpecError, match="^--queue: .* is not a YARN queue name"):
+        request(queue=queue)
+
+
+@pytest.mark.parametrize(
+    "image", ["", "Tensorflow/tf", "img;id", "img:$(id)", "img:tag:tag", "a b", "img@sha256:short", "/img", "img/"]
+)
+def test_a_docker_image_that_is_not_an_image_reference_is_refused_naming_the_flag(image: str):
+    with pytest.raises(JobSpecError, match="^--docker_image: .* is not an image reference"):
+        request(docker_image=image)
+
+
+@pytest.mark.parametrize("queue", ["default", "root.research.team-a", "q_1"])
+@pytest.mark.parametrize(
+    "image",
+    ["tensorflow/tensorflow:2.18.0", "registry.example.com:5000/ml/train:v1.2", "busybox@sha256:" + "0" * 64],
+)
+def test_a_queue_and_an_image_that_are_names_reach_the_spec_unchanged(queue: str, image: str):
+    spec = build_service(request(queue=queue, docker_image=image)).to_dict()
+    assert spec["queue"] == queue
+    worker = next(c for c in spec["components"] if c["name"] == "worker")
+    assert worker["artifact"] == {"type": "DOCKER", "id": image}
