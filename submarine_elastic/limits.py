@@ -82,3 +82,27 @@ MAX_WORLD_SIZE = 100_000
 MAX_ABS_VALUE = 1e15
 #: Steps and batch sizes travel as int64.
 MAX_INT64 = 2**63 - 1
+
+# What a worker can plausibly report: beyond these a value is refused, not averaged into what a policy reads.
+#: Largest seq: a worker counting 10,000 steps a second takes 890 years to reach it.
+MAX_SEQ = 2**48
+#: Seconds of one training step: more than a day is a clock or a bug, never a step. A step time is above 0.
+MAX_STEP_TIME_SECONDS = 86_400.0
+#: One worker's examples per second (a billion: beyond any accelerator of today).
+MAX_EXAMPLES_PER_SECOND = 1e9
+#: One worker's batch size (2**24 examples).
+MAX_BATCH_SIZE = 2**24
+#: Largest learning rate.
+MAX_LEARNING_RATE = 1e6
+#: The optional float fields of a step: (name, lowest value, whether the lowest itself is allowed, highest).
+STEP_FLOAT_BOUNDS: tuple[tuple[str, float, bool, float], ...] = (
+    ("loss", -MAX_ABS_VALUE, True, MAX_ABS_VALUE),
+    ("examples_per_second", 0.0, True, MAX_EXAMPLES_PER_SECOND),
+    ("step_time_seconds", 0.0, False, MAX_STEP_TIME_SECONDS),
+    ("learning_rate", 0.0, True, MAX_LEARNING_RATE),
+)
+#: Largest serialized ``ReportBatch`` the service receives (gRPC's ``max_receive_message_length``); the
+#: sender cuts its batches to fit.
+MAX_REPORT_MESSAGE_BYTES = 1024 * 1024
+#: Most (job, worker, incarnation) keys one ``Report`` stream may touch: its acknowledgement lists each once.
+MAX_ACK_KEYS = 64

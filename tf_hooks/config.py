@@ -64,7 +64,9 @@ class MetricsConfig:
     sender, ``queue_size`` queued, ``max_stream_points`` in flight) and time (``rpc_timeout`` per
     stream, ``close_timeout`` at the end of training). A stream goes out every ``flush_interval``
     seconds, or as soon as ``max_stream_points`` steps wait, in batches of ``max_batch_points``
-    (the service takes at most ``MAX_POINTS_PER_BATCH`` a batch).
+    (the service takes at most ``MAX_POINTS_PER_BATCH`` a batch), fewer where a batch would pass the
+    ``MAX_REPORT_MESSAGE_BYTES`` the service receives (steps with many user metrics), and at most
+    ``MAX_ACK_KEYS`` incarnations a stream.
     """
 
     endpoint: str | None = None

@@ -6,7 +6,8 @@ The directory holds:
     controller.json   ControllerInfo: pid, gRPC address, metrics endpoint, ... (written once it serves)
     controller.db     its SQLite state (jobs, decisions, throughput history, policy state)
     controller.token  the bearer token of its gRPC API (mode 0600)
-    metrics.token     the metrics service's bearer token (mode 0600); jobs get it in their environment
+    metrics.token     the metrics service's operator token (mode 0600): the CLI reads every job's metrics with it
+    metrics.key       the metrics service's key (mode 0600): each job's own metrics credential is made from it
     bridge.token      the py4j bridge's token (mode 0600), with --bridge-port
     controller.log    its log; controller.out its stdout and stderr
 """
@@ -26,6 +27,7 @@ STATE = "controller.json"
 DB = "controller.db"
 API_TOKEN = "controller.token"
 METRICS_TOKEN = "metrics.token"
+METRICS_KEY = "metrics.key"
 BRIDGE_TOKEN = "bridge.token"
 LOG = "controller.log"
 OUT = "controller.out"
@@ -67,6 +69,23 @@ def read_token(where: Path, name: str) -> str:
     if not token:
         raise ControllerAuthError(f"the controller's token file {path} is empty")
     return token
+
+
+def metrics_credential(where: Path, job_id: str) -> str:
+    """The metrics credential of job ``job_id``, made from the key the controller keeps in ``where``: it
+    reports and reads that job's metrics only (``submarine_elastic.metrics.auth``).
+
+    Raises:
+        ControllerAuthError: the key cannot be read or cannot make a credential (named, with why); never
+            shows the key.
+    """
+    from submarine_elastic.metrics.auth import CredentialError, job_credential
+
+    key = read_token(where, METRICS_KEY)
+    try:
+        return job_credential(key.encode(), job_id)
+    except CredentialError as exc:
+        raise ControllerAuthError(f"cannot make job {job_id!r}'s metrics credential: {exc}") from exc
 
 
 def running(where: Path | None = None) -> ControllerInfo | None:

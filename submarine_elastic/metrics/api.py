@@ -18,6 +18,38 @@ DEFAULT_PORT = 50061
 #: Full gRPC name of the service, as health checking and reflection know it.
 SERVICE_NAME = "submarine.metrics.v1.MetricsService"
 
+# Bounds of the service; docs/security.md states each and why. The wire-level ones every side shares
+# (points and bytes of a batch, keys of an acknowledgement, the largest seq) are in submarine_elastic.limits.
+
+#: Most jobs a store may be told to keep (``--max-jobs``): ListJobs answers them all in one reply.
+MAX_JOBS = 1024
+#: Bytes of recent points a job keeps for each of its ``points_per_job`` (the oldest go first): 1 MiB for
+#: the default 4096 points, room for 32 user metrics a step in batches of 100.
+BYTES_PER_KEPT_POINT = 256
+#: What one (worker, incarnation) key costs in the per-job tables (strings of up to 128 and 64 characters).
+KEY_ENTRY_BYTES = 512
+#: World sizes whose throughput a job keeps (the least recently reported goes first).
+MAX_THROUGHPUT_SIZES = 32
+#: A seq may run this far ahead of the highest one held for its key at once (a sender's queue keeps
+#: 10,000 steps; its drops show as gaps)...
+SEQ_WINDOW = 100_000
+#: ... plus this many for every second since the key last delivered (a worker that kept training while
+#: the service was unreachable).
+MAX_STEPS_PER_SECOND = 10_000
+#: Bytes of points a Watch holds for a consumer that reads slowly (the oldest events go first).
+WATCH_BUFFER_BYTES = 4 * 1024 * 1024
+#: Points in one reply (a WatchEvent, GetJob's ``max_points``): 1024 points with 32 user metrics of
+#: 64-character names stay under the 4 MiB a gRPC client receives by default.
+MAX_POINTS_PER_REPLY = 1024
+#: Report and Watch streams open at once, all jobs together; one more is refused RESOURCE_EXHAUSTED.
+MAX_STREAMS = 32
+#: Report and Watch streams of one job (its credential) open at once.
+MAX_STREAMS_PER_JOB = 8
+#: Threads answering calls beyond the streams: unary calls are answered while every stream slot is taken.
+UNARY_THREADS = 8
+#: A Report stream that sends no batch for this long is cancelled (its thread and slot freed).
+STREAM_IDLE_SECONDS = 30.0
+
 
 StepPoint = metrics_pb2.StepPoint
 ReportBatch = metrics_pb2.ReportBatch
@@ -81,6 +113,8 @@ class JobSummary:
     points_rejected: int
     points_missing: int
     last_update: float
+    #: Why the job's last rejected batch was refused ("" when none was).
+    last_rejection: str = ""
 
 
 @dataclass(frozen=True)

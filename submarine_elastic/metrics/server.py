@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -24,19 +25,26 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from submarine_elastic.limits import MAX_ACK_KEYS, MAX_REPORT_MESSAGE_BYTES
 from submarine_elastic.metrics.api import (
+    MAX_POINTS_PER_REPLY,
+    MAX_STREAMS,
+    MAX_STREAMS_PER_JOB,
     SERVICE_NAME,
+    STREAM_IDLE_SECONDS,
+    UNARY_THREADS,
     InvalidPointError,
     JobSummary,
     MetricsStore,
     ServerStartError,
     UnknownJobError,
 )
+from submarine_elastic.metrics.auth import OPERATOR, Authenticator, CredentialInterceptor, Identity
 from submarine_elastic.metrics.prometheus import PrometheusEndpoint
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_job_id
-from submarine_elastic.rpc import BearerTokenInterceptor, check_token, dial_address
+from submarine_elastic.rpc import dial_address
 
 _log = logging.getLogger(__name__)
 
@@ -65,6 +73,7 @@ def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
         points_rejected=summary.points_rejected,
         points_missing=summary.points_missing,
         last_update=summary.last_update,
+        last_rejection=summary.last_rejection,
     )
     if summary.last_loss is not None:
         message.last_loss = summary.last_loss
@@ -75,36 +84,167 @@ def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
     return message
 
 
-class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
-    """Serves a :class:`MetricsStore` over gRPC."""
+class StreamSlots:
+    """Counts the streams open, in all and per job; refuses one beyond either bound. Thread-safe."""
 
-    def __init__(self, store: MetricsStore, *, watch_poll_seconds: float = 0.5, watch_capacity: int = 1024):
+    def __init__(self, total: int = MAX_STREAMS, per_job: int = MAX_STREAMS_PER_JOB) -> None:
+        self._total = total
+        self._per_job = per_job
+        self._lock = threading.Lock()
+        self._open = 0
+        self._by_job: dict[str, int] = {}
+
+    def acquire(self, job_id: str | None) -> str | None:
+        """Takes a slot (counted against ``job_id`` too, unless None); returns why not when refused."""
+        with self._lock:
+            if self._open >= self._total:
+                return f"the metrics service has its most streams open ({self._total}); try again later"
+            if job_id is not None and self._by_job.get(job_id, 0) >= self._per_job:
+                return f"job {job_id!r} has its most streams open ({self._per_job}); try again later"
+            self._open += 1
+            if job_id is not None:
+                self._by_job[job_id] = self._by_job.get(job_id, 0) + 1
+            return None
+
+    def release(self, job_id: str | None) -> None:
+        with self._lock:
+            self._open -= 1
+            if job_id is not None:
+                left = self._by_job.pop(job_id) - 1
+                if left:
+                    self._by_job[job_id] = left
+
+    @property
+    def open(self) -> int:
+        with self._lock:
+            return self._open
+
+
+class IdleStreamReaper:
+    """Cancels a request stream that has sent nothing for ``idle_seconds``, from one daemon thread that looks
+    every quarter of that (so a silent stream ends within 1.25 times the bound)."""
+
+    def __init__(self, idle_seconds: float = STREAM_IDLE_SECONDS) -> None:
+        if not idle_seconds > 0:
+            raise ValueError(f"idle_seconds must be positive, got {idle_seconds}")
+        self._idle = idle_seconds
+        self._lock = threading.Lock()
+        self._last: dict[grpc.ServicerContext, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="metrics-idle-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def touch(self, context: grpc.ServicerContext) -> None:
+        with self._lock:
+            self._last[context] = time.monotonic()
+
+    def forget(self, context: grpc.ServicerContext) -> None:
+        with self._lock:
+            self._last.pop(context, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._idle / 4):
+            now = time.monotonic()
+            with self._lock:
+                silent = [c for c, last in self._last.items() if now - last > self._idle]
+                for context in silent:
+                    del self._last[context]
+            for context in silent:
+                context.cancel()
+
+
+class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
+    """Serves a :class:`MetricsStore` over gRPC.
+
+    Without an ``auth``, every caller is the operator. A job's credential reports and reads its own job only.
+    """
+
+    def __init__(
+        self,
+        store: MetricsStore,
+        *,
+        auth: Authenticator | None = None,
+        watch_poll_seconds: float = 0.5,
+        watch_capacity: int = 1024,
+        slots: StreamSlots | None = None,
+        reaper: IdleStreamReaper | None = None,
+    ):
         self._store = store
+        self._auth = auth or Authenticator()
         self._poll = watch_poll_seconds
         self._watch_capacity = watch_capacity
+        self._slots = slots or StreamSlots()
+        self._reaper = reaper or IdleStreamReaper()
         self._lock = threading.Lock()
         self._watches: set[Any] = set()
 
     def Report(  # noqa: N802 (gRPC method name)
         self, request_iterator: Iterator[metrics_pb2.ReportBatch], context: grpc.ServicerContext
     ) -> metrics_pb2.ReportAck:
+        identity = self._identity(context)
+        self._take_slot(identity.job_id, context)
         accepted = duplicates = 0
         last_seq: dict[str, int] = {}
-        for batch in request_iterator:
-            try:
-                result = self._store.ingest(batch)
-            except InvalidPointError as e:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            accepted += result.accepted
-            duplicates += result.duplicates
-            last_seq[result.key] = result.last_seq
+        self._reaper.touch(context)
+        try:
+            for batch in request_iterator:
+                self._reaper.touch(context)
+                if not identity.may_use(batch.job_id):
+                    context.abort(
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        f"{identity} may not report for job {batch.job_id!r}",
+                    )
+                key = f"{batch.job_id}/{batch.worker.instance}/{batch.incarnation}"
+                if key not in last_seq and len(last_seq) >= MAX_ACK_KEYS:
+                    context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"a Report stream carries at most {MAX_ACK_KEYS} worker incarnations; "
+                        "send the rest in another stream",
+                    )
+                try:
+                    result = self._store.ingest(batch)
+                except InvalidPointError as e:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                accepted += result.accepted
+                duplicates += result.duplicates
+                last_seq[result.key] = result.last_seq
+        except grpc.RpcError:  # the stream was cancelled: by its client, or as idle
+            if context.is_active():
+                raise
+        finally:
+            self._reaper.forget(context)
+            self._slots.release(identity.job_id)
         return metrics_pb2.ReportAck(accepted=accepted, duplicates=duplicates, last_seq=last_seq)
 
     def Watch(  # noqa: N802
         self, request: metrics_pb2.WatchRequest, context: grpc.ServicerContext
     ) -> Iterator[metrics_pb2.WatchEvent]:
+        identity = self._identity(context)
         if request.job_id:
             self._check_job_id(request.job_id, context)
+        if identity.job_id is not None and request.job_id != identity.job_id:
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{identity} may watch its own job only, not {repr(request.job_id) if request.job_id else 'every job'}",
+            )
+        slot = identity.job_id or request.job_id or None
+        self._take_slot(slot, context)
+        try:
+            yield from self._watch(request, context)
+        finally:
+            self._slots.release(slot)
+
+    def _watch(
+        self, request: metrics_pb2.WatchRequest, context: grpc.ServicerContext
+    ) -> Iterator[metrics_pb2.WatchEvent]:
         sub = self._store.subscribe(request.job_id or None, self._watch_capacity)
         with self._lock:
             self._watches.add(sub)
@@ -114,16 +254,23 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
                 event = sub.get(self._poll)
                 if event is None:
                     continue
-                if request.with_summary or sub.dropped:
-                    copy = metrics_pb2.WatchEvent()
-                    copy.CopyFrom(event)
-                    copy.events_dropped = sub.dropped
+                if request.with_summary or sub.dropped or len(event.points) > MAX_POINTS_PER_REPLY:
+                    summary = None
                     if request.with_summary:
                         try:
-                            copy.summary.CopyFrom(summary_to_proto(self._store.summary(event.job_id)))
+                            summary = summary_to_proto(self._store.summary(event.job_id))
                         except UnknownJobError:
                             pass  # evicted since the event; send the points without a summary
-                    event = copy
+                    for start in range(0, len(event.points), MAX_POINTS_PER_REPLY):
+                        piece = metrics_pb2.WatchEvent(
+                            job_id=event.job_id,
+                            points=event.points[start : start + MAX_POINTS_PER_REPLY],
+                            events_dropped=sub.dropped,
+                        )
+                        if summary is not None:
+                            piece.summary.CopyFrom(summary)
+                        yield piece
+                    continue
                 yield event
         finally:
             sub.close()
@@ -133,7 +280,15 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     def GetJob(  # noqa: N802
         self, request: metrics_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> metrics_pb2.GetJobResponse:
+        identity = self._identity(context)
         self._check_job_id(request.job_id, context)
+        if not identity.may_use(request.job_id):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{identity} may not read job {request.job_id!r}")
+        if request.max_points > MAX_POINTS_PER_REPLY:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"max_points: {request.max_points} is above {MAX_POINTS_PER_REPLY}, the most points a reply holds",
+            )
         try:
             summary = self._store.summary(request.job_id)
             points = self._store.series(request.job_id, request.max_points) if request.max_points else []
@@ -144,8 +299,11 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     def ListJobs(  # noqa: N802
         self, request: metrics_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> metrics_pb2.ListJobsResponse:
+        identity = self._identity(context)
         summaries = []
         for job_id in sorted(self._store.jobs()):
+            if not identity.may_use(job_id):
+                continue
             try:
                 summaries.append(summary_to_proto(self._store.summary(job_id)))
             except UnknownJobError:
@@ -158,6 +316,28 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             watches = list(self._watches)
         for sub in watches:
             sub.close()
+
+    def _identity(self, context: grpc.ServicerContext) -> Identity:
+        identity = self._auth.identify(context.invocation_metadata())
+        if identity is None:  # the interceptor refused it already, unless the servicer runs without one
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown metrics credential")
+        return identity or OPERATOR
+
+    def _take_slot(self, job_id: str | None, context: grpc.ServicerContext) -> None:
+        if (refusal := self._slots.acquire(job_id)) is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+
+    @property
+    def open_streams(self) -> int:
+        return self._slots.open
+
+    def start(self) -> None:
+        """Starts watching for idle streams."""
+        self._reaper.start()
+
+    def stop(self) -> None:
+        """Stops watching for idle streams; blocks up to a quarter of the idle bound."""
+        self._reaper.stop()
 
     @staticmethod
     def _check_job_id(job_id: str, context: grpc.ServicerContext) -> None:
@@ -243,7 +423,14 @@ class TlsCredentials:
 class MetricsServer:
     """The gRPC service (and optionally a Prometheus endpoint) over one store.
 
-    Without ``token`` every caller is accepted; without ``tls`` the port is plaintext.
+    ``token`` is the operator's credential (every job); with ``job_key`` the service also takes each job's
+    own credential (:func:`submarine_elastic.metrics.auth.job_credential`). With neither every caller is
+    accepted; without ``tls`` the port is plaintext.
+
+    Bounds: ``MAX_STREAMS`` streams at once (``MAX_STREAMS_PER_JOB`` of one job), beyond which a stream is
+    refused RESOURCE_EXHAUSTED at once; ``MAX_STREAMS + UNARY_THREADS`` threads and concurrent calls, so
+    unary calls are answered while every stream slot is taken; a Report stream silent for
+    ``idle_seconds`` is cancelled; a request message of at most ``MAX_REPORT_MESSAGE_BYTES``.
     """
 
     def __init__(
@@ -253,24 +440,28 @@ class MetricsServer:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        job_key: bytes | None = None,
         tls: TlsCredentials | None = None,
         prometheus_port: int | None = None,
         prometheus_host: str | None = None,
-        max_workers: int = 32,
+        max_streams: int = MAX_STREAMS,
+        max_streams_per_job: int = MAX_STREAMS_PER_JOB,
+        idle_seconds: float = STREAM_IDLE_SECONDS,
         watch_poll_seconds: float = 0.5,
     ) -> None:
         """Nothing is bound until :meth:`start`.
 
         Raises:
-            ValueError: a port is outside [0, 65535], ``max_workers`` is below 1, or the token is unusable.
+            ValueError: a port is outside [0, 65535], a stream bound is below 1, ``idle_seconds`` is not
+                positive, the token is unusable or the key too short.
         """
         for name, value in (("port", port), ("prometheus_port", prometheus_port)):
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"{name} must be in [0, 65535], got {value}")
-        if max_workers < 1:
-            raise ValueError(f"max_workers must be at least 1, got {max_workers}")
-        if token is not None:
-            check_token(token)
+        for name, value in (("max_streams", max_streams), ("max_streams_per_job", max_streams_per_job)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self._auth = Authenticator(token, job_key)
         self.store: MetricsStore = store if store is not None else InMemoryStore()
         self._host = host
         self._requested_port = port
@@ -278,8 +469,14 @@ class MetricsServer:
         self._tls = tls
         self._prometheus_port = prometheus_port
         self._prometheus_host = prometheus_host or host
-        self._max_workers = max_workers
-        self._servicer = MetricsServicer(self.store, watch_poll_seconds=watch_poll_seconds)
+        self._max_workers = max_streams + UNARY_THREADS
+        self._servicer = MetricsServicer(
+            self.store,
+            auth=self._auth,
+            watch_poll_seconds=watch_poll_seconds,
+            slots=StreamSlots(max_streams, max_streams_per_job),
+            reaper=IdleStreamReaper(idle_seconds),
+        )
         self._health = health.HealthServicer()
         self._server: grpc.Server | None = None
         self._prometheus: PrometheusEndpoint | None = None
@@ -296,6 +493,11 @@ class MetricsServer:
         return dial_address(self._host, self._port)
 
     @property
+    def open_streams(self) -> int:
+        """Report and Watch streams being served now."""
+        return self._servicer.open_streams
+
+    @property
     def prometheus_port(self) -> int | None:
         """The bound Prometheus port, or None when not serving Prometheus."""
         return self._prometheus.port if self._prometheus else None
@@ -308,12 +510,16 @@ class MetricsServer:
         """
         if self._server is not None:
             raise ServerStartError("the metrics server is already started")
-        interceptors: list[grpc.ServerInterceptor] = [BearerTokenInterceptor(self._token)] if self._token else []
+        interceptors: list[grpc.ServerInterceptor] = [] if self._auth.open else [CredentialInterceptor(self._auth)]
         interceptors.append(MalformedStreamGuard())
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="metrics-grpc"),
             interceptors=interceptors,
-            options=[("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", MAX_REPORT_MESSAGE_BYTES),
+            ],
+            maximum_concurrent_rpcs=self._max_workers,
         )
         metrics_pb2_grpc.add_MetricsServiceServicer_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -332,6 +538,7 @@ class MetricsServer:
         if self._prometheus_port is not None:
             self._prometheus = PrometheusEndpoint(self.store, self._prometheus_port, self._prometheus_host)
         server.start()
+        self._servicer.start()
         self._server = server
         self._port = port
         for name in ("", SERVICE_NAME):
@@ -341,7 +548,7 @@ class MetricsServer:
             self._host,
             port,
             "TLS" if self._tls else "plaintext",
-            "token required" if self._token else "no token",
+            "no credential" if self._auth.open else "credentials required",
         )
         return self
 
@@ -356,6 +563,7 @@ class MetricsServer:
         self._health.enter_graceful_shutdown()
         self._servicer.close_watches()
         server.stop(grace).wait()
+        self._servicer.stop()
         if self._prometheus is not None:
             self._prometheus.close()
             self._prometheus = None

@@ -1,16 +1,13 @@
 """A checked batch's steps as the store keeps them.
 
-A batch of ``points`` stays as its ``StepPoint`` messages (:class:`PointSteps`); a batch of
-``columns`` stays as NumPy columns (:class:`ColumnSteps`), and ``StepPoint`` messages are built
-from them only when someone reads the points (``GetJob``, ``Watch``). Both are immutable, so a
-reader may build messages from them without holding the store's lock.
+Whether a batch came as ``points`` or as ``columns``, the store keeps its steps as NumPy columns
+(:class:`ColumnSteps`), 8 bytes a value, and builds ``StepPoint`` messages from them only when
+someone reads the points (``GetJob``, ``Watch``). They are immutable, so a reader may build messages
+from them without holding the store's lock.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -49,42 +46,16 @@ class Steps(Protocol):
         """The steps as messages (built, for columns)."""
         ...
 
-
-class PointSteps:
-    """Steps that arrived as ``StepPoint`` messages."""
-
-    __slots__ = ("_points",)
-
-    def __init__(self, points: Sequence[metrics_pb2.StepPoint]) -> None:
-        self._points = points
-
-    def __len__(self) -> int:
-        return len(self._points)
-
     @property
-    def last_seq(self) -> int:
-        return int(self._points[-1].seq)
+    def nbytes(self) -> int:
+        """Memory the steps hold, arrays and their Python objects counted (an upper estimate)."""
+        ...
 
-    @property
-    def last_step(self) -> int:
-        return int(self._points[-1].step)
 
-    def after(self, seq: int) -> PointSteps:
-        if self._points[0].seq > seq:
-            return self
-        return PointSteps(self._points[bisect.bisect_right(self._points, seq, key=attrgetter("seq")) :])
-
-    def tail(self, count: int) -> PointSteps:
-        return PointSteps(self._points[len(self._points) - count :])
-
-    def values(self, name: str) -> np.ndarray:
-        return np.array([getattr(p, name) for p in self._points if p.HasField(name)], dtype=np.float64)
-
-    def losses(self, limit: int) -> list[tuple[int, float]]:
-        return [(p.step, p.loss) for p in self._points if p.HasField("loss")][-limit:]
-
-    def points(self) -> list[metrics_pb2.StepPoint]:
-        return list(self._points)
+#: What a NumPy array costs besides its data (``sys.getsizeof(np.empty(0))`` is 112 on 64-bit CPython).
+ARRAY_OVERHEAD_BYTES = 128
+#: What the Python objects around one batch's arrays cost (the object, its dicts, a user metric's name).
+STEPS_OVERHEAD_BYTES = 1024
 
 
 class ColumnSteps:
@@ -113,6 +84,14 @@ class ColumnSteps:
 
     def __len__(self) -> int:
         return len(self.seq)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.seq, self.step, self.wall_time, *self.optional.values(), *self.user.values()]
+        if self.batch_size is not None:
+            arrays.append(self.batch_size)
+        names = sum(len(name) + 64 for name in self.user)
+        return STEPS_OVERHEAD_BYTES + names + sum(a.nbytes + ARRAY_OVERHEAD_BYTES for a in arrays)
 
     @property
     def last_seq(self) -> int:

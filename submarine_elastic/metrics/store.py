@@ -11,6 +11,12 @@ from typing import NamedTuple
 import numpy as np
 
 from submarine_elastic.metrics.api import (
+    BYTES_PER_KEPT_POINT,
+    MAX_JOBS,
+    MAX_STEPS_PER_SECOND,
+    MAX_THROUGHPUT_SIZES,
+    SEQ_WINDOW,
+    WATCH_BUFFER_BYTES,
     IngestResult,
     InvalidPointError,
     JobSummary,
@@ -20,7 +26,7 @@ from submarine_elastic.metrics.api import (
     UnknownJobError,
 )
 from submarine_elastic.metrics.proto import metrics_pb2
-from submarine_elastic.metrics.steps import Steps
+from submarine_elastic.metrics.steps import STEPS_OVERHEAD_BYTES, Steps
 from submarine_elastic.metrics.validation import validate_batch
 
 
@@ -82,14 +88,18 @@ class _Throughput:
 class _Job:
     """Everything the store holds for one job; guarded by the store's lock."""
 
-    def __init__(self, job_id: str, points: int, trend_window: int) -> None:
+    def __init__(self, job_id: str, points: int, max_bytes: int, trend_window: int) -> None:
         self.job_id = job_id
         self.capacity = points
+        self.max_bytes = max_bytes
         self.ring: deque[_Chunk] = deque()
         self.ring_points = 0
-        self.last_seq: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.ring_bytes = 0
+        # (instance, incarnation) -> (highest seq held, server time it arrived)
+        self.last_seq: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
         self.seen: OrderedDict[str, float] = OrderedDict()
-        self.throughput: dict[int, _Throughput] = {}
+        # Least recently reported world size first.
+        self.throughput: OrderedDict[int, _Throughput] = OrderedDict()
         self.losses: deque[tuple[int, float]] = deque(maxlen=trend_window)
         self.world_size = 0
         self.last_step = 0
@@ -98,6 +108,7 @@ class _Job:
         self.received = 0
         self.duplicate = 0
         self.rejected = 0
+        self.last_rejection = ""
         self.missing = 0
         self.last_update = 0.0
 
@@ -108,6 +119,7 @@ class _Subscription(Subscription):
         self._store = store
         self._events: deque[_Pending] = deque()
         self._capacity = capacity
+        self._bytes = 0
         self._cond = threading.Condition(threading.Lock())
         self._dropped = 0
         self._closed = False
@@ -124,10 +136,11 @@ class _Subscription(Subscription):
         with self._cond:
             if self._closed:
                 return
-            if len(self._events) >= self._capacity:
-                self._events.popleft()
-                self._dropped += 1
             self._events.append(event)
+            self._bytes += event.chunk.steps.nbytes
+            while len(self._events) > 1 and (len(self._events) > self._capacity or self._bytes > WATCH_BUFFER_BYTES):
+                self._bytes -= self._events.popleft().chunk.steps.nbytes
+                self._dropped += 1
             self._cond.notify()
 
     def get(self, timeout: float) -> metrics_pb2.WatchEvent | None:
@@ -141,6 +154,7 @@ class _Subscription(Subscription):
             if not self._events:
                 return None
             pending = self._events.popleft()
+            self._bytes -= pending.chunk.steps.nbytes
         return pending.event()
 
     def close(self) -> None:
@@ -151,12 +165,17 @@ class _Subscription(Subscription):
 
 
 class InMemoryStore(MetricsStore):
-    """Keeps at most ``max_jobs`` jobs (evicting the least recently updated) and, per job, the
-    ``points_per_job`` most recent points and the last seq of up to ``max_keys_per_job``
-    (worker, incarnation) keys.
+    """Keeps at most ``max_jobs`` jobs (evicting the least recently updated) and, per job, its most
+    recent points (at most ``points_per_job`` of them in at most ``bytes_per_job`` bytes), the last seq
+    of up to ``max_keys_per_job`` (worker, incarnation) keys and the throughput of up to
+    ``MAX_THROUGHPUT_SIZES`` world sizes.
 
-    Memory is bounded by ``max_jobs * (points_per_job + max_keys_per_job)`` small records, whatever
-    the clients send.
+    Memory is bounded by ``max_jobs * (bytes_per_job + 2 * max_keys_per_job * KEY_ENTRY_BYTES)`` plus a
+    few KiB of aggregates per job, whatever the clients send (``docs/security.md`` gives the figures).
+
+    A point's seq may run ahead of the highest one held for its key by at most ``SEQ_WINDOW`` plus
+    ``MAX_STEPS_PER_SECOND`` for every second since that key last delivered; a batch beyond is refused
+    (a seq far ahead would make every later genuine point look like a resend).
     """
 
     def __init__(
@@ -164,15 +183,21 @@ class InMemoryStore(MetricsStore):
         *,
         max_jobs: int = 256,
         points_per_job: int = 4096,
-        max_keys_per_job: int = 1024,
+        bytes_per_job: int | None = None,
+        max_keys_per_job: int = 256,
         trend_window: int = 128,
         ema_alpha: float = 0.1,
         activity_window_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Raises:
-        ValueError: a bound is below 1, ``trend_window`` below 2, or ``ema_alpha`` outside (0, 1].
+        ValueError: a bound is below 1, ``max_jobs`` above ``MAX_JOBS``, ``bytes_per_job`` below 64 KiB,
+            ``trend_window`` below 2, or ``ema_alpha`` outside (0, 1].
+
+        ``bytes_per_job`` defaults to ``points_per_job * BYTES_PER_KEPT_POINT`` (at least 64 KiB).
         """
+        if bytes_per_job is None:
+            bytes_per_job = max(64 * 1024, points_per_job * BYTES_PER_KEPT_POINT)
         for name, value in (
             ("max_jobs", max_jobs),
             ("points_per_job", points_per_job),
@@ -180,6 +205,12 @@ class InMemoryStore(MetricsStore):
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if max_jobs > MAX_JOBS:
+            raise ValueError(
+                f"max_jobs must be at most {MAX_JOBS} (ListJobs answers them in one reply), got {max_jobs}"
+            )
+        if bytes_per_job < 64 * 1024:
+            raise ValueError(f"bytes_per_job must be at least 65536, got {bytes_per_job}")
         if trend_window < 2:
             raise ValueError(f"trend_window must be at least 2, got {trend_window}")
         if not 0 < ema_alpha <= 1:
@@ -188,6 +219,7 @@ class InMemoryStore(MetricsStore):
             raise ValueError(f"activity_window_seconds must be positive, got {activity_window_seconds}")
         self._max_jobs = max_jobs
         self._points_per_job = points_per_job
+        self._bytes_per_job = bytes_per_job
         self._max_keys = max_keys_per_job
         self._trend_window = trend_window
         self._alpha = ema_alpha
@@ -203,8 +235,8 @@ class InMemoryStore(MetricsStore):
     def ingest(self, batch: metrics_pb2.ReportBatch) -> IngestResult:
         try:
             steps = validate_batch(batch)
-        except InvalidPointError:
-            self._count_rejected(batch)
+        except InvalidPointError as e:
+            self._count_rejected(batch, str(e))
             raise
         worker = batch.worker
         header = _Header(worker.instance, worker.rank, batch.incarnation, batch.world_size)
@@ -212,13 +244,33 @@ class InMemoryStore(MetricsStore):
         with self._lock:
             now = self._clock()
             job = self._job_for(batch.job_id)
-            last = job.last_seq.get(key, 0)
+            held = job.last_seq.get(key)
+            last = held[0] if held is not None else 0
             accepted = steps.after(last)
             count = len(accepted)
+            if count:
+                # A key the store has not seen starts where its first batch does (the service may have
+                # restarted under a running worker); the gap before counts as missing within the window.
+                base = last if held is not None else int(accepted.seq[0]) - 1
+                window = SEQ_WINDOW + (MAX_STEPS_PER_SECOND * max(0.0, now - held[1]) if held is not None else 0)
+                if accepted.last_seq - base > window:
+                    error = InvalidPointError(
+                        "seq",
+                        f"{accepted.last_seq} runs {accepted.last_seq - base} past the highest seq held for "
+                        f"worker {header.instance!r} incarnation {header.incarnation!r} ({base}); at most "
+                        f"{int(window)} is plausible now",
+                    )
+                    job.rejected += len(steps)
+                    job.last_rejection = str(error)
+                    raise error
             duplicates = len(steps) - count
             job.duplicate += duplicates
             if count:
-                job.missing += accepted.last_seq - last - count
+                first = int(accepted.seq[0])
+                before = first - 1 - last
+                if held is None and before > SEQ_WINDOW:
+                    before = 0  # a key picked up mid-run: what came before it is not known to be lost
+                job.missing += before + accepted.last_seq - first + 1 - count
                 last = accepted.last_seq
                 chunk = _Chunk(header, accepted, now)
                 self._keep(job, chunk)
@@ -226,7 +278,7 @@ class InMemoryStore(MetricsStore):
                 job.received += count
                 job.last_update = now
                 job.world_size = header.world_size
-                job.last_seq[key] = last
+                job.last_seq[key] = (last, now)
                 job.last_seq.move_to_end(key)
                 if len(job.last_seq) > self._max_keys:
                     job.last_seq.popitem(last=False)
@@ -248,7 +300,7 @@ class InMemoryStore(MetricsStore):
     def _job_for(self, job_id: str) -> _Job:
         job = self._jobs.get(job_id)
         if job is None:
-            job = _Job(job_id, self._points_per_job, self._trend_window)
+            job = _Job(job_id, self._points_per_job, self._bytes_per_job, self._trend_window)
             self._jobs[job_id] = job
             while len(self._jobs) > self._max_jobs:
                 self._jobs.popitem(last=False)
@@ -256,26 +308,41 @@ class InMemoryStore(MetricsStore):
 
     @staticmethod
     def _keep(job: _Job, chunk: _Chunk) -> None:
-        """Appends ``chunk`` to the job's ring, dropping its oldest steps beyond the ring's capacity."""
+        """Appends ``chunk`` to the job's ring, dropping its oldest steps beyond the ring's capacity in
+        points and in bytes."""
         ring = job.ring
         ring.append(chunk)
         job.ring_points += len(chunk.steps)
-        while job.ring_points > job.capacity:
+        job.ring_bytes += chunk.steps.nbytes
+        while job.ring_points > job.capacity or job.ring_bytes > job.max_bytes:
             oldest = ring[0]
             size = len(oldest.steps)
-            excess = job.ring_points - job.capacity
-            if size <= excess:
+            keep = size - (job.ring_points - job.capacity)  # rows of the oldest batch the point bound leaves
+            if job.ring_bytes > job.max_bytes:
+                if len(ring) > 1:
+                    keep = 0
+                else:  # one batch alone is over the budget: keep the rows that fit, at least one fewer
+                    per_row = max(1, (oldest.steps.nbytes - STEPS_OVERHEAD_BYTES) // size)
+                    keep = min(keep, size - 1, (job.max_bytes - STEPS_OVERHEAD_BYTES) // per_row)
+            job.ring_bytes -= oldest.steps.nbytes
+            if keep <= 0:
                 ring.popleft()
                 job.ring_points -= size
             else:
-                ring[0] = oldest._replace(steps=oldest.steps.tail(size - excess))
-                job.ring_points -= excess
+                tail = oldest.steps.tail(keep)
+                ring[0] = oldest._replace(steps=tail)
+                job.ring_points -= size - keep
+                job.ring_bytes += tail.nbytes
 
     @staticmethod
     def _aggregate(job: _Job, world_size: int, steps: Steps, alpha: float) -> None:
         stat = job.throughput.get(world_size)
         if stat is None:
             stat = job.throughput[world_size] = _Throughput()
+            if len(job.throughput) > MAX_THROUGHPUT_SIZES:
+                job.throughput.popitem(last=False)
+        else:
+            job.throughput.move_to_end(world_size)
         stat.eps = _ema(stat.eps, steps.values("examples_per_second"), alpha)
         stat.step_time = _ema(stat.step_time, steps.values("step_time_seconds"), alpha)
         stat.points += len(steps)
@@ -286,7 +353,7 @@ class InMemoryStore(MetricsStore):
             job.losses.extend(steps.losses(job.losses.maxlen or len(losses)))
         job.last_step = steps.last_step
 
-    def _count_rejected(self, batch: metrics_pb2.ReportBatch) -> None:
+    def _count_rejected(self, batch: metrics_pb2.ReportBatch, reason: str) -> None:
         count = max(1, len(batch.points) or len(batch.columns.seq))
         with self._lock:
             job = self._jobs.get(batch.job_id)
@@ -294,6 +361,7 @@ class InMemoryStore(MetricsStore):
                 self._rejected_unattributed += count
             else:
                 job.rejected += count
+                job.last_rejection = reason
 
     def _publish(self, job_id: str, chunk: _Chunk) -> None:
         targets = [sub for sub in self._subs if sub.job_id is None or sub.job_id == job_id]
@@ -338,6 +406,7 @@ class InMemoryStore(MetricsStore):
                 points_received=job.received,
                 points_duplicate=job.duplicate,
                 points_rejected=job.rejected,
+                last_rejection=job.last_rejection,
                 points_missing=job.missing,
                 last_update=job.last_update,
             )

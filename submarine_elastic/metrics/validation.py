@@ -11,17 +11,23 @@ from submarine_elastic.limits import (
     INSTANCE,
     JOB_NAME,
     MAX_ABS_VALUE,
+    MAX_BATCH_SIZE,
     MAX_POINTS_PER_BATCH,
+    MAX_SEQ,
     MAX_USER_METRICS,
     MAX_WORLD_SIZE,
+    STEP_FLOAT_BOUNDS,
     USER_METRIC,
 )
 from submarine_elastic.metrics.api import InvalidPointError
 from submarine_elastic.metrics.proto import metrics_pb2
-from submarine_elastic.metrics.steps import ColumnSteps, PointSteps, Steps
+from submarine_elastic.metrics.steps import ColumnSteps
 
 _RANGE = f"a finite number in [-{MAX_ABS_VALUE:g}, {MAX_ABS_VALUE:g}]"
-_NON_NEGATIVE = f"a finite number in [0, {MAX_ABS_VALUE:g}]"
+
+
+def _rule(low: float, closed: bool, high: float) -> str:
+    return f"a finite number in {'[' if closed else '('}{low:g}, {high:g}]"
 
 
 def _in_range(value: float) -> bool:
@@ -38,11 +44,11 @@ def validate_job_id(job_id: str) -> None:
         raise InvalidPointError("job_id", problem)
 
 
-def validate_batch(batch: metrics_pb2.ReportBatch) -> Steps:
+def validate_batch(batch: metrics_pb2.ReportBatch) -> ColumnSteps:
     """Checks every rule of ``metrics.proto`` on ``batch``; stops at the first broken one.
 
     Returns:
-        The batch's steps: its points, or its columns copied into NumPy arrays.
+        The batch's steps as NumPy columns (copied from its columns, or gathered from its points).
 
     Raises:
         InvalidPointError: naming the first field that breaks a rule.
@@ -72,9 +78,46 @@ def validate_batch(batch: metrics_pb2.ReportBatch) -> Steps:
         if seq <= previous_seq:
             what = "must be at least 1" if i == 0 else f"must be above the previous point's {previous_seq}"
             raise InvalidPointError(f"points[{i}].seq", f"{seq} {what}")
+        if seq > MAX_SEQ:
+            raise InvalidPointError(f"points[{i}].seq", f"{seq} is above the largest seq, {MAX_SEQ}")
         previous_seq = seq
         _validate_point(i, point)
-    return PointSteps(points)
+    return _point_columns(points)
+
+
+def _point_columns(points: Sequence[metrics_pb2.StepPoint]) -> ColumnSteps:
+    """Valid ``points`` as columns, so the store keeps 8 bytes a value whichever way a batch came.
+
+    Raises:
+        InvalidPointError: the points name more than ``MAX_USER_METRICS`` user metrics between them.
+    """
+    n = len(points)
+    seq = np.fromiter((p.seq for p in points), np.uint64, n)
+    step = np.fromiter((p.step for p in points), np.int64, n)
+    wall_time = np.fromiter((p.wall_time for p in points), np.float64, n)
+    optional: dict[str, np.ndarray] = {}
+    for name, *_ in STEP_FLOAT_BOUNDS:
+        if any(p.HasField(name) for p in points):
+            optional[name] = np.fromiter(
+                (getattr(p, name) if p.HasField(name) else np.nan for p in points), np.float64, n
+            )
+    batch_size = None
+    if any(p.HasField("batch_size") for p in points):
+        batch_size = np.fromiter((p.batch_size for p in points), np.int64, n)
+    user: dict[str, np.ndarray] = {}
+    for i, point in enumerate(points):
+        for name, value in point.user_metrics.items():
+            column = user.get(name)
+            if column is None:
+                if len(user) == MAX_USER_METRICS:
+                    raise InvalidPointError(
+                        f"points[{i}].user_metrics",
+                        f"{name!r} would be the batch's user metric number {MAX_USER_METRICS + 1}; "
+                        f"the points of a batch name at most {MAX_USER_METRICS} between them",
+                    )
+                column = user[name] = np.full(n, np.nan)
+            column[i] = value
+    return ColumnSteps(seq, step, wall_time, optional, batch_size, user)
 
 
 def _column_steps(columns: metrics_pb2.StepColumns) -> ColumnSteps:
@@ -85,6 +128,9 @@ def _column_steps(columns: metrics_pb2.StepColumns) -> ColumnSteps:
         raise InvalidPointError("columns.seq", f"{n} steps; a batch holds 1 to {MAX_POINTS_PER_BATCH}")
     if seq[0] < 1:
         raise InvalidPointError("columns.seq[0]", "0 must be at least 1")
+    if seq[-1] > MAX_SEQ:
+        i = int(np.flatnonzero(seq > MAX_SEQ)[0])
+        raise InvalidPointError(f"columns.seq[{i}]", f"{seq[i]} is above the largest seq, {MAX_SEQ}")
     if n > 1 and (bad := np.flatnonzero(seq[1:] <= seq[:-1])).size:
         i = int(bad[0]) + 1
         raise InvalidPointError(f"columns.seq[{i}]", f"{seq[i]} must be above the previous step's {seq[i - 1]}")
@@ -111,19 +157,20 @@ def _column_steps(columns: metrics_pb2.StepColumns) -> ColumnSteps:
     check("step", step, step >= 0, "a step (>= 0)")
     check("wall_time", wall_time, (wall_time > 0) & (wall_time <= MAX_ABS_VALUE), "a positive finite number")
     optional: list[tuple[str, np.ndarray]] = []
-    for name, low, rule in (
-        ("loss", -MAX_ABS_VALUE, _RANGE),
-        ("examples_per_second", 0.0, _NON_NEGATIVE),
-        ("step_time_seconds", 0.0, _NON_NEGATIVE),
-        ("learning_rate", 0.0, _NON_NEGATIVE),
-    ):
+    for name, low, closed, high in STEP_FLOAT_BOUNDS:
         values = optional_column(name, getattr(columns, name))
         if values is not None:
-            check(name, values, np.isnan(values) | ((values >= low) & (values <= MAX_ABS_VALUE)), f"NaN or {rule}")
+            above = values >= low if closed else values > low
+            check(name, values, np.isnan(values) | (above & (values <= high)), f"NaN or {_rule(low, closed, high)}")
             optional.append((name, values))
     batch_size = optional_column("batch_size", columns.batch_size)
     if batch_size is not None:
-        check("batch_size", batch_size, batch_size >= 0, "0 (absent) or a batch size (>= 1)")
+        check(
+            "batch_size",
+            batch_size,
+            (batch_size >= 0) & (batch_size <= MAX_BATCH_SIZE),
+            f"0 (absent) or a batch size in [1, {MAX_BATCH_SIZE}]",
+        )
     if len(columns.user_metrics) > MAX_USER_METRICS:
         raise InvalidPointError(
             "columns.user_metrics", f"{len(columns.user_metrics)} columns; at most {MAX_USER_METRICS}"
@@ -151,13 +198,13 @@ def _validate_point(i: int, point: metrics_pb2.StepPoint) -> None:
         raise InvalidPointError(f"points[{i}].wall_time", f"{wall_time} is not a positive finite number")
     if point.HasField("loss") and not _in_range(point.loss):
         raise InvalidPointError(f"points[{i}].loss", f"{point.loss} is not {_RANGE}")
-    for name in ("examples_per_second", "step_time_seconds", "learning_rate"):
+    for name, low, closed, high in STEP_FLOAT_BOUNDS[1:]:
         if point.HasField(name):
             value = getattr(point, name)
-            if not 0 <= value <= MAX_ABS_VALUE:
-                raise InvalidPointError(f"points[{i}].{name}", f"{value} is not {_NON_NEGATIVE}")
-    if point.HasField("batch_size") and point.batch_size < 1:
-        raise InvalidPointError(f"points[{i}].batch_size", f"{point.batch_size} is below 1")
+            if not ((low <= value if closed else low < value) and value <= high):
+                raise InvalidPointError(f"points[{i}].{name}", f"{value} is not {_rule(low, closed, high)}")
+    if point.HasField("batch_size") and not 1 <= point.batch_size <= MAX_BATCH_SIZE:
+        raise InvalidPointError(f"points[{i}].batch_size", f"{point.batch_size} is outside [1, {MAX_BATCH_SIZE}]")
     user_metrics = point.user_metrics
     if user_metrics:
         if len(user_metrics) > MAX_USER_METRICS:

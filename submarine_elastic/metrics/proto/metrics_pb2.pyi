@@ -120,7 +120,7 @@ class ThroughputStat(_message.Message):
     def __init__(self, world_size: _Optional[int] = ..., per_worker_examples_per_second: _Optional[float] = ..., aggregate_examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., points: _Optional[int] = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update")
+    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update", "last_rejection")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class JobSummary(_message.Message):
     POINTS_REJECTED_FIELD_NUMBER: _ClassVar[int]
     POINTS_MISSING_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_REJECTION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     world_size: int
     active_workers: int
@@ -147,7 +148,8 @@ class JobSummary(_message.Message):
     points_rejected: int
     points_missing: int
     last_update: float
-    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ...) -> None: ...
+    last_rejection: str
+    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ..., last_rejection: _Optional[str] = ...) -> None: ...
 
 class RecordedPoint(_message.Message):
     __slots__ = ("worker", "incarnation", "world_size", "point", "received_time")

@@ -62,7 +62,9 @@ class MetricsServiceServicer(object):
     def Report(self, request_iterator, context):
         """A worker streams its batches; the answer comes when the worker closes the stream.
         INVALID_ARGUMENT (naming the field) ends the stream at the first bad batch; the batches
-        before it are kept, the bad one is counted and dropped as a whole.
+        before it are kept, the bad one is counted and dropped as a whole. PERMISSION_DENIED for a
+        batch of a job other than the credential's; RESOURCE_EXHAUSTED when the service or the job has
+        its most streams open; a stream silent for 30 s is cancelled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,7 +85,8 @@ class MetricsServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A job's credential lists its own job only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
