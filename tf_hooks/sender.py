@@ -2,7 +2,8 @@
 
 Delivery: every flush interval (or sooner when a stream's worth, ``max_stream_points``, waits) the
 sender takes up to ``max_stream_points`` steps off the queue, sends them as one client-streaming
-``Report`` call and forgets them once the answer acknowledges their seq. A call costs the client
+``Report`` call (in batches cut to the service's ``MAX_REPORT_MESSAGE_BYTES``, of at most
+``MAX_ACK_KEYS`` incarnations a call) and forgets them once the answer acknowledges their seq. A call costs the client
 about a millisecond of CPU whatever it carries, so the defaults send few, large calls (one a second).
 When the call fails the steps stay "in flight" and are sent again, first, on the next attempt; the
 service ignores the ones it already holds. While the service is unreachable the queue keeps the
@@ -43,9 +44,19 @@ from tenacity import (
     wait_random,
 )
 
-from submarine_elastic.limits import MAX_ABS_VALUE, MAX_INT64, MAX_USER_METRICS, USER_METRIC
+from submarine_elastic import env
+from submarine_elastic.limits import (
+    MAX_ABS_VALUE,
+    MAX_ACK_KEYS,
+    MAX_BATCH_SIZE,
+    MAX_INT64,
+    MAX_REPORT_MESSAGE_BYTES,
+    MAX_USER_METRICS,
+    STEP_FLOAT_BOUNDS,
+    USER_METRIC,
+)
 from submarine_elastic.metrics.proto import metrics_pb2
-from submarine_elastic.rpc import bearer, open_channel
+from submarine_elastic.rpc import InsecureChannelError, bearer, open_channel
 from tf_hooks import wire
 from tf_hooks.api import MetricsSink, NullSink, SenderStats, StepBlock, StepRecord, as_floats
 from tf_hooks.config import MetricsConfig
@@ -156,7 +167,12 @@ def make_sink(config: MetricsConfig) -> MetricsSink:
     """
     if not config.enabled:
         return NullSink()
-    return GrpcSink(config)
+    try:
+        return GrpcSink(config)
+    except (InsecureChannelError, ValueError, OSError) as exc:
+        # Training goes on without metrics rather than send its token in plaintext.
+        logger.error("metrics are not reported: %s", exc)
+        return NullSink()
 
 
 class GrpcSink(MetricsSink):
@@ -482,7 +498,7 @@ class GrpcSink(MetricsSink):
         with self._lock:
             self._take(config.max_stream_points - self._inflight_points)
             # While the service is unreachable, probe with one batch instead of sending them all.
-            sending = self._inflight[: None if self._reachable else 1]
+            sending = _within_ack(self._inflight[: None if self._reachable else 1])
         if not sending:
             return
         try:
@@ -517,7 +533,6 @@ class GrpcSink(MetricsSink):
     def _take(self, room: int) -> None:
         """Moves up to ``room`` of the oldest queued steps in flight, as batches of at most
         ``max_batch_points``; holds the lock (so a flush never sees them in neither place)."""
-        limit = self._config.max_batch_points
         while room > 0 and self._queue:
             head = self._queue.popleft()
             if len(head) > room:
@@ -528,6 +543,7 @@ class GrpcSink(MetricsSink):
             self._inflight_points += len(head)
             header = wire.header(self._job_id, self._instance, head.rank, head.incarnation, head.world_size)
             key = f"{self._job_id}/{self._instance}/{head.incarnation}"
+            limit = min(self._config.max_batch_points, _rows_that_fit(header, head))
             for start in range(0, len(head), limit):
                 self._inflight.append(_Flight(header, key, head.rows(start, start + limit)))
 
@@ -568,23 +584,40 @@ class GrpcSink(MetricsSink):
             logger.warning(msg, *args)
 
 
-_OPTIONAL_FLOATS = (  # column, lowest value the service takes
-    ("loss", -MAX_ABS_VALUE),
-    ("examples_per_second", 0.0),
-    ("step_time_seconds", 0.0),
-    ("learning_rate", 0.0),
-)
+def _within_ack(flights: list[_Flight]) -> list[_Flight]:
+    """The first of ``flights`` that touch at most ``MAX_ACK_KEYS`` keys: what one stream may carry."""
+    keys: set[str] = set()
+    for i, flight in enumerate(flights):
+        if flight.key not in keys:
+            if len(keys) == MAX_ACK_KEYS:
+                return flights[:i]
+            keys.add(flight.key)
+    return flights
 
 
-def _kept(values: np.ndarray | None, low: float, n: int, name: str) -> np.ndarray | None:
-    """``values`` with what breaks the service's rules (NaN, infinite, out of range) made absent
+#: Bytes a packed column costs besides its values: its tag and length (a length of up to 5 bytes).
+_COLUMN_FRAME_BYTES = 6
+
+
+def _rows_that_fit(header: bytes, chunk: _Chunk) -> int:
+    """How many rows of ``chunk`` one ``ReportBatch`` with ``header`` holds within MAX_REPORT_MESSAGE_BYTES
+    (at least 1: a single step of 32 user metrics is a few KiB)."""
+    columns = 3 + sum(values is not None for values in chunk.optional.values()) + len(chunk.user)
+    fixed = len(header) + _COLUMN_FRAME_BYTES * (1 + columns)
+    fixed += sum(3 * _COLUMN_FRAME_BYTES + len(name.encode()) for name, _ in chunk.user)
+    return max(1, (MAX_REPORT_MESSAGE_BYTES - fixed) // (8 * columns))
+
+
+def _kept(values: np.ndarray | None, bounds: tuple[str, float, bool, float], n: int) -> np.ndarray | None:
+    """``values`` with what breaks the service's rules (NaN, infinite, out of ``bounds``) made absent
     (NaN); None when no value is left."""
     if values is None:
         return None
+    name, low, closed, high = bounds
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (n,):
         raise ValueError(f"column {name} has shape {array.shape}, the block has {n} steps")
-    ok = (array >= low) & (array <= MAX_ABS_VALUE)
+    ok = ((array >= low) if closed else (array > low)) & (array <= high)
     if ok.all():
         return array
     if not ok.any():
@@ -613,21 +646,22 @@ def _clean(
     if bad.any():
         wall_time = np.where(bad, time.time(), wall_time)
     optional: dict[str, np.ndarray | None] = {
-        name: _kept(getattr(block, name), low, n, name) for name, low in _OPTIONAL_FLOATS
+        bounds[0]: _kept(getattr(block, bounds[0]), bounds, n) for bounds in STEP_FLOAT_BOUNDS
     }
     batch_size = None
     if block.batch_size is not None:
         batch_size = np.asarray(block.batch_size, dtype=np.int64)
         if batch_size.shape != (n,):
             raise ValueError(f"column batch_size has shape {batch_size.shape}, the block has {n} steps")
-        batch_size = np.maximum(batch_size, 0) if (batch_size > 0).any() else None
+        usable = (batch_size > 0) & (batch_size <= MAX_BATCH_SIZE)
+        batch_size = np.where(usable, batch_size, 0) if usable.any() else None
     optional["batch_size"] = batch_size
     user: list[tuple[str, np.ndarray]] = []
     for name, values in block.user_metrics.items():
         if len(user) >= MAX_USER_METRICS:
             break
         if USER_METRIC.matches(name):
-            kept = _kept(values, -MAX_ABS_VALUE, n, name)
+            kept = _kept(values, (name, -MAX_ABS_VALUE, True, MAX_ABS_VALUE), n)
             if kept is not None:
                 user.append((name, kept))
     return rank, world_size, step, wall_time, optional, user
@@ -648,7 +682,7 @@ def _block_of(
         keep = np.array([_fits_int64(s) for s in steps], dtype=bool)
         step = np.array([int(s) if k else 0 for s, k in zip(steps, keep, strict=True)], dtype=np.int64)
     sizes = as_floats(batch_size)
-    sizes_ok = (sizes >= 1) & (sizes < 2.0**63)
+    sizes_ok = (sizes >= 1) & (sizes <= MAX_BATCH_SIZE)
     names = dict.fromkeys(k for metrics in user if metrics for k in metrics if isinstance(k, str))
     block = StepBlock(
         rank=ranks[0],
@@ -699,4 +733,18 @@ def _fits_int64(value: Any) -> bool:
 
 
 def _channel(config: MetricsConfig) -> grpc.Channel:
-    return open_channel(config.endpoint or "", ca=config.tls_ca, tls=config.tls, options=_CHANNEL_OPTIONS)
+    """TLS when the config has a CA (or the system's), with the job's client certificate when its
+    container has one; plaintext only under ``SUBMARINE_INSECURE``.
+
+    Raises:
+        InsecureChannelError: no CA and plaintext not asked for.
+        ValueError, OSError: the client certificate's variables are unusable.
+    """
+    return open_channel(
+        config.endpoint or "",
+        ca=config.tls_ca,
+        tls=config.tls,
+        client_cert=env.metrics_tls_client(),
+        insecure=env.insecure(),
+        options=_CHANNEL_OPTIONS,
+    )

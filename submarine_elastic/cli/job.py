@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,6 +33,7 @@ from submarine_elastic.elastic.jobspec import (
     build_service,
     parse_env,
 )
+from submarine_elastic.tls import TlsError
 from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
@@ -215,7 +217,7 @@ def run(
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:
         raise _fail(exc) from exc
-    ctl = _controller_for(req, policy)
+    ctl, req = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
         try:
             submit(yarn, req)  # validates the whole spec before anything is sent
@@ -235,9 +237,10 @@ def run(
             _follow(yarn, name, timeout)
 
 
-def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | None:
+def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClient | None, JobRequest]:
     """The controller this job reports to (started for a --policy), with the job registered in it; it
-    checks the job (limits, policy) before YARN hears of it."""
+    checks the job (limits, policy) before YARN hears of it. Returns it and the request with the job's
+    metrics settings (and, unless --insecure, its client certificate for the metrics service)."""
     from submarine_elastic.controller import locate
     from submarine_elastic.controller.api import ControllerError
     from submarine_elastic.controller.client import ControllerClient
@@ -246,14 +249,18 @@ def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | N
     try:
         info = process.start(req.rm_url) if policy is not None else locate.running()
         if info is None:
-            return None
+            return None, req
         where = locate.directory()
-        client = ControllerClient(info.address, locate.read_token(where, locate.API_TOKEN))
+        client = ControllerClient(info.address, locate.read_token(where, locate.API_TOKEN), insecure=req.insecure)
         req.env.update(
             SUBMARINE_METRICS_ENDPOINT=info.metrics_endpoint,
             SUBMARINE_METRICS_TOKEN=locate.metrics_credential(where, req.name),
         )
-    except ControllerError as exc:
+        if not req.insecure:
+            from submarine_elastic.tls import cluster_ca
+
+            req = dataclasses.replace(req, metrics_tls=cluster_ca().issue_client(f"job {req.name}"[:64]))
+    except (ControllerError, TlsError) as exc:
         raise _fail(exc) from exc
     limits = req.limits
     _tell_controller(
@@ -261,7 +268,7 @@ def _controller_for(req: JobRequest, policy: str | None) -> ControllerClient | N
         lambda c: c.job_submitted(req.name, limits.min, limits.max, limits.num, elastic=req.elastic, policy=policy),
     )
     console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")
-    return client
+    return client, req
 
 
 def _tell_controller(client: ControllerClient, call: Callable[[ControllerClient], object]) -> None:
@@ -287,12 +294,15 @@ def _metrics_line(name: str) -> str:
 
     from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
     from submarine_elastic.rpc import bearer, open_channel
+    from submarine_elastic.tls import cluster_ca_cert
 
     try:
         token = locate.read_token(locate.directory(), locate.METRICS_TOKEN)
-    except ControllerError:
+        insecure = env.insecure()
+        ca = None if insecure else cluster_ca_cert()
+    except (ControllerError, TlsError, ValueError):
         return ""
-    with open_channel(state.metrics_endpoint) as channel:
+    with open_channel(state.metrics_endpoint, ca=ca, insecure=insecure) as channel:
         try:
             reply = metrics_pb2_grpc.MetricsServiceStub(channel).GetJob(
                 metrics_pb2.GetJobRequest(job_id=name), metadata=bearer(token), timeout=2

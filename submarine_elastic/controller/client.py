@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import grpc
 
+from submarine_elastic import env
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import (
     Controller,
@@ -90,19 +91,40 @@ class ControllerClient(Controller):
         address: ``host:port`` of its API (:attr:`ControllerInfo.address`).
         token: its bearer token (never logged).
         timeout: seconds each call may take (> 0).
+        ca: the certificates its API is checked against (default: the cluster's CA, ``SUBMARINE_CA_DIR``).
+        insecure: plaintext (a controller started with ``--insecure``); default ``SUBMARINE_INSECURE``.
 
     Raises:
         ValueError: a bad timeout.
+        ControllerAuthError: no ``ca`` given, plaintext not asked for, and the cluster's CA cannot be read.
     """
 
-    def __init__(self, address: str, token: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        ca: bytes | None = None,
+        insecure: bool | None = None,
+    ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        insecure = env.insecure() if insecure is None else insecure
+        if ca is None and not insecure:
+            from submarine_elastic.tls import CaError, cluster_ca_cert
+
+            try:
+                ca = cluster_ca_cert()
+            except CaError as exc:
+                raise ControllerAuthError(f"cannot check the controller's TLS certificate: {exc}") from exc
         self.address = address
         self.timeout = timeout
         self._metadata = bearer(token)
         self._channel = open_channel(
             address,
+            ca=ca,
+            insecure=insecure,
             options=[
                 ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
                 ("grpc.enable_retries", 1),

@@ -39,7 +39,7 @@ from submarine_elastic.controller.wire import (
     source_from_proto,
     status_to_proto,
 )
-from submarine_elastic.rpc import BearerTokenInterceptor, dial_address
+from submarine_elastic.rpc import BearerTokenInterceptor, ServerTls, dial_address
 
 _log = logging.getLogger(__name__)
 
@@ -159,8 +159,8 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 class ControllerServer:
     """The controller's gRPC API (and gRPC health) on one port, every call but health behind ``token``.
 
-    Plaintext on loopback by default, like the metrics service: on any other address the token and every
-    call cross the network unencrypted.
+    TLS given ``tls`` (``submarine controller`` serves a certificate of the cluster's CA); plaintext
+    without, which is refused beyond loopback.
 
     Args:
         controller: what answers the calls (thread-safe: calls run concurrently).
@@ -168,9 +168,11 @@ class ControllerServer:
         host, port: where to listen; port 0 picks a free one (see :attr:`address`).
         max_workers: threads serving calls.
         max_concurrent_rpcs: calls served at once; beyond it a call is refused with RESOURCE_EXHAUSTED.
+        tls: its certificate and key (and a client CA for mutual TLS); None: plaintext, loopback only.
 
     Raises:
-        ValueError: a bad token, port or bound (named; the token never shown).
+        ValueError: a bad token, port or bound (named; the token never shown), or plaintext on an address
+            other than loopback.
     """
 
     def __init__(
@@ -182,12 +184,16 @@ class ControllerServer:
         port: int = 0,
         max_workers: int = MAX_WORKERS,
         max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
+        tls: ServerTls | None = None,
     ) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer in [0, 65535], got {port!r}")
         for name, value in (("max_workers", max_workers), ("max_concurrent_rpcs", max_concurrent_rpcs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if tls is None and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"the controller's API on {host} needs TLS: plaintext is served on loopback only")
+        self._tls = tls
         self._auth = BearerTokenInterceptor(token)  # refuses a token gRPC metadata cannot carry
         self._servicer = ControllerServicer(controller)
         self._health = health.HealthServicer()
@@ -231,7 +237,11 @@ class ControllerServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         bind = f"{self._host}:{self._requested_port}"
         try:
-            port = server.add_insecure_port(bind)
+            port = (
+                server.add_insecure_port(bind)
+                if self._tls is None
+                else server.add_secure_port(bind, self._tls.credentials())
+            )
         except RuntimeError as exc:
             raise ControllerError(f"cannot bind the controller's API to {bind}: {exc}") from exc
         if port == 0:
@@ -240,7 +250,9 @@ class ControllerServer:
         self._server, self._port = server, port
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        _log.info("controller API on %s (plaintext, token required)", self.address)
+        _log.info(
+            "controller API on %s (%s, token required)", self.address, "plaintext" if self._tls is None else "TLS"
+        )
         return self
 
     def stop(self, grace: float = 1.0) -> None:

@@ -26,8 +26,10 @@ from submarine_elastic.controller.server import ControllerServer
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import ServerStartError
-from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.policy import PolicyEngine, PolicyError, load_arbiter_spec, load_job_policy_spec
+from submarine_elastic.rpc import ServerTls
+from submarine_elastic.tls import TlsError, cluster_ca, loopback_hosts
 
 log = logging.getLogger("submarine_elastic.controller")
 
@@ -51,6 +53,13 @@ log = logging.getLogger("submarine_elastic.controller")
 @click.option("--api-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port of its gRPC API.")
 @click.option("--bridge-port", type=click.IntRange(0, 65535), default=None, help="Serve the py4j bridge here.")
 @click.option("--bridge-java-port", type=click.IntRange(1, 65535), default=DEFAULT_JAVA_PORT, show_default=True)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Serve the API and the metrics service in plaintext, on loopback only [default: SUBMARINE_INSECURE; "
+    "without either, TLS with certificates of the cluster's CA].",
+)
 def serve(
     where: Path | None,
     rm_url: str,
@@ -64,6 +73,7 @@ def serve(
     api_port: int,
     bridge_port: int | None,
     bridge_java_port: int,
+    insecure: bool | None,
 ) -> None:
     """Run the controller in the foreground until SIGTERM (``submarine controller start`` runs this)."""
     where = where or env.controller_dir()
@@ -79,8 +89,16 @@ def serve(
     with ExitStack() as running:
         try:
             engine = PolicyEngine(load_job_policy_spec(policy), load_arbiter_spec(arbiter), cooldown_s=cooldown)
+            plaintext = env.insecure() if insecure is None else insecure
+            api_tls, metrics_tls = (None, None) if plaintext else _service_tls(metrics_host)
+            # The CLI reads every job with the operator token; each job reports with its own credential,
+            # made from the key (submarine job run asks locate.metrics_credential for it).
             metrics = MetricsServer(
-                host=metrics_host, port=metrics_port, token=locate.token_for(where, locate.METRICS_TOKEN)
+                host=metrics_host,
+                port=metrics_port,
+                token=locate.token_for(where, locate.METRICS_TOKEN),
+                job_key=locate.token_for(where, locate.METRICS_KEY).encode(),
+                tls=metrics_tls,
             ).start()
             running.callback(metrics.stop)
             backend = YarnJobBackend(rm_url)
@@ -93,12 +111,12 @@ def serve(
             service.start()
             running.callback(service.stop)
             token = locate.token_for(where, locate.API_TOKEN)
-            api = ControllerServer(service, token=token, port=api_port).start()
+            api = ControllerServer(service, token=token, port=api_port, tls=api_tls).start()
             running.callback(api.stop)
             bridge = None
             if bridge_port is not None:
                 # The bridge is one more caller of the API: a JVM's calls are checked like any other.
-                client = ControllerClient(api.address, token)
+                client = ControllerClient(api.address, token, insecure=plaintext)
                 running.callback(client.close)
                 bridge = BridgeServer(
                     client,
@@ -107,7 +125,7 @@ def serve(
                     java_port=bridge_java_port,
                 ).start()
                 running.callback(bridge.stop)
-        except (PolicyError, ServerStartError, ControllerError, BridgeError) as exc:
+        except (PolicyError, ServerStartError, ControllerError, BridgeError, TlsError, ValueError) as exc:
             log.error("%s", exc)
             raise SystemExit(2) from exc
         info = ControllerInfo(
@@ -136,3 +154,16 @@ def serve(
         while not done.wait(1.0):
             pass
         log.info("stopping")
+
+
+def _service_tls(metrics_host: str) -> tuple[ServerTls, TlsCredentials]:
+    """Certificates of the cluster's CA for the API (loopback) and the metrics service (``metrics_host``
+    and loopback), issued at each start and kept in memory only.
+
+    Raises:
+        TlsError: the cluster's CA cannot be opened, or ``metrics_host`` cannot be named in a certificate.
+    """
+    ca = cluster_ca()
+    api = ca.issue_server("submarine-elastic controller", loopback_hosts())
+    metrics = ca.issue_server("submarine-elastic metrics", loopback_hosts(metrics_host))
+    return ServerTls(api.cert, api.key), TlsCredentials(metrics.cert, metrics.key)

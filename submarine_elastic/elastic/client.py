@@ -13,6 +13,7 @@ from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedErr
 from submarine_elastic.elastic.jobspec import (
     CLIENT_CERT,
     CLIENT_KEY,
+    DRIVER_CN,
     INSECURE_MARK,
     SECRET_ENV,
     TLS_FILES,
@@ -159,7 +160,7 @@ def load_server_name(job: str) -> str | None:
 
     path = job_dir(job) / TLS_FILES["SUBMARINE_DRIVER_TLS_CERT_FILE"]
     try:
-        issued = common_name(path.read_bytes()) == f"{job}/driver"
+        issued = common_name(path.read_bytes()) == DRIVER_CN
     except (OSError, ValueError):
         return None
     return driver_server_name(job) if issued else None

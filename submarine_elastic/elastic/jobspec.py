@@ -79,6 +79,58 @@ class WorkerResources:
         return cls(memory, vcores, gpus)
 
 
+#: The first byte of a keytab file (MIT's format, versions 0x0501 and 0x0502).
+_KEYTAB_MAGIC = 0x05
+#: A principal that may go into the spec (and so into the containers' launch script) as it is.
+_PRINCIPAL = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?(@[A-Za-z0-9._-]+)?")
+
+
+@dataclass(frozen=True)
+class YarnLogin:
+    """How a job's driver logs in to a Kerberos-secured ResourceManager (``SUBMARINE_YARN_AUTH=kerberos``): the
+    submitter's keytab, given to the job as a secret file (:data:`KEYTAB_FILE`, never in the spec), and the
+    principal to log in as (default: the keytab's first)."""
+
+    keytab: bytes
+    principal: str | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"YarnLogin(principal={self.principal!r}, keytab=***)"
+
+    @classmethod
+    def from_env(cls) -> YarnLogin | None:
+        """The submitter's login for the job (``SUBMARINE_YARN_KEYTAB``, ``SUBMARINE_YARN_PRINCIPAL``) when
+        ``SUBMARINE_YARN_AUTH=kerberos``; None with simple auth.
+
+        Raises:
+            JobSpecError: kerberos without a keytab (a credentials cache cannot be given to a job), or a
+                keytab that cannot be read or is not one (the file named).
+        """
+        from submarine_elastic import env
+
+        if env.yarn_auth() != "kerberos":
+            return None
+        path = env.yarn_keytab()
+        if path is None:
+            raise JobSpecError(
+                "SUBMARINE_YARN_AUTH=kerberos: the job's driver logs in to the ResourceManager from a keytab; "
+                "set SUBMARINE_YARN_KEYTAB (and SUBMARINE_YARN_PRINCIPAL) to the keytab the job may use"
+            )
+        try:
+            keytab = path.read_bytes()
+        except OSError as exc:
+            raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: cannot read it ({exc.strerror})") from exc
+        if not keytab or keytab[0] != _KEYTAB_MAGIC:
+            raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: not a Kerberos keytab")
+        principal = env.yarn_principal()
+        if principal is not None and not _PRINCIPAL.fullmatch(principal):
+            raise JobSpecError(
+                f"SUBMARINE_YARN_PRINCIPAL {principal!r} is not a Kerberos principal (name[/instance]@REALM of "
+                "letters, digits and ._-)"
+            )
+        return cls(keytab=keytab, principal=principal)
+
+
 @dataclass(frozen=True)
 class DriverTls:
     """TLS for the job driver's control plane: its certificate chain and key, and the certificates its
@@ -143,6 +195,8 @@ class JobRequest:
     insecure: bool = False
     #: the client certificate (and the CA of the service) the job's hooks present to the metrics service
     metrics_tls: Issued | None = field(default=None, repr=False)
+    #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret
+    yarn_login: YarnLogin | None = field(default_factory=YarnLogin.from_env, repr=False)
 
     @cached_property
     def job_tls(self) -> JobTls | None:
@@ -299,6 +353,8 @@ def outcome_path(job: str) -> Path:
 #: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
 #: shows it to whoever may read the service.
 SECRET_ENV = {"SUBMARINE_JOB_TOKEN": "job.token", "SUBMARINE_METRICS_TOKEN": "metrics.token"}
+#: The keytab of :class:`YarnLogin` in the job's directory and its containers (``SUBMARINE_YARN_KEYTAB`` there).
+KEYTAB_FILE = "yarn.keytab"
 #: The job's TLS files and the variable naming each in a container: the driver's certificate and key
 #: (``--tls_cert/--tls_key``, else issued by the job's CA), the certificates the agents trust for it, the
 #: job's CA the driver checks its clients' certificates against, and the agents' client certificate.
@@ -320,6 +376,8 @@ METRICS_TLS_FILES = {
 #: The client certificate ``job flex|show`` and the controller present to the job's driver: kept in the
 #: job's directory, never localized into a container.
 CLIENT_CERT, CLIENT_KEY = "client.crt", "client.key"
+#: The common name of a driver certificate ``job run`` issued (the job's name is in its DNS name).
+DRIVER_CN = "submarine-elastic job driver"
 #: In the job's directory of a job run with ``--insecure``: its clients then speak plaintext to its driver.
 INSECURE_MARK = "insecure"
 
@@ -343,12 +401,12 @@ class JobTls:
     def issue(cls, job: str, given: DriverTls | None = None) -> JobTls:
         from submarine_elastic import tls
 
-        ca = tls.CertificateAuthority.create(f"{job} job CA")
+        ca = tls.CertificateAuthority.create(f"job CA {job}"[:64])
         name = None if given is not None else tls.driver_server_name(job)
         if given is None:
-            server = ca.issue_server(f"{job}/driver", [tls.driver_server_name(job)])
+            server = ca.issue_server(DRIVER_CN, [tls.driver_server_name(job)])
             given = DriverTls(server.cert.decode(), server.key.decode(), ca.cert_pem.decode())
-        agent, client = ca.issue_client(f"{job}/agent"), ca.issue_client(f"{job}/client")
+        agent, client = ca.issue_client("job agent"), ca.issue_client("job client")
         return cls(
             driver=given,
             server_name=name,
@@ -358,11 +416,13 @@ class JobTls:
         )
 
 
-def job_secrets(req: JobRequest) -> dict[str, str]:
+def job_secrets(req: JobRequest) -> dict[str, str | bytes]:
     """The files a job's containers get, by name: its control token, the secret variables of ``--env``,
-    and the job's TLS files."""
+    the job's TLS files, and the keytab its driver logs in to the RM from."""
     values = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
-    files = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
+    files: dict[str, str | bytes] = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
+    if req.yarn_login is not None:
+        files[KEYTAB_FILE] = req.yarn_login.keytab
     if (job_tls := req.job_tls) is not None:
         driver = job_tls.driver
         contents = (driver.cert, driver.key, driver.ca, job_tls.job_ca, *job_tls.agent)
@@ -388,8 +448,8 @@ def write_secrets(req: JobRequest) -> Path:
         path = directory / dest
         tmp = path.with_name(f"{dest}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(value)
+        with os.fdopen(fd, "wb") as f:
+            f.write(value.encode() if isinstance(value, str) else value)
         tmp.replace(path)
     return directory
 
@@ -492,6 +552,11 @@ def build_service(req: JobRequest) -> Service:
         common["SUBMARINE_INSECURE"] = "1"
     if req.metrics_tls is not None:
         common.update({name: f"$PWD/{dest}" for name, dest in METRICS_TLS_FILES.items()})
+    if req.yarn_login is not None:
+        # The driver resizes its own job: it logs in from the localized keytab, into a cache of its own.
+        common.update(SUBMARINE_YARN_AUTH="kerberos", SUBMARINE_YARN_KEYTAB=f"$PWD/{KEYTAB_FILE}")
+        if req.yarn_login.principal:
+            common["SUBMARINE_YARN_PRINCIPAL"] = req.yarn_login.principal
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
     if secret_files:
         directory = job_dir(req.name).resolve()

@@ -19,3 +19,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.tensorflow)
+
+
+@pytest.fixture(autouse=True)
+def plaintext_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics services these tests start are plaintext: the hooks open a plaintext channel only when
+    told to (SUBMARINE_INSECURE); without it they refuse, never sending their token in the clear."""
+    monkeypatch.setenv("SUBMARINE_INSECURE", "1")

@@ -49,9 +49,11 @@ from submarine_elastic.controller.server import MAX_REQUEST_BYTES, SERVICE_NAME,
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.jobspec import SECRET_ENV, job_dir
+from submarine_elastic.metrics.auth import job_credential
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
 TOKEN = "controller-test-token-0123456789"
+METRICS_KEY = "metrics-service-key-0123456789"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 
 
@@ -75,6 +77,12 @@ class Cluster(JobBackend):
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return None
+
+
+@pytest.fixture(autouse=True)
+def plaintext_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These servers are plaintext on loopback: their clients connect so only when told to."""
+    monkeypatch.setenv("SUBMARINE_INSECURE", "1")
 
 
 @pytest.fixture()
@@ -382,6 +390,7 @@ def publish(server: ControllerServer, where: Path, pid: int | None = None) -> Co
     where.mkdir(parents=True, exist_ok=True)
     (where / locate.API_TOKEN).write_text(TOKEN)
     (where / locate.METRICS_TOKEN).write_text("metrics-token")
+    (where / locate.METRICS_KEY).write_text(METRICS_KEY)
     process = psutil.Process(pid or os.getpid())
     info = ControllerInfo(
         pid=process.pid,
@@ -464,10 +473,12 @@ def test_job_run_registers_the_job_through_the_api_before_yarn_hears_of_it(
     assert "the controller manages it with policy greedy" in out
     job = live.store.job("big")
     assert (job.min_workers, job.max_workers, job.workers, job.policy, job.state) == (1, 3, 2, "greedy", "pending")
-    # The job streams its metrics to the controller's service; the token travels as a file, not in the spec.
+    # The job streams its metrics to the controller's service with a credential of its own, never the
+    # operator's token; it travels as a file, not in the spec.
     sent = responses.calls[-1].request.body
-    assert b'"SUBMARINE_METRICS_ENDPOINT": "127.0.0.1:9"' in sent and b"metrics-token" not in sent
-    assert (job_dir("big") / SECRET_ENV["SUBMARINE_METRICS_TOKEN"]).read_text() == "metrics-token"
+    credential = job_credential(METRICS_KEY.encode(), "big")
+    assert b'"SUBMARINE_METRICS_ENDPOINT": "127.0.0.1:9"' in sent and credential.encode() not in sent
+    assert (job_dir("big") / SECRET_ENV["SUBMARINE_METRICS_TOKEN"]).read_text() == credential
 
 
 @responses.activate

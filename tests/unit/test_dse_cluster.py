@@ -133,6 +133,12 @@ class FakeRunner(JobRunner):
         self.closed += 1
 
 
+@pytest.fixture(autouse=True)
+def plaintext_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-point metrics services here are plaintext: the hooks use them only when told to."""
+    monkeypatch.setenv("SUBMARINE_INSECURE", "1")
+
+
 def backend(runner: JobRunner, **options: object) -> PseudoClusterBackend:
     settings: dict[str, object] = {"rm_url": RM, "workdir": "/work/here", "poll_s": 0.05, "state_poll_s": 0.1}
     settings.update(options)

@@ -61,6 +61,12 @@ class FakeTensor:
         return self.value
 
 
+@pytest.fixture(autouse=True)
+def plaintext_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These services are plaintext: the sender opens a plaintext channel only when told to."""
+    monkeypatch.setenv("SUBMARINE_INSECURE", "1")
+
+
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
     srv = MetricsServer(token="tok").start()
