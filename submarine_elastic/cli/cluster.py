@@ -77,16 +77,38 @@ port_base_option = click.option(
     show_default=True,
     help="Seconds to wait for each daemon to get ready.",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Start a Kerberos KDC of the cluster's own (realm SUBMARINE.TEST, port base+89) and put the RM's web "
+    "endpoints behind SPNEGO; prints what a client sets to authenticate.",
+)
 def up(
-    cluster_dir: Path | None, nodes: int, node_memory_mb: int, node_vcores: int, port_base: int, timeout: float
+    cluster_dir: Path | None,
+    nodes: int,
+    node_memory_mb: int,
+    node_vcores: int,
+    port_base: int,
+    timeout: float,
+    secure: bool,
 ) -> None:
     """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback."""
-    spec = ClusterSpec(nodes=nodes, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
+    spec = ClusterSpec(
+        nodes=nodes, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base, secure=secure
+    )
+    local = _cluster(cluster_dir)
     try:
-        url = _cluster(cluster_dir).up(spec, timeout=timeout, progress=_progress)
+        url = local.up(spec, timeout=timeout, progress=_progress)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)
+    if secure:
+        realm = local.realm(spec)
+        console.print(
+            f"Kerberos realm {realm.realm}, KDC {spec.host}:{spec.kdc_port}; to authenticate as {realm.user_principal}:"
+        )
+        for key, value in realm.client_env().items():
+            console.print(f"export {key}={shlex.quote(value)}", soft_wrap=True, highlight=False)
 
 
 @cluster.command()

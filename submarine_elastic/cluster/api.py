@@ -70,6 +70,8 @@ class ClusterSpec:
     node_vcores: int = 4
     port_base: int = 18000
     host: str = "127.0.0.1"
+    #: a Kerberos KDC of the cluster's own, and SPNEGO on the ResourceManager's web endpoints (``up --secure``)
+    secure: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -93,6 +95,11 @@ class ClusterSpec:
     def rm_url(self) -> str:
         return f"http://{self.host}:{self.rm_web_port}"
 
+    @property
+    def kdc_port(self) -> int:
+        """The KDC's port (TCP and UDP) of a secure cluster."""
+        return self.port_base + 89
+
     def rm_ports(self) -> dict[str, int]:
         """RM addresses by ``yarn-site.xml`` key."""
         base = self.port_base
@@ -115,7 +122,7 @@ class ClusterSpec:
 
     def daemon_names(self) -> tuple[str, ...]:
         """The daemons' names, as ``cluster status`` shows them and ``cluster restart`` takes them."""
-        return ("zk", "rm", *(f"nm-{i}" for i in range(self.nodes)))
+        return (*(("kdc",) if self.secure else ()), "zk", "rm", *(f"nm-{i}" for i in range(self.nodes)))
 
     def daemon_ports(self, name: str) -> dict[int, str]:
         """The ports one daemon binds, with the role each plays.
@@ -125,6 +132,8 @@ class ClusterSpec:
         """
         if name == "zk":
             return {self.zk_port: "ZooKeeper client port"}
+        if name == "kdc" and self.secure:
+            return {self.kdc_port: "Kerberos KDC"}
         if name == "rm":
             return {p: f"ResourceManager {k}" for k, p in self.rm_ports().items()}
         if name in self.daemon_names():

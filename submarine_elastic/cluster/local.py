@@ -8,6 +8,8 @@ Layout of the cluster directory (``SUBMARINE_CLUSTER_DIR``)::
     logs/<daemon>.log     each daemon's log; logs/<daemon>.out its stdout/stderr
     zk/                   ZooKeeper's data: the service registry and the RM's state (its applications)
     nm-<i>/local nm-<i>/logs nm-<i>/recovery   a NodeManager's containers, their logs, its recovery state
+    krb5/                 a secure cluster's Kerberos realm: its KDC's configuration and database, the
+                          keytabs (``cluster.kdc``)
 
 The configuration files under ``cluster/hadoop/conf`` are shared with the docker-compose cluster;
 this module overrides only what differs on one host: addresses and ports, directories, node size.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import getpass
 import io
 import json
 import logging
@@ -39,6 +42,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 import requests
@@ -62,7 +66,8 @@ from submarine_elastic.cluster.api import (
     ServiceSummary,
     UnknownDaemonError,
 )
-from submarine_elastic.yarn import YarnError, YarnServiceClient
+from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
+from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +204,8 @@ class LocalCluster:
                 f"a cluster is already up in {self.dir} ({pids}); run `submarine cluster down` first"
             )
         java = self._check_prerequisites()
+        if spec.secure:
+            self.realm(spec).check_tools()
         for port, role in sorted(spec.all_ports().items()):
             if not _port_free(spec.host, port):
                 raise PortInUseError(port, role)
@@ -206,13 +213,20 @@ class LocalCluster:
         if self.dir.exists():
             # A stale directory from a cluster that died: clear leftovers, then start afresh.
             self._kill_orphans()
-            for sub in ("conf", "zk", "logs", "tmp", "yarn-services") + tuple(f"nm-{i}" for i in range(64)):
+            for sub in ("conf", "zk", "logs", "tmp", "yarn-services", "krb5") + tuple(f"nm-{i}" for i in range(64)):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
 
         tarball = self._dependency_tarball(say)
         started: list[Daemon] = []
         try:
+            if spec.secure:
+                realm = self.realm(spec)
+                say(f"creating Kerberos realm {realm.realm} in {realm.dir}; its KDC on {spec.host}:{spec.kdc_port}")
+                realm.create()
+                started.append(self._start_kdc(realm))
+                self._write_state(spec, started)
+                _wait(lambda: kdc_answers(spec.host, spec.kdc_port), timeout, started[-1], "did not listen")
             say(f"starting ZooKeeper on {spec.host}:{spec.zk_port}")
             started.append(self._start_zookeeper(java, spec))
             self._write_state(spec, started)
@@ -220,15 +234,16 @@ class LocalCluster:
 
             say(f"starting ResourceManager (web {spec.rm_url})")
             self._write_conf("rm", spec, tarball)
-            started.append(self._start_daemon(java, "rm"))
+            started.append(self._start_daemon(java, "rm", spec))
             self._write_state(spec, started)
-            _wait(lambda: _rm_started(spec.rm_url), timeout, started[-1], "did not answer on its web address")
+            auth = self._rm_auth(spec)
+            _wait(lambda: _rm_started(spec.rm_url, auth), timeout, started[-1], "did not answer on its web address")
 
             say(f"starting {spec.nodes} NodeManagers")
             nm_daemons = []
             for i in range(spec.nodes):
                 self._write_conf(f"nm-{i}", spec, tarball, node=i)
-                nm_daemons.append(self._start_daemon(java, f"nm-{i}"))
+                nm_daemons.append(self._start_daemon(java, f"nm-{i}", spec))
                 started.append(nm_daemons[-1])
                 self._write_state(spec, started)
             self._wait_nodes(spec, nm_daemons, timeout, say)
@@ -327,9 +342,50 @@ class LocalCluster:
             # Reached by host name, listening on every interface of the daemon's own container.
             yarn["yarn.resourcemanager.bind-host"] = "0.0.0.0"
             yarn["yarn.nodemanager.bind-host"] = "0.0.0.0"
+        elif spec.secure:
+            realm = self.realm(spec)
+            if name == "rm":
+                core.update(rm_spnego_settings(realm))
+            if node is not None:
+                # The containers reach the cluster's KDC as the NodeManager does (a host's /etc/krb5.conf elsewhere).
+                allowed = _xml_value(files[conf / "yarn-site.xml"], "yarn.nodemanager.env-whitelist") or ""
+                yarn["yarn.nodemanager.env-whitelist"] = ",".join(filter(None, (allowed, "KRB5_CONFIG")))
         files[conf / "core-site.xml"] = _xml_with(files[conf / "core-site.xml"], core)
         files[conf / "yarn-site.xml"] = _xml_with(files[conf / "yarn-site.xml"], yarn)
         return files, {conf / "core-site.xml": core, conf / "yarn-site.xml": yarn}
+
+    def realm(self, spec: ClusterSpec) -> KerberosRealm:
+        """The Kerberos realm of a ``secure`` cluster in this directory (its files, principals and KDC address;
+        the user's principal is the login user's)."""
+        return KerberosRealm(
+            dir=self.dir / "krb5", host=spec.host, port=spec.kdc_port, user=getpass.getuser(), logs=self.dir / "logs"
+        )
+
+    def _start_kdc(self, realm: KerberosRealm, *, append_output: bool = False) -> Daemon:
+        return self._spawn("kdc", realm.kdc_command(), env=realm.kdc_env(), append_output=append_output)
+
+    def _rm_auth(self, spec: ClusterSpec) -> requests.auth.AuthBase | None:
+        """How this process authenticates to the RM's web endpoints: None (simple, ``?user.name=``) or, on a
+        secure cluster, SPNEGO as the user from the realm's keytab. Points this process's ``KRB5_CONFIG`` at
+        the realm."""
+        if not spec.secure:
+            return None
+        realm = self.realm(spec)
+        os.environ["KRB5_CONFIG"] = str(realm.krb5_conf)
+        return spnego_auth(keytab=realm.user_keytab, principal=realm.user_principal)
+
+    def rm_client(self, spec: ClusterSpec, **options: Any) -> YarnServiceClient:
+        """A YARN client of this cluster's RM: on a secure cluster, SPNEGO as the user from the realm's keytab
+        (and this process's ``KRB5_CONFIG`` pointed at the realm); else the environment's settings.
+
+        Raises:
+            YarnAuthError: a secure cluster whose keytab no credentials could be had from.
+        """
+        if spec.secure:
+            realm = self.realm(spec)
+            os.environ["KRB5_CONFIG"] = str(realm.krb5_conf)
+            options.update(auth="kerberos", keytab=realm.user_keytab, principal=realm.user_principal)
+        return YarnServiceClient(spec.rm_url, **options)
 
     def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
         (self.dir / "zk").mkdir(exist_ok=True)
@@ -369,7 +425,7 @@ class LocalCluster:
         if name not in spec.daemon_names():
             raise UnknownDaemonError(name, spec.daemon_names())
         by_name = {d.name: d for d in daemons}
-        needs = {"zk": None, "rm": "zk"}.get(name, "rm")
+        needs = {"kdc": None, "zk": None, "rm": "zk"}.get(name, "rm")
         if needs is not None and not (needs in by_name and _alive(by_name[needs])):
             raise DaemonNotRunningError(
                 f"{name} needs {needs}, which is not running; restart it first: `submarine cluster restart {needs}`"
@@ -391,22 +447,26 @@ class LocalCluster:
 
         say(f"starting {name}")
         started_at = time.time()
-        new = (
-            self._spawn("zk", self._zk_command(java, spec), env=None, append_output=True)
-            if name == "zk"
-            else self._start_daemon(java, name, append_output=True)
-        )
+        if name == "kdc":
+            new = self._start_kdc(self.realm(spec), append_output=True)
+        elif name == "zk":
+            new = self._spawn("zk", self._zk_command(java, spec), env=None, append_output=True)
+        else:
+            new = self._start_daemon(java, name, spec, append_output=True)
         by_name[name] = new
         daemons = [by_name[n] for n in spec.daemon_names() if n in by_name]
         self._write_state(spec, daemons)
 
+        if name == "kdc":
+            _wait(lambda: kdc_answers(spec.host, spec.kdc_port), timeout, new, "did not listen")
         if name == "zk":
             _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, new, "did not answer 'ruok'")
         rm = by_name["rm"]
         if not _alive(rm):
             say("rm is not running: `submarine cluster restart rm` starts it")
             return new
-        _wait(lambda: _rm_started(spec.rm_url), timeout, rm, "did not answer on its web address")
+        auth = self._rm_auth(spec)
+        _wait(lambda: _rm_started(spec.rm_url, auth), timeout, rm, "did not answer on its web address")
         nms = [d for d in daemons if d.name.startswith("nm-")]
         down = [d.name for d in nms if not _alive(d)]
         if down:
@@ -444,18 +504,31 @@ class LocalCluster:
             str(conf / "zoo.cfg"),
         ]
 
-    def _start_daemon(self, java: str, name: str, *, append_output: bool = False) -> Daemon:
+    def _start_daemon(self, java: str, name: str, spec: ClusterSpec, *, append_output: bool = False) -> Daemon:
         """Start the RM (``rm``) or a NodeManager (``nm-<i>``) from its configuration in ``conf/<name>``."""
         main, heap = (RM_MAIN, RM_HEAP) if name == "rm" else (NM_MAIN, NM_HEAP)
+        realm = self.realm(spec) if spec.secure else None
         return self._spawn(
-            name, *self._daemon_command(java, name, main, heap, rm=name == "rm"), append_output=append_output
+            name,
+            *self._daemon_command(java, name, main, heap, rm=name == "rm", realm=realm),
+            append_output=append_output,
         )
 
     def _daemon_command(
-        self, java: str, name: str, main: str, heap: str, *, rm: bool = False, console: bool = False
+        self,
+        java: str,
+        name: str,
+        main: str,
+        heap: str,
+        *,
+        rm: bool = False,
+        console: bool = False,
+        realm: KerberosRealm | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         conf = self.dir / "conf" / name
         cmd = [java, f"-Xmx{heap}", *JVM_LEAN, *JAVA17_OPENS, *self._log_props(name, conf, console=console)]
+        if realm is not None:
+            cmd.append(f"-Djava.security.krb5.conf={realm.krb5_conf}")
         if rm:
             # Where the services API finds the AM's jars when no framework tarball is usable.
             cmd.append(f"-Dservice.libdir={self.lib}")
@@ -466,6 +539,8 @@ class LocalCluster:
             "HADOOP_YARN_HOME": str(self.lib.parent),
             "HADOOP_COMMON_HOME": str(self.lib.parent),
         }
+        if realm is not None:
+            daemon_env["KRB5_CONFIG"] = str(realm.krb5_conf)
         return cmd, daemon_env
 
     def _log_props(self, name: str, conf: Path, *, console: bool = False) -> list[str]:
@@ -587,6 +662,7 @@ class LocalCluster:
             DaemonStartError: an NM exited, or one did not register in time (naming it, with its log).
         """
         since_ms = {name: at * 1000 for name, at in (fresh_since or {}).items()}
+        auth = self._rm_auth(spec)
         seen = -1
         ready: set[str] = set()
 
@@ -599,7 +675,7 @@ class LocalCluster:
                 if not _alive(d):
                     raise DaemonStartError(d.name, "exited before registering", d.log, _tail(d))
             # Node ids are "<resolved host>:<NM port>"; the port tells which NM a node is.
-            nodes = {int(n.node_id.rsplit(":", 1)[-1]): n for n in _rm_nodes(spec.rm_url)}
+            nodes = {int(n.node_id.rsplit(":", 1)[-1]): n for n in _rm_nodes(spec.rm_url, auth)}
             ready = {
                 d.name
                 for d in nms
@@ -654,12 +730,12 @@ class LocalCluster:
         return alive
 
     def _stop(self, daemons: Iterable[Daemon]) -> None:
-        """NodeManagers together, then the RM, then ZooKeeper."""
+        """NodeManagers together, then the RM, then ZooKeeper and the KDC."""
         by_name = list(daemons)
         for wave in (
-            [d for d in by_name if d.name not in ("rm", "zk")],
+            [d for d in by_name if d.name not in ("rm", "zk", "kdc")],
             [d for d in by_name if d.name == "rm"],
-            [d for d in by_name if d.name == "zk"],
+            [d for d in by_name if d.name in ("zk", "kdc")],
         ):
             _terminate(wave, grace=DAEMON_GRACE_S)
 
@@ -686,14 +762,16 @@ class LocalCluster:
         return [p.pid for p in victims]
 
     def _named_processes(self) -> list[psutil.Process]:
-        """Processes whose command line names this cluster: a daemon (``-Dsubmarine.cluster.dir=<dir>``),
-        or a container's launch script or ApplicationMaster (a path under ``<dir>/nm-<i>/``)."""
+        """Processes whose command line names this cluster: a daemon (``-Dsubmarine.cluster.dir=<dir>``, the
+        KDC's pid file ``<dir>/krb5/kdc.pid``), or a container's launch script or ApplicationMaster (a path
+        under ``<dir>/nm-<i>/``)."""
         daemon_flag = f"-Dsubmarine.cluster.dir={self.dir}"
+        kdc_pid_file = str(self.dir / "krb5" / "kdc.pid")
         container_paths = f"{self.dir}/nm-"
         named = []
         for proc in psutil.process_iter(["cmdline"]):
             args = proc.info["cmdline"] or []
-            if daemon_flag in args or any(container_paths in arg for arg in args):
+            if daemon_flag in args or kdc_pid_file in args or any(container_paths in arg for arg in args):
                 named.append(proc)
         return named
 
@@ -714,9 +792,10 @@ class LocalCluster:
         spec, daemons = state
         result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons])
         try:
-            metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics")["clusterMetrics"]
-            nodes = _rm_nodes(spec.rm_url)
-            with YarnServiceClient(spec.rm_url, retries=0) as yarn:
+            auth = self._rm_auth(spec)
+            metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics", auth=auth)["clusterMetrics"]
+            nodes = _rm_nodes(spec.rm_url, auth)
+            with self.rm_client(spec, retries=0) as yarn:
                 apps = yarn.list()
         except (requests.RequestException, YarnError) as exc:
             return dataclasses.replace(result, rm_error=f"ResourceManager at {spec.rm_url} not answering: {exc}")
@@ -760,6 +839,27 @@ def _write_files(files: Mapping[Path, bytes]) -> None:
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+
+
+def rm_spnego_settings(realm: KerberosRealm) -> dict[str, str]:
+    """The RM's ``core-site.xml`` settings that put its web endpoints (the REST API, the Services API
+    ``/app/v1/services``, the UI) behind SPNEGO with the realm's ``HTTP/<host>`` key: no anonymous access,
+    ``?user.name=`` no longer names anyone. RPC between the daemons stays simple auth."""
+    return {
+        "hadoop.http.filter.initializers": "org.apache.hadoop.security.AuthenticationFilterInitializer",
+        "hadoop.http.authentication.type": "kerberos",
+        "hadoop.http.authentication.simple.anonymous.allowed": "false",
+        "hadoop.http.authentication.kerberos.principal": realm.http_principal,
+        "hadoop.http.authentication.kerberos.keytab": str(realm.http_keytab),
+    }
+
+
+def _xml_value(text: bytes, key: str) -> str | None:
+    """The value of one property of a Hadoop ``*-site.xml``, or None."""
+    for prop in ET.fromstring(text).findall("property"):
+        if prop.findtext("name") == key:
+            return (prop.findtext("value") or "").strip()
+    return None
 
 
 def _override_xml(path: Path, values: dict[str, str]) -> None:
@@ -931,25 +1031,28 @@ def _zk_ok(host: str, port: int) -> bool:
         return False
 
 
-def _get_json(url: str, params: dict[str, str] | None = None) -> dict:
-    """GET a ResourceManager REST resource as the YARN user (the cluster refuses anonymous requests)."""
-    query = {"user.name": env.yarn_user(), **(params or {})}
-    resp = requests.get(url, params=query, timeout=5.0, headers={"Accept": "application/json"})
+def _get_json(url: str, params: dict[str, str] | None = None, *, auth: requests.auth.AuthBase | None = None) -> dict:
+    """GET a ResourceManager REST resource as the YARN user (the cluster refuses anonymous requests): with
+    ``auth`` (SPNEGO on a secure cluster) on a session of its own that sends no cookie in its stead (see
+    ``yarn.client.refuse_cookies``), else simple auth."""
+    query = {**({} if auth is not None else {"user.name": env.yarn_user()}), **(params or {})}
+    with refuse_cookies(requests.Session()) as session:
+        resp = session.get(url, params=query, timeout=5.0, headers={"Accept": "application/json"}, auth=auth)
     resp.raise_for_status()
     return resp.json()
 
 
-def _rm_started(rm_url: str) -> bool:
+def _rm_started(rm_url: str, auth: requests.auth.AuthBase | None = None) -> bool:
     try:
-        info = _get_json(f"{rm_url}/ws/v1/cluster/info")["clusterInfo"]
+        info = _get_json(f"{rm_url}/ws/v1/cluster/info", auth=auth)["clusterInfo"]
     except (requests.RequestException, KeyError, ValueError):
         return False
     return info.get("state") == "STARTED"
 
 
-def _rm_nodes(rm_url: str) -> list[NodeInfo]:
+def _rm_nodes(rm_url: str, auth: requests.auth.AuthBase | None = None) -> list[NodeInfo]:
     try:
-        raw = _get_json(f"{rm_url}/ws/v1/cluster/nodes")
+        raw = _get_json(f"{rm_url}/ws/v1/cluster/nodes", auth=auth)
     except requests.RequestException:
         return []
     nodes = (raw.get("nodes") or {}).get("node") or []

@@ -1183,7 +1183,14 @@ def main() -> int:
         log.error("%s", problem)
         return 2
     app = application_of(os.environ.get("CONTAINER_ID", ""))
-    with YarnServiceClient(rm) as yarn:
+    try:
+        # SUBMARINE_YARN_AUTH; with kerberos, a login from the keytab job run localized (SUBMARINE_YARN_KEYTAB)
+        # into a credentials cache of this process's own.
+        yarn = YarnServiceClient(rm, auth=env.yarn_auth(), keytab=env.yarn_keytab(), principal=env.yarn_principal())
+    except (ValueError, YarnError) as exc:
+        log.error("cannot authenticate to the ResourceManager at %s: %s", rm, exc)
+        return 2
+    with yarn:
         driver = JobDriver(
             job,
             Limits(num, lo, hi),

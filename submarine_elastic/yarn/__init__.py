@@ -32,7 +32,7 @@ from .api import (
     YarnTimeoutError,
     instance_number,
 )
-from .client import LIVE_APP_STATES, YarnServiceClient, build_session
+from .client import LIVE_APP_STATES, YarnServiceClient, build_session, refuse_cookies, spnego_auth
 
 
 # The spec models import pydantic (about a tenth of a second): loaded on first use, so a command that only
@@ -111,4 +111,6 @@ __all__ = [
     "YarnTimeoutError",
     "build_session",
     "instance_number",
+    "refuse_cookies",
+    "spnego_auth",
 ]

@@ -36,8 +36,11 @@ delay the error. See :func:`build_session` for why POST is never retried once it
 from __future__ import annotations
 
 import builtins
+import http.cookiejar
 import logging
+import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -85,6 +88,8 @@ __all__ = [
     "RETRY_STATUSES",
     "YarnServiceClient",
     "build_session",
+    "refuse_cookies",
+    "spnego_auth",
 ]
 
 logger = logging.getLogger(__name__)
@@ -166,16 +171,68 @@ def build_session(
     return session
 
 
-def _kerberos_auth() -> requests.auth.AuthBase:
+def spnego_auth(
+    *, keytab: str | os.PathLike[str] | None = None, principal: str | None = None
+) -> requests.auth.AuthBase:
+    """SPNEGO (``requests-gssapi``) as the ResourceManager's web endpoints take it, with mutual authentication
+    REQUIRED: every answer must carry the server's proof that it holds the RM's ``HTTP/<host>`` key, and
+    one without it (a server that is not the RM, or one that does not check Kerberos) is refused with
+    ``MutualAuthenticationError``, which :class:`YarnServiceClient` raises as :class:`YarnAuthError`. The
+    token goes with the first request (no 401 round trip first).
+
+    So that every answer carries that proof, a session using this auth must not send Hadoop's
+    ``hadoop.auth`` cookie back (an answer to a cookie carries none): see :func:`refuse_cookies`.
+
+    Args:
+        keytab: log in from this keytab (as ``kinit -kt`` does) into a credentials cache private to this
+            process (``MEMORY:``), renewed from the keytab when the ticket nears its end; nothing is written
+            to disk. None: the user's credentials cache (``kinit``, ``KRB5CCNAME``).
+        principal: the keytab's principal to log in as; default its first.
+
+    Raises:
+        KerberosUnavailableError: ``requests-gssapi`` is not installed.
+        YarnAuthError: no credentials could be had from ``keytab`` (the keytab and the reason named).
+    """
     try:
+        import gssapi  # type: ignore[import-not-found,unused-ignore]
         import requests_gssapi  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
         raise KerberosUnavailableError(
             "auth='kerberos' needs the requests-gssapi package: pip install 'submarine-elastic[kerberos]'"
         ) from exc
-    # OPTIONAL: Hadoop's SPNEGO filter does not always send a mutual-auth token back.
-    auth: requests.auth.AuthBase = requests_gssapi.HTTPSPNEGOAuth(mutual_authentication=requests_gssapi.OPTIONAL)
+    creds = None
+    if keytab is not None:
+        path = os.fspath(keytab)
+        if not os.path.isfile(path):
+            raise YarnAuthError(f"Kerberos keytab {path} is not a readable file")
+        name = gssapi.Name(principal, gssapi.NameType.kerberos_principal) if principal else None
+        store: dict[bytes | str, bytes | str] = {
+            "client_keytab": path,
+            "ccache": f"MEMORY:submarine-{os.getpid()}-{secrets.token_hex(8)}",
+        }
+        try:
+            creds = gssapi.Credentials(name=name, usage="initiate", store=store)
+        except gssapi.exceptions.GSSError as exc:
+            who = principal or "its first principal"
+            raise YarnAuthError(f"cannot log in as {who} from keytab {path}: {exc.gen_message()}") from exc
+    auth: requests.auth.AuthBase = requests_gssapi.HTTPSPNEGOAuth(
+        mutual_authentication=requests_gssapi.REQUIRED, opportunistic_auth=True, creds=creds
+    )
     return auth
+
+
+def _mutual_auth_failed(exc: BaseException) -> bool:
+    from requests_gssapi.exceptions import MutualAuthenticationError  # type: ignore[import-not-found,unused-ignore]
+
+    return isinstance(exc, MutualAuthenticationError)
+
+
+def refuse_cookies(session: requests.Session) -> requests.Session:
+    """Make ``session`` keep and send no cookie, so that every request is authenticated anew (what mutual
+    authentication with :func:`spnego_auth` needs: Hadoop answers a ``hadoop.auth`` cookie without proving
+    itself). Returns the session."""
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return session
 
 
 def _check_name(value: str, kind: str) -> str:
@@ -235,10 +292,14 @@ class YarnServiceClient(ServiceBackend):
         rm_url: ResourceManager web address, e.g. ``http://localhost:8088``.
         user: user for simple auth, sent as ``user.name`` on every request; default
             :func:`submarine_elastic.env.yarn_user`. Ignored with kerberos.
-        auth: ``"simple"`` or ``"kerberos"`` (SPNEGO via requests-gssapi); default
-            :func:`submarine_elastic.env.yarn_auth`.
+        auth: ``"simple"`` or ``"kerberos"`` (SPNEGO via requests-gssapi, mutual authentication required:
+            :func:`spnego_auth`); default :func:`submarine_elastic.env.yarn_auth`.
+        keytab, principal: with kerberos, log in from this keytab as this principal (default
+            :func:`submarine_elastic.env.yarn_keytab` and :func:`~submarine_elastic.env.yarn_principal`);
+            no keytab: the user's credentials cache (``kinit``).
         session: the HTTP edge. When None, :func:`build_session` makes one with ``retries`` and
-            ``backoff``; an injected session is used as given (its own retry policy, if any).
+            ``backoff``; an injected session is used as given (its own retry policy, if any; with
+            kerberos, its cookies refused: :func:`refuse_cookies`).
         timeout: seconds for one HTTP request, or (connect, read).
         retries: retries of an idempotent request on connection errors and 502/503/504.
         backoff: urllib3 ``backoff_factor``: sleeps of backoff * 2**(n-1) seconds between retries.
@@ -248,6 +309,7 @@ class YarnServiceClient(ServiceBackend):
     Raises:
         ValueError: a bad ``rm_url``, ``auth``, ``retries``, ``backoff``, ``timeout`` or ``poll_interval``.
         KerberosUnavailableError: ``auth="kerberos"`` without requests-gssapi installed.
+        YarnAuthError: ``auth="kerberos"`` with a keytab no credentials could be had from.
     """
 
     def __init__(
@@ -256,6 +318,8 @@ class YarnServiceClient(ServiceBackend):
         *,
         user: str | None = None,
         auth: Literal["simple", "kerberos"] | str | None = None,
+        keytab: str | os.PathLike[str] | None = None,
+        principal: str | None = None,
         session: requests.Session | None = None,
         timeout: float | tuple[float, float] = DEFAULT_HTTP_TIMEOUT,
         retries: int = 3,
@@ -281,7 +345,10 @@ class YarnServiceClient(ServiceBackend):
         self.user: str | None = None
         self._auth: requests.auth.AuthBase | None = None
         if mode == "kerberos":
-            self._auth = _kerberos_auth()
+            self._auth = spnego_auth(
+                keytab=keytab if keytab is not None else env.yarn_keytab(),
+                principal=principal if principal is not None else env.yarn_principal(),
+            )
         else:
             self.user = user if user is not None else env.yarn_user()
         self._owns_session = session is None
@@ -291,6 +358,9 @@ class YarnServiceClient(ServiceBackend):
         self._bounded_session = (
             build_session(retries=retries, backoff=backoff, read_retries=0) if session is None else session
         )
+        if self._auth is not None:
+            refuse_cookies(self._session)
+            refuse_cookies(self._bounded_session)
         #: the clock time the calling thread's requests must be answered by (``at``; None: no bound)
         self._deadline = threading.local()
         self._timeout = (float(timeouts[0]), float(timeouts[1]))
@@ -374,6 +444,11 @@ class YarnServiceClient(ServiceBackend):
                 f"{method} {path}: ResourceManager at {self.rm_url} unreachable: {exc}{maybe}"
             ) from exc
         except requests.RequestException as exc:
+            if self._auth is not None and _mutual_auth_failed(exc):
+                raise YarnAuthError(
+                    f"{method} {path}: refused the answer of {self.rm_url}: the server did not prove it holds "
+                    f"the ResourceManager's Kerberos key (SPNEGO mutual authentication is required)"
+                ) from exc
             raise YarnRequestError(f"{method} {path}: request failed: {exc}") from exc
 
     def _request(
@@ -404,7 +479,10 @@ class YarnServiceClient(ServiceBackend):
         where = f"{method} {path} -> HTTP {status}"
         text = f": {diag}" if diag else ""
         if status in (401, 403):
-            return YarnAuthError(f"{where}, access denied{text}", status_code=status, diagnostics=diag)
+            hint = ""
+            if status == 401 and self.auth_mode == "kerberos":
+                hint = " (no Kerberos credentials the RM accepts: kinit, or set SUBMARINE_YARN_KEYTAB)"
+            return YarnAuthError(f"{where}, access denied{text}{hint}", status_code=status, diagnostics=diag)
         if status in RETRY_STATUSES:
             retried = f" after {self._retries} retries" if method in IDEMPOTENT_METHODS else ""
             return RMUnreachableError(

@@ -862,9 +862,12 @@ def test_kerberos_without_the_extra_is_a_clear_error(clock: FakeClock, monkeypat
 def test_kerberos_uses_spnego_and_no_user_name(
     clock: FakeClock, rsps: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("gssapi")
+
     class FakeSpnego(requests.auth.AuthBase):
-        def __init__(self, mutual_authentication: int) -> None:
+        def __init__(self, mutual_authentication: int, **options: Any) -> None:
             self.mutual_authentication = mutual_authentication
+            self.options = options
 
         def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
             r.headers["Authorization"] = "Negotiate fake-token"
@@ -872,9 +875,12 @@ def test_kerberos_uses_spnego_and_no_user_name(
 
     fake = types.ModuleType("requests_gssapi")
     fake.HTTPSPNEGOAuth = FakeSpnego  # type: ignore[attr-defined]
-    fake.OPTIONAL = 2  # type: ignore[attr-defined]
+    fake.OPTIONAL, fake.REQUIRED = 2, 1  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "requests_gssapi", fake)
+    monkeypatch.delenv("SUBMARINE_YARN_KEYTAB", raising=False)
     client = make_client(clock, auth="kerberos", user="ignored")
+    assert isinstance(client._auth, FakeSpnego) and client._auth.mutual_authentication == 1  # REQUIRED
+    assert client._auth.options == {"opportunistic_auth": True, "creds": None}
     rsps.get(f"{SVC}/job", json=service_json("STABLE", []))
     client.status("job")
     assert query(rsps.calls[0]) == ""
