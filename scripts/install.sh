@@ -61,6 +61,35 @@ java_major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.sp
 [ "${java_major:-0}" -ge 17 ] 2>/dev/null || die "Java 17 or newer is required; found '${java_major:-unknown}'"
 command -v mvn >/dev/null || die "Maven is required (no 'mvn' on PATH); on Debian: apt-get install maven"
 
+# --- MIT Kerberos ---------------------------------------------------------------------------------
+# `submarine cluster up --secure` runs a KDC of the cluster's own (krb5-kdc: krb5kdc, kdb5_util;
+# krb5-admin-server: kadmin.local), and the `kerberos` extra builds python-gssapi against libkrb5-dev
+# (krb5-config). Installed with apt-get when run as root on Debian; elsewhere a missing piece is named
+# and the Kerberos parts are left out (their tests are skipped).
+KRB5_PACKAGES=(krb5-kdc krb5-admin-server libkrb5-dev)
+krb5_present() { command -v krb5-config >/dev/null && PATH="$PATH:/usr/sbin:/sbin" command -v kadmin.local >/dev/null \
+  && PATH="$PATH:/usr/sbin:/sbin" command -v krb5kdc >/dev/null; }
+if krb5_present; then
+  skip "MIT Kerberos (${KRB5_PACKAGES[*]})"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  step "installing ${KRB5_PACKAGES[*]} with apt-get"
+  # No service of the system's own is started: the package's KDC has no realm, and the cluster runs its own.
+  blocker=/usr/sbin/policy-rc.d
+  added_blocker=0
+  if [ ! -e "$blocker" ]; then printf '#!/bin/sh\nexit 101\n' > "$blocker"; chmod 755 "$blocker"; added_blocker=1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt_ok=1
+  apt-get install -y --no-install-recommends "${KRB5_PACKAGES[@]}" >/dev/null 2>&1 \
+    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${KRB5_PACKAGES[@]}" >/dev/null; } \
+    || apt_ok=0
+  if [ "$added_blocker" = 1 ]; then rm -f "$blocker"; fi
+  [ "$apt_ok" = 1 ] || die "apt-get could not install ${KRB5_PACKAGES[*]}"
+  krb5_present || die "apt-get installed ${KRB5_PACKAGES[*]} but krb5-config, krb5kdc or kadmin.local is still missing"
+else
+  printf '    MIT Kerberos missing (%s): cluster up --secure and the kerberos extra are left out; on Debian, as root: apt-get install %s\n' \
+    "krb5-config, krb5kdc or kadmin.local" "${KRB5_PACKAGES[*]}"
+fi
+
 # --- virtualenv ----------------------------------------------------------------------------------
 if [ -x "$VENV/bin/python" ]; then
   skip "virtualenv $VENV"
@@ -124,7 +153,9 @@ fi
 # --- this package ---------------------------------------------------------------------------------
 # With TensorFlow named beside it, so that pip picks the protobuf and grpcio helper packages that
 # TensorFlow allows (for 2.18, protobuf <6 and grpcio-health-checking 1.71).
-pkg_reqs=(-e "$ROOT[test]")
+extras=test
+krb5_present && extras=test,kerberos
+pkg_reqs=(-e "$ROOT[$extras]")
 [ "$with_tf" = 1 ] && pkg_reqs+=("$TF_SPEC")
 pkg_hash=$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$ROOT-$(hash_of "${pkg_reqs[@]}")
 if stamp_ok "$VENV/.stamp-package" "$pkg_hash"; then

@@ -26,6 +26,10 @@ class PortInUseError(ClusterError):
         self.role = role
 
 
+class KerberosSetupError(ClusterError):
+    """The secure cluster's Kerberos realm could not be created (the tool and its output named)."""
+
+
 class ClusterAlreadyUpError(ClusterError):
     """``up`` was called while daemons recorded in the cluster directory still run."""
 

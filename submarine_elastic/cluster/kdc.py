@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from submarine_elastic.cluster.api import PrerequisiteError
+from submarine_elastic.cluster.api import KerberosSetupError, PrerequisiteError
 
 __all__ = ["KDC_TOOLS", "REALM", "KerberosRealm", "kdc_answers"]
 
@@ -166,33 +166,50 @@ class KerberosRealm:
 
         Raises:
             PrerequisiteError: a tool is missing.
-            subprocess.CalledProcessError: a tool failed (its output in the exception).
+            KerberosSetupError: a tool failed or hung, or a keytab was not written (the tool and its output named).
         """
         self.write_config()
         master = secrets.token_urlsafe(24)
-        self._run(self.tool("kdb5_util"), "create", "-s", "-r", self.realm, "-P", master)
+        # The master key on stdin (entered twice), never on a command line others may read.
+        self._run(self.tool("kdb5_util"), "create", "-s", "-r", self.realm, stdin=f"{master}\n{master}\n")
         for principal, keytab in ((self.http_principal, self.http_keytab), (self.user_principal, self.user_keytab)):
-            self._kadmin(f"addprinc -randkey {principal}")
             keytab.unlink(missing_ok=True)
-            self._kadmin(f"ktadd -k {keytab} {principal}")
+            self._kadmin(f"addprinc -randkey {principal}")
+            out = self._kadmin(f"ktadd -k {keytab} {principal}")
+            if not keytab.is_file():  # kadmin.local exits 0 when a query fails
+                raise KerberosSetupError(f"kadmin.local wrote no keytab for {principal}: {out.strip()}")
             keytab.chmod(0o600)
 
     def kdc_command(self) -> list[str]:
         """``krb5kdc`` in the foreground; its pid file names the cluster's directory (how ``down`` finds it)."""
         return [self.tool("krb5kdc"), "-n", "-r", self.realm, "-P", str(self.pid_file)]
 
-    def _kadmin(self, query: str) -> None:
-        self._run(self.tool("kadmin.local"), "-r", self.realm, "-q", query)
+    def _kadmin(self, query: str) -> str:
+        return self._run(self.tool("kadmin.local"), "-r", self.realm, "-q", query)
 
-    def _run(self, *cmd: str) -> None:
-        subprocess.run(
-            cmd,
-            check=True,
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            timeout=_TOOL_TIMEOUT_S,
-            env={**os.environ, **self.kdc_env()},
-        )
+    def _run(self, *cmd: str, stdin: str = "") -> str:
+        """Run one of the tools; returns what it printed.
+
+        Raises:
+            KerberosSetupError: it failed, or took longer than ``_TOOL_TIMEOUT_S`` (its output named).
+        """
+        name = Path(cmd[0]).name
+        try:
+            done = subprocess.run(
+                cmd,
+                check=True,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=_TOOL_TIMEOUT_S,
+                env={**os.environ, **self.kdc_env()},
+            )
+        except subprocess.CalledProcessError as exc:
+            output = (exc.stdout + exc.stderr).strip()
+            raise KerberosSetupError(f"{name} failed (exit {exc.returncode}): {output}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise KerberosSetupError(f"{name} did not finish within {_TOOL_TIMEOUT_S:.0f} s") from exc
+        return done.stdout + done.stderr
 
 
 def kdc_answers(host: str, port: int) -> bool:

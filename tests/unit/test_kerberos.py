@@ -339,3 +339,46 @@ def test_kerberos_job_flags_that_cannot_work_are_refused(
         monkeypatch.setenv("SUBMARINE_YARN_PRINCIPAL", principal)
     with pytest.raises(JobSpecError, match=error):
         _request()
+
+
+# ------------------------------------------------------------------------------------------- the realm
+
+
+def test_the_realm_is_made_without_its_master_key_on_a_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from submarine_elastic.cluster import kdc as kdc_module
+
+    calls: list[list[str]] = []
+    run = subprocess.run
+
+    def recording(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(list(cmd))
+        return run(cmd, **kwargs)
+
+    monkeypatch.setattr(kdc_module.subprocess, "run", recording)
+    made = KerberosRealm(dir=tmp_path / "krb5", host="127.0.0.1", port=_free_port(), user="alice", logs=tmp_path)
+    try:
+        made.check_tools()
+    except PrerequisiteError as exc:
+        pytest.skip(str(exc))
+    made.create()
+    stash = (tmp_path / "krb5" / "stash").read_bytes()
+    assert stash and [c[1] for c in calls][:1] == ["create"]
+    assert all("-P" not in c for c in calls), "kdb5_util's -P puts the master key on its command line"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (made.user_keytab, made.http_keytab)} == {0o600}
+    assert stat.S_IMODE(made.dir.stat().st_mode) == 0o700
+    assert made.user_principal == "alice@SUBMARINE.TEST"
+
+
+def test_a_tool_that_fails_is_named_with_its_output(tmp_path: Path) -> None:
+    from submarine_elastic.cluster import KerberosSetupError
+
+    made = KerberosRealm(dir=tmp_path / "krb5", host="127.0.0.1", port=_free_port(), user="alice", logs=tmp_path)
+    try:
+        made.check_tools()
+    except PrerequisiteError as exc:
+        pytest.skip(str(exc))
+    made.write_config()  # no database: kadmin.local cannot open it
+    with pytest.raises(KerberosSetupError, match="kadmin.local"):
+        made._kadmin("ktadd -k /dev/null nobody")
