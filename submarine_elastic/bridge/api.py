@@ -12,7 +12,9 @@ later) on the *Java port*. Both ends must agree on both ports and on the auth to
 from __future__ import annotations
 
 import re
+import ssl
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,75 @@ DEFAULT_PYTHON_PORT = 25334
 #: What a token may hold: py4j sends it as one protocol line, and Java escapes some characters Python
 #: does not unescape, so only characters both sides pass through unchanged are allowed.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+
+#: Connections that passed the login, served at once (py4j gives each calling JVM thread its own); one
+#: more login is answered by closing its connection.
+MAX_CONNECTIONS = 64
+#: Connections not yet logged in, held at once; one more is closed as soon as it is accepted. The bridge
+#: runs one thread per connection, so these two bound its threads.
+MAX_PENDING_CONNECTIONS = 16
+#: Seconds a new connection has to finish its TLS handshake and log in before it is closed.
+LOGIN_TIMEOUT_S = 5.0
+#: Seconds a logged-in connection may stay silent (between calls, or within one) before it is closed;
+#: the JVM opens a new one on its next call.
+IDLE_TIMEOUT_S = 300.0
+#: Longest protocol line read from a connection, in bytes (newline included); a longer one closes it.
+MAX_LINE_BYTES = 64 * 1024
+#: Most arguments one call may carry (the interface's widest method takes 5); more closes the connection.
+MAX_ARGUMENTS = 8
+#: At most one log line per this many seconds for each kind of refusal (wrong token, connection over a
+#: bound, member outside the interface), giving how many were refused since the last line.
+REFUSAL_LOG_INTERVAL_S = 60.0
+#: Seconds the bridge waits for the JVM to answer one of its own calls (building a returned value,
+#: releasing one) on a connection it opened.
+JAVA_REPLY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class BridgeLimits:
+    """The bounds of one bridge (defaults: the constants above, stated in docs/security.md).
+
+    Raises:
+        BridgeConfigError: a count below 1 or a time not above 0 (named).
+    """
+
+    max_connections: int = MAX_CONNECTIONS
+    max_pending: int = MAX_PENDING_CONNECTIONS
+    login_timeout_s: float = LOGIN_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    refusal_log_interval_s: float = REFUSAL_LOG_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        for name in ("max_connections", "max_pending"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BridgeConfigError(f"{name} must be an integer of at least 1, got {value!r}")
+        for name in ("login_timeout_s", "idle_timeout_s", "refusal_log_interval_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise BridgeConfigError(f"{name} must be a number of seconds above 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BridgeTls:
+    """TLS for both of the bridge's directions (py4j takes an ``ssl.SSLContext`` for each).
+
+    Attributes:
+        server: presented to JVMs connecting to the bridge's port (``ssl.PROTOCOL_TLS_SERVER`` with the
+            bridge's certificate; with ``verify_mode = CERT_REQUIRED`` it also checks the JVM's).
+        client: checks the JVM's ``ClientServer`` when the bridge connects to it (``PROTOCOL_TLS_CLIENT``
+            with the cluster's CA; it may carry the bridge's certificate for the JVM to check).
+    """
+
+    server: ssl.SSLContext
+    client: ssl.SSLContext
+
+    def __post_init__(self) -> None:
+        for name in ("server", "client"):
+            if not isinstance(getattr(self, name), ssl.SSLContext):
+                raise BridgeConfigError(f"BridgeTls.{name} must be an ssl.SSLContext")
+        if self.client.verify_mode != ssl.CERT_REQUIRED or not self.client.check_hostname:
+            raise BridgeConfigError("BridgeTls.client must check the JVM's certificate and host name")
 
 
 class BridgeError(Exception):

@@ -25,12 +25,16 @@ from py4j.protocol import Py4JError
 from submarine_elastic.bridge.api import (
     DEFAULT_JAVA_PORT,
     DEFAULT_PYTHON_PORT,
+    JAVA_REPLY_TIMEOUT_S,
     BridgeConfigError,
     BridgeError,
+    BridgeLimits,
     BridgeStartError,
+    BridgeTls,
     check_token,
 )
 from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
+from submarine_elastic.bridge.wire import Guard, GuardedClientServer
 from submarine_elastic.controller.api import Controller
 
 _log = logging.getLogger(__name__)
@@ -70,16 +74,6 @@ class _Py4JLogFilter(logging.Filter):
         return True
 
 
-class _ClientServer(ClientServer):
-    """A ``ClientServer`` whose ``shutdown`` leaves the JVM alone. py4j's own would send the JVM a
-    shutdown command, ending the caller's ``ClientServer``; py4j also calls it when the Python port
-    cannot be bound.
-    """
-
-    def shutdown(self, raise_exception: bool = False) -> None:
-        self.shutdown_callback_server(raise_exception=raise_exception)
-
-
 class BridgeServer:
     """The Python end of the py4j bridge: a ``ClientServer`` whose entry point is an
     :class:`ElasticSchedulerService` over ``controller``.
@@ -88,16 +82,23 @@ class BridgeServer:
         controller: the controller every call goes to (thread-safe: JVM threads call concurrently).
         token: the shared secret both ends pass to py4j (``auth_token``); a JVM with another token is
             refused. It is never logged.
-        host: address the bridge listens on (loopback by default). py4j speaks plain TCP: on any other
-            address the token and every call cross the network unencrypted.
+        host: address the bridge listens on (loopback by default). Any other address needs ``tls`` or
+            ``insecure``.
         python_port: port the bridge listens on; 0 picks a free one (see :attr:`port`).
         java_host, java_port: where the JVM caller's ``ClientServer`` listens. The bridge builds the
             values it returns over the calling JVM thread's own connection, and connects here only to
-            tell the JVM to release them; with a wrong Java port every call still works, but the JVM
-            keeps each returned object (a slow leak).
+            tell the JVM to release them (sending it the token); with a wrong Java port every call still
+            works, but the JVM keeps each returned object (a slow leak). A host beyond loopback needs
+            ``tls`` or ``insecure``, like ``host``.
+        tls: TLS on both ports (see :class:`BridgeTls`); without it py4j speaks plain TCP.
+        insecure: allow plain TCP beyond loopback, where the token and every call cross the network
+            readable by anyone on the path. Never implied.
+        limits: the bridge's bounds (connections, timeouts, refusal logging); the defaults are stated in
+            docs/security.md.
 
     Raises:
-        BridgeConfigError: a bad token, port or address (named, the token never shown).
+        BridgeConfigError: a bad token, port, address or limit (named, the token never shown); an
+            address beyond loopback without ``tls`` or ``insecure``.
     """
 
     def __init__(
@@ -109,6 +110,9 @@ class BridgeServer:
         python_port: int = DEFAULT_PYTHON_PORT,
         java_host: str = "127.0.0.1",
         java_port: int = DEFAULT_JAVA_PORT,
+        tls: BridgeTls | None = None,
+        insecure: bool = False,
+        limits: BridgeLimits | None = None,
     ) -> None:
         check_token(token)
         for name, value, low in (("python_port", python_port, 0), ("java_port", java_port, 1)):
@@ -117,13 +121,27 @@ class BridgeServer:
         for name, address in (("host", host), ("java_host", java_host)):
             if not isinstance(address, str) or not address:
                 raise BridgeConfigError(f"{name} must be a host name or address, got {address!r}")
+            if tls is None and not insecure and not is_loopback(address):
+                raise BridgeConfigError(
+                    f"{name} {address!r} is not loopback: py4j would carry the token and every call over it "
+                    "in plain TCP; give the bridge TLS, keep it on 127.0.0.1, or allow plaintext explicitly "
+                    "(insecure=True, --insecure)"
+                )
+        if tls is not None and not isinstance(tls, BridgeTls):
+            raise BridgeConfigError(f"tls must be a BridgeTls, got {type(tls).__name__}")
+        if limits is not None and not isinstance(limits, BridgeLimits):
+            raise BridgeConfigError(f"limits must be a BridgeLimits, got {type(limits).__name__}")
         self.host = host
         self.java_host = java_host
         self.java_port = java_port
         self._python_port = python_port
         self._token = token
+        self.tls = tls
+        self.insecure = insecure
+        self.limits = limits or BridgeLimits()
         self._java = Py4JJavaSide()
         self.service = ElasticSchedulerService(controller, self._java)
+        self.guard = Guard(self.service, token, self.limits)
         self._gateway: ClientServer | None = None
         self._log_filter = _Py4JLogFilter(token)
 
@@ -154,17 +172,26 @@ class BridgeServer:
         """
         if self._gateway is not None:
             raise BridgeError("the bridge is already started")
-        if not is_loopback(self.host):
+        if self.tls is None and not (is_loopback(self.host) and is_loopback(self.java_host)):
             _log.warning(
-                "the py4j bridge listens on %s: py4j is plain TCP, so the token and every call cross the "
-                "network unencrypted",
+                "the py4j bridge listens on %s and calls the JVM on %s in plain TCP (insecure): the token "
+                "and every call cross the network unencrypted",
                 self.host,
+                self.java_host,
             )
         for name in _PY4J_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
-        gateway = _ClientServer(
+        # No entry point in py4j's pool: the guarded connections dispatch to the service themselves, so
+        # nothing of the service is reachable through py4j's own call handling.
+        gateway = GuardedClientServer(
+            self.guard,
             java_parameters=JavaParameters(
-                address=self.java_host, port=self.java_port, auth_token=self._token, auto_convert=False
+                address=self.java_host,
+                port=self.java_port,
+                auth_token=self._token,
+                auto_convert=False,
+                read_timeout=JAVA_REPLY_TIMEOUT_S,
+                ssl_context=self.tls.client if self.tls else None,
             ),
             python_parameters=PythonParameters(
                 address=self.host,
@@ -174,8 +201,8 @@ class BridgeServer:
                 eager_load=False,
                 daemonize=True,
                 daemonize_connections=True,
+                ssl_context=self.tls.server if self.tls else None,
             ),
-            python_server_entry_point=self.service,
         )
         self._java.attach(gateway)
         # py4j binds in start_callback_server() but listens on its accept thread: wait for that.
@@ -222,6 +249,7 @@ class BridgeServer:
         gateway.shutdown()
         gateway.close(keep_callback_server=True)
         self._stop_finalizer(gateway)
+        self.guard.flush()
         self._remove_log_filter()
         _log.info("py4j bridge stopped")
 

@@ -40,6 +40,32 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: What a JVM caller may call: each method of ``ElasticScheduler`` with the Python types of its
+#: parameters, one tuple per overload (``String``: str or None, ``int``/``long``: int, ``double``: float,
+#: ``boolean``: bool). Nothing else of the service (no attribute, no dunder, nothing private) is reachable.
+INTERFACE: dict[str, tuple[tuple[type, ...], ...]] = {
+    "jobSubmitted": ((str, int, int, int, bool),),
+    "jobFinished": ((str,),),
+    "reportMetrics": ((str, int, int, float), (str, int, int, float, float)),
+    "currentDecision": ((str,),),
+    "listJobs": ((),),
+}
+#: Characters of a refused member's name a message or log line shows.
+SHOWN_NAME_CHARS = 64
+
+
+def shown(name: str) -> str:
+    """``name`` quoted for a message, cut to :data:`SHOWN_NAME_CHARS` characters."""
+    return repr(name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "...")
+
+
+def _matches(value: object, kind: type) -> bool:
+    if kind is str:
+        return value is None or isinstance(value, str)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
 
 class JavaExceptionRaised(Py4JJavaError):
     """Carries a Java exception built for the caller. py4j throws ``java_exception`` in the JVM; the
@@ -78,6 +104,23 @@ class ElasticSchedulerService:
             raise TypeError(f"java must be a JavaSide, got {java!r}")
         self.controller = controller
         self.java = java
+
+    def dispatch(self, method: str, args: list[object]) -> Any:
+        """Call ``method`` with ``args`` as a JVM caller asked, if it is one of :data:`INTERFACE` with
+        an overload taking exactly these argument types; blocks as long as the method.
+
+        Raises:
+            JavaExceptionRaised: (from the Java side) the method's own errors, or an
+                ``ElasticSchedulerException`` naming a member outside the interface or arguments no
+                overload takes; its message shows no traceback and no path.
+        """
+        overloads = INTERFACE.get(method)
+        if overloads is None:
+            raise self.java.error("ElasticSchedulerException", f"{shown(method)} is not a method of {JAVA_INTERFACE}")
+        if not any(len(types) == len(args) and all(map(_matches, args, types)) for types in overloads):
+            given = ", ".join("null" if a is None else type(a).__name__ for a in args)
+            raise self.java.error("ElasticSchedulerException", f"{method} takes no arguments ({given}) of these types")
+        return getattr(self, method)(*args)
 
     # The names and arguments below are the Java interface's.
 
@@ -131,10 +174,12 @@ class ElasticSchedulerService:
         except Py4JJavaError:
             raise
         except Exception as exc:
-            # A bug here or in the controller: the JVM caller gets a typed exception, the traceback stays here.
+            # A bug here or in the controller: the JVM caller gets a typed exception naming its kind; the
+            # traceback and the message (which may hold paths) stay in this process's log.
             _log.exception("bridge %s(%r) failed unexpectedly", method, job_id)
             raise self.java.error(
-                "ElasticSchedulerException", f"internal error in the scheduler: {type(exc).__name__}: {exc}"
+                "ElasticSchedulerException",
+                f"internal error in the scheduler ({type(exc).__name__}); the bridge's log has the details",
             ) from exc
 
 

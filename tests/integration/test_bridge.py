@@ -18,11 +18,19 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from submarine_elastic.bridge.api import java_sources, py4j_jar
+from submarine_elastic.bridge.api import (
+    LOGIN_TIMEOUT_S,
+    MAX_PENDING_CONNECTIONS,
+    REFUSAL_LOG_INTERVAL_S,
+    BridgeLimits,
+    java_sources,
+    py4j_jar,
+)
 from submarine_elastic.bridge.server import BridgeServer
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import Controller, DecisionRecord, JobRecord, JobSource, JobState
@@ -92,10 +100,10 @@ class BrokenController(InMemoryController):
         raise RuntimeError("disk on fire")
 
 
-def run_java(classpath: str, mode: str, java_port: int, python_port: int, token: str) -> str:
+def run_java(classpath: str, mode: str, java_port: int, python_port: int, token: str, *extra: str) -> str:
     """Run ``BridgeCheck MODE``; returns its output once it passed."""
     result = subprocess.run(
-        ["java", "-cp", classpath, "BridgeCheck", mode, str(java_port), str(python_port)],
+        ["java", "-cp", classpath, "BridgeCheck", mode, str(java_port), str(python_port), *extra],
         env={**os.environ, "BRIDGE_TOKEN": token},
         capture_output=True,
         text=True,
@@ -175,8 +183,8 @@ def test_returned_objects_are_released_in_the_jvm_and_the_token_is_never_logged(
     with serve(InMemoryController(), token) as bridge:
         output = run_java(java_classpath, "memory", bridge.java_port, bridge.port, token)
     assert "released in the JVM (held: 3)" in output
-    # py4j logs every command at debug level, the auth command it sends to the JVM included.
-    assert "Command to send: A\n***" in caplog.text
+    # py4j logs every command it sends at debug level; the bridge logs in to the JVM on its own.
+    assert "Command to send: m\nd\n" in caplog.text
     assert token not in caplog.text
     # The UnknownJobException handed to Java on purpose is not logged as a py4j traceback.
     assert "exception while executing the Python Proxy" not in caplog.text
@@ -185,7 +193,8 @@ def test_returned_objects_are_released_in_the_jvm_and_the_token_is_never_logged(
 def test_a_controller_failure_reaches_java_as_a_typed_exception(java_classpath: str, token: str) -> None:
     with serve(BrokenController(), token) as bridge:
         output = run_java(java_classpath, "broken", bridge.java_port, bridge.port, token)
-    assert "ElasticSchedulerException: internal error in the scheduler: RuntimeError: disk on fire" in output
+    assert "ElasticSchedulerException: internal error in the scheduler (RuntimeError)" in output
+    assert "disk on fire" not in output
 
 
 def test_the_controller_serves_the_bridge_through_its_api(java_classpath: str, tmp_path: Path) -> None:
@@ -257,3 +266,126 @@ def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
     reader.join(timeout)
     assert lines and lines[0], f"no output from serve within {timeout} s (exit code {proc.poll()})"
     return lines[0]
+
+
+# ----------------------------------------------------------------------------- attacks
+
+
+def test_members_outside_the_interface_are_refused_and_the_bridge_keeps_serving(
+    java_classpath: str, token: str
+) -> None:
+    """A caller with the token calls ``__setattr__('controller', ...)``, ``__getattribute__('__class__')``,
+    a private method and attributes through an interface of those names: each is an
+    ``ElasticSchedulerException`` without traceback or path, no Python object is handed out, and the
+    next caller (a fresh JVM) is served as before."""
+    controller = InMemoryController()
+    with serve(controller, token) as bridge:
+        pool = bridge._gateway.gateway_property.pool  # type: ignore[union-attr]
+        held = len(pool)
+        output = run_java(java_classpath, "probe", bridge.java_port, bridge.port, token)
+        assert passed(output) == 16
+        assert len(pool) == held, "a probe registered a Python object for the JVM"
+        assert "'__setattr__' is not a method of org.submarineelastic.bridge.ElasticScheduler" in output
+        assert "listJobs takes no arguments (str) of these types" in output
+        assert run_java(java_classpath, "smoke", bridge.java_port, bridge.port, token)
+    assert [j.job_id for j in controller.jobs()] == ["job-s"]
+
+
+def test_an_idle_connection_is_closed_and_the_jvm_reconnects(java_classpath: str, token: str) -> None:
+    limits = BridgeLimits(idle_timeout_s=1.0)
+    with BridgeServer(InMemoryController(), token=token, python_port=0, java_port=free_port(), limits=limits) as bridge:
+        output = run_java(java_classpath, "idle", bridge.java_port, bridge.port, token, "2500")
+        assert passed(output) == 3
+        assert bridge.guard.logged_in <= 1
+
+
+#: Opens N connections to a port, sends nothing, and prints one line per connection: seconds from its
+#: connect to the bridge closing it ("-" if still open after the last argument's seconds). A process of
+#: its own, so the attack does not share the bridge's interpreter lock.
+IDLE_ATTACK = """
+import select, socket, sys, time
+port, count, limit = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+opened, closed = {}, {}
+
+
+def look(wait):
+    readable, _, _ = select.select(list(opened.keys() - closed.keys()), [], [], wait)
+    for sock in readable:
+        closed[sock] = time.monotonic() - opened[sock]
+
+
+for _ in range(count):
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except ConnectionResetError:
+        closed[object()] = 0.0
+        continue
+    opened[sock] = time.monotonic()
+    look(0)
+end = time.monotonic() + limit
+while opened.keys() - closed.keys() and time.monotonic() < end:
+    look(0.05)
+for sock, at in closed.items():
+    print(f"{at:.3f}")
+for sock in opened.keys() - closed.keys():
+    print("-")
+"""
+
+
+def test_idle_connections_that_never_log_in_are_bounded_and_closed(java_classpath: str, token: str) -> None:
+    """500 connections that send nothing: beyond MAX_PENDING_CONNECTIONS they are closed at once, the
+    bridge's threads never grow past that bound, the rest are closed after LOGIN_TIMEOUT_S, and a JVM is
+    served as before."""
+    attack = 500
+    with serve(InMemoryController(), token) as bridge:
+        baseline = threading.active_count()
+        peak = 0
+        attacker = subprocess.Popen(
+            [sys.executable, "-c", IDLE_ATTACK, str(bridge.port), str(attack), str(LOGIN_TIMEOUT_S + 10)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        while attacker.poll() is None:
+            peak = max(peak, threading.active_count() - baseline)
+            time.sleep(0.01)
+        lines = attacker.communicate()[0].split()
+        closed_after = sorted(float(line) for line in lines if line != "-")
+        print(
+            f"threads above baseline at most {peak}; {sum(t < 1.0 for t in closed_after)} of {attack} closed "
+            f"within 1 s, the rest after {closed_after[-MAX_PENDING_CONNECTIONS:][:1]}-{closed_after[-1:]} s"
+        )
+        assert len(lines) == attack and len(closed_after) == attack, "connections left open"
+        assert peak <= MAX_PENDING_CONNECTIONS
+        assert sum(t < LOGIN_TIMEOUT_S / 2 for t in closed_after) >= attack - MAX_PENDING_CONNECTIONS
+        assert closed_after[-1] <= LOGIN_TIMEOUT_S + 2
+        assert threading.active_count() - baseline <= 1  # the connection threads ended (a log line at most)
+        assert bridge.guard.pending == 0
+        assert passed(run_java(java_classpath, "smoke", bridge.java_port, bridge.port, token)) == 4
+
+
+def test_failed_logins_write_a_bounded_number_of_log_lines(token: str, caplog: pytest.LogCaptureFixture) -> None:
+    """1,500 logins with a wrong token: each is refused, and the bridge and py4j log at most one line per
+    REFUSAL_LOG_INTERVAL_S about them (with the count), plus one when the bridge stops."""
+    caplog.set_level(logging.DEBUG)
+    wrong = secrets.token_urlsafe(32)
+    attempts = 1500
+    with serve(InMemoryController(), token) as bridge:
+        caplog.clear()
+        started = time.monotonic()
+        for _ in range(attempts):
+            with socket.create_connection(("127.0.0.1", bridge.port), timeout=5) as sock:
+                sock.sendall(f"A\n{wrong}\ne\n".encode())
+                assert sock.recv(64) == b"!xn\n"
+        took = time.monotonic() - started
+    # py4j's finalizer may still release handles of earlier tests' JVMs, which are gone: not this attack's.
+    records = [
+        r
+        for r in caplog.records
+        if r.name.startswith(("py4j", "submarine_elastic.bridge")) and "garbage collecting" not in r.getMessage()
+    ]
+    print(f"{attempts} failed logins in {took:.1f} s wrote {len(records)} log lines")
+    refusals = [r.getMessage() for r in records if "wrong or no token" in r.getMessage()]
+    assert 1 <= len(refusals) <= 2 + int(took // REFUSAL_LOG_INTERVAL_S), refusals
+    assert sum(int(re.search(r"refused (\d+) ", m).group(1)) for m in refusals) == attempts  # type: ignore[union-attr]
+    assert len(records) <= len(refusals) + 3, [r.getMessage() for r in records][:20]
+    assert wrong not in caplog.text and token not in caplog.text

@@ -26,7 +26,10 @@ import py4j.Py4JException;
  * <p>Modes: {@code scenario} (every method, arrival, departure, decisions, errors), {@code wrong-token}
  * (calls must be refused), {@code concurrent} (threads reporting at once), {@code memory} (returned
  * objects are released in the JVM), {@code broken} (a controller failure reaches Java as a typed
- * exception), {@code smoke} (a few calls against {@code submarine bridge serve}).
+ * exception), {@code smoke} (a few calls against {@code submarine bridge serve}), {@code probe} (members
+ * outside the interface, called through an interface of their names: each must be refused with an
+ * {@code ElasticSchedulerException} whose message holds no traceback and no path), {@code idle} (a
+ * call, a pause past the bridge's idle timeout, then calls again).
  */
 public final class BridgeCheck {
     private static final AtomicInteger checks = new AtomicInteger();
@@ -48,6 +51,24 @@ public final class BridgeCheck {
 
     interface Call {
         void run();
+    }
+
+    /**
+     * What a caller holding the token could ask of the Python object behind the entry point: py4j
+     * calls a Python member by the name of the Java method, so these names reach Python as they are.
+     */
+    public interface Probe {
+        void __setattr__(String name, Object value);
+
+        Object __getattribute__(String name);
+
+        Object __class__();
+
+        Object _call(String method, String jobId, Object call);
+
+        Object listJobs(String extra);
+
+        Object controller();
     }
 
     private static <T extends Throwable> T expectThrows(Class<T> type, Call call, String what) {
@@ -96,6 +117,12 @@ public final class BridgeCheck {
                     break;
                 case "memory":
                     memory(scheduler, clientServer);
+                    break;
+                case "probe":
+                    probe(scheduler, (Probe) clientServer.getPythonServerEntryPoint(new Class<?>[] {Probe.class}));
+                    break;
+                case "idle":
+                    idle(scheduler, Long.parseLong(args[3]));
                     break;
                 default:
                     check(false, "unknown mode " + mode);
@@ -197,7 +224,33 @@ public final class BridgeCheck {
     private static void broken(ElasticScheduler scheduler) {
         ElasticSchedulerException e = expectThrows(ElasticSchedulerException.class, scheduler::listJobs,
                 "a failing controller");
-        check(e.getMessage().contains("RuntimeError: disk on fire"), "message names the failure: " + e.getMessage());
+        check(e.getMessage().contains("(RuntimeError)"), "message names the kind of failure: " + e.getMessage());
+    }
+
+    private static void refused(Call call, String what) {
+        ElasticSchedulerException e = expectThrows(ElasticSchedulerException.class, call, what);
+        String message = String.valueOf(e.getMessage());
+        check(!message.contains("Traceback") && !message.contains(".py") && !message.contains("File \""),
+                what + ": no traceback or path in " + message);
+    }
+
+    private static void probe(ElasticScheduler scheduler, Probe probe) {
+        checkEq(0, scheduler.listJobs().size(), "served before the probes");
+        refused(() -> probe.__setattr__("controller", "broken"), "__setattr__ on the entry point");
+        refused(() -> probe.__getattribute__("__class__"), "__getattribute__('__class__')");
+        refused(() -> probe.__getattribute__("controller"), "__getattribute__('controller')");
+        refused(probe::__class__, "__class__");
+        refused(() -> probe._call("listJobs", null, null), "a private method");
+        refused(() -> probe.listJobs("extra"), "an interface method with arguments it does not take");
+        refused(probe::controller, "an attribute");
+        checkEq(0, scheduler.listJobs().size(), "the bridge still serves this caller");
+    }
+
+    private static void idle(ElasticScheduler scheduler, long pauseMillis) throws InterruptedException {
+        checkEq(0, scheduler.listJobs().size(), "a call before the pause");
+        Thread.sleep(pauseMillis);
+        checkEq(0, scheduler.listJobs().size(), "a call after the bridge closed the idle connection");
+        checkEq("bridge", scheduler.jobSubmitted("job-i", 1, 1, 1, false).getSource(), "and another");
     }
 
     private static void smoke(ElasticScheduler scheduler) {
