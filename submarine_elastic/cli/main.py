@@ -63,4 +63,14 @@ def cli(verbose: int) -> None:
 
 
 def main() -> None:
-    cli(prog_name="submarine")
+    try:
+        cli(prog_name="submarine")
+    except Exception as exc:
+        # A Kerberos login that cannot work (a keytab without the principal) is refused where a command makes
+        # its YARN client: the reason, not a traceback.
+        from submarine_elastic.yarn.api import YarnAuthError
+
+        if not isinstance(exc, YarnAuthError):
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(1) from exc

@@ -431,8 +431,8 @@ class LocalCluster:
                 f"{name} needs {needs}, which is not running; restart it first: `submarine cluster restart {needs}`"
             )
         java = self._check_prerequisites()
-        conf = self.dir / "conf" / name
-        if not conf.is_dir():
+        conf = self.realm(spec).kdc_conf if name == "kdc" else self.dir / "conf" / name
+        if not conf.exists():
             raise PrerequisiteError(f"{name}'s configuration {conf} is gone; `submarine cluster up` writes it anew")
 
         old = by_name.get(name)

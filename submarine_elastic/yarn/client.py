@@ -214,7 +214,10 @@ def spnego_auth(
             creds = gssapi.Credentials(name=name, usage="initiate", store=store)
         except gssapi.exceptions.GSSError as exc:
             who = principal or "its first principal"
-            raise YarnAuthError(f"cannot log in as {who} from keytab {path}: {exc.gen_message()}") from exc
+            raise YarnAuthError(
+                f"cannot log in as {who} from keytab {path} (is it in the keytab? klist -k lists them): "
+                f"{exc.gen_message()}"
+            ) from exc
     auth: requests.auth.AuthBase = requests_gssapi.HTTPSPNEGOAuth(
         mutual_authentication=requests_gssapi.REQUIRED, opportunistic_auth=True, creds=creds
     )

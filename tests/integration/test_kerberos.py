@@ -4,7 +4,7 @@ The module starts one secure cluster of its own (``cluster up --secure``, ports 
 1100) and runs one small job through the CLI as a user would, with the environment ``cluster up --secure``
 prints: ``job run``, ``job flex`` (the job's driver flexes YARN itself, logged in from the keytab ``job run``
 gave it as a secret) and ``job kill``, every call to the RM authenticated by SPNEGO with mutual
-authentication required. Calls that are not authenticated are refused.
+authentication required, across a restart of the KDC. Calls that are not authenticated are refused.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def test_a_job_runs_flexes_and_is_killed_with_kerberos_and_nothing_unauthenticat
     with YarnServiceClient(rm, auth="simple", user=realm.user, retries=0) as simple:
         with pytest.raises(YarnAuthError, match="401"):
             simple.nodes()
+
+    # The KDC is a daemon of the cluster like the others: restarted, its realm and keys stay.
+    secure_cluster.restart("kdc", timeout=60)
 
     name = "kerberos-job"
     cmd = (
