@@ -218,10 +218,34 @@ def spnego_auth(
                 f"cannot log in as {who} from keytab {path} (is it in the keytab? klist -k lists them): "
                 f"{exc.gen_message()}"
             ) from exc
-    auth: requests.auth.AuthBase = requests_gssapi.HTTPSPNEGOAuth(
-        mutual_authentication=requests_gssapi.REQUIRED, opportunistic_auth=True, creds=creds
+    return _PerThread(
+        lambda: requests_gssapi.HTTPSPNEGOAuth(
+            mutual_authentication=requests_gssapi.REQUIRED, opportunistic_auth=True, creds=creds
+        )
     )
-    return auth
+
+
+class _PerThread(requests.auth.AuthBase):
+    """One ``HTTPSPNEGOAuth`` per thread, sharing the credentials: it keeps the security context of the request
+    in flight per host, so two threads' requests through one client would check each other's answers (and
+    refuse them) with one object."""
+
+    def __init__(self, make: Callable[[], requests.auth.AuthBase]) -> None:
+        self._make = make
+        self._local = threading.local()
+
+    def _auth(self) -> requests.auth.AuthBase:
+        auth: requests.auth.AuthBase | None = getattr(self._local, "auth", None)
+        if auth is None:
+            auth = self._local.auth = self._make()
+        return auth
+
+    @property
+    def mutual_authentication(self) -> object:
+        return getattr(self._auth(), "mutual_authentication", None)
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return self._auth()(r)
 
 
 def _mutual_auth_failed(exc: BaseException) -> bool:

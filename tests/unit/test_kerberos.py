@@ -382,3 +382,25 @@ def test_a_tool_that_fails_is_named_with_its_output(tmp_path: Path) -> None:
     made.write_config()  # no database: kadmin.local cannot open it
     with pytest.raises(KerberosSetupError, match="kadmin.local"):
         made._kadmin("ktadd -k /dev/null nobody")
+
+
+def test_one_client_shared_by_threads_authenticates_each_request(krb5_config: KerberosRealm) -> None:
+    """The job's driver and the controller share one client between threads; requests-gssapi keeps a security
+    context per host in its auth object, which one thread's request must not take from another's."""
+    errors: list[BaseException] = []
+    with FakeRM(krb5_config, {"hadoop_version": "3.4.2"}) as rm, kerberos_client(rm.url, krb5_config) as client:
+
+        def calls() -> None:
+            try:
+                for _ in range(5):
+                    assert client.hadoop_version() == "3.4.2"
+            except BaseException as exc:  # noqa: BLE001 (collected for the assertion below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=calls) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == []
+    assert rm.seen.principals == [krb5_config.user_principal] * 40
