@@ -28,7 +28,7 @@ from pathlib import Path
 
 from submarine_elastic.cluster.api import KerberosSetupError, PrerequisiteError
 
-__all__ = ["KDC_TOOLS", "REALM", "KerberosRealm", "kdc_answers"]
+__all__ = ["KDC_TOOLS", "REALM", "TOOL_TIMEOUT_S", "KerberosRealm", "kdc_answers"]
 
 #: The realm of every secure pseudo-cluster (one per cluster directory; each has its own KDC and keys).
 REALM = "SUBMARINE.TEST"
@@ -37,7 +37,7 @@ KDC_TOOLS = {"krb5kdc": "krb5-kdc", "kdb5_util": "krb5-kdc", "kadmin.local": "kr
 #: Where Debian puts them; a non-root PATH often lacks /usr/sbin.
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 #: Seconds one ``kdb5_util`` or ``kadmin.local`` call may take.
-_TOOL_TIMEOUT_S = 60.0
+TOOL_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ class KerberosRealm:
         """Run one of the tools; returns what it printed.
 
         Raises:
-            KerberosSetupError: it failed, or took longer than ``_TOOL_TIMEOUT_S`` (its output named).
+            KerberosSetupError: it failed, or took longer than ``TOOL_TIMEOUT_S`` (its output named).
         """
         name = Path(cmd[0]).name
         try:
@@ -201,14 +201,14 @@ class KerberosRealm:
                 input=stdin,
                 capture_output=True,
                 text=True,
-                timeout=_TOOL_TIMEOUT_S,
+                timeout=TOOL_TIMEOUT_S,
                 env={**os.environ, **self.kdc_env()},
             )
         except subprocess.CalledProcessError as exc:
             output = (exc.stdout + exc.stderr).strip()
             raise KerberosSetupError(f"{name} failed (exit {exc.returncode}): {output}") from exc
         except subprocess.TimeoutExpired as exc:
-            raise KerberosSetupError(f"{name} did not finish within {_TOOL_TIMEOUT_S:.0f} s") from exc
+            raise KerberosSetupError(f"{name} did not finish within {TOOL_TIMEOUT_S:g} s") from exc
         return done.stdout + done.stderr
 
 

@@ -404,3 +404,14 @@ def test_one_client_shared_by_threads_authenticates_each_request(krb5_config: Ke
             t.join(timeout=60)
     assert errors == []
     assert rm.seen.principals == [krb5_config.user_principal] * 40
+
+
+def test_a_tool_that_hangs_is_stopped_after_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from submarine_elastic.cluster import KerberosSetupError
+    from submarine_elastic.cluster import kdc as kdc_module
+
+    assert kdc_module.TOOL_TIMEOUT_S == 60.0
+    monkeypatch.setattr(kdc_module, "TOOL_TIMEOUT_S", 0.5)
+    made = KerberosRealm(dir=tmp_path / "krb5", host="127.0.0.1", port=1, user="alice", logs=tmp_path)
+    with pytest.raises(KerberosSetupError, match=r"sleep did not finish within 0\.5 s"):
+        made._run("sleep", "30")
