@@ -49,9 +49,6 @@ MAX_ARGUMENTS = 8
 #: At most one log line per this many seconds for each kind of refusal (wrong token, connection over a
 #: bound, member outside the interface), giving how many were refused since the last line.
 REFUSAL_LOG_INTERVAL_S = 60.0
-#: Seconds the bridge waits for the JVM to answer one of its own calls (building a returned value,
-#: releasing one) on a connection it opened.
-JAVA_REPLY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -81,24 +78,38 @@ class BridgeLimits:
 
 @dataclass(frozen=True)
 class BridgeTls:
-    """TLS for both of the bridge's directions (py4j takes an ``ssl.SSLContext`` for each).
+    """TLS on the bridge's port: the one socket a JVM and the bridge talk over (the bridge never connects
+    to the JVM's port, whose server py4j's ``ClientServer`` cannot put on TLS).
 
     Attributes:
-        server: presented to JVMs connecting to the bridge's port (``ssl.PROTOCOL_TLS_SERVER`` with the
-            bridge's certificate; with ``verify_mode = CERT_REQUIRED`` it also checks the JVM's).
-        client: checks the JVM's ``ClientServer`` when the bridge connects to it (``PROTOCOL_TLS_CLIENT``
-            with the cluster's CA; it may carry the bridge's certificate for the JVM to check).
+        context: a server context (``ssl.PROTOCOL_TLS_SERVER``) with the bridge's certificate; with
+            ``verify_mode = CERT_REQUIRED`` (what :meth:`from_files` builds) a JVM must also present a
+            client certificate of the CA before it may send its token.
     """
 
-    server: ssl.SSLContext
-    client: ssl.SSLContext
+    context: ssl.SSLContext
+
+    @classmethod
+    def from_files(cls, cert: Path, key: Path, ca: Path) -> BridgeTls:
+        """Mutual TLS (1.2 at least): the bridge's certificate and key (PEM), and the CA (PEM) whose
+        client certificate a JVM must present.
+
+        Raises:
+            BridgeConfigError: a file cannot be read or holds no usable certificate or key (named).
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.verify_mode = ssl.CERT_REQUIRED
+        try:
+            context.load_cert_chain(cert, key)
+            context.load_verify_locations(ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise BridgeConfigError(f"cannot load the bridge's TLS files ({cert}, {key}, {ca}): {exc}") from exc
+        return cls(context)
 
     def __post_init__(self) -> None:
-        for name in ("server", "client"):
-            if not isinstance(getattr(self, name), ssl.SSLContext):
-                raise BridgeConfigError(f"BridgeTls.{name} must be an ssl.SSLContext")
-        if self.client.verify_mode != ssl.CERT_REQUIRED or not self.client.check_hostname:
-            raise BridgeConfigError("BridgeTls.client must check the JVM's certificate and host name")
+        if not isinstance(self.context, ssl.SSLContext) or self.context.protocol != ssl.PROTOCOL_TLS_SERVER:
+            raise BridgeConfigError("BridgeTls.context must be an ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)")
 
 
 class BridgeError(Exception):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +26,6 @@ from py4j.protocol import Py4JError
 from submarine_elastic.bridge.api import (
     DEFAULT_JAVA_PORT,
     DEFAULT_PYTHON_PORT,
-    JAVA_REPLY_TIMEOUT_S,
     BridgeConfigError,
     BridgeError,
     BridgeLimits,
@@ -36,6 +36,7 @@ from submarine_elastic.bridge.api import (
 from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
 from submarine_elastic.bridge.wire import Guard, GuardedClientServer
 from submarine_elastic.controller.api import Controller
+from submarine_elastic.tls import CertificateAuthority, CertificateRequestError, loopback_hosts, write_private
 
 _log = logging.getLogger(__name__)
 
@@ -53,6 +54,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+#: The files :func:`write_tls_files` writes: the bridge's certificate and key, the JVM's, and the CA's certificate.
+TLS_FILES = ("bridge.crt", "bridge.key", "jvm.crt", "jvm.key", "ca.crt")
+
+
+def write_tls_files(directory: Path, ca: CertificateAuthority, host: str) -> BridgeTls:
+    """Issue from ``ca`` the bridge's server certificate (naming ``host`` and loopback) and a client
+    certificate for the JVM, write them with their keys and the CA's certificate into ``directory`` (made
+    mode 0700; keys mode 0600), and return the bridge's mutual TLS. The JVM loads ``jvm.crt``,
+    ``jvm.key`` and ``ca.crt`` into the socket factory of its ``ClientServer``.
+
+    Raises:
+        BridgeConfigError: the directory or a file cannot be written, or ``host`` cannot be named in a
+            certificate (named).
+    """
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        ca.issue_server("submarine-elastic py4j bridge", loopback_hosts(host)).write(directory, "bridge")
+        ca.issue_client("submarine-elastic bridge JVM").write(directory, "jvm")
+        write_private(directory / "ca.crt", ca.cert_pem, mode=0o644)
+    except OSError as exc:
+        raise BridgeConfigError(f"cannot write the bridge's TLS files in {directory}: {exc.strerror or exc}") from exc
+    except CertificateRequestError as exc:
+        raise BridgeConfigError(str(exc)) from exc
+    return BridgeTls.from_files(directory / "bridge.crt", directory / "bridge.key", directory / "ca.crt")
 
 
 class _Py4JLogFilter(logging.Filter):
@@ -85,12 +113,11 @@ class BridgeServer:
         host: address the bridge listens on (loopback by default). Any other address needs ``tls`` or
             ``insecure``.
         python_port: port the bridge listens on; 0 picks a free one (see :attr:`port`).
-        java_host, java_port: where the JVM caller's ``ClientServer`` listens. The bridge builds the
-            values it returns over the calling JVM thread's own connection, and connects here only to
-            tell the JVM to release them (sending it the token); with a wrong Java port every call still
-            works, but the JVM keeps each returned object (a slow leak). A host beyond loopback needs
-            ``tls`` or ``insecure``, like ``host``.
-        tls: TLS on both ports (see :class:`BridgeTls`); without it py4j speaks plain TCP.
+        java_host, java_port: where the JVM caller's ``ClientServer`` listens (py4j's client-side
+            settings). The bridge never connects there: it builds the values it returns, and releases
+            them, over the calling JVM thread's own connection, so neither the token nor a call crosses
+            a connection the bridge opened.
+        tls: TLS on the bridge's port (see :class:`BridgeTls`); without it py4j speaks plain TCP.
         insecure: allow plain TCP beyond loopback, where the token and every call cross the network
             readable by anyone on the path. Never implied.
         limits: the bridge's bounds (connections, timeouts, refusal logging); the defaults are stated in
@@ -121,12 +148,12 @@ class BridgeServer:
         for name, address in (("host", host), ("java_host", java_host)):
             if not isinstance(address, str) or not address:
                 raise BridgeConfigError(f"{name} must be a host name or address, got {address!r}")
-            if tls is None and not insecure and not is_loopback(address):
-                raise BridgeConfigError(
-                    f"{name} {address!r} is not loopback: py4j would carry the token and every call over it "
-                    "in plain TCP; give the bridge TLS, keep it on 127.0.0.1, or allow plaintext explicitly "
-                    "(insecure=True, --insecure)"
-                )
+        if tls is None and not insecure and not is_loopback(host):
+            raise BridgeConfigError(
+                f"host {host!r} is not loopback: py4j would carry the token and every call over it in plain "
+                "TCP; give the bridge TLS (--tls-dir), keep it on 127.0.0.1, or allow plaintext explicitly "
+                "(insecure=True, --insecure)"
+            )
         if tls is not None and not isinstance(tls, BridgeTls):
             raise BridgeConfigError(f"tls must be a BridgeTls, got {type(tls).__name__}")
         if limits is not None and not isinstance(limits, BridgeLimits):
@@ -172,12 +199,11 @@ class BridgeServer:
         """
         if self._gateway is not None:
             raise BridgeError("the bridge is already started")
-        if self.tls is None and not (is_loopback(self.host) and is_loopback(self.java_host)):
+        if self.tls is None and not is_loopback(self.host):
             _log.warning(
-                "the py4j bridge listens on %s and calls the JVM on %s in plain TCP (insecure): the token "
-                "and every call cross the network unencrypted",
+                "the py4j bridge listens on %s in plain TCP (insecure): the token and every call cross the "
+                "network unencrypted",
                 self.host,
-                self.java_host,
             )
         for name in _PY4J_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
@@ -190,8 +216,8 @@ class BridgeServer:
                 port=self.java_port,
                 auth_token=self._token,
                 auto_convert=False,
-                read_timeout=JAVA_REPLY_TIMEOUT_S,
-                ssl_context=self.tls.client if self.tls else None,
+                # No finalizers: the Java side releases what it built explicitly, on the calling connection.
+                enable_memory_management=False,
             ),
             python_parameters=PythonParameters(
                 address=self.host,
@@ -201,7 +227,7 @@ class BridgeServer:
                 eager_load=False,
                 daemonize=True,
                 daemonize_connections=True,
-                ssl_context=self.tls.server if self.tls else None,
+                ssl_context=self.tls.context if self.tls else None,
             ),
         )
         self._java.attach(gateway)

@@ -187,13 +187,11 @@ class Py4JJavaSide(JavaSide):
     """Builds Java values through a py4j ``ClientServer``, on the calling thread's connection (py4j pins
     each JVM thread's calls, and the calls back into the JVM they make, to one connection).
 
-    Every Java object py4j creates for Python stays in the JVM until Python releases its handle. py4j
-    would do that when the handle is garbage-collected, but a handle passed to or returned from a JVM
-    call gains a reference cycle inside py4j (its ``hasattr(handle, "Java")`` proxy check caches a member
-    in the handle), so it would wait for Python's cyclic collector. So this class releases every handle
-    explicitly: the helpers right after use, and the object handed to the JVM as a reply when the next
-    reply on the same thread replaces it. It cannot release a reply at once: the release travels on
-    another connection and could overtake the reply, leaving the JVM a dangling reference.
+    Every Java object py4j creates for Python stays in the JVM until Python releases it. The bridge runs
+    py4j without its finalizers (they would release from a thread of their own, over a connection to the
+    JVM's port), so this class releases every object explicitly, over the calling thread's connection:
+    the helpers right after use, and the object handed to the JVM as a reply when the next reply on the
+    same connection replaces it (a reply cannot be released before it was sent).
     """
 
     def __init__(self) -> None:
@@ -219,11 +217,15 @@ class Py4JJavaSide(JavaSide):
                 java_class = self._classes[name] = JavaClass(name, self._gateway._gateway_client)
             return java_class
 
+    def _release(self, obj: Any) -> None:
+        """Tell the JVM to drop ``obj``, over the calling thread's connection (one round trip)."""
+        self._gateway._gateway_client.garbage_collect_object(obj._get_object_id(), enqueue=False)
+
     def _hand_over(self, obj: Any) -> Any:
         previous = getattr(self._handed, "value", None)
         self._handed.value = obj
         if previous is not None:
-            self._gateway.detach(previous)
+            self._release(previous)
         return obj
 
     def _job(self, r: JobRecord) -> Any:
@@ -249,13 +251,13 @@ class Py4JJavaSide(JavaSide):
         for i, record in enumerate(records):
             job = self._job(record)
             array[i] = job
-            self._gateway.detach(job)
+            self._release(job)
         if self._as_list is None:
             self._as_list = self._class("java.util.Arrays").asList
         fixed = self._as_list(array)
         java_list = self._class("java.util.ArrayList")(fixed)
-        self._gateway.detach(fixed)
-        self._gateway.detach(array)
+        self._release(fixed)
+        self._release(array)
         return self._hand_over(java_list)
 
     def decision(self, record: DecisionRecord) -> Any:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hmac
 import logging
 import select
-import socket
 import ssl
 import threading
 import time
@@ -39,11 +38,10 @@ from typing import Any, BinaryIO
 from py4j import protocol as proto
 from py4j.clientserver import ClientServer, ClientServerConnection, JavaClient, PythonServer
 from py4j.java_gateway import quiet_close, quiet_shutdown, server_started, set_linger
-from py4j.protocol import Py4JAuthenticationError, Py4JJavaError, Py4JNetworkError
+from py4j.protocol import Py4JJavaError, Py4JNetworkError
 
 from submarine_elastic.bridge.api import (
     JAVA_INTERFACE,
-    JAVA_REPLY_TIMEOUT_S,
     MAX_ARGUMENTS,
     MAX_LINE_BYTES,
     BridgeLimits,
@@ -254,9 +252,9 @@ def answer_call(service: ElasticSchedulerService, object_id: str, method: str, r
 
 
 class GuardedConnection(ClientServerConnection):
-    """One connection between the bridge and a JVM, accepted on the bridge's port (:meth:`serve`) or
-    opened by the bridge to the JVM's (:meth:`connect_to_java_server`). Either way a call the JVM sends
-    on it goes through :func:`answer_call`, and its lines are bounded.
+    """One connection a JVM opened to the bridge's port: its calls go through :func:`answer_call`, the
+    bridge's own calls into the JVM while serving one (building the values it returns) go over it too,
+    and its lines are bounded.
     """
 
     guard: Guard | None = None
@@ -348,39 +346,6 @@ class GuardedConnection(ClientServerConnection):
             guard.outside.refused(f"{shown(obj_id)}.{shown(method)}")
         return answer_call(guard.service, obj_id, method, raw_args)
 
-    def connect_to_java_server(self) -> None:
-        """Open this connection to the JVM's port (TLS when the bridge has a client context) and log in;
-        the JVM has :data:`~submarine_elastic.bridge.api.JAVA_REPLY_TIMEOUT_S` to answer each command.
-
-        Raises:
-            Py4JAuthenticationError: the JVM refused the token.
-            Py4JNetworkError: the JVM cannot be reached or did not answer.
-        """
-        try:
-            sock = socket.create_connection((self.java_address, self.java_port), timeout=JAVA_REPLY_TIMEOUT_S)
-            if self.ssl_context is not None:
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.java_address)
-            self.socket = sock
-            self.stream = BoundedLines(sock.makefile("rb"))
-            self.is_connected = True
-            self.initiated_from_client = True
-            token = self.java_parameters.auth_token
-            if token:
-                sock.sendall(f"{proto.AUTH_COMMAND_NAME}\n{token}\n".encode())
-                answer = _text(self.stream.readline())
-                if answer[1:2] != proto.SUCCESS:
-                    raise Py4JAuthenticationError("the JVM refused the bridge's token")
-        except Py4JAuthenticationError:
-            self.close(reset=True)
-            self.is_connected = False
-            raise
-        except (OSError, ValueError, ProtocolViolation) as error:
-            self.close()
-            self.is_connected = False
-            raise Py4JNetworkError(
-                f"cannot reach the JVM at {self.java_address}:{self.java_port}: {error}", error
-            ) from error
-
     def close(self, reset: bool = False) -> None:
         """Close the socket (with a reset when ``reset``); py4j's own logs a line for every connection. The
         stream stays, closed: a thread reading it gets an error instead of ``None``."""
@@ -400,16 +365,14 @@ class GuardedConnection(ClientServerConnection):
 
 
 class GuardedJavaClient(JavaClient):
-    """py4j's client to the JVM, on :class:`GuardedConnection`\\ s."""
+    """py4j's client to the JVM, limited to the connection of the call being served: the bridge never
+    opens one to the JVM's port (whose server py4j cannot put on TLS, and whose listener it cannot
+    check), so its token never goes there."""
 
-    guard: Guard | None = None
-
-    def _create_new_connection(self) -> GuardedConnection:
-        connection = GuardedConnection(self.java_parameters, self.python_parameters, self.gateway_property, self)
-        connection.guard = getattr(self, "guard", None)
-        connection.connect_to_java_server()
-        self.set_thread_connection(connection)
-        return connection
+    def _create_new_connection(self) -> ClientServerConnection:
+        raise Py4JNetworkError(
+            "the bridge calls the JVM only over the connection of a call it is serving, never on a thread of its own"
+        )
 
 
 class GuardedPythonServer(PythonServer):
@@ -471,7 +434,7 @@ class GuardedPythonServer(PythonServer):
 
 
 class GuardedClientServer(ClientServer):
-    """A ``ClientServer`` whose Python port and connections to the JVM are the guarded ones above, and
+    """A ``ClientServer`` whose Python port and client are the guarded ones above, and
     whose ``shutdown`` leaves the JVM alone (py4j's own would send the JVM a shutdown command, ending the
     caller's ``ClientServer``; py4j also calls it when the Python port cannot be bound).
     """
@@ -481,11 +444,9 @@ class GuardedClientServer(ClientServer):
         super().__init__(**kwargs)
 
     def _create_gateway_client(self) -> GuardedJavaClient:
-        client = GuardedJavaClient(
+        return GuardedJavaClient(
             self.java_parameters, self.python_parameters, finalizer_deque=self._create_finalizer_worker()
         )
-        client.guard = self.guard
-        return client
 
     def _create_callback_server(self, callback_server_parameters: Any) -> GuardedPythonServer:
         server = GuardedPythonServer(

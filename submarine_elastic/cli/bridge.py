@@ -14,11 +14,13 @@ from types import FrameType
 
 import click
 
-from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, DEFAULT_PYTHON_PORT, BridgeError, check_token
-from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic import env
+from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, DEFAULT_PYTHON_PORT, BridgeError, BridgeTls, check_token
+from submarine_elastic.bridge.server import BridgeServer, write_tls_files
 from submarine_elastic.controller.api import Controller, ControllerError
 from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.memory import InMemoryController
+from submarine_elastic.tls import TlsError, cluster_ca
 
 
 def _live() -> Controller:
@@ -73,7 +75,12 @@ def bridge() -> None:
 
 
 @bridge.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (plain TCP: keep it local).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; beyond loopback only with TLS (the default) or --insecure.",
+)
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -81,13 +88,18 @@ def bridge() -> None:
     show_default=True,
     help="Port the JVM calls (its ClientServer's pythonPort); 0 picks one.",
 )
-@click.option("--java-host", default="127.0.0.1", show_default=True, help="Address of the JVM's ClientServer.")
+@click.option(
+    "--java-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the JVM's ClientServer (py4j's setting; the bridge never connects there).",
+)
 @click.option(
     "--java-port",
     type=click.IntRange(1, 65535),
     default=DEFAULT_JAVA_PORT,
     show_default=True,
-    help="Port of the JVM's ClientServer (its javaPort); the bridge releases returned objects there.",
+    help="Port of the JVM's ClientServer (its javaPort; the bridge never connects there).",
 )
 @click.option(
     "--token-file",
@@ -96,6 +108,19 @@ def bridge() -> None:
     help="File holding the token both ends pass to py4j (16+ characters of [A-Za-z0-9._~+/=-]).",
 )
 @click.option("--create-token", is_flag=True, help="Write a new random token to --token-file if it does not exist.")
+@click.option(
+    "--tls-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the bridge's certificate and the JVM's client certificate (jvm.crt, jvm.key, ca.crt: the "
+    "cluster's CA) are written at each start, mode 0700 [default: bridge-tls beside the token file].",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Plain TCP instead of TLS (also SUBMARINE_INSECURE=1): the token and every call readable on the path.",
+)
 @click.option(
     "--controller",
     "controller_name",
@@ -112,17 +137,39 @@ def serve(
     java_port: int,
     token_file: Path,
     create_token: bool,
+    tls_dir: Path | None,
+    insecure: bool | None,
     controller_name: str,
 ) -> None:
     """Serve org.submarineelastic.bridge.ElasticScheduler to a JVM until interrupted (Ctrl-C or SIGTERM).
 
-    Prints the address once listening. The token is read from a file and never printed or logged.
+    Mutual TLS by default: the bridge's certificate and the JVM's client certificate are issued by the
+    cluster's CA (SUBMARINE_CA_DIR) at each start. Prints the address once listening. The token is read
+    from a file and never printed or logged.
     """
     token = _read_token(token_file, create_token)
+    try:
+        plaintext = env.insecure() if insecure is None else insecure
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    tls: BridgeTls | None = None
+    tls_dir = tls_dir or token_file.parent / "bridge-tls"
+    if not plaintext:
+        try:
+            tls = write_tls_files(tls_dir, cluster_ca(), host)
+        except (BridgeError, TlsError) as exc:
+            raise click.ClickException(str(exc)) from exc
     controller: Controller = _CONTROLLERS[controller_name]()
     try:
         server = BridgeServer(
-            controller, token=token, host=host, python_port=port, java_host=java_host, java_port=java_port
+            controller,
+            token=token,
+            host=host,
+            python_port=port,
+            java_host=java_host,
+            java_port=java_port,
+            tls=tls,
+            insecure=plaintext,
         ).start()
     except BridgeError as exc:
         if isinstance(controller, ControllerClient):
@@ -135,9 +182,10 @@ def serve(
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    security = f"TLS; the JVM's certificate, key and CA in {tls_dir}" if tls else "plain TCP (insecure)"
     click.echo(
-        f"py4j bridge listening on {host}:{server.port} (JVM ClientServer expected on {java_host}:{java_port}; "
-        f"controller: {controller_name}; token from {token_file})"
+        f"py4j bridge listening on {host}:{server.port} ({security}; JVM ClientServer expected on "
+        f"{java_host}:{java_port}; controller: {controller_name}; token from {token_file})"
     )
     try:
         while not stop.wait(1.0):

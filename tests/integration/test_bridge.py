@@ -31,12 +31,13 @@ from submarine_elastic.bridge.api import (
     java_sources,
     py4j_jar,
 )
-from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic.bridge.server import BridgeServer, write_tls_files
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import Controller, DecisionRecord, JobRecord, JobSource, JobState
 from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.memory import InMemoryController
 from submarine_elastic.daemon import process
+from submarine_elastic.tls import CertificateAuthority
 
 pytestmark = pytest.mark.integration
 
@@ -100,11 +101,13 @@ class BrokenController(InMemoryController):
         raise RuntimeError("disk on fire")
 
 
-def run_java(classpath: str, mode: str, java_port: int, python_port: int, token: str, *extra: str) -> str:
-    """Run ``BridgeCheck MODE``; returns its output once it passed."""
+def run_java(
+    classpath: str, mode: str, java_port: int, python_port: int, token: str, *extra: str, tls_dir: Path | None = None
+) -> str:
+    """Run ``BridgeCheck MODE`` (over TLS with the files in ``tls_dir``); returns its output once it passed."""
     result = subprocess.run(
         ["java", "-cp", classpath, "BridgeCheck", mode, str(java_port), str(python_port), *extra],
-        env={**os.environ, "BRIDGE_TOKEN": token},
+        env={**os.environ, "BRIDGE_TOKEN": token, **({"BRIDGE_TLS_DIR": str(tls_dir)} if tls_dir else {})},
         capture_output=True,
         text=True,
         timeout=JAVA_TIMEOUT,
@@ -239,12 +242,14 @@ def test_submarine_bridge_serve(java_classpath: str, token: str, tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "SUBMARINE_CA_DIR": str(tmp_path / "ca")},
     )
     try:
         first = _first_line(proc, timeout=30.0)
-        listening = re.match(r"py4j bridge listening on 127\.0\.0\.1:(\d+) \(JVM ClientServer expected on", first)
+        listening = re.match(r"py4j bridge listening on 127\.0\.0\.1:(\d+) \(TLS; the JVM's certificate", first)
         assert listening, first
-        output = run_java(java_classpath, "smoke", java_port, int(listening.group(1)), token)
+        port = int(listening.group(1))
+        output = run_java(java_classpath, "smoke", java_port, port, token, tls_dir=tmp_path / "bridge-tls")
         assert passed(output) == 4
         proc.send_signal(signal.SIGTERM)
         rest, err = proc.communicate(timeout=30)
@@ -389,3 +394,23 @@ def test_failed_logins_write_a_bounded_number_of_log_lines(token: str, caplog: p
     assert sum(int(re.search(r"refused (\d+) ", m).group(1)) for m in refusals) == attempts  # type: ignore[union-attr]
     assert len(records) <= len(refusals) + 3, [r.getMessage() for r in records][:20]
     assert wrong not in caplog.text and token not in caplog.text
+
+
+def test_mutual_tls_with_certificates_of_one_ca(java_classpath: str, token: str, tmp_path: Path) -> None:
+    """With TLS the JVM calls the bridge, and the bridge builds and releases the returned objects, over
+    one TLS connection; a plain-TCP login on the bridge's port is refused."""
+    tls = write_tls_files(tmp_path / "tls", CertificateAuthority.create("bridge test CA"), "127.0.0.1")
+    controller = InMemoryController()
+    java_port = free_port()
+    with BridgeServer(controller, token=token, python_port=0, java_port=java_port, tls=tls) as bridge:
+        output = run_java(java_classpath, "memory", java_port, bridge.port, token, tls_dir=tmp_path / "tls")
+        assert "released in the JVM (held: 3)" in output
+        with socket.create_connection(("127.0.0.1", bridge.port), timeout=5) as plain:
+            plain.sendall(f"A\n{token}\ne\n".encode())
+            plain.settimeout(LOGIN_TIMEOUT_S + 2)
+            try:
+                answer = plain.recv(64)
+            except ConnectionError:
+                answer = b""
+        assert b"!yv" not in answer
+    assert [j.job_id for j in controller.jobs()] == ["job-m"]

@@ -30,7 +30,7 @@ from submarine_elastic.bridge.api import (
     java_sources,
     py4j_jar,
 )
-from submarine_elastic.bridge.server import _PY4J_LOGGERS, BridgeServer, _Py4JLogFilter, is_loopback
+from submarine_elastic.bridge.server import _PY4J_LOGGERS, TLS_FILES, BridgeServer, _Py4JLogFilter, is_loopback
 from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
 from submarine_elastic.cli.bridge import bridge
 from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
@@ -414,6 +414,13 @@ def test_the_log_filter_redacts_the_token_and_drops_deliberate_java_exceptions()
 # ----------------------------------------------------------------------------- the CLI
 
 
+@pytest.fixture(autouse=True)
+def _cluster_ca_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bridge serve`` issues its certificates from the cluster's CA: a CA of this test's own."""
+    monkeypatch.setenv("SUBMARINE_CA_DIR", str(tmp_path / "ca"))
+    monkeypatch.delenv("SUBMARINE_INSECURE", raising=False)
+
+
 def test_bridge_is_a_command_of_submarine() -> None:
     from submarine_elastic.cli.main import cli
 
@@ -466,3 +473,40 @@ def test_serve_warns_about_a_token_file_others_can_read(tmp_path: Path) -> None:
         )
     assert "readable by others (mode 644)" in result.output
     assert TOKEN not in result.output
+
+
+def test_serve_issues_tls_files_by_default_and_plaintext_only_when_told(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(bridge, ["serve", "--token-file", str(token_file), "--port", port])
+        assert f"cannot listen on 127.0.0.1:{port}" in result.output
+        tls = tmp_path / "bridge-tls"
+        assert sorted(p.name for p in tls.iterdir()) == sorted(TLS_FILES)
+        assert stat.S_IMODE(tls.stat().st_mode) == 0o700
+        assert {stat.S_IMODE((tls / k).stat().st_mode) for k in ("bridge.key", "jvm.key")} == {0o600}
+        assert (tls / "ca.crt").read_bytes() == (tmp_path / "ca" / "ca.crt").read_bytes()
+
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        (plain / "token").write_text(TOKEN)
+        (plain / "token").chmod(0o600)
+        result = CliRunner().invoke(
+            bridge, ["serve", "--token-file", str(plain / "token"), "--port", port, "--insecure"]
+        )
+        assert f"cannot listen on 127.0.0.1:{port}" in result.output
+        assert not (plain / "bridge-tls").exists()
+
+
+def test_a_bridge_beyond_loopback_needs_tls_or_insecure(fake_jvm: socket.socket) -> None:
+    java_port = fake_jvm.getsockname()[1]
+    for host in ("0.0.0.0", "192.0.2.1", "example.com"):
+        with pytest.raises(BridgeConfigError) as raised:
+            BridgeServer(InMemoryController(), token=TOKEN, host=host, java_port=java_port)
+        assert f"host {host!r} is not loopback" in str(raised.value) and "--insecure" in str(raised.value)
+        BridgeServer(InMemoryController(), token=TOKEN, host=host, java_port=java_port, insecure=True)
+    BridgeServer(InMemoryController(), token=TOKEN, host="::1", java_port=java_port)

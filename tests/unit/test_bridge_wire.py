@@ -8,9 +8,11 @@ from __future__ import annotations
 import io
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,13 +27,15 @@ from submarine_elastic.bridge.api import (
     REFUSAL_LOG_INTERVAL_S,
     BridgeConfigError,
     BridgeLimits,
+    BridgeTls,
     JavaSide,
 )
-from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic.bridge.server import BridgeServer, write_tls_files
 from submarine_elastic.bridge.service import INTERFACE, ElasticSchedulerService
 from submarine_elastic.bridge.wire import BoundedLines, ProtocolViolation, RefusalLog, answer_call
 from submarine_elastic.controller.api import DecisionRecord, JobRecord
 from submarine_elastic.controller.memory import InMemoryController
+from submarine_elastic.tls import CertificateAuthority
 
 TOKEN = "unit-test-token-0123456789abcdef"
 
@@ -347,3 +351,44 @@ def test_pending_connections_are_bounded(fake_jvm: int) -> None:
         assert all(_closed_within(sock, 4.0) for sock in held)
         for sock in held:
             sock.close()
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+def _tls_login(port: int, ca: Path, cert: tuple[Path, Path] | None) -> bytes:
+    """Log in over TLS, checking the bridge against ``ca`` and presenting ``cert``; what came back
+    (``b""`` when the bridge refused the connection)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(ca)
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                sock.sendall(f"A\n{TOKEN}\ne\n".encode())
+                return sock.recv(64)
+    except (ssl.SSLError, ConnectionError):
+        return b""
+
+
+def test_tls_requires_a_client_certificate_of_the_ca(tmp_path: Path, fake_jvm: int) -> None:
+    tls = write_tls_files(tmp_path / "tls", CertificateAuthority.create("unit test CA"), "127.0.0.1")
+    other = CertificateAuthority.create("another CA").issue_client("intruder")
+    other.write(tmp_path, "intruder")
+    ca, jvm = tmp_path / "tls" / "ca.crt", (tmp_path / "tls" / "jvm.crt", tmp_path / "tls" / "jvm.key")
+    with BridgeServer(InMemoryController(), token=TOKEN, python_port=0, java_port=fake_jvm, tls=tls) as bridge:
+        assert _tls_login(bridge.port, ca, jvm) == b"!yv\n"
+        assert _tls_login(bridge.port, ca, None) == b""
+        assert _tls_login(bridge.port, ca, (tmp_path / "intruder.crt", tmp_path / "intruder.key")) == b""
+        with socket.create_connection(("127.0.0.1", bridge.port), timeout=5) as plain:
+            plain.sendall(f"A\n{TOKEN}\ne\n".encode())
+            assert _closed_within(plain, 3.0)
+        assert _wait(lambda: bridge.guard.pending == 0 and bridge.guard.logged_in == 0)
+
+
+def test_bridge_tls_takes_a_server_context_only(tmp_path: Path) -> None:
+    with pytest.raises(BridgeConfigError, match="PROTOCOL_TLS_SERVER"):
+        BridgeTls(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    with pytest.raises(BridgeConfigError, match="cannot load the bridge's TLS files"):
+        BridgeTls.from_files(tmp_path / "no.crt", tmp_path / "no.key", tmp_path / "ca.crt")

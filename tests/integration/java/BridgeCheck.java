@@ -1,4 +1,16 @@
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.security.KeyFactory;
+import java.security.KeyStore;
+import java.security.PrivateKey;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
+import java.security.spec.PKCS8EncodedKeySpec;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -13,6 +25,10 @@ import org.submarineelastic.bridge.InvalidJobException;
 import org.submarineelastic.bridge.Job;
 import org.submarineelastic.bridge.UnknownJobException;
 
+import javax.net.ssl.KeyManagerFactory;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
+
 import py4j.ClientServer;
 import py4j.Py4JException;
 
@@ -20,7 +36,8 @@ import py4j.Py4JException;
  * Drives the py4j bridge from a real JVM, the way Submarine's server would.
  *
  * <p>Usage: {@code BRIDGE_TOKEN=... java BridgeCheck MODE JAVA_PORT PYTHON_PORT} (the token in the
- * environment, not on the command line where other users could read it). Prints one line per check and
+ * environment, not on the command line where other users could read it). With {@code BRIDGE_TLS_DIR}
+ * both of py4j's sockets speak TLS with the files there (see {@link #tlsContext}). Prints one line per check and
  * {@code PASS <n>} at the end; any failed check prints {@code FAIL ...} and exits 1.
  *
  * <p>Modes: {@code scenario} (every method, arrival, departure, decisions, errors), {@code wrong-token}
@@ -90,12 +107,19 @@ public final class BridgeCheck {
         int javaPort = Integer.parseInt(args[1]);
         int pythonPort = Integer.parseInt(args[2]);
         String token = System.getenv("BRIDGE_TOKEN");
-        ClientServer clientServer = new ClientServer.ClientServerBuilder()
+        ClientServer.ClientServerBuilder builder = new ClientServer.ClientServerBuilder()
                 .javaPort(javaPort)
                 .pythonPort(pythonPort)
                 .authToken(token)
-                .readTimeout(20000)
-                .build();
+                .readTimeout(20000);
+        String tlsDir = System.getenv("BRIDGE_TLS_DIR");
+        if (tlsDir != null) {
+            SSLContext tls = tlsContext(Paths.get(tlsDir));
+            // The calls to Python go over TLS; py4j's ClientServer ignores a server socket factory for its
+            // own port, which the bridge never connects to.
+            builder.socketFactory(tls.getSocketFactory());
+        }
+        ClientServer clientServer = builder.build();
         try {
             ElasticScheduler scheduler = (ElasticScheduler) clientServer.getPythonServerEntryPoint(
                     new Class<?>[] {ElasticScheduler.class});
@@ -251,6 +275,40 @@ public final class BridgeCheck {
         Thread.sleep(pauseMillis);
         checkEq(0, scheduler.listJobs().size(), "a call after the bridge closed the idle connection");
         checkEq("bridge", scheduler.jobSubmitted("job-i", 1, 1, 1, false).getSource(), "and another");
+    }
+
+    /**
+     * TLS as {@code submarine bridge serve --tls-dir} sets it up: the JVM's client certificate and key
+     * ({@code jvm.crt}, {@code jvm.key}, PKCS#8), which the bridge requires, and the cluster's CA
+     * ({@code ca.crt}), which the bridge's certificate must chain to.
+     */
+    private static SSLContext tlsContext(Path dir) throws Exception {
+        CertificateFactory x509 = CertificateFactory.getInstance("X.509");
+        Certificate ca;
+        Certificate cert;
+        try (InputStream in = Files.newInputStream(dir.resolve("ca.crt"))) {
+            ca = x509.generateCertificate(in);
+        }
+        try (InputStream in = Files.newInputStream(dir.resolve("jvm.crt"))) {
+            cert = x509.generateCertificate(in);
+        }
+        String pem = new String(Files.readAllBytes(dir.resolve("jvm.key")), StandardCharsets.US_ASCII);
+        byte[] der = Base64.getMimeDecoder().decode(pem.replaceAll("-----[A-Z ]+-----", ""));
+        PrivateKey key = KeyFactory.getInstance("EC").generatePrivate(new PKCS8EncodedKeySpec(der));
+        char[] password = "unused".toCharArray();
+        KeyStore keys = KeyStore.getInstance("PKCS12");
+        keys.load(null, null);
+        keys.setKeyEntry("jvm", key, password, new Certificate[] {cert, ca});
+        KeyStore trusted = KeyStore.getInstance("PKCS12");
+        trusted.load(null, null);
+        trusted.setCertificateEntry("ca", ca);
+        KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+        kmf.init(keys, password);
+        TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(trusted);
+        SSLContext context = SSLContext.getInstance("TLS");
+        context.init(kmf.getKeyManagers(), tmf.getTrustManagers(), null);
+        return context;
     }
 
     private static void smoke(ElasticScheduler scheduler) {
