@@ -344,8 +344,8 @@ class LocalCluster:
             yarn["yarn.nodemanager.bind-host"] = "0.0.0.0"
         elif spec.secure:
             realm = self.realm(spec)
-            if name == "rm":
-                core.update(rm_spnego_settings(realm))
+            # The RM's and the NodeManagers' web endpoints alike: one HTTP/<host> key serves the one host.
+            core.update(spnego_settings(realm))
             if node is not None:
                 # The containers reach the cluster's KDC as the NodeManager does (a host's /etc/krb5.conf elsewhere).
                 allowed = _xml_value(files[conf / "yarn-site.xml"], "yarn.nodemanager.env-whitelist") or ""
@@ -841,10 +841,11 @@ def _write_files(files: Mapping[Path, bytes]) -> None:
         path.write_bytes(content)
 
 
-def rm_spnego_settings(realm: KerberosRealm) -> dict[str, str]:
-    """The RM's ``core-site.xml`` settings that put its web endpoints (the REST API, the Services API
-    ``/app/v1/services``, the UI) behind SPNEGO with the realm's ``HTTP/<host>`` key: no anonymous access,
-    ``?user.name=`` no longer names anyone. RPC between the daemons stays simple auth."""
+def spnego_settings(realm: KerberosRealm) -> dict[str, str]:
+    """The ``core-site.xml`` settings that put a daemon's web endpoints (the RM's REST API, Services API
+    ``/app/v1/services`` and UI; a NodeManager's REST API and UI) behind SPNEGO with the realm's
+    ``HTTP/<host>`` key: no anonymous access, ``?user.name=`` no longer names anyone. RPC between the daemons
+    stays simple auth."""
     return {
         "hadoop.http.filter.initializers": "org.apache.hadoop.security.AuthenticationFilterInitializer",
         "hadoop.http.authentication.type": "kerberos",

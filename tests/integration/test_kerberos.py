@@ -67,11 +67,13 @@ def test_a_job_runs_flexes_and_is_killed_with_kerberos_and_nothing_unauthenticat
     realm = secure_cluster.realm(SPEC)
     rm = SPEC.rm_url
 
-    # Unauthenticated: no credentials at all, or simple auth's ?user.name=, on the REST and the Services API.
-    for path in ("/ws/v1/cluster/info", "/ws/v1/cluster/nodes", "/app/v1/services/version"):
+    # Unauthenticated: no credentials at all, or simple auth's ?user.name=, on the RM's REST and Services API
+    # and a NodeManager's REST API.
+    nm = f"http://{SPEC.host}:{SPEC.nm_ports(0)['yarn.nodemanager.webapp.address']}/ws/v1/node"
+    for url in (f"{rm}/ws/v1/cluster/info", f"{rm}/ws/v1/cluster/nodes", f"{rm}/app/v1/services/version", nm):
         for params in ({}, {"user.name": realm.user}):
-            answer = requests.get(f"{rm}{path}", params=params, timeout=10)
-            assert answer.status_code == 401, (path, params, answer.status_code)
+            answer = requests.get(url, params=params, timeout=10)
+            assert answer.status_code == 401, (url, params, answer.status_code)
             assert answer.headers.get("WWW-Authenticate") == "Negotiate"
     with YarnServiceClient(rm, auth="simple", user=realm.user, retries=0) as simple:
         with pytest.raises(YarnAuthError, match="401"):

@@ -233,7 +233,7 @@ def test_the_pseudo_clusters_own_reads_of_the_rm_are_authenticated(krb5_config: 
     assert rm.seen.principals == [krb5_config.user_principal]
 
 
-def test_the_rm_of_a_secure_cluster_runs_its_web_endpoints_behind_spnego(tmp_path: Path) -> None:
+def test_the_daemons_of_a_secure_cluster_run_their_web_endpoints_behind_spnego(tmp_path: Path) -> None:
     from submarine_elastic.cluster import ClusterSpec, LocalCluster
 
     cluster = LocalCluster(tmp_path, hadoop_lib=tmp_path / "lib")
@@ -247,6 +247,7 @@ def test_the_rm_of_a_secure_cluster_runs_its_web_endpoints_behind_spnego(tmp_pat
     assert core["hadoop.http.authentication.kerberos.keytab"] == str(realm.http_keytab)
     assert "AuthenticationFilterInitializer" in core["hadoop.http.filter.initializers"]
     _files, nm_settings = cluster._conf_files("nm-0", spec, tmp_path / "dep.tar.gz", node=0)
+    assert nm_settings[tmp_path / "conf" / "nm-0" / "core-site.xml"] == core
     whitelist = nm_settings[tmp_path / "conf" / "nm-0" / "yarn-site.xml"]["yarn.nodemanager.env-whitelist"]
     assert whitelist.split(",")[-1] == "KRB5_CONFIG"
     assert spec.daemon_names()[0] == "kdc" and spec.daemon_ports("kdc") == {23089: "Kerberos KDC"}
