@@ -25,6 +25,7 @@ from .api import (
     Refusal,
     Request,
     Snapshot,
+    StepTime,
     Throughput,
 )
 from .basic import GreedyPolicy, StaticPolicy
@@ -32,7 +33,7 @@ from .composite import CompositePolicy
 from .convergence import ConvergencePolicy
 from .engine import DEFAULT_COOLDOWN_S, PolicyEngine
 from .fair_share import FairShareArbiter
-from .goodput import GoodputArbiter
+from .goodput import GoodputArbiter, GoodputPolicy
 from .loader import (
     BUILTIN_POLICIES,
     ENTRY_POINT_GROUP,
@@ -59,6 +60,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "FairShareArbiter",
     "GoodputArbiter",
+    "GoodputPolicy",
     "GreedyPolicy",
     "InvalidDecisionError",
     "InvalidSnapshotError",
@@ -79,6 +81,7 @@ __all__ = [
     "ScalingEfficiencyPolicy",
     "Snapshot",
     "StaticPolicy",
+    "StepTime",
     "StragglerPolicy",
     "Throughput",
     "UtilityPolicy",

@@ -52,6 +52,7 @@ __all__ = [
     "Refusal",
     "Request",
     "Snapshot",
+    "StepTime",
     "Throughput",
 ]
 
@@ -108,6 +109,7 @@ class NotAPolicyError(PolicyLoadError, TypeError):
 
 # ------------------------------------------------------------------------------------------- helpers
 
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -159,6 +161,55 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """The measured time of one optimizer step of a job in one configuration.
+
+    A configuration is the worker count, the nodes they span, the per-worker micro-batch and the
+    gradient-accumulation steps: each step runs ``accum_steps + 1`` micro-batches of ``local_batch``
+    samples per worker, then synchronises the gradients once (global batch
+    ``workers * local_batch * (accum_steps + 1)``).
+
+    Attributes:
+        workers: workers in the step (>= 1).
+        nodes: nodes they ran on (1 to ``workers``).
+        local_batch: samples per worker per micro-batch (> 0).
+        accum_steps: micro-batches accumulated before the synchronisation, beyond the first (>= 0).
+        seconds: wall seconds of the whole step (> 0).
+        sync_seconds: the part spent synchronising gradients, when measured apart (0 to ``seconds``).
+        steps: how many steps the figure covers (>= 0).
+    """
+
+    workers: int
+    nodes: int
+    local_batch: float
+    accum_steps: int
+    seconds: float
+    sync_seconds: float | None = None
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        _check_count(InvalidSnapshotError, "StepTime.workers", self.workers, minimum=1)
+        _check_count(InvalidSnapshotError, "StepTime.nodes", self.nodes, minimum=1)
+        if self.nodes > self.workers:
+            raise InvalidSnapshotError(f"StepTime.nodes ({self.nodes}) exceeds its workers ({self.workers})")
+        _check_finite(InvalidSnapshotError, "StepTime.local_batch", self.local_batch, positive=True)
+        _check_count(InvalidSnapshotError, "StepTime.accum_steps", self.accum_steps)
+        _check_finite(InvalidSnapshotError, "StepTime.seconds", self.seconds, positive=True)
+        if self.sync_seconds is not None:
+            _check_finite(InvalidSnapshotError, "StepTime.sync_seconds", self.sync_seconds)
+            if self.sync_seconds > self.seconds:
+                raise InvalidSnapshotError(
+                    f"StepTime.sync_seconds ({self.sync_seconds}) exceeds the step's seconds ({self.seconds})"
+                )
+        _check_count(InvalidSnapshotError, "StepTime.steps", self.steps)
+
+    @property
+    def global_batch(self) -> float:
+        """Samples per optimizer step of the whole job."""
+        return self.workers * self.local_batch * (self.accum_steps + 1)
+
+
+@dataclass(frozen=True)
 class JobMetrics:
     """What a job's training has reported, as far as policies care. Every field may be unknown.
 
@@ -171,6 +222,10 @@ class JobMetrics:
         batch_size: the current global batch size, in samples.
         learning_rate: the current learning rate.
         remaining_samples: samples left until the job is done, when known (deadline policies need it).
+        configurations: measured step times, one per configuration the job ran in (oldest first); what
+            the goodput policy fits its throughput model to.
+        accum_steps: the current gradient-accumulation steps (beyond the first micro-batch).
+        resize_cost_s: seconds of training a change of the job's workers costs, as measured.
     """
 
     step: int = 0
@@ -181,6 +236,9 @@ class JobMetrics:
     batch_size: int | None = None
     learning_rate: float | None = None
     remaining_samples: float | None = None
+    configurations: tuple[StepTime, ...] = ()
+    accum_steps: int | None = None
+    resize_cost_s: float | None = None
 
     def __post_init__(self) -> None:
         _check_count(InvalidSnapshotError, "step", self.step)
@@ -219,6 +277,16 @@ class JobMetrics:
             _check_finite(InvalidSnapshotError, "learning_rate", self.learning_rate, positive=True)
         if self.remaining_samples is not None:
             _check_finite(InvalidSnapshotError, "remaining_samples", self.remaining_samples)
+        if isinstance(self.configurations, str | bytes) or not isinstance(self.configurations, Sequence):
+            raise InvalidSnapshotError(f"configurations must be a sequence of StepTime, got {self.configurations!r}")
+        for measured in self.configurations:
+            if not isinstance(measured, StepTime):
+                raise InvalidSnapshotError(f"configurations must hold StepTime objects, got {measured!r}")
+        object.__setattr__(self, "configurations", tuple(self.configurations))
+        if self.accum_steps is not None:
+            _check_count(InvalidSnapshotError, "accum_steps", self.accum_steps)
+        if self.resize_cost_s is not None:
+            _check_finite(InvalidSnapshotError, "resize_cost_s", self.resize_cost_s)
 
     @property
     def loss_trend(self) -> float | None:
@@ -255,6 +323,14 @@ class JobView:
         last_resize_at: when the job's worker set last changed (resize or replacement), or None.
         instances: names of the job's running worker instances (``worker-0``, ...), when known.
         metrics: what its training has reported.
+        min_batch_size: the smallest global batch a policy may choose; with ``max_batch_size``, the
+            range the job lets policies choose its batch from. Both None: the batch is not a policy's
+            to choose.
+        max_batch_size: the largest global batch a policy may choose.
+        max_local_batch: the most samples a worker fits in one micro-batch; a larger per-worker batch
+            is reached by gradient accumulation. None: unknown (no accumulation is planned).
+        requested_workers: the worker count the job was submitted with, when known (its user's choice,
+            where a policy that explores may start it).
     """
 
     job_id: str
@@ -267,6 +343,10 @@ class JobView:
     last_resize_at: float | None = None
     instances: tuple[str, ...] = ()
     metrics: JobMetrics = field(default_factory=JobMetrics)
+    min_batch_size: int | None = None
+    max_batch_size: int | None = None
+    max_local_batch: int | None = None
+    requested_workers: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -302,6 +382,23 @@ class JobView:
         object.__setattr__(self, "instances", tuple(self.instances))
         if not isinstance(self.metrics, JobMetrics):
             raise InvalidSnapshotError(f"{self.job_id}: metrics must be a JobMetrics, got {self.metrics!r}")
+        if (self.min_batch_size is None) != (self.max_batch_size is None):
+            raise InvalidSnapshotError(
+                f"{self.job_id}: min_batch_size and max_batch_size come together, got "
+                f"{self.min_batch_size!r} and {self.max_batch_size!r}"
+            )
+        if self.min_batch_size is not None:
+            _check_count(InvalidSnapshotError, f"{self.job_id}: min_batch_size", self.min_batch_size, minimum=1)
+            _check_count(InvalidSnapshotError, f"{self.job_id}: max_batch_size", self.max_batch_size, minimum=1)
+            if self.max_batch_size < self.min_batch_size:  # type: ignore[operator]
+                raise InvalidSnapshotError(
+                    f"{self.job_id}: max_batch_size ({self.max_batch_size}) is below min_batch_size "
+                    f"({self.min_batch_size})"
+                )
+        if self.max_local_batch is not None:
+            _check_count(InvalidSnapshotError, f"{self.job_id}: max_local_batch", self.max_local_batch, minimum=1)
+        if self.requested_workers is not None:
+            _check_count(InvalidSnapshotError, f"{self.job_id}: requested_workers", self.requested_workers, minimum=1)
 
     @property
     def holding(self) -> int:
@@ -329,12 +426,15 @@ class Snapshot:
         free: worker slots free now, after every job in :attr:`jobs` and every application the policies
             do not manage (someone else's) took theirs.
         jobs: the jobs the policies manage, in the caller's order; job ids are unique.
+        slots_per_node: worker slots of one node, when the nodes are alike (None: unknown); what a
+            policy that counts placement takes a job of ``k`` workers to span (``ceil(k / slots)`` nodes).
     """
 
     now: float
     capacity: int
     free: int
     jobs: tuple[JobView, ...] = ()
+    slots_per_node: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_number(self.now) or not math.isfinite(self.now):
@@ -353,6 +453,8 @@ class Snapshot:
                 raise InvalidSnapshotError(f"job id {job.job_id!r} appears twice")
             seen.add(job.job_id)
         object.__setattr__(self, "jobs", tuple(self.jobs))
+        if self.slots_per_node is not None:
+            _check_count(InvalidSnapshotError, "slots_per_node", self.slots_per_node, minimum=1)
 
     @property
     def available(self) -> int:
@@ -379,6 +481,8 @@ class Decision:
         batch_size: a new global batch size, or None to leave it.
         learning_rate: a new learning rate, or None to leave it.
         replace: worker instances to decommission and replace by fresh ones (size unchanged by this).
+        accum_steps: the gradient-accumulation steps that go with ``batch_size`` (micro-batches beyond
+            the first per step), or None to leave it to the job.
     """
 
     job_id: str
@@ -387,6 +491,7 @@ class Decision:
     batch_size: int | None = None
     learning_rate: float | None = None
     replace: tuple[str, ...] = ()
+    accum_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -405,6 +510,8 @@ class Decision:
         if len(set(self.replace)) != len(self.replace):
             raise InvalidDecisionError(f"{self.job_id}: replace names an instance twice: {self.replace!r}")
         object.__setattr__(self, "replace", tuple(self.replace))
+        if self.accum_steps is not None:
+            _check_count(InvalidDecisionError, f"{self.job_id}: accum_steps", self.accum_steps)
 
 
 @dataclass(frozen=True)
@@ -466,17 +573,27 @@ class Request:
 
 @dataclass(frozen=True)
 class Allocation:
-    """An arbiter's answer for one job: the worker count it gets, and why (one line)."""
+    """An arbiter's answer for one job: the worker count it gets, and why (one line).
+
+    An arbiter that chooses the batch with the workers (``goodput``) also gives the global batch size
+    and gradient-accumulation steps for that count; they take the place of the job policy's.
+    """
 
     job_id: str
     workers: int
     reason: str
+    batch_size: int | None = None
+    accum_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
             raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
         _check_count(InvalidDecisionError, f"{self.job_id}: workers", self.workers)
         _check_reason(InvalidDecisionError, self.reason)
+        if self.batch_size is not None:
+            _check_count(InvalidDecisionError, f"{self.job_id}: batch_size", self.batch_size, minimum=1)
+        if self.accum_steps is not None:
+            _check_count(InvalidDecisionError, f"{self.job_id}: accum_steps", self.accum_steps)
 
 
 # ---------------------------------------------------------------------------------------- interfaces

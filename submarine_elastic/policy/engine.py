@@ -198,12 +198,17 @@ class PolicyEngine:
             if extra is not None:
                 extras[job.job_id] = extra
 
-        targets, arbiter_reasons = self._arbitrate(snapshot, requests, refusals)
+        targets, arbiter_reasons, batches = self._arbitrate(snapshot, requests, refusals)
 
         decisions: list[Decision] = []
         for request in requests:
             decision = self._final(
-                request, targets[request.job_id], arbiter_reasons, extras.get(request.job_id), snapshot.now
+                request,
+                targets[request.job_id],
+                arbiter_reasons,
+                extras.get(request.job_id),
+                snapshot.now,
+                batches.get(request.job_id),
             )
             if decision is not None:
                 decisions.append(decision)
@@ -340,6 +345,7 @@ class PolicyEngine:
             batch_size=proposal.batch_size,
             learning_rate=proposal.learning_rate,
             replace=replace,
+            accum_steps=proposal.accum_steps,
         )
         return Request(job=job, desired=desired, settled=settled, reason=reason, preemptible=preemptible), extra
 
@@ -362,19 +368,21 @@ class PolicyEngine:
 
     def _arbitrate(
         self, snapshot: Snapshot, requests: Sequence[Request], refusals: list[Refusal]
-    ) -> tuple[dict[str, int], dict[str, str]]:
+    ) -> tuple[dict[str, int], dict[str, str], dict[str, Allocation]]:
+        """The worker count of every job, the arbiter's reasons, and its accepted allocations that set a
+        batch size (for the count they give)."""
         source = self.arbiter.display_name
         targets = {r.job_id: r.holding for r in requests}
         by_id = {r.job_id: r for r in requests}
         reasons: dict[str, str] = {}
         if not requests:
-            return targets, reasons
+            return targets, reasons, {}
         ok, result = self._call(refusals, None, source, "allocate", lambda: self.arbiter.allocate(snapshot, requests))
         if not ok:
-            return targets, reasons
+            return targets, reasons, {}
         if isinstance(result, str | bytes) or not isinstance(result, Sequence):
             self._refuse(refusals, None, source, f"allocate returned {type(result).__name__}, not a sequence")
-            return targets, reasons
+            return targets, reasons, {}
 
         accepted: dict[str, Allocation] = {}
         for allocation in result:
@@ -427,7 +435,10 @@ class PolicyEngine:
             )
             targets[request.job_id] = request.holding
             reasons.pop(request.job_id, None)
-        return targets, reasons
+        batches = {
+            job_id: a for job_id, a in accepted.items() if a.batch_size is not None and targets[job_id] == a.workers
+        }
+        return targets, reasons, batches
 
     @staticmethod
     def _check_allocation(
@@ -455,6 +466,7 @@ class PolicyEngine:
         arbiter_reasons: Mapping[str, str],
         extra: Decision | None,
         now: float,
+        allocation: Allocation | None = None,
     ) -> Decision | None:
         job = request.job
         if target != request.holding:
@@ -462,13 +474,22 @@ class PolicyEngine:
         else:
             reason = extra.reason if extra is not None else request.reason
         replace: tuple[str, ...] = ()
-        batch_size = learning_rate = None
+        batch_size = learning_rate = accum_steps = None
         if extra is not None:
             replace = extra.replace if not job.waiting else ()
             if extra.batch_size is not None and extra.batch_size != job.metrics.batch_size:
-                batch_size = extra.batch_size
+                batch_size, accum_steps = extra.batch_size, extra.accum_steps
             if extra.learning_rate is not None and extra.learning_rate != job.metrics.learning_rate:
                 learning_rate = extra.learning_rate
+        if allocation is not None and allocation.batch_size is not None:
+            # the arbiter chose the batch for the count it gave: it replaces the job policy's
+            batch_size = accum_steps = None
+            if allocation.batch_size != job.metrics.batch_size or (
+                allocation.accum_steps is not None and allocation.accum_steps != job.metrics.accum_steps
+            ):
+                batch_size, accum_steps = allocation.batch_size, allocation.accum_steps
+                if target == request.holding:
+                    reason = allocation.reason
         if target == request.holding and not replace and batch_size is None and learning_rate is None:
             return None
         if target != request.holding:
@@ -483,6 +504,7 @@ class PolicyEngine:
             batch_size=batch_size,
             learning_rate=learning_rate,
             replace=replace,
+            accum_steps=accum_steps,
         )
 
     # -------------------------------------------------------------------------------------- state

@@ -1,40 +1,93 @@
-"""Goodput arbiter: each worker goes where it adds the most goodput (as in Pollux).
+"""The goodput job policy and arbiter: workers, batch size and gradient accumulation chosen together
+(as in Pollux, OSDI 2021).
 
-Goodput is throughput times statistical efficiency, ``G(k) = T(k) * E(k)``:
+Per job, :class:`~submarine_elastic.policy.goodput_model.GoodputModel` fits a throughput model to the
+step times the job measured in each configuration (kept here, :data:`MAX_CONFIGURATIONS` per job, in
+``state_dict()``), multiplies it by the statistical efficiency of the gradient noise scale, and gives
+for each worker count the batch and accumulation of the most goodput. A job's *speedup* at ``k``
+workers is its best goodput at ``k`` over its best goodput at one worker.
 
-* ``T(k)``, samples/s at ``k`` workers: measured when the job ran at ``k``; between two measured
-  sizes, interpolated linearly; above the largest measured size K, ``T(K)`` plus the last measured
-  marginal throughput per added worker (at most the per-worker throughput at K); below the smallest
-  measured size k0, ``T(k0) * k / k0``. A job with nothing measured is taken to scale linearly.
-* ``E(k)``, statistical efficiency: with gradient noise scale ``B_noise`` reported and the job keeping
-  its per-worker batch ``b`` (global batch ``B(k) = b * k``),
+:class:`GoodputArbiter` chooses every job's worker count at once to maximise the power mean with
+``p = -1`` of the jobs' speedups (minimise ``sum(1 / speedup)``), which favours giving each job a
+share before giving any job more: a job waiting at no workers counts :data:`WAITING_PENALTY` (older
+jobs a little more), so as many jobs run as fit. A change of a running job's workers is charged its
+cost: its speedup at any other count is multiplied by ``(1 - cost / horizon) * (1 - hysteresis)``, the
+cost being ``resize_cost_s`` when given, else the job's measured ``resize_cost_s``, else
+:data:`DEFAULT_RESIZE_COST_S`, the horizon the job's age, at least :data:`MIN_HORIZON_S` (a job that has
+run long is expected to run long), and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice is exact:
+dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
+of its best configuration at the count it gets. Jobs in their cooldown, and jobs that are not elastic,
+keep what they hold. A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
+times past the most workers it was measured at; before its first measurement, to the count it was
+submitted with or ``initial_workers`` (one node's slots by default), whichever is more.
 
-      E(k) = (B_noise + B0) / (B_noise + B(k)),   B0 = b
+A job without step times per configuration (a controller that reports only throughput by world size)
+is modelled as before: throughput interpolated between the measured world sizes, with its per-worker
+batch kept, times the efficiency of the noise scale (:func:`estimated_throughput`,
+:func:`statistical_efficiency`); its batch is left alone.
 
-  the fraction of a sample's progress at batch ``b`` that a sample still makes at batch ``B(k)``
-  (McCandlish et al. 2018; Pollux, OSDI 2021). ``E(1) = 1``. Without a noise scale, ``E = 1``.
-
-Gains are compared as speedups, ``G(k) / G(1)``, so a job of cheap samples does not win just by
-counting more of them. Allocation: waiting jobs start at their minimum (taking from the jobs that
-lose the least goodput); free slots go one at a time to the largest speedup gain, if above
-``min_gain``; then a worker moves from one job to another while the receiver gains more than the
-donor loses by ``swap_margin``. Settled jobs only give workers to arrivals; jobs that are not elastic
-never move.
+:class:`GoodputPolicy` is the job side: it asks for the count of its best speedup within the same
+exploration cap, with the batch of that count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from ._alloc import Share, admit, allocations, free_slots, give_free, initial_shares
-from ._common import check_number
-from .api import Allocation, ClusterArbiter, JobView, Request, Snapshot
+import numpy as np
 
-__all__ = ["GoodputArbiter", "estimated_throughput", "statistical_efficiency"]
+from ._common import check_int, check_number
+from .api import (
+    Allocation,
+    ClusterArbiter,
+    Decision,
+    JobPolicy,
+    JobView,
+    PolicyConfigError,
+    PolicyStateError,
+    Request,
+    Snapshot,
+    StepTime,
+)
+from .goodput_model import BestConfigs, GoodputModel, worker_cap
+
+__all__ = [
+    "DEFAULT_RESIZE_COST_S",
+    "MAX_CONFIGURATIONS",
+    "MIN_HORIZON_S",
+    "RESIZE_HYSTERESIS",
+    "WAITING_PENALTY",
+    "GoodputArbiter",
+    "GoodputPolicy",
+    "estimated_throughput",
+    "statistical_efficiency",
+]
+
+#: Measured configurations kept per job (the most recently measured; older ones are dropped).
+MAX_CONFIGURATIONS = 32
+#: Seconds a resize is taken to cost when neither the arbiter nor the job's metrics say.
+DEFAULT_RESIZE_COST_S = 30.0
+#: The shortest horizon over which a resize's cost is spread (seconds).
+MIN_HORIZON_S = 600.0
+#: A running job's speedup at any other count is also multiplied by ``1 - RESIZE_HYSTERESIS``: a resize
+#: must gain this fraction more than its measured cost (arrivals and departures shift every job's best
+#: count by a worker or two; without it every job would follow).
+RESIZE_HYSTERESIS = 0.15
+#: What a job waiting at no workers adds to the sum of inverse speedups (plus one per second of age).
+WAITING_PENALTY = 1e6
+_STATE_VERSION = 1
+
+
+# ------------------------------------------------------------------------------ without step times
 
 
 def estimated_throughput(job: JobView, k: int) -> float:
-    """``T(k)`` of the module docstring: measured, interpolated or extrapolated samples/s (>= 0)."""
+    """Samples/s at ``k`` workers from throughput by world size: measured, interpolated linearly between
+    measured sizes, extrapolated past the largest with its last marginal gain (at most its per-worker
+    rate), scaled down linearly below the smallest; linear scaling with nothing measured."""
     points = {size: p.samples_per_second for size, p in job.metrics.throughput.items()}
     if k <= 0:
         return 0.0
@@ -58,7 +111,8 @@ def estimated_throughput(job: JobView, k: int) -> float:
 
 
 def statistical_efficiency(job: JobView, k: int) -> float:
-    """``E(k)`` of the module docstring; 1.0 without a gradient noise scale or batch size."""
+    """Efficiency at ``k`` workers with the per-worker batch kept: ``(B_noise + b) / (B_noise + b * k)``;
+    1.0 without a noise scale or batch size."""
     noise = job.metrics.gradient_noise_scale
     batch = job.metrics.batch_size
     if noise is None or batch is None or k <= 0:
@@ -67,90 +121,270 @@ def statistical_efficiency(job: JobView, k: int) -> float:
     return (noise + local) / (noise + local * k)
 
 
-class GoodputArbiter(ClusterArbiter):
-    """Give each worker to the job whose speedup (throughput x statistical efficiency) gains most.
+# ------------------------------------------------------------------------------------------ history
+
+
+def _key(m: StepTime) -> tuple[int, int, float, int]:
+    return (m.workers, m.nodes, round(m.local_batch, 3), m.accum_steps)
+
+
+class _History:
+    """Step times per job and configuration, the most recent :data:`MAX_CONFIGURATIONS` of each job."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
+
+    def update(self, job: JobView) -> tuple[StepTime, ...]:
+        kept = self.jobs.setdefault(job.job_id, {})
+        for m in job.metrics.configurations:
+            key = _key(m)
+            kept.pop(key, None)
+            kept[key] = m
+        while len(kept) > MAX_CONFIGURATIONS:
+            del kept[next(iter(kept))]
+        return tuple(kept.values())
+
+    def keep_only(self, job_ids: set[str]) -> None:
+        for job_id in [j for j in self.jobs if j not in job_ids]:
+            del self.jobs[job_id]
+
+    def state(self) -> dict[str, Any]:
+        return {
+            job_id: [
+                [m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, m.sync_seconds, m.steps]
+                for m in kept.values()
+            ]
+            for job_id, kept in sorted(self.jobs.items())
+        }
+
+    def load(self, owner: str, state: Any) -> None:
+        if not isinstance(state, Mapping):
+            raise PolicyStateError(f"{owner}: history must be a mapping, got {state!r}")
+        jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
+        try:
+            for job_id, rows in state.items():
+                kept: dict[tuple[int, int, float, int], StepTime] = {}
+                for w, n, local, accum, seconds, sync, steps in rows:
+                    m = StepTime(int(w), int(n), float(local), int(accum), float(seconds), sync, int(steps))
+                    kept[_key(m)] = m
+                jobs[str(job_id)] = kept
+        except (TypeError, ValueError) as exc:
+            raise PolicyStateError(f"{owner}: bad history entry: {exc}") from exc
+        self.jobs = jobs
+
+
+# ------------------------------------------------------------------------------------ per-job table
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What the arbiter knows of one job: speedup, batch and accumulation per worker count (index k),
+    and the most workers it may have now."""
+
+    speedup: np.ndarray
+    batch: np.ndarray | None
+    accum: np.ndarray | None
+    cap: int
+
+
+def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int) -> _Table:
+    cap = worker_cap(job, measured, initial)
+    if measured:
+        best: BestConfigs = GoodputModel(job, measured, slots).best(cap)
+        return _Table(best.speedup(), best.batch, best.accum, cap)
+    if job.metrics.throughput:
+        cap = job.max_workers
+    goodput = np.array([estimated_throughput(job, k) * statistical_efficiency(job, k) for k in range(cap + 1)])
+    base = goodput[1] if cap >= 1 else 0.0
+    speedup = goodput / base if base > 0 else np.zeros_like(goodput)
+    return _Table(speedup, None, None, cap)
+
+
+def _batch_changes(job: JobView, table: _Table, k: int) -> tuple[int | None, int | None]:
+    if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
+        return None, None
+    batch, accum = int(table.batch[k]), int(table.accum[k])
+    if batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
+        return None, None
+    return batch, accum
+
+
+# --------------------------------------------------------------------------------------- job policy
+
+
+class GoodputPolicy(JobPolicy):
+    """A job asks for the worker count of its best speedup (within the exploration cap), with the batch
+    and accumulation of that count.
 
     Args:
-        min_gain: smallest speedup gain worth a free worker (default 0.05: 5 % of one worker's goodput).
-        swap_margin: a worker moves between running jobs only if the receiver gains this much more
-            speedup than the donor loses (default 0.1; hysteresis against ping-pong).
+        initial_workers: the most workers a job gets before its first step time is measured, unless it
+            was submitted with more (default: the snapshot's ``slots_per_node``, else 1).
 
     Raises:
-        PolicyConfigError: a parameter is negative or not finite.
+        PolicyConfigError: ``initial_workers`` is below 1.
     """
 
     name = "goodput"
 
-    def __init__(self, min_gain: float = 0.05, swap_margin: float = 0.1) -> None:
-        owner = type(self).__name__
-        self.min_gain = check_number(owner, "min_gain", min_gain, low=0.0)
-        self.swap_margin = check_number(owner, "swap_margin", swap_margin, low=0.0)
+    def __init__(self, initial_workers: int | None = None) -> None:
+        self.initial_workers = (
+            None
+            if initial_workers is None
+            else check_int(type(self).__name__, "initial_workers", initial_workers, low=1)
+        )
+        self._history = _History()
 
-    @staticmethod
-    def speedup(job: JobView, k: int) -> float:
-        """``G(k) / G(1)``; 0 when a worker makes no progress."""
-        base = estimated_throughput(job, 1) * statistical_efficiency(job, 1)
-        if base <= 0:
-            return 0.0
-        return estimated_throughput(job, k) * statistical_efficiency(job, k) / base
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": _STATE_VERSION, "history": self._history.state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping) or set(state) != {"version", "history"} or state["version"] != _STATE_VERSION:
+            raise PolicyStateError(f"{self.display_name}: not goodput state: {state!r}")
+        self._history.load(self.display_name, state["history"])
+
+    def _initial(self, snapshot: Snapshot) -> int:
+        if self.initial_workers is not None:
+            return self.initial_workers
+        return snapshot.slots_per_node or 1
+
+    def after_train(self, job_id: str, snapshot: Snapshot) -> None:
+        self._history.jobs.pop(job_id, None)
+
+    def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
+        table = _table(job, self._history.update(job), snapshot.slots_per_node, self._initial(snapshot))
+        low = job.min_workers
+        top = max(low, min(job.max_workers, table.cap, len(table.speedup) - 1))
+        window = table.speedup[low : top + 1]
+        k = low + int(np.argmax(window)) if len(window) else low
+        batch, accum = _batch_changes(job, table, k)
+        speedup = float(table.speedup[k]) if k < len(table.speedup) else 0.0
+        reason = f"goodput: most speedup ({speedup:.2f}) at {k} workers"
+        if k == top and top < job.max_workers:
+            reason += f", at most {top} until measured there"
+        if batch is not None:
+            reason += f", batch {batch}"
+        return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum)
+
+
+# ------------------------------------------------------------------------------------------ arbiter
+
+
+class GoodputArbiter(GoodputPolicy, ClusterArbiter):
+    """Workers to maximise the ``p = -1`` power mean of the jobs' speedups, each resize charged its cost,
+    and each job's batch and accumulation chosen for the count it gets (see the module docstring).
+
+    It is also a :class:`GoodputPolicy`, so that the one name ``goodput`` loads as the job policy
+    (``--policy goodput``) and as the arbiter (``--arbiter goodput``).
+
+    Args:
+        resize_cost_s: seconds every resize costs (``30`` for a checkpoint-restart system); None: the
+            job's measured cost, else :data:`DEFAULT_RESIZE_COST_S`.
+        min_horizon_s: the shortest horizon a resize's cost is spread over (default :data:`MIN_HORIZON_S`).
+        hysteresis: the fraction of speedup a resize must gain beyond its cost, in [0, 1)
+            (default :data:`RESIZE_HYSTERESIS`).
+        initial_workers: as for :class:`GoodputPolicy`.
+
+    Raises:
+        PolicyConfigError: a parameter is negative or not finite, ``hysteresis`` is 1 or more, or
+            ``initial_workers`` is below 1.
+    """
+
+    name = "goodput"
+
+    def __init__(
+        self,
+        resize_cost_s: float | None = None,
+        min_horizon_s: float = MIN_HORIZON_S,
+        hysteresis: float = RESIZE_HYSTERESIS,
+        initial_workers: int | None = None,
+    ) -> None:
+        super().__init__(initial_workers)
+        owner = type(self).__name__
+        self.resize_cost_s = (
+            None if resize_cost_s is None else check_number(owner, "resize_cost_s", resize_cost_s, low=0.0)
+        )
+        self.min_horizon_s = check_number(owner, "min_horizon_s", min_horizon_s, low=0.0, strict=True)
+        self.hysteresis = check_number(owner, "hysteresis", hysteresis, low=0.0)
+        if self.hysteresis >= 1.0:
+            raise PolicyConfigError(f"{owner}: hysteresis must be < 1.0, got {hysteresis!r}")
+
+    def _cost(self, job: JobView) -> float:
+        if self.resize_cost_s is not None:
+            return self.resize_cost_s
+        if job.metrics.resize_cost_s is not None:
+            return job.metrics.resize_cost_s
+        return DEFAULT_RESIZE_COST_S
+
+    def _options(self, request: Request, table: _Table, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """The counts a job may end at and the value of each (its inverse speedup; lower is better)."""
+        job = request.job
+        holding = job.holding
+        if not job.elastic:
+            ks = [holding, job.min_workers] if job.waiting else [holding]
+        elif request.settled and not job.waiting:
+            ks = [holding]
+        else:
+            top = max(job.min_workers, min(request.desired, table.cap))
+            ks = ([holding] if job.waiting else []) + list(range(job.min_workers, top + 1))
+        horizon = max(now - job.submitted_at, self.min_horizon_s)
+        keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
+        values = []
+        for k in ks:
+            if k < job.min_workers:  # stays waiting with what it holds
+                values.append(WAITING_PENALTY + max(0.0, now - job.submitted_at))
+                continue
+            s = float(table.speedup[min(k, len(table.speedup) - 1)])
+            if holding and k != holding:
+                s *= keep
+            values.append(1.0 / s if s > 0 else WAITING_PENALTY / 2)
+        return np.array(ks, dtype=np.int64), np.array(values, dtype=float)
 
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
-        shares = initial_shares(requests)
-        available = snapshot.available
-        speedups = _Speedups(self.speedup)
-        admit(shares, available, donor_key=lambda s: (not s.movable, speedups.loss(s), -s.job.submitted_at, s.job_id))
-        give_free(shares, available, pick=lambda candidates: self._best_receiver(candidates, speedups))
-        if free_slots(shares, available) >= 0:  # over-committed: nobody grows
-            self._swap(shares, speedups)
-        return allocations(shares, "goodput", lambda share: self._grow_reason(share, speedups))
+        self._history.keep_only({r.job_id for r in requests})
+        if not requests:
+            return []
+        tables = [
+            _table(r.job, self._history.update(r.job), snapshot.slots_per_node, self._initial(snapshot))
+            for r in requests
+        ]
+        capacity = max(snapshot.available, sum(r.holding for r in requests if not r.job.elastic or r.settled))
+        dp = np.zeros(capacity + 1)
+        choices = []
+        slots = np.arange(capacity + 1)[:, None]
+        for request, table in zip(requests, tables, strict=True):
+            ks, values = self._options(request, table, snapshot.now)
+            idx = slots - ks[None, :]
+            cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
+            pick = np.argmin(cand, axis=1)
+            dp = cand[np.arange(capacity + 1), pick]
+            choices.append((ks, pick))
+        if not math.isfinite(dp[capacity]):
+            return []
+        counts = []
+        left = capacity
+        for ks, pick in reversed(choices):
+            k = int(ks[pick[left]])
+            counts.append(k)
+            left -= k
+        counts.reverse()
+        out = []
+        for request, table, k in zip(requests, tables, counts, strict=True):
+            job = request.job
+            if not job.elastic and not (job.waiting and k):
+                continue
+            batch, accum = _batch_changes(job, table, k) if k >= job.min_workers else (None, None)
+            if k == job.holding and batch is None:
+                continue
+            out.append(Allocation(job.job_id, k, self._reason(job, table, k, batch, accum), batch, accum))
+        return out
 
     @staticmethod
-    def _grow_reason(share: Share, speedups: _Speedups) -> str:
-        return (
-            f"goodput: {share.request.holding} -> {share.workers} of the {share.desired} it wants; "
-            f"worker {share.workers} adds {speedups.loss(share):.2f} speedup"
-        )
-
-    def _best_receiver(self, candidates: list[Share], speedups: _Speedups) -> Share | None:
-        best = min(candidates, key=lambda s: (-speedups.gain(s), s.workers, s.order))
-        return best if speedups.gain(best) > self.min_gain else None
-
-    def _swap(self, shares: list[Share], speedups: _Speedups) -> None:
-        for _ in range(sum(s.workers for s in shares) + 1):
-            receivers = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
-            donors = [s for s in shares if s.admitted and s.movable and s.workers > s.job.min_workers]
-            if not receivers or not donors:
-                return
-            receiver = min(receivers, key=lambda s: (-speedups.gain(s), s.workers, s.order))
-            donor = min(
-                (d for d in donors if d is not receiver), key=lambda s: (speedups.loss(s), s.order), default=None
-            )
-            if donor is None or speedups.gain(receiver) <= speedups.loss(donor) + self.swap_margin:
-                return
-            donor.workers -= 1
-            donor.gave[receiver.job_id] += 1
-            receiver.workers += 1
-            receiver.took[donor.job_id] += 1
-
-
-class _Speedups:
-    """The speedups of one allocation round, each computed once (a round asks for the same ones often)."""
-
-    def __init__(self, speedup: Callable[[JobView, int], float]) -> None:
-        self._speedup = speedup
-        self._known: dict[tuple[str, int], float] = {}
-
-    def of(self, share: Share, k: int) -> float:
-        key = (share.job_id, k)
-        value = self._known.get(key)
-        if value is None:
-            value = self._known[key] = self._speedup(share.job, k)
-        return value
-
-    def gain(self, share: Share) -> float:
-        """What one more worker adds."""
-        return self.of(share, share.workers + 1) - self.of(share, share.workers)
-
-    def loss(self, share: Share) -> float:
-        """What the last worker adds (lost if it goes)."""
-        return self.of(share, share.workers) - self.of(share, share.workers - 1)
+    def _reason(job: JobView, table: _Table, k: int, batch: int | None, accum: int | None) -> str:
+        size = f"{job.holding} -> {k} workers" if k != job.holding else f"keeps {k} workers"
+        s = float(table.speedup[min(k, len(table.speedup) - 1)])
+        text = f"goodput: {size}, speedup {s:.2f}"
+        if batch is not None:
+            text += f"; batch {job.metrics.batch_size or '?'} -> {batch}"
+            if accum:
+                text += f" ({accum + 1} micro-batches a step)"
+        return text

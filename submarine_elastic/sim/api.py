@@ -165,6 +165,22 @@ class ResizeCosts:
 
 
 @dataclass(frozen=True)
+class MeasuredStep:
+    """One configuration a simulated job ran in, and its iteration time there (what a live job's step
+    times per configuration are): ``workers`` on ``nodes``, ``local_batch`` samples per worker per
+    micro-batch, ``accum_steps`` micro-batches beyond the first, ``seconds`` per iteration of which
+    ``sync_seconds`` synchronising, over ``steps`` iterations."""
+
+    workers: int
+    nodes: int
+    local_batch: float
+    accum_steps: int
+    seconds: float
+    sync_seconds: float
+    steps: int
+
+
+@dataclass(frozen=True)
 class JobView:
     """What a scheduler sees of one job that has arrived and not finished.
 
@@ -174,7 +190,10 @@ class JobView:
     (progress per example relative to the job's initial batch size, in (0, 1]) and ``noise_scale`` the
     gradient noise scale in examples. ``progress`` is the fraction of the job's work done, in [0, 1];
     ``remaining_examples`` what is left of it in examples at the initial batch size. ``metric_history``
-    holds the validation metric after each of the last (up to 32) epochs, oldest first.
+    holds the validation metric after each of the last (up to 32) epochs, oldest first. ``min_batch_size``
+    and ``max_batch_size`` are the application's validated range of global batch sizes, ``max_local_batch``
+    the largest per-GPU micro-batch measured (more per worker takes gradient accumulation), and
+    ``configurations`` the iteration time of each configuration it ran in, most recent last.
     """
 
     name: str
@@ -201,16 +220,23 @@ class JobView:
     metric_higher_is_better: bool = True
     noise_scale: float | None = None
     remaining_examples: float = 0.0
+    min_batch_size: int = 1
+    max_batch_size: int = 1
+    max_local_batch: int = 1
+    configurations: tuple[MeasuredStep, ...] = ()
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """The whole cluster at one scheduling round: capacity, free GPUs, and the active jobs in arrival order."""
+    """The whole cluster at one scheduling round: capacity, free GPUs, and the active jobs in arrival order;
+    the resize costs the run charges, and its batch rule (``fixed-local`` or ``fixed-global``)."""
 
     now_s: float
     cluster: ClusterConfig
     free_gpus: int
     jobs: tuple[JobView, ...]
+    costs: ResizeCosts = field(default_factory=ResizeCosts)
+    batch_rule: str = "fixed-local"
 
 
 @dataclass(frozen=True)

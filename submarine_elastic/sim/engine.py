@@ -34,6 +34,7 @@ from submarine_elastic.sim.api import (
     JobResult,
     JobSpec,
     JobView,
+    MeasuredStep,
     ResizeCosts,
     Scheduler,
     SchedulerError,
@@ -46,6 +47,9 @@ from submarine_elastic.sim.physics import Application, TraceCatalog
 
 log = logging.getLogger(__name__)
 
+#: Configurations (workers, nodes, micro-batch, accumulation) per job whose iteration times schedulers see,
+#: the most recent ones.
+MEASURED_CONFIGURATIONS = 32
 #: Rounds in a row that may pass with pending jobs, nothing running and nothing left to arrive, before the
 #: run stops and reports those jobs unfinished (a scheduler that will never start them).
 STALL_ROUNDS = 3
@@ -115,6 +119,9 @@ class _Job:
         self.steps = 0.0
         self.steps_at: dict[int, float] = {}
         self.last_resize_s: float | None = None
+        # configuration -> [iteration s, sync s, iterations], most recently entered last
+        self.measured: dict[tuple[int, int, float, int], list[float]] = {}
+        self.config: tuple[int, int, float, int] | None = None
 
     def placement(self) -> tuple[int, ...]:
         return tuple(sorted(self.nodes.values(), reverse=True))
@@ -132,6 +139,8 @@ class _Job:
                 steps = remaining / self.iter_s
                 self.steps += steps
                 self.steps_at[self.workers] = self.steps_at.get(self.workers, 0.0) + steps
+                if self.config in self.measured:
+                    self.measured[self.config][2] += steps
             ends = self.app.epoch_progress
             last = self.app.epochs - 1
             while remaining > 0:
@@ -153,8 +162,15 @@ class _Job:
             self.rates = np.zeros(self.app.epochs)
             return
         placement = self.placement()
-        seconds = self.app.iteration(placement, batch).seconds
+        cost = self.app.iteration(placement, batch)
+        seconds = cost.seconds
         self.iter_s = seconds
+        self.config = (self.workers, len(placement), cost.atomic_bsz, cost.accum_steps)
+        entry = self.measured.pop(self.config, None)
+        sync = self.app.step_time(placement, cost.atomic_bsz)[1]
+        self.measured[self.config] = [seconds, sync, entry[2] if entry else 0.0]
+        while len(self.measured) > MEASURED_CONFIGURATIONS:
+            del self.measured[next(iter(self.measured))]
         self.throughput[self.workers] = self.app.clamp_batch(batch) / seconds
         self.rates = self.app.gains(batch) / seconds
         widths = np.diff(self.app.epoch_progress, prepend=0.0)
@@ -316,7 +332,14 @@ class Simulator:
             next_tick = (math.floor(now / cfg.interval_s) + 1) * cfg.interval_s
             for job in active:
                 job.advance(now)
-            view = ClusterView(now, self.cluster, nodes.total_free, tuple(self._view(j, now) for j in active))
+            view = ClusterView(
+                now,
+                self.cluster,
+                nodes.total_free,
+                tuple(self._view(j, now) for j in active),
+                cfg.costs,
+                str(cfg.batch_rule),
+            )
             decisions = self.scheduler.allocate(view)
             rounds += 1
             for job in self._apply(decisions, active, by_name, nodes, now, changes):
@@ -376,6 +399,13 @@ class Simulator:
             metric_higher_is_better=app.metric_higher_is_better,
             noise_scale=app.noise_scale(job.batch, job.epoch),
             remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,
+            min_batch_size=app.init_batch_size,
+            max_batch_size=app.max_batch_size,
+            max_local_batch=max(1, int(app.max_local_bsz)),
+            configurations=tuple(
+                MeasuredStep(w, n, local, accum, seconds, sync, int(steps))
+                for (w, n, local, accum), (seconds, sync, steps) in job.measured.items()
+            ),
         )
 
     def _apply(
@@ -422,8 +452,9 @@ class Simulator:
                 nodes.shrink(job, old - alloc.workers)
             elif alloc.workers > old:
                 nodes.grow(job, alloc.workers - old)
+            if alloc.workers != old:
+                job.last_resize_s = now
             job.workers = alloc.workers
-            job.last_resize_s = now
             pause = self.config.costs.cost(old, alloc.workers)
             if pause:
                 job.pause_until = max(job.pause_until, now + pause)

@@ -17,16 +17,28 @@ becomes a target :class:`~submarine_elastic.sim.api.Allocation`. What the snapsh
   :mod:`~submarine_elastic.sim.physics`).
 - ``metrics.batch_size`` / ``metrics.remaining_samples``: the current global batch; the remaining work
   in examples at the initial batch size.
+- ``metrics.configurations`` / ``metrics.accum_steps``: the iteration time (and its sync part) of each
+  configuration the job ran in (workers, nodes, per-GPU micro-batch, accumulation), the most recent
+  :data:`~submarine_elastic.sim.engine.MEASURED_CONFIGURATIONS`; the current accumulation.
+- ``metrics.resize_cost_s``: the pause the run charges for a resize (the larger of scale-out and scale-in;
+  every change costs the same with ``--restart-cost``).
+- ``min_batch_size`` / ``max_batch_size``: the application's validated range of global batch sizes under
+  the ``fixed-local`` rule (a policy may choose the batch); none under ``fixed-global`` (the batch stays
+  what the user asked for). ``max_local_batch``: the largest per-GPU micro-batch measured.
+- ``Snapshot.slots_per_node``: the cluster's GPUs per node.
 
-Not modelled: per-worker step times (no stragglers: ``step_times`` is empty and a ``replace`` is ignored)
-and learning rates (a ``learning_rate`` decision is ignored).
+A decision's ``batch_size`` is applied to the simulated job at once, without a pause (a live job applies
+it at a commit boundary, without a restart); its accumulation follows from the batch, the workers and
+``max_local_batch`` as the decision's does. Not modelled: per-worker step times (no stragglers:
+``step_times`` is empty and a ``replace`` is ignored) and learning rates (a ``learning_rate`` decision is
+ignored).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, Throughput
+from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, StepTime, Throughput
 from submarine_elastic.policy import JobView as PolicyJobView
 from submarine_elastic.policy.engine import PolicyEngine
 from submarine_elastic.sim.api import Allocation, ClusterView, JobView, Scheduler, SchedulerError
@@ -47,6 +59,7 @@ def to_snapshot(view: ClusterView, elastic: bool = True) -> Snapshot:
             capacity=view.cluster.total_gpus,
             free=view.free_gpus,
             jobs=tuple(_job(j, view, elastic) for j in view.jobs),
+            slots_per_node=view.cluster.gpus_per_node,
         )
     except PolicyError as exc:
         raise SchedulerError(f"cannot build the policy snapshot at t={view.now_s:.0f}s: {exc}") from exc
@@ -60,6 +73,10 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
     window = job.metric_history[-LOSS_WINDOW:]
     if job.metric_higher_is_better:
         window = tuple(-m for m in window)
+    configurations = tuple(
+        StepTime(m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, min(m.sync_seconds, m.seconds), m.steps)
+        for m in job.configurations
+    )
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
@@ -67,7 +84,11 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
         gradient_noise_scale=job.noise_scale,
         batch_size=max(1, round(job.batch_size)),
         remaining_samples=max(0.0, job.remaining_examples),
+        configurations=configurations,
+        accum_steps=configurations[-1].accum_steps if configurations and job.workers else None,
+        resize_cost_s=max(view.costs.scale_out_s, view.costs.scale_in_s),
     )
+    adaptive = view.batch_rule != "fixed-global"
     return PolicyJobView(
         job_id=job.name,
         min_workers=low,
@@ -77,6 +98,10 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
         submitted_at=job.arrival_s,
         last_resize_at=job.last_resize_s,
         metrics=metrics,
+        min_batch_size=job.min_batch_size if adaptive else None,
+        max_batch_size=max(job.min_batch_size, job.max_batch_size) if adaptive else None,
+        max_local_batch=job.max_local_batch,
+        requested_workers=max(low, min(high, job.requested_replicas)),
     )
 
 

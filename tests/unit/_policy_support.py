@@ -12,6 +12,7 @@ from submarine_elastic.policy import (
     JobView,
     PolicyEngine,
     Snapshot,
+    StepTime,
     Throughput,
 )
 
@@ -70,8 +71,10 @@ def snapshot(*jobs: JobView, capacity: int = 8, free: int | None = None, now: fl
 
 
 def random_snapshots(seed: int, count: int = 60) -> list[Snapshot]:
-    """Varied snapshots: empty ones, waiting jobs, unknown metrics, limits changed under a job, odd noise."""
+    """Varied snapshots: empty ones, waiting jobs, unknown metrics, limits changed under a job, odd noise,
+    step times per configuration for some jobs (drawn from their own generator, so the rest stays as it was)."""
     rng = random.Random(seed)
+    measured_rng = random.Random(seed + 1)
     out = []
     for i in range(count):
         jobs = []
@@ -116,12 +119,40 @@ def random_snapshots(seed: int, count: int = 60) -> list[Snapshot]:
                     step=rng.randint(0, 10_000),
                 )
             )
+        jobs = [_with_step_times(view, measured_rng) for view in jobs]
         held = sum(j.holding for j in jobs)
         capacity = rng.randint(0, 24)
         capacity = max(capacity, held) if rng.random() < 0.8 else capacity
         free = rng.randint(0, max(0, capacity - held)) if capacity >= held else 0
-        out.append(Snapshot(now=1000.0 + i, capacity=capacity, free=free, jobs=tuple(jobs)))
+        slots = measured_rng.choice([None, 2, 4])
+        out.append(Snapshot(now=1000.0 + i, capacity=capacity, free=free, jobs=tuple(jobs), slots_per_node=slots))
     return out
+
+
+def _with_step_times(view: JobView, rng: random.Random) -> JobView:
+    """Half the jobs get step times in a few configurations and a batch range to choose from."""
+    if rng.random() < 0.5:
+        return view
+    configurations = []
+    for _ in range(rng.randint(1, 6)):
+        workers = rng.randint(1, 8)
+        nodes = rng.randint(1, workers)
+        local = rng.choice([8.0, 32.0, 100.5, 256.0])
+        accum = rng.choice([0, 0, 1, 3])
+        seconds = (accum + 1) * (0.01 + local * rng.uniform(1e-4, 1e-3)) + (workers > 1) * rng.uniform(0, 0.3)
+        sync = rng.choice([None, seconds * rng.uniform(0, 0.5)])
+        configurations.append(StepTime(workers, nodes, local, accum, seconds, sync, rng.choice([0, 10, 100])))
+    low = rng.choice([16, 64])
+    return replace(
+        view,
+        metrics=replace(
+            view.metrics, configurations=tuple(configurations), resize_cost_s=rng.choice([None, 0.5, 30.0])
+        ),
+        min_batch_size=low,
+        max_batch_size=low * rng.choice([1, 8, 64]),
+        max_local_batch=rng.choice([None, 64, 512]),
+        requested_workers=rng.choice([None, view.max_workers]),
+    )
 
 
 def apply(view: JobView, decision: Decision | None, now: float) -> JobView:

@@ -19,6 +19,7 @@ from submarine_elastic.policy import (
     Decision,
     FairShareArbiter,
     GoodputArbiter,
+    GoodputPolicy,
     GreedyPolicy,
     JobMetrics,
     JobPolicy,
@@ -251,6 +252,21 @@ class TestFairShareContract(ArbiterContract):
 
 class TestGoodputContract(ArbiterContract):
     def make(self) -> ClusterArbiter:
+        return GoodputArbiter()
+
+
+class TestGoodputRestartCostContract(ArbiterContract):
+    def make(self) -> ClusterArbiter:
+        return GoodputArbiter(resize_cost_s=30.0, hysteresis=0.0, initial_workers=2)
+
+
+class TestGoodputPolicyContract(JobPolicyContract):
+    def make(self) -> JobPolicy:
+        return GoodputPolicy()
+
+
+class TestGoodputArbiterAsJobPolicyContract(JobPolicyContract):
+    def make(self) -> JobPolicy:
         return GoodputArbiter()
 
 

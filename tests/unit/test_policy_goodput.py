@@ -1,99 +1,274 @@
-"""Goodput arbiter: workers go where throughput x statistical efficiency gains the most."""
+"""The goodput job policy and arbiter: a throughput model fitted to a job's own step times, times the
+statistical efficiency of its noise scale; workers for the p = -1 power mean of speedups, each resize
+charged its cost; the batch and accumulation of the count each job gets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from submarine_elastic.policy import Decision, GoodputArbiter, GreedyPolicy, PolicyConfigError, PolicyEngine
-from submarine_elastic.policy.goodput import estimated_throughput, statistical_efficiency
+from submarine_elastic.policy import (
+    Decision,
+    GoodputArbiter,
+    GoodputPolicy,
+    GreedyPolicy,
+    JobMetrics,
+    JobView,
+    PolicyConfigError,
+    PolicyEngine,
+    PolicyStateError,
+    Request,
+    Snapshot,
+    StepTime,
+)
+from submarine_elastic.policy.goodput import MAX_CONFIGURATIONS, estimated_throughput, statistical_efficiency
+from submarine_elastic.policy.goodput_model import EXPLORE_FACTOR, GoodputModel, ThroughputModel
 
 from ._policy_support import job, snapshot
 
-LINEAR = {1: 100.0, 2: 200.0}
-SATURATED = {1: 100.0, 2: 105.0, 3: 106.0, 4: 106.5}
+# one micro-step costs A + B * m seconds; gradients sync in C_NODE (+ D per worker past 2) on one node
+A, B, C_NODE, C_NET, D = 0.05, 0.001, 0.02, 0.2, 0.005
 
 
-def engine() -> PolicyEngine:
-    return PolicyEngine(GreedyPolicy(), GoodputArbiter(), cooldown_s=60)
+def step(k: int, local: float, *, nodes: int = 1, accum: int = 0, net: float = C_NET, split: bool = True) -> StepTime:
+    """A StepTime of the module's model (``net``: sync seconds on several nodes)."""
+    sync = 0.0 if k == 1 else (C_NODE if nodes == 1 else net) + D * (k - 2)
+    seconds = (accum + 1) * (A + B * local) + sync
+    return StepTime(k, nodes, local, accum, seconds, sync if split else None, 100)
 
 
-def targets(decisions: Sequence[Decision]) -> dict[str, int]:
-    return {d.job_id: d.target_workers for d in decisions}
+MEASURED = (step(1, 64), step(1, 256), step(2, 128), step(4, 64), step(8, 64, nodes=2), step(12, 128, nodes=3))
+#: the same job on a network as fast as a node's links: it scales across nodes
+FAST = tuple(
+    replace(
+        m, seconds=m.seconds - m.sync_seconds + C_NODE + D * (m.workers - 2), sync_seconds=C_NODE + D * (m.workers - 2)
+    )
+    if m.nodes > 1
+    else m
+    for m in MEASURED
+)
 
 
-def test_free_workers_go_to_the_job_that_scales() -> None:
-    a = job("job-a", current=2, throughput=LINEAR)
+def goodput_job(
+    job_id: str = "job-a",
+    *,
+    current: int = 4,
+    batch: int = 256,
+    noise: float | None = 2000.0,
+    measured: Sequence[StepTime] = MEASURED,
+    max_workers: int = 16,
+    submitted_at: float = 0.0,
+    batch_range: tuple[int, int] | None = (64, 4096),
+    max_local: int | None = 512,
+    resize_cost: float | None = None,
+) -> JobView:
+    return JobView(
+        job_id=job_id,
+        min_workers=1,
+        max_workers=max_workers,
+        current_workers=current,
+        submitted_at=submitted_at,
+        metrics=JobMetrics(
+            step=1000,
+            gradient_noise_scale=noise,
+            batch_size=batch,
+            configurations=tuple(measured),
+            resize_cost_s=resize_cost,
+        ),
+        min_batch_size=None if batch_range is None else batch_range[0],
+        max_batch_size=None if batch_range is None else batch_range[1],
+        max_local_batch=max_local,
+    )
+
+
+def snap(*jobs: JobView, capacity: int = 16, now: float = 10_000.0, slots: int | None = 4) -> Snapshot:
+    held = sum(j.holding for j in jobs)
+    return Snapshot(now=now, capacity=capacity, free=max(0, capacity - held), jobs=jobs, slots_per_node=slots)
+
+
+def allocate(arbiter: GoodputArbiter, s: Snapshot) -> dict[str, tuple[int, int | None]]:
+    requests = [Request(j, j.max_workers, settled=False, reason="wish") for j in s.jobs]
+    return {a.job_id: (a.workers, a.batch_size) for a in arbiter.allocate(s, requests)}
+
+
+# ------------------------------------------------------------------------------------------- model
+
+
+def test_the_throughput_model_recovers_compute_sync_and_placement() -> None:
+    for split in (True, False):  # sync measured apart, or only whole step times
+        measured = [replace(m, sync_seconds=None) if not split else m for m in MEASURED]
+        model = ThroughputModel.fit(measured)
+        assert model is not None
+        assert model.a == pytest.approx(A, rel=1e-6)
+        assert model.b == pytest.approx(B, rel=1e-6)
+        assert model.c_node == pytest.approx(C_NODE, rel=1e-6)
+        assert model.c_net == pytest.approx(C_NET, rel=1e-6)
+        predicted = model.step_seconds(np.array([16.0]), np.array([4.0]), np.array([100.0]), np.array([1.0]))
+        assert predicted[0] == pytest.approx(step(16, 100, nodes=4, accum=1).seconds, rel=1e-6)
+    assert ThroughputModel.fit([]) is None
+
+
+def test_one_micro_batch_size_is_taken_as_all_per_sample_compute() -> None:
+    model = ThroughputModel.fit([step(1, 100)])
+    assert model is not None
+    assert model.a == 0 and model.b == pytest.approx(step(1, 100).seconds / 100)
+
+
+def test_the_best_batch_follows_the_noise_scale() -> None:
+    small = GoodputModel(goodput_job(noise=50.0), MEASURED, 4).best(8)
+    large = GoodputModel(goodput_job(noise=1e6), MEASURED, 4).best(8)
+    assert small.batch[4] < large.batch[4]
+    # with little noise large batches waste samples: the best stays near the smallest allowed
+    assert small.batch[4] <= 256
+    # with a huge noise scale every sample counts: the largest batch the measurements let it try
+    assert large.batch[4] >= 1024
+
+
+def test_accumulation_reaches_a_batch_beyond_what_a_worker_fits() -> None:
+    best = GoodputModel(goodput_job(noise=1e6, max_local=64, batch_range=(64, 1024)), MEASURED, 4).best(4)
+    # four workers of at most 64 samples: a larger batch amortises the synchronisation over micro-batches
+    assert best.batch[4] / 4 / (best.accum[4] + 1) <= 64
+    assert best.accum[4] >= 1
+
+
+def test_without_a_noise_scale_or_a_batch_range_the_batch_stays() -> None:
+    for view in (goodput_job(noise=None), goodput_job(batch_range=None)):
+        best = GoodputModel(view, MEASURED, 4).best(8)
+        assert set(best.batch[1:].tolist()) == {256}
+
+
+# ---------------------------------------------------------------------------------------- arbiter
+
+
+def test_the_power_mean_shares_the_cluster_between_alike_jobs() -> None:
+    a = goodput_job("job-a", current=12, measured=FAST, noise=1e5)
+    b = goodput_job("job-b", current=4, measured=FAST, noise=1e5)
+    counts = allocate(GoodputArbiter(resize_cost_s=0, hysteresis=0), snap(a, b))
+    assert counts["job-a"][0] == counts["job-b"][0] == 8
+
+
+def test_a_waiting_job_starts_by_taking_from_the_running_one() -> None:
+    a = goodput_job("job-a", current=16)
+    b = goodput_job("job-b", current=0, measured=())
+    counts = allocate(GoodputArbiter(), snap(a, b))
+    assert counts["job-b"][0] >= 1
+    assert counts["job-a"][0] + counts["job-b"][0] <= 16
+
+
+def test_a_resize_is_charged_its_cost() -> None:
+    a = goodput_job("job-a", current=12, submitted_at=9000.0, measured=FAST, noise=1e5)
+    b = goodput_job("job-b", current=4, submitted_at=9000.0, measured=FAST, noise=1e5)
+    cheap = allocate(GoodputArbiter(resize_cost_s=0.5, hysteresis=0), snap(a, b))
+    assert cheap["job-a"][0] < 12
+    # the same move costs 30 s of a job 1000 s old: not worth it
+    dear = allocate(GoodputArbiter(resize_cost_s=300, hysteresis=0), snap(a, b))
+    assert dear.get("job-a", (12, None))[0] == 12 and dear.get("job-b", (4, None))[0] == 4
+    # the jobs' measured cost is used when the arbiter is given none
+    dear_a, dear_b = (replace(v, metrics=replace(v.metrics, resize_cost_s=300.0)) for v in (a, b))
+    kept = allocate(GoodputArbiter(hysteresis=0), snap(dear_a, dear_b))
+    assert {job_id: workers for job_id, (workers, _) in kept.items()} == {"job-a": 12, "job-b": 4}
+
+
+def test_placement_counts_where_the_measurements_show_it_matters() -> None:
+    slow_net = [step(1, 64), step(1, 256), step(2, 64), step(4, 64), step(8, 64, nodes=2, net=2.0)]
+    fast_net = [step(1, 64), step(1, 256), step(2, 64), step(4, 64), step(8, 64, nodes=2, net=C_NODE)]
+    lone = {"noise": 1e6, "current": 4, "max_workers": 8}
+    slow = allocate(
+        GoodputArbiter(resize_cost_s=0, hysteresis=0), snap(goodput_job(measured=slow_net, **lone), capacity=8)
+    )
+    fast = allocate(
+        GoodputArbiter(resize_cost_s=0, hysteresis=0), snap(goodput_job(measured=fast_net, **lone), capacity=8)
+    )
+    assert slow.get("job-a", (4, None))[0] == 4  # crossing nodes costs more than it brings
+    assert fast["job-a"][0] == 8
+
+
+def test_a_job_grows_at_most_the_explore_factor_past_what_was_measured() -> None:
+    measured = [step(1, 64), step(1, 128), step(2, 64)]
+    counts = allocate(GoodputArbiter(resize_cost_s=0), snap(goodput_job(current=2, measured=measured), capacity=64))
+    assert counts["job-a"][0] == int(2 * EXPLORE_FACTOR)
+    fresh = allocate(GoodputArbiter(), snap(goodput_job(current=0, measured=()), capacity=64, slots=4))
+    assert fresh["job-a"][0] == 4  # one node before anything is measured
+
+
+def test_the_arbiter_gives_the_batch_of_the_count_it_gives_and_the_engine_applies_it() -> None:
+    a = goodput_job("job-a", current=16, noise=1e6)
+    b = goodput_job("job-b", current=0, noise=1e6, submitted_at=9990.0)
+    engine = PolicyEngine(GoodputPolicy(), GoodputArbiter(), cooldown_s=0)
+    decisions = {d.job_id: d for d in engine.decide(snap(a, b))}
+    assert engine.last_refusals == ()
+    shrunk = decisions["job-a"]
+    expected = GoodputModel(a, MEASURED, 4).best(16)
+    assert shrunk.target_workers < 16
+    assert shrunk.batch_size == int(expected.batch[shrunk.target_workers])
+    assert shrunk.accum_steps == int(expected.accum[shrunk.target_workers])
+    assert "goodput" in shrunk.reason and "batch" in shrunk.reason
+
+
+def test_a_batch_change_alone_is_a_decision() -> None:
+    a = goodput_job("job-a", current=8, batch=64, noise=1e6)
+    engine = PolicyEngine(GoodputPolicy(), GoodputArbiter(), cooldown_s=0)
+    (decision,) = engine.decide(snap(a, capacity=8))
+    assert decision.target_workers == 8
+    assert decision.batch_size is not None and decision.batch_size > 64
+
+
+def test_without_step_times_it_falls_back_to_throughput_by_world_size() -> None:
+    a = job("job-a", current=2, throughput={1: 100.0, 2: 200.0})
     b = job("job-b", min_workers=2, current=2, throughput={1: 100.0, 2: 110.0})
-    decisions = engine().decide(snapshot(a, b, capacity=8))
-    assert targets(decisions) == {"job-a": 6}
-    assert decisions[0].reason == "goodput: 2 -> 6 of the 8 it wants; worker 6 adds 1.00 speedup"
+    assert estimated_throughput(a, 4) == 400.0 and statistical_efficiency(a, 4) == 1.0
+    decisions = PolicyEngine(GreedyPolicy(), GoodputArbiter(), cooldown_s=60).decide(snapshot(a, b, capacity=8))
+    assert {d.job_id: d.target_workers for d in decisions} == {"job-a": 6}
+    assert all(d.batch_size is None for d in decisions)
 
 
-def test_statistical_efficiency_decides_between_equally_fast_jobs() -> None:
-    # same throughput; job-b's small gradient noise scale makes a larger batch worth little
-    a = job("job-a", min_workers=2, current=2, throughput=LINEAR, noise=1e5, batch_size=64)
-    b = job("job-b", min_workers=2, current=2, throughput=LINEAR, noise=32.0, batch_size=64)
-    assert targets(engine().decide(snapshot(a, b, capacity=5))) == {"job-a": 3}
-    assert targets(engine().decide(snapshot(b, a, capacity=5))) == {"job-a": 3}
+def test_history_is_kept_bounded_and_survives_a_restart() -> None:
+    arbiter = GoodputArbiter()
+    view = goodput_job(measured=[step(1, 10.0 + i) for i in range(MAX_CONFIGURATIONS + 5)])
+    s = snap(view)
+    first = allocate(arbiter, s)
+    state = json.loads(json.dumps(arbiter.state_dict()))
+    assert len(state["history"]["job-a"]) == MAX_CONFIGURATIONS
+    restarted = GoodputArbiter()
+    restarted.load_state_dict(state)
+    bare = replace(view, metrics=replace(view.metrics, configurations=()))
+    assert allocate(restarted, snap(bare)) == first
+    with pytest.raises(PolicyStateError):
+        GoodputArbiter().load_state_dict({"version": 1, "history": {"job-a": [[1, 2]]}})
 
 
-def test_a_worker_moves_to_the_job_that_gains_more_than_the_other_loses() -> None:
-    a = job("job-a", current=3, throughput=SATURATED)
-    b = job("job-b", current=1, throughput={1: 100.0})
-    assert targets(engine().decide(snapshot(a, b, capacity=4))) == {"job-a": 1, "job-b": 3}
-    # the same move with the statistical efficiency: job-b at 2 workers keeps 2/3 of its goodput per sample
-    a = job("job-a", current=2, throughput=LINEAR, noise=1e5, batch_size=64)
-    b = job("job-b", current=2, throughput=LINEAR, noise=32.0, batch_size=64)
-    assert targets(engine().decide(snapshot(a, b, capacity=4))) == {"job-a": 3, "job-b": 1}
-
-
-def test_the_swap_margin_keeps_near_equal_jobs_still() -> None:
-    a = job("job-a", current=2, throughput=LINEAR)
-    b = job("job-b", current=2, throughput={1: 100.0, 2: 195.0})
-    assert engine().decide(snapshot(a, b, capacity=4)) == []
-
-
-def test_the_arrival_takes_from_the_job_that_loses_least() -> None:
-    a = job("job-a", current=4, throughput={1: 100.0, 2: 200.0, 3: 300.0, 4: 400.0})
-    c = job("job-c", current=4, throughput=SATURATED)
-    b = job("job-b", min_workers=2, current=0, submitted_at=10.0)
-    e = engine()
-    assert targets(e.decide(snapshot(a, c, b, capacity=8))) == {"job-c": 1, "job-b": 3}
-    assert e.last_refusals == ()
-
-
-def test_no_worker_for_a_gain_below_min_gain() -> None:
-    flat = job("job-a", current=2, throughput={1: 100.0, 2: 102.0})
-    assert engine().decide(snapshot(flat, capacity=8)) == []
-    e = PolicyEngine(GreedyPolicy(), GoodputArbiter(min_gain=0.0), cooldown_s=60)
-    assert targets(e.decide(snapshot(flat, capacity=8))) == {"job-a": 8}
-
-
-def test_statistical_efficiency_formula() -> None:
-    view = job(current=2, noise=96.0, batch_size=64)  # local batch 32
-    assert statistical_efficiency(view, 1) == 1.0
-    assert statistical_efficiency(view, 4) == pytest.approx((96 + 32) / (96 + 128))
-    assert statistical_efficiency(job(current=2), 4) == 1.0
-
-
-def test_throughput_estimates() -> None:
-    view = job(throughput={2: 200.0, 4: 300.0})
-    assert estimated_throughput(view, 3) == 250.0  # interpolated
-    assert estimated_throughput(view, 1) == 100.0  # scaled down from the smallest
-    assert estimated_throughput(view, 6) == 400.0  # last marginal, 50 per worker
-    assert estimated_throughput(job(), 3) == 3.0  # nothing measured: linear
-    assert estimated_throughput(job(throughput={2: 200.0, 3: 150.0}), 5) == 50.0
+def test_the_job_policy_asks_for_its_best_speedup_within_the_cap() -> None:
+    measured = [step(1, 64), step(1, 128), step(2, 64)]
+    decision = GoodputPolicy().propose(goodput_job(current=2, measured=measured), snap())
+    assert isinstance(decision, Decision)
+    assert decision.target_workers == int(2 * EXPLORE_FACTOR)
+    assert "until measured there" in decision.reason
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"min_gain": -1}, "min_gain must be >= 0.0, got -1"),
-        ({"swap_margin": "x"}, "swap_margin must be a finite number"),
+        ({"resize_cost_s": -1}, "resize_cost_s must be >= 0.0, got -1"),
+        ({"hysteresis": 1.0}, "hysteresis must be < 1.0, got 1.0"),
+        ({"min_horizon_s": 0}, "min_horizon_s must be > 0.0, got 0"),
+        ({"initial_workers": 0}, "initial_workers must be an int >= 1, got 0"),
     ],
 )
 def test_rejects_bad_parameters(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(PolicyConfigError, match=message):
         GoodputArbiter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_step_time_rejects_what_cannot_be_measured() -> None:
+    from submarine_elastic.policy import InvalidSnapshotError
+
+    with pytest.raises(InvalidSnapshotError, match=r"StepTime.nodes \(3\) exceeds its workers \(2\)"):
+        StepTime(2, 3, 64, 0, 1.0)
+    with pytest.raises(InvalidSnapshotError, match="sync_seconds .* exceeds the step's seconds"):
+        StepTime(2, 1, 64, 0, 1.0, 2.0)
+    with pytest.raises(InvalidSnapshotError, match="min_batch_size and max_batch_size come together"):
+        JobView("job-a", 1, 4, min_batch_size=8)

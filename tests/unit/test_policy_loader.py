@@ -154,11 +154,16 @@ def test_a_module_whose_own_import_fails(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_the_wrong_kind_is_refused() -> None:
-    with pytest.raises(NotAPolicyError, match="'goodput' is a cluster arbiter, not a job policy"):
-        load_job_policy("goodput")
+    with pytest.raises(NotAPolicyError, match="'fair-share' is a cluster arbiter, not a job policy"):
+        load_job_policy("fair-share")
     with pytest.raises(NotAPolicyError, match="'straggler' is a job policy, not a cluster arbiter"):
         load_arbiter("straggler")
     assert isinstance(load_arbiter("fair-share"), FairShareArbiter)
+
+
+def test_goodput_is_both_a_job_policy_and_an_arbiter() -> None:
+    assert isinstance(load_job_policy("goodput"), JobPolicy)
+    assert isinstance(load_arbiter("goodput"), GoodputArbiter)
 
 
 def test_bad_options_are_a_config_error() -> None:

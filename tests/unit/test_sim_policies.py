@@ -10,6 +10,7 @@ from submarine_elastic import env
 from submarine_elastic.policy import Snapshot
 from submarine_elastic.policy.engine import PolicyEngine
 from submarine_elastic.sim import (
+    BatchRule,
     ClusterConfig,
     ClusterView,
     JobSpec,
@@ -17,11 +18,13 @@ from submarine_elastic.sim import (
     ResizeCosts,
     SchedulerError,
     SimConfig,
+    SimResult,
     StaticFifo,
     TraceCatalog,
     load_workload,
     simulate,
 )
+from submarine_elastic.sim.api import MeasuredStep
 from submarine_elastic.sim.policy_adapter import PolicyScheduler, to_snapshot
 from submarine_elastic.sim.schedulers import load_scheduler
 from submarine_elastic.sim.workload import sample_jobs, scale_arrivals
@@ -110,7 +113,7 @@ def test_schedulers_load_by_name_with_options():
     [
         ("", "a scheduler is needed"),
         ("no-such-policy", "scheduler 'no-such-policy': no policy named 'no-such-policy'"),
-        ("goodput", "is a cluster arbiter, not a job policy"),
+        ("fair-share", "is a cluster arbiter, not a job policy"),
         ("greedy+static", "is a job policy, not a cluster arbiter"),
         ("utility", "needs price_per_worker_hour and value_per_sample, or deadline_s"),
         ("greedy(bogus)", "option 'bogus' of 'greedy' must be key=value"),
@@ -191,3 +194,49 @@ def test_every_builtin_policy_and_arbiter_drives_a_toy_cluster_to_the_end(
     assert first.summary.finished == len(jobs)
     assert first.jobs == again.jobs  # deterministic
     assert all(u.allocated_gpus <= 8 for u in first.utilisation)
+
+
+def test_snapshot_carries_what_the_goodput_policy_fits():
+    measured = (MeasuredStep(1, 1, 128.0, 0, 0.1, 0.001, 50), MeasuredStep(4, 1, 64.0, 1, 0.2, 0.02, 70))
+    job_view = view_job(min_batch_size=128, max_batch_size=4096, max_local_batch=512, configurations=measured)
+    live = ClusterView(100.0, ClusterConfig(2, 4), 6, (job_view,), ResizeCosts(scale_out_s=0.6, scale_in_s=0.2))
+    snap = to_snapshot(live)
+    (job,) = snap.jobs
+    assert snap.slots_per_node == 4
+    assert [
+        (m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, m.sync_seconds, m.steps)
+        for m in job.metrics.configurations
+    ] == [
+        (1, 1, 128.0, 0, 0.1, 0.001, 50),
+        (4, 1, 64.0, 1, 0.2, 0.02, 70),
+    ]
+    assert (job.metrics.accum_steps, job.metrics.resize_cost_s) == (1, 0.6)
+    assert (job.min_batch_size, job.max_batch_size, job.max_local_batch, job.requested_workers) == (128, 4096, 512, 2)
+    restart = ClusterView(100.0, ClusterConfig(2, 4), 6, (job_view,), ResizeCosts.restart(30.0), "fixed-global")
+    (held,) = to_snapshot(restart).jobs
+    assert held.metrics.resize_cost_s == 30.0
+    assert (held.min_batch_size, held.max_batch_size) == (None, None)  # the batch is not the policy's to choose
+
+
+def _goodput_run(costs: ResizeCosts, rule: BatchRule) -> SimResult:
+    catalog = TraceCatalog()
+    jobs = [
+        JobSpec("cifar10-a", 0.0, "cifar10", 4, 512),
+        JobSpec("cifar10-b", 300.0, "cifar10", 2, 256),
+        JobSpec("bert-c", 600.0, "bert", 2, 24),
+    ]
+    config = SimConfig(costs=costs, batch_rule=rule)
+    return simulate(jobs, ClusterConfig(2, 4), load_scheduler("goodput+goodput"), catalog=catalog, config=config)
+
+
+def test_the_simulator_applies_the_goodput_batch_decisions():
+    adaptive = _goodput_run(ResizeCosts(), BatchRule.FIXED_LOCAL)
+    assert adaptive.summary.finished == 3
+    batches = {c.job: set() for c in adaptive.allocations}
+    for change in adaptive.allocations:
+        batches[change.job].add(round(change.batch_size))
+    assert all(len(b) > 2 for b in batches.values())  # each job's batch followed its noise scale
+    fixed = _goodput_run(ResizeCosts(), BatchRule.FIXED_GLOBAL)
+    assert fixed.summary.finished == 3
+    requested = {"cifar10-a": 512, "cifar10-b": 256, "bert-c": 24}
+    assert all(round(c.batch_size) == requested[c.job] for c in fixed.allocations)

@@ -1,0 +1,267 @@
+"""A job's goodput as a function of its configuration, fitted online from its own step times.
+
+Goodput is the useful progress per second: throughput times statistical efficiency (Pollux, Qiao et
+al., OSDI 2021). Both halves are modelled from what the job reports; nothing here reads a clock or
+keeps state between calls, so the job policy and the arbiter that use it stay pure.
+
+**Throughput.** A step of ``k`` workers on ``n`` nodes, each running ``s + 1`` micro-batches of ``m``
+samples (``s`` gradient-accumulation steps) before one synchronisation, takes::
+
+    T(k, n, m, s) = (s + 1) * (a + b * m) + sync(k, n)
+    sync(k, n)    = 0                          for k = 1
+                  = c_node + d_node * (k - 2)  for k > 1 on one node
+                  = c_net  + d_net  * (k - 2)  for k > 1 on several nodes
+
+a compute part linear in the micro-batch and a synchronisation part linear in the workers, measured
+apart for one node and for several: placement counts where the measurements show it matters. The six
+coefficients are fitted by non-negative least squares to :class:`~submarine_elastic.policy.api.StepTime`
+measurements (the compute and synchronisation parts separately when the synchronisation was measured
+apart, jointly otherwise). A coefficient nothing measured takes its neighbour's value (several nodes
+take one node's synchronisation and the other way round; no slope without two worker counts), and the
+compute part needs two micro-batch sizes to split into ``a`` and ``b``; with one, ``a = 0``. Throughput
+is ``k * m * (s + 1) / T`` samples per second.
+
+**Statistical efficiency.** With the gradient noise scale ``B_noise`` (samples), a sample in a batch
+of ``B`` makes ``E(B) = (B_noise + B_min) / (B_noise + B)`` of the progress it makes in the smallest
+allowed batch ``B_min`` (McCandlish et al. 2018). ``E(B_min) = 1``.
+
+**Best configuration.** For ``k`` workers, the global batch ``B`` in the job's allowed range that
+maximises ``throughput * E(B)``, with the fewest accumulation steps that keep the micro-batch within
+the job's ``max_local_batch``. Candidates are a geometric grid of :data:`BATCH_CANDIDATES` sizes across
+the range; sizes outside :data:`EXPLORE_FACTOR` times the measured micro-batches and worker counts are
+not trusted: a job grows in both at most that factor past what it has run at.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .api import JobView, StepTime
+
+__all__ = [
+    "BATCH_CANDIDATES",
+    "EXPLORE_FACTOR",
+    "BestConfigs",
+    "GoodputModel",
+    "ThroughputModel",
+    "worker_cap",
+]
+
+#: A job runs at most this factor more workers, and this factor larger or smaller micro-batches, than
+#: it has been measured at: the model's extrapolation is trusted that far and no farther.
+EXPLORE_FACTOR = 4.0
+#: Global batch sizes tried per worker count (a geometric grid across the job's allowed range).
+BATCH_CANDIDATES = 24
+
+Floats = NDArray[np.float64]
+
+
+def _nnls(columns: list[Floats], y: Floats) -> list[float]:
+    """Least squares with every coefficient >= 0: solve, drop the most negative, solve again."""
+    active = [i for i, c in enumerate(columns) if np.any(c != 0)]
+    coef = [0.0] * len(columns)
+    while active:
+        a = np.stack([columns[i] for i in active], axis=1)
+        sol, *_ = np.linalg.lstsq(a, y, rcond=None)
+        worst = int(np.argmin(sol))
+        if sol[worst] >= 0:
+            for i, v in zip(active, sol, strict=True):
+                coef[i] = float(v)
+            break
+        del active[worst]
+    return coef
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    """The step-time model of the module docstring (seconds; ``b`` per sample, slopes per worker)."""
+
+    a: float = 0.0
+    b: float = 1.0
+    c_node: float = 0.0
+    d_node: float = 0.0
+    c_net: float = 0.0
+    d_net: float = 0.0
+
+    @classmethod
+    def fit(cls, measured: Sequence[StepTime]) -> ThroughputModel | None:
+        """The model fitted to ``measured``; None with no measurement."""
+        if not measured:
+            return None
+        k = np.array([m.workers for m in measured], dtype=float)
+        n = np.array([m.nodes for m in measured], dtype=float)
+        mb = np.array([m.local_batch for m in measured], dtype=float)
+        reps = np.array([m.accum_steps + 1 for m in measured], dtype=float)
+        t = np.array([m.seconds for m in measured], dtype=float)
+        multi = k > 1
+        node = (multi & (n == 1)).astype(float)
+        net = (n > 1).astype(float)
+        two_sizes = len(set(mb.tolist())) > 1
+        sync_cols = [node, node * (k - 2), net, net * (k - 2)]
+        if all(m.sync_seconds is not None for m in measured):
+            sync = np.array([m.sync_seconds for m in measured], dtype=float)
+            compute = (t - sync) / reps
+            if two_sizes:
+                a, b = _nnls([np.ones_like(mb), mb], compute)
+            else:
+                a, b = 0.0, float(np.mean(compute / mb))
+            c_node, d_node, c_net, d_net = _nnls(sync_cols, sync) if np.any(multi) else [0.0] * 4
+        else:
+            cols = [reps, reps * mb] if two_sizes else [reps * mb]
+            coef = _nnls(cols + sync_cols, t)
+            a, b = (coef[0], coef[1]) if two_sizes else (0.0, coef[0])
+            c_node, d_node, c_net, d_net = coef[-4:]
+        if b <= 0:  # all compute fitted as fixed: keep a tiny per-sample cost so throughput stays finite
+            b = max(a, 1e-9) * 1e-6
+        has_node, has_net = bool(np.any(node)), bool(np.any(net))
+        if has_node and not has_net:
+            c_net, d_net = c_node, d_node
+        elif has_net and not has_node:
+            c_node, d_node = c_net, d_net
+        return cls(a, b, c_node, d_node, c_net, d_net)
+
+    def step_seconds(self, workers: Floats, nodes: Floats, local: Floats, accum: Floats) -> Floats:
+        """``T(k, n, m, s)`` elementwise (arrays broadcast)."""
+        many = workers > 1
+        one_node = nodes <= 1
+        sync = np.where(one_node, self.c_node + self.d_node * (workers - 2), self.c_net + self.d_net * (workers - 2))
+        result: Floats = (accum + 1) * (self.a + self.b * local) + np.where(many, np.maximum(sync, 0.0), 0.0)
+        return result
+
+
+@dataclass(frozen=True)
+class BestConfigs:
+    """The best configuration of a job at each worker count ``k`` (index ``k``; index 0 is unused).
+
+    Attributes:
+        goodput: ``throughput * E(B)`` at the best batch, samples/s of ``B_min``-equivalent progress.
+        batch: the best global batch size.
+        accum: its gradient-accumulation steps.
+    """
+
+    goodput: Floats
+    batch: NDArray[np.int64]
+    accum: NDArray[np.int64]
+
+    def speedup(self) -> Floats:
+        """Goodput at each count over goodput at one worker (0 where one worker makes no progress)."""
+        base = float(self.goodput[1]) if len(self.goodput) > 1 else 0.0
+        if base <= 0:
+            return np.zeros_like(self.goodput)
+        result: Floats = self.goodput / base
+        return result
+
+
+class GoodputModel:
+    """One job's goodput model, built from its :class:`~submarine_elastic.policy.api.JobView` and the step
+    times measured so far (the view's own, or a longer history a policy kept)."""
+
+    def __init__(self, job: JobView, measured: Sequence[StepTime], slots_per_node: int | None) -> None:
+        self.job = job
+        self.measured = tuple(measured)
+        self.slots_per_node = slots_per_node
+        self.throughput = ThroughputModel.fit(self.measured)
+        metrics = job.metrics
+        current = metrics.batch_size
+        if (
+            job.min_batch_size is not None
+            and job.max_batch_size is not None
+            and metrics.gradient_noise_scale is not None
+        ):
+            self.batch_range: tuple[int, int] = (job.min_batch_size, job.max_batch_size)
+            self.noise: float | None = metrics.gradient_noise_scale
+        else:
+            fixed = current or job.min_batch_size or 1
+            self.batch_range = (fixed, fixed)
+            self.noise = None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether any step time was measured (else the model is a prior: linear scaling)."""
+        return self.throughput is not None
+
+    def efficiency(self, batch: Floats) -> Floats:
+        """``E(B)`` of the module docstring (1 without a noise scale)."""
+        if self.noise is None:
+            return np.ones_like(batch)
+        low = float(self.batch_range[0])
+        result: Floats = (self.noise + low) / (self.noise + batch)
+        return result
+
+    def nodes_for(self, workers: Floats) -> Floats:
+        """Nodes ``k`` workers span when packed, or the nodes the job was measured on at ``k``."""
+        if self.slots_per_node is None:
+            return np.ones_like(workers)
+        result: Floats = np.ceil(workers / self.slots_per_node)
+        return result
+
+    def _candidates(self) -> Floats:
+        low, high = self.batch_range
+        if high <= low:
+            return np.array([float(low)])
+        grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)))
+        current = self.job.metrics.batch_size
+        if current is not None and low <= current <= high:
+            grid = np.unique(np.append(grid, float(current)))
+        return grid
+
+    def best(self, max_workers: int) -> BestConfigs:
+        """The best configuration at every count from 1 to ``max_workers``."""
+        size = max(1, max_workers)
+        workers = np.arange(1, size + 1, dtype=float)[:, None]
+        batch = self._candidates()[None, :]
+        if self.throughput is None:  # nothing measured: linear scaling, the batch as it is
+            kept = self.job.metrics.batch_size or self.batch_range[0]
+            return BestConfigs(
+                np.arange(size + 1, dtype=float),
+                np.full(size + 1, kept, dtype=np.int64),
+                np.zeros(size + 1, dtype=np.int64),
+            )
+        per_worker = batch / workers
+        limit = self.job.max_local_batch
+        if limit is not None:
+            accum = np.maximum(np.ceil(per_worker / limit - 1e-9) - 1, 0)
+        else:
+            accum = np.zeros_like(per_worker)
+        local = per_worker / (accum + 1)
+        seconds = self.throughput.step_seconds(workers, self.nodes_for(workers), local, accum)
+        goodput = batch / seconds * self.efficiency(batch)
+        trusted = self._trusted(local)
+        goodput = np.where(trusted, goodput, -np.inf)
+        pick = np.argmax(goodput, axis=1)
+        rows = np.arange(size)
+        best = goodput[rows, pick]
+        # no trusted batch at some count: the one closest to what was measured, at its goodput
+        fallback = np.argmin(np.abs(np.log(local / self._measured_local_mid())), axis=1)
+        untrusted = ~np.isfinite(best)
+        pick = np.where(untrusted, fallback, pick)
+        best = np.where(untrusted, (batch / seconds * self.efficiency(batch))[rows, pick], best)
+        out_goodput = np.concatenate(([0.0], best))
+        out_batch = np.concatenate(([0], np.broadcast_to(batch, per_worker.shape)[rows, pick].astype(np.int64)))
+        out_accum = np.concatenate(([0], accum[rows, pick].astype(np.int64)))
+        return BestConfigs(out_goodput, out_batch, out_accum)
+
+    def _measured_local_mid(self) -> float:
+        sizes = [m.local_batch for m in self.measured]
+        return math.sqrt(min(sizes) * max(sizes))
+
+    def _trusted(self, local: Floats) -> NDArray[np.bool_]:
+        sizes = [m.local_batch for m in self.measured]
+        low, high = min(sizes) / EXPLORE_FACTOR, max(sizes) * EXPLORE_FACTOR
+        result: NDArray[np.bool_] = (local >= low * (1 - 1e-9)) & (local <= high * (1 + 1e-9))
+        return result
+
+
+def worker_cap(job: JobView, measured: Iterable[StepTime], initial: int) -> int:
+    """The most workers a job may have now: :data:`EXPLORE_FACTOR` times the most it was measured at,
+    and at least ``initial`` and the count it was submitted with; within its limits, never below what
+    it holds."""
+    most = max((m.workers for m in measured), default=0)
+    initial = max(initial, job.requested_workers or 0)
+    cap = initial if most == 0 else max(initial, math.floor(most * EXPLORE_FACTOR))
+    return max(job.min_workers, min(job.max_workers, max(cap, job.holding)))
