@@ -13,3 +13,4 @@ def _private_state_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(Path(home) / "controller"))
     monkeypatch.setenv("SUBMARINE_JOBS_DIR", str(Path(home) / "jobs"))
     monkeypatch.setenv("SUBMARINE_CLUSTER_DIR", str(Path(home) / "cluster"))
+    monkeypatch.setenv("SUBMARINE_CA_DIR", str(Path(home) / "ca"))

@@ -217,6 +217,10 @@ def run(
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:
         raise _fail(exc) from exc
+    try:
+        req = _with_metrics_certificate(req)
+    except TlsError as exc:
+        raise _fail(exc) from exc
     ctl, req = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
         try:
@@ -256,10 +260,7 @@ def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClie
             SUBMARINE_METRICS_ENDPOINT=info.metrics_endpoint,
             SUBMARINE_METRICS_TOKEN=locate.metrics_credential(where, req.name),
         )
-        if not req.insecure:
-            from submarine_elastic.tls import cluster_ca
-
-            req = dataclasses.replace(req, metrics_tls=cluster_ca().issue_client(f"job {req.name}"[:64]))
+        req = _with_metrics_certificate(req)
     except (ControllerError, TlsError) as exc:
         raise _fail(exc) from exc
     limits = req.limits
@@ -269,6 +270,20 @@ def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClie
     )
     console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")
     return client, req
+
+
+def _with_metrics_certificate(req: JobRequest) -> JobRequest:
+    """``req`` with a client certificate of the cluster's CA for the metrics service its hooks report to
+    (and that CA), unless it reports nowhere, runs --insecure or has one.
+
+    Raises:
+        TlsError: the cluster's CA cannot be opened.
+    """
+    if req.insecure or req.metrics_tls is not None or not req.env.get("SUBMARINE_METRICS_ENDPOINT"):
+        return req
+    from submarine_elastic.tls import cluster_ca
+
+    return dataclasses.replace(req, metrics_tls=cluster_ca().issue_client(f"job {req.name}"[:64]))
 
 
 def _tell_controller(client: ControllerClient, call: Callable[[ControllerClient], object]) -> None:
@@ -294,15 +309,21 @@ def _metrics_line(name: str) -> str:
 
     from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
     from submarine_elastic.rpc import bearer, open_channel
-    from submarine_elastic.tls import cluster_ca_cert
+    from submarine_elastic.tls import cluster_ca
 
     try:
         token = locate.read_token(locate.directory(), locate.METRICS_TOKEN)
         insecure = env.insecure()
-        ca = None if insecure else cluster_ca_cert()
+        issued = None if insecure else cluster_ca().issue_client("submarine cli")
     except (ControllerError, TlsError, ValueError):
         return ""
-    with open_channel(state.metrics_endpoint, ca=ca, insecure=insecure) as channel:
+    channel = open_channel(
+        state.metrics_endpoint,
+        ca=None if issued is None else issued.ca,
+        client_cert=None if issued is None else (issued.cert, issued.key),
+        insecure=insecure,
+    )
+    with channel:
         try:
             reply = metrics_pb2_grpc.MetricsServiceStub(channel).GetJob(
                 metrics_pb2.GetJobRequest(job_id=name), metadata=bearer(token), timeout=2

@@ -15,6 +15,7 @@ from submarine_elastic.metrics.api import DEFAULT_PORT, MAX_JOBS, MetricsError
 from submarine_elastic.metrics.auth import CredentialError, job_credential
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.tls import TlsError
 
 _file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -40,6 +41,43 @@ def _key(job_key_file: Path) -> bytes:
         return env.read_secret(job_key_file, "the metrics service key").encode()
     except env.SecretFileError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _server_tls(
+    host: str,
+    insecure: bool | None,
+    cert: Path | None,
+    key: Path | None,
+    client_ca: Path | None,
+    no_client_cert: bool,
+) -> TlsCredentials | None:
+    """The service's TLS: the given certificate, else one the cluster's CA issues for ``host`` and
+    loopback; client certificates of ``client_ca`` (default: the cluster's CA) required unless
+    ``no_client_cert``. None (plaintext) only when asked for, and on loopback.
+
+    Raises:
+        click.UsageError: plaintext asked for beyond loopback, or with TLS options.
+        TlsError, OSError, ValueError: the cluster's CA or a file cannot be read.
+    """
+    plaintext = env.insecure() if insecure is None else insecure
+    if plaintext:
+        if cert is not None or client_ca is not None:
+            raise click.UsageError("--insecure serves plaintext: it takes no --tls-cert or --tls-client-ca")
+        if not _is_loopback(host):
+            raise click.UsageError(
+                f"--insecure on {host}: plaintext is served on loopback only (tokens would cross the network "
+                "in the clear); drop --insecure to serve TLS"
+            )
+        return None
+    from submarine_elastic.tls import cluster_ca, loopback_hosts
+
+    if cert is not None and key is not None:
+        chain, private = cert.read_bytes(), key.read_bytes()
+    else:
+        issued = cluster_ca().issue_server("submarine-elastic metrics", loopback_hosts(host))
+        chain, private = issued.cert, issued.key
+    trusted = None if no_client_cert else client_ca.read_bytes() if client_ca is not None else cluster_ca().cert_pem
+    return TlsCredentials(chain, private, client_ca=trusted)
 
 
 @click.group()
@@ -71,8 +109,30 @@ def metrics() -> None:
     is_flag=True,
     help="Serve without a token on an address other than loopback (a trusted network only).",
 )
-@click.option("--tls-cert", type=_file, default=None, help="PEM certificate chain; with --tls-key, serve TLS.")
+@click.option(
+    "--tls-cert",
+    type=_file,
+    default=None,
+    help="PEM certificate chain, with --tls-key [default: one of the cluster's CA, issued for --host and loopback].",
+)
 @click.option("--tls-key", type=_file, default=None, help="PEM private key of --tls-cert.")
+@click.option(
+    "--tls-client-ca",
+    type=_file,
+    default=None,
+    help="Callers must present a certificate of this CA (PEM) [default: the cluster's CA].",
+)
+@click.option(
+    "--no-client-cert",
+    is_flag=True,
+    help="TLS without client certificates: callers are told apart by their token alone.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Plaintext, on loopback only [default: SUBMARINE_INSECURE].",
+)
 @click.option(
     "--prometheus-port",
     type=click.IntRange(0, 65535),
@@ -92,6 +152,9 @@ def serve(
     allow_unauthenticated: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
+    tls_client_ca: Path | None,
+    no_client_cert: bool,
+    insecure: bool | None,
     prometheus_port: int | None,
     prometheus_host: str | None,
     max_jobs: int,
@@ -111,7 +174,7 @@ def serve(
             "or pass --allow-unauthenticated on a trusted network"
         )
     try:
-        tls = TlsCredentials.from_files(tls_cert, tls_key) if tls_cert and tls_key else None
+        tls = _server_tls(host, insecure, tls_cert, tls_key, tls_client_ca, no_client_cert)
         server = MetricsServer(
             InMemoryStore(max_jobs=max_jobs, points_per_job=points_per_job),
             host=host,
@@ -122,7 +185,7 @@ def serve(
             prometheus_port=prometheus_port,
             prometheus_host=prometheus_host,
         ).start()
-    except (MetricsError, ValueError) as exc:
+    except (MetricsError, ValueError, TlsError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
 
     stop = threading.Event()
@@ -133,7 +196,8 @@ def serve(
     previous = signal.signal(signal.SIGTERM, on_signal)
     click.echo(
         f"metrics service listening on {host}:{server.port} "
-        f"({'TLS' if tls else 'plaintext'}, {'token required' if token else 'no token'}"
+        f"({'plaintext' if tls is None else 'mutual TLS' if tls.client_ca else 'TLS'}, "
+        f"{'token required' if token else 'no token'}"
         f"{', job credentials' if key else ''})"
     )
     if server.prometheus_port is not None:

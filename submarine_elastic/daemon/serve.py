@@ -158,7 +158,8 @@ def serve(
 
 def _service_tls(metrics_host: str) -> tuple[ServerTls, TlsCredentials]:
     """Certificates of the cluster's CA for the API (loopback) and the metrics service (``metrics_host``
-    and loopback), issued at each start and kept in memory only.
+    and loopback), issued at each start and kept in memory only. The metrics service requires its callers'
+    certificates of the cluster's CA (``job run`` gives each job one).
 
     Raises:
         TlsError: the cluster's CA cannot be opened, or ``metrics_host`` cannot be named in a certificate.
@@ -166,4 +167,4 @@ def _service_tls(metrics_host: str) -> tuple[ServerTls, TlsCredentials]:
     ca = cluster_ca()
     api = ca.issue_server("submarine-elastic controller", loopback_hosts())
     metrics = ca.issue_server("submarine-elastic metrics", loopback_hosts(metrics_host))
-    return ServerTls(api.cert, api.key), TlsCredentials(metrics.cert, metrics.key)
+    return ServerTls(api.cert, api.key), TlsCredentials(metrics.cert, metrics.key, client_ca=ca.cert_pem)

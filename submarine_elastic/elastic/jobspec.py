@@ -551,7 +551,9 @@ def build_service(req: JobRequest) -> Service:
     else:
         common["SUBMARINE_INSECURE"] = "1"
     if req.metrics_tls is not None:
-        common.update({name: f"$PWD/{dest}" for name, dest in METRICS_TLS_FILES.items()})
+        # A CA given with --env SUBMARINE_METRICS_TLS_CA (a service with a certificate of its own) stays.
+        metrics_files = {name: f"$PWD/{dest}" for name, dest in METRICS_TLS_FILES.items()}
+        common.update(metrics_files | {k: v for k, v in req.env.items() if k == "SUBMARINE_METRICS_TLS_CA"})
     if req.yarn_login is not None:
         # The driver resizes its own job: it logs in from the localized keytab, into a cache of its own.
         common.update(SUBMARINE_YARN_AUTH="kerberos", SUBMARINE_YARN_KEYTAB=f"$PWD/{KEYTAB_FILE}")

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -402,10 +402,12 @@ class MalformedStreamGuard(grpc.ServerInterceptor):
 
 @dataclass(frozen=True)
 class TlsCredentials:
-    """PEM certificate chain and private key the server presents."""
+    """PEM certificate chain and private key the server presents; with ``client_ca``, mutual TLS: a caller
+    must present a certificate that CA issued, or the handshake fails before any call."""
 
     certificate_chain: bytes
-    private_key: bytes
+    private_key: bytes = field(repr=False)
+    client_ca: bytes | None = None
 
     @classmethod
     def from_files(cls, certificate_chain: Path, private_key: Path) -> TlsCredentials:
@@ -529,7 +531,11 @@ class MetricsServer:
             if self._tls is None:
                 port = server.add_insecure_port(bind)
             else:
-                credentials = grpc.ssl_server_credentials([(self._tls.private_key, self._tls.certificate_chain)])
+                credentials = grpc.ssl_server_credentials(
+                    [(self._tls.private_key, self._tls.certificate_chain)],
+                    root_certificates=self._tls.client_ca,
+                    require_client_auth=self._tls.client_ca is not None,
+                )
                 port = server.add_secure_port(bind, credentials)
         except RuntimeError as e:
             raise ServerStartError(f"cannot bind the metrics service to {bind}: {e}") from e
@@ -547,7 +553,7 @@ class MetricsServer:
             "metrics service on %s:%d (%s, %s)",
             self._host,
             port,
-            "TLS" if self._tls else "plaintext",
+            "plaintext" if self._tls is None else "mutual TLS" if self._tls.client_ca else "TLS",
             "no credential" if self._auth.open else "credentials required",
         )
         return self

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from submarine_elastic.cli.metrics import metrics
+from submarine_elastic.metrics.auth import job_credential
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 
 SERVE = "from submarine_elastic.cli.metrics import metrics; metrics(prog_name='submarine metrics')"
@@ -30,7 +31,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMARINE_METRICS_")}
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE, "serve", "--port", "0", "--prometheus-port", "0"]
-        + ["--token-file", str(token_file)],
+        + ["--token-file", str(token_file), "--insecure"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,3 +108,16 @@ def test_the_submarine_command_has_the_group() -> None:
     from submarine_elastic.cli.main import cli
 
     assert cli.get_command(click.Context(cli), "metrics") is metrics
+
+
+def test_credential_prints_the_jobs_own_credential(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("a-service-key-of-enough-bytes-123\n")
+    result = CliRunner().invoke(metrics, ["credential", "job-a", "--job-key-file", str(key)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == job_credential(b"a-service-key-of-enough-bytes-123", "job-a")
+    result = CliRunner().invoke(metrics, ["credential", "Not_A_Job", "--job-key-file", str(key)])
+    assert result.exit_code == 1 and "'Not_A_Job' is not a YARN service name" in result.output
+    key.write_text("short")
+    result = CliRunner().invoke(metrics, ["credential", "job-a", "--job-key-file", str(key)])
+    assert result.exit_code == 1 and "at least 16" in result.output and "short" not in result.output
