@@ -6,7 +6,8 @@ its sources live under :func:`java_sources` (six small files, Java 8 compatible)
 with the py4j jar the ``py4j`` wheel ships (:func:`py4j_jar`) and reaches the Python side through
 py4j's ``ClientServer``: Java calls into Python on the *Python port*, and the Python side calls back
 into the JVM (to build the returned ``Job`` / ``Decision`` objects and exceptions, and to release them
-later) on the *Java port*. Both ends must agree on both ports and on the auth token.
+later) over the same connection. py4j's configuration names a *Java port* too (where the JVM listens);
+the bridge never connects there. Both ends must agree on the auth token, and on TLS (:class:`BridgeTls`).
 """
 
 from __future__ import annotations

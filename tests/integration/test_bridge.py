@@ -388,7 +388,8 @@ def test_failed_logins_write_a_bounded_number_of_log_lines(token: str, caplog: p
         for r in caplog.records
         if r.name.startswith(("py4j", "submarine_elastic.bridge")) and "garbage collecting" not in r.getMessage()
     ]
-    print(f"{attempts} failed logins in {took:.1f} s wrote {len(records)} log lines")
+    lines = sum(len(r.getMessage().splitlines()) + len((r.exc_text or "").splitlines()) for r in records)
+    print(f"{attempts} failed logins in {took:.1f} s: {len(records)} log records, {lines} lines")
     refusals = [r.getMessage() for r in records if "wrong or no token" in r.getMessage()]
     assert 1 <= len(refusals) <= 2 + int(took // REFUSAL_LOG_INTERVAL_S), refusals
     assert sum(int(re.search(r"refused (\d+) ", m).group(1)) for m in refusals) == attempts  # type: ignore[union-attr]

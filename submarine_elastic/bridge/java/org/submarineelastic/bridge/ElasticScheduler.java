@@ -11,10 +11,16 @@ import java.util.List;
  *
  * <pre>{@code
  * ClientServer cs = new ClientServer.ClientServerBuilder()
- *     .javaPort(25333).pythonPort(25334).authToken(token).build();
+ *     .javaPort(25333).pythonPort(25334).authToken(token)
+ *     .socketFactory(tls.getSocketFactory())  // an SSLContext with jvm.crt, jvm.key and ca.crt
+ *     .build();
  * ElasticScheduler scheduler = (ElasticScheduler) cs.getPythonServerEntryPoint(
  *     new Class[] {ElasticScheduler.class});
  * }</pre>
+ *
+ * <p>{@code submarine bridge serve} speaks mutual TLS unless started with {@code --insecure}: it writes the
+ * JVM's client certificate, its key and the cluster's CA into its {@code --tls-dir}. The Python side never
+ * connects to the Java port.
  *
  * <p>Every call is a blocking round trip to the Python process over loopback TCP, normally well under
  * a millisecond plus what the controller needs (a database write: at most a few seconds). Calls may
@@ -24,7 +30,9 @@ import java.util.List;
  *
  * <p>Errors: {@link UnknownJobException} and {@link InvalidJobException} (both
  * {@link ElasticSchedulerException}s, unchecked) carry the controller's message, which names the job
- * or value at fault. A refused token, a stopped Python side or a broken connection surfaces as
+ * or value at fault; a call of anything but these methods (through another interface naming Python
+ * members) is an {@link ElasticSchedulerException} naming it. No message carries a Python traceback.
+ * A refused token, a stopped Python side or a broken connection surfaces as
  * py4j's own unchecked {@code py4j.Py4JException} (or a subclass such as
  * {@code py4j.Py4JAuthenticationException}).
  */
