@@ -1,4 +1,4 @@
-"""Test certificates, made with the openssl command."""
+"""Test certificates: self-signed ones made with the openssl command, and the cluster CA's."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
+from submarine_elastic import tls
+from submarine_elastic.metrics.server import TlsCredentials
 
 
 def self_signed(directory: Path, hosts: Iterable[str] = ("localhost", "127.0.0.1")) -> tuple[Path, Path]:
@@ -35,3 +38,12 @@ def self_signed(directory: Path, hosts: Iterable[str] = ("localhost", "127.0.0.1
         capture_output=True,
     )
     return cert, key
+
+
+def cluster_metrics_tls() -> TlsCredentials:
+    """Mutual TLS for a test's metrics service, as the controller serves it: a certificate of the cluster's CA
+    (``SUBMARINE_CA_DIR``) for loopback, and callers' certificates of that CA required. ``job run`` gives every
+    job that reports metrics one, and the CA."""
+    ca = tls.cluster_ca()
+    issued = ca.issue_server("test metrics", tls.loopback_hosts())
+    return TlsCredentials(issued.cert, issued.key, client_ca=ca.cert_pem)

@@ -77,8 +77,9 @@ from submarine_elastic.elastic.client import JobClient, forget_job, submit
 from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources
 from submarine_elastic.metrics.api import ServerStartError, Subscription, UnknownJobError
 from submarine_elastic.metrics.proto import metrics_pb2
-from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.tls import TlsError, cluster_ca, loopback_hosts
 from submarine_elastic.yarn import ServiceNotFoundError, ServiceState, YarnError, YarnServiceClient
 
 _log = logging.getLogger(__name__)
@@ -334,7 +335,21 @@ class PseudoClusterBackend(Backend):
         plan = self.plan(point)
         store = InMemoryStore(max_jobs=4)
         token = secrets.token_urlsafe(24)
-        server = MetricsServer(store, host="127.0.0.1", port=0, token=token)
+        try:
+            insecure = env.insecure()
+            ca = None if insecure else cluster_ca()
+        except (ValueError, TlsError) as exc:
+            raise BackendError(f"point {point.point_id}: cannot start measuring: {exc}") from exc
+        # Mutual TLS with certificates of the cluster's CA, as the controller's service; plaintext only when
+        # SUBMARINE_INSECURE asks for it.
+        served = None if ca is None else ca.issue_server("dse metrics", loopback_hosts())
+        server = MetricsServer(
+            store,
+            host="127.0.0.1",
+            port=0,
+            token=token,
+            tls=None if ca is None or served is None else TlsCredentials(served.cert, served.key, ca.cert_pem),
+        )
         sub = store.subscribe(plan.name, capacity=1 << 16)
         runner: JobRunner | None = None
         attempted = False
@@ -358,6 +373,8 @@ class PseudoClusterBackend(Backend):
                     "SUBMARINE_METRICS_TOKEN": token,
                 },
                 workdir=Path(self.workdir).resolve() if self.workdir else Path.cwd(),
+                insecure=insecure,
+                metrics_tls=None if ca is None else ca.issue_client(f"job {plan.name}"[:64]),
             )
             submitted = time.time()
             attempted = True

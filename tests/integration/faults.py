@@ -51,6 +51,7 @@ from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 from tests.integration.conftest import AS_USER, container_processes, eventually, submarine
 from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times, training_pids
+from tests.tls import cluster_metrics_tls
 
 METRICS_TOKEN = "fault-metrics-token"
 #: Committed steps the job must train at a given size to count as training there (two commits).
@@ -176,7 +177,9 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
     spec = cluster.spec()
     name = f"fault-{scenario.name.replace('_', '-')}"
     log_dir = work / "log"
-    metrics = MetricsServer(InMemoryStore(points_per_job=100_000), token=METRICS_TOKEN).start()
+    metrics = MetricsServer(
+        InMemoryStore(points_per_job=100_000), token=METRICS_TOKEN, tls=cluster_metrics_tls()
+    ).start()
     metrics_env = {"SUBMARINE_METRICS_ENDPOINT": metrics.address, "SUBMARINE_METRICS_TOKEN": METRICS_TOKEN}
     yarn = YarnServiceClient(spec.rm_url, poll_interval=0.5, timeout=(5.0, 20.0), retries=0)
     try:

@@ -20,34 +20,28 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
-from submarine_elastic import tls
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.client import JobClient, load_token
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto.elastic_pb2 import StatusRequest
 from submarine_elastic.elastic.proto.elastic_pb2_grpc import ElasticDriverStub
-from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
+from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import eventually, submarine
 from tests.integration.jobcheck import check_training, finish, start_job
 from tests.integration.jobcheck import training_pids as _training_pids
-from tests.tls import self_signed
+from tests.tls import cluster_metrics_tls, self_signed
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
-def metrics_service(tmp_path: Path) -> Iterator[MetricsServer]:
-    """A metrics service on TLS (a certificate of a CA the job's hooks are given: metrics-ca.crt)."""
-    ca = tls.CertificateAuthority.create("metrics test CA")
-    issued = ca.issue_server("metrics", tls.loopback_hosts())
-    (tmp_path / "metrics-ca.crt").write_bytes(ca.cert_pem)
+def metrics_service() -> Iterator[MetricsServer]:
+    """A metrics service on mutual TLS: job run gives the job's hooks the CA and a client certificate."""
     server = MetricsServer(
-        InMemoryStore(points_per_job=50_000),
-        token="metrics-test-token",
-        tls=TlsCredentials(issued.cert, issued.key),
+        InMemoryStore(points_per_job=50_000), token="metrics-test-token", tls=cluster_metrics_tls()
     ).start()
     yield server
     server.stop()
@@ -64,7 +58,6 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
     metrics_env = {
         "SUBMARINE_METRICS_ENDPOINT": metrics_service.address,
         "SUBMARINE_METRICS_TOKEN": "metrics-test-token",
-        "SUBMARINE_METRICS_TLS_CA": str(tmp_path / "metrics-ca.crt"),
     }
     start_job(cluster_spec.rm_url, name, tmp_path, env=metrics_env)
     try:

@@ -23,6 +23,7 @@ from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import submarine, wait_finished
+from tests.tls import cluster_metrics_tls
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ TOKEN = "keras-elastic-test-token"
 
 @pytest.fixture()
 def metrics() -> Iterator[MetricsServer]:
-    server = MetricsServer(token=TOKEN).start()
+    server = MetricsServer(token=TOKEN, tls=cluster_metrics_tls()).start()
     yield server
     server.stop(grace=0)
 
