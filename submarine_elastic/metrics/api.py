@@ -30,6 +30,8 @@ BYTES_PER_KEPT_POINT = 256
 KEY_ENTRY_BYTES = 512
 #: World sizes whose throughput a job keeps (the least recently reported goes first).
 MAX_THROUGHPUT_SIZES = 32
+#: Characters of the reason a job's summary gives for its last rejected batch.
+MAX_REJECTION_CHARS = 256
 #: A seq may run this far ahead of the highest one held for its key at once (a sender's queue keeps
 #: 10,000 steps; its drops show as gaps)...
 SEQ_WINDOW = 100_000

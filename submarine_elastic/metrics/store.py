@@ -13,6 +13,7 @@ import numpy as np
 from submarine_elastic.metrics.api import (
     BYTES_PER_KEPT_POINT,
     MAX_JOBS,
+    MAX_REJECTION_CHARS,
     MAX_STEPS_PER_SECOND,
     MAX_THROUGHPUT_SIZES,
     SEQ_WINDOW,
@@ -261,7 +262,7 @@ class InMemoryStore(MetricsStore):
                         f"{int(window)} is plausible now",
                     )
                     job.rejected += len(steps)
-                    job.last_rejection = str(error)
+                    job.last_rejection = str(error)[:MAX_REJECTION_CHARS]
                     raise error
             duplicates = len(steps) - count
             job.duplicate += duplicates
@@ -361,7 +362,7 @@ class InMemoryStore(MetricsStore):
                 self._rejected_unattributed += count
             else:
                 job.rejected += count
-                job.last_rejection = reason
+                job.last_rejection = reason[:MAX_REJECTION_CHARS]
 
     def _publish(self, job_id: str, chunk: _Chunk) -> None:
         targets = [sub for sub in self._subs if sub.job_id is None or sub.job_id == job_id]
