@@ -293,6 +293,9 @@ class GuardedConnection(ClientServerConnection):
             # ssl.SSLError and socket.timeout are OSErrors; UnicodeDecodeError is a ValueError.
             guard.broken.refused(f"{type(error).__name__}: {str(error)[:80]}")
             self.close(reset=True)
+        except Exception as error:  # noqa: BLE001 - a peer must not get a traceback per connection into the log
+            guard.broken.refused(f"unexpected {type(error).__name__}: {str(error)[:80]}")
+            self.close(reset=True)
         finally:
             guard.release(logged_in)
 
@@ -314,22 +317,50 @@ class GuardedConnection(ClientServerConnection):
             command = _text(self.stream.readline())
             if command == "":
                 return  # the JVM closed the connection
-            object_id = _text(self.stream.readline())
-            if command == proto.CALL_PROXY_COMMAND_NAME:
-                reply = self._call_proxy(object_id, self.stream)
-            elif command == proto.GARBAGE_COLLECT_PROXY_COMMAND_NAME:
-                self._expect_end()
-                reply = proto.SUCCESS_RETURN_MESSAGE
-            else:
-                raise ProtocolViolation(f"unknown command {shown(command)}")
-            sock.sendall(reply.encode("utf-8"))
+            sock.sendall(self._answer(command).encode("utf-8"))
 
-    def _expect_end(self) -> None:
+    def _answer(self, command: str) -> str:
+        """The reply to one command from the JVM: a call (``c``) or the release of a proxy (``g``, a
+        no-op: the bridge hands out none).
+
+        Raises:
+            ProtocolViolation: any other command, or a release not closed by its end line.
+        """
+        if command not in (proto.CALL_PROXY_COMMAND_NAME, proto.GARBAGE_COLLECT_PROXY_COMMAND_NAME):
+            raise ProtocolViolation(f"unknown command {shown(command)}")
+        object_id = _text(self.stream.readline())
+        if command == proto.CALL_PROXY_COMMAND_NAME:
+            return self._call_proxy(object_id, self.stream)
         if _text(self.stream.readline()) != proto.END:
             raise ProtocolViolation("a command not closed by its end line")
+        return proto.SUCCESS_RETURN_MESSAGE
+
+    def send_command(self, command: str) -> str:
+        """Send one of the bridge's own commands to the JVM (building or releasing a value while serving a
+        call) and return its answer; calls the JVM makes meanwhile are served as above, and anything else
+        ends the connection. Unlike py4j's, logs nothing.
+
+        Raises:
+            Py4JNetworkError: the connection broke, timed out or carried something no JVM sends.
+        """
+        sock = self.socket
+        try:
+            if sock is None:
+                raise ProtocolViolation("the connection is closed")
+            sock.sendall(command.encode("utf-8"))
+            while True:
+                line = _text(self.stream.readline())
+                if line.startswith(proto.RETURN_MESSAGE):
+                    return line[1:]
+                if line == "":
+                    raise ProtocolViolation("the JVM closed the connection")
+                sock.sendall(self._answer(line).encode("utf-8"))
+        except (OSError, ValueError, ProtocolViolation) as error:
+            self.close(reset=True)  # whatever catches the error, this connection is done
+            raise Py4JNetworkError(f"the JVM connection failed: {error}", error, proto.ERROR_ON_RECEIVE) from error
 
     def _call_proxy(self, obj_id: str, input: Any) -> str:
-        """Also what py4j's ``send_command`` calls when the JVM calls back while the bridge waits for it."""
+        """A call command's reply (also when the JVM calls while the bridge waits for it)."""
         method = _text(self.stream.readline())
         raw_args: list[str] = []
         while True:

@@ -392,3 +392,26 @@ def test_bridge_tls_takes_a_server_context_only(tmp_path: Path) -> None:
         BridgeTls(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
     with pytest.raises(BridgeConfigError, match="cannot load the bridge's TLS files"):
         BridgeTls.from_files(tmp_path / "no.crt", tmp_path / "no.key", tmp_path / "ca.crt")
+
+
+def test_while_the_bridge_waits_for_the_jvm_only_calls_and_releases_are_served(fake_jvm: int) -> None:
+    """The bridge builds a returned value with commands of its own on the caller's connection; what the
+    JVM sends before answering them is held to the same rules."""
+    with BridgeServer(InMemoryController(), token=TOKEN, python_port=0, java_port=fake_jvm) as bridge:
+        sock, _ = _login(bridge.port)
+        lines = sock.makefile("rb")
+        sock.sendall(b"c\nt\nlistJobs\ne\n")
+        assert lines.readline() == b"a\n"  # the bridge asks the JVM for an array to build the list with
+        while lines.readline() != b"e\n":
+            pass
+        sock.sendall(b"g\nt\ne\n")  # a release meanwhile: answered
+        assert lines.readline() == b"!y\n"
+        sock.sendall(b"c\nt\n__setattr__\nscontroller\nsx\ne\n")  # a call meanwhile: refused, which
+        assert lines.readline() in (b"i\n", b"r\n")  # starts by building the exception in the JVM
+        while lines.readline() != b"e\n":
+            pass
+        sock.sendall(b"z\n")  # anything else closes the connection
+        assert _closed_within(sock, 3.0)
+        lines.close()
+        sock.close()
+        assert _wait(lambda: bridge.guard.logged_in == 0)
