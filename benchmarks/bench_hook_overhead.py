@@ -64,10 +64,9 @@ from typing import Any  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _metrics_service import start_metrics_service  # noqa: E402
+from _metrics_service import Transport, start_metrics_service  # noqa: E402
 
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc  # noqa: E402
 from tf_hooks import MetricsCallback  # noqa: E402
@@ -254,8 +253,8 @@ def ratio_summary(per_round: list[float]) -> dict[str, float]:
     }
 
 
-def points_received(address: str, job: str) -> int:
-    with grpc.insecure_channel(address) as channel:
+def points_received(address: str, transport: Transport, job: str) -> int:
+    with transport.channel(address) as channel:
         stub = metrics_pb2_grpc.MetricsServiceStub(channel)
         answer = stub.GetJob(
             metrics_pb2.GetJobRequest(job_id=job), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10
@@ -275,7 +274,10 @@ def main() -> None:
     if args.steps <= 2 * SKIP or args.pairs < 2:
         parser.error(f"--steps must be above {2 * SKIP} and --pairs at least 2, got {args.steps} and {args.pairs}")
 
-    service, address = start_metrics_service(TOKEN, SERVICE_CORES)
+    # Plaintext (--insecure), as measured before TLS became the default: the hooks' own cost, not the cipher's
+    # (bench_metrics_ingest compares the two transports).
+    os.environ["SUBMARINE_INSECURE"] = "1"
+    service, address, transport = start_metrics_service(TOKEN, SERVICE_CORES, tls=False)
     dead_socket = socket.socket()
     dead_socket.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
     dead = f"127.0.0.1:{dead_socket.getsockname()[1]}"
@@ -290,13 +292,13 @@ def main() -> None:
         service_cpu = process_cpu_ns(service.pid) - service_cpu0
         live_stats = live.close(timeout=10)
         dead_stats = dead_cb.close(timeout=0.5)
-        received = points_received(address, "bench-live")
+        received = points_received(address, transport, "bench-live")
 
         print(f"part 2: {2 * args.pairs} steps, the callback on every other one ...", flush=True)
         alternate_cb = watch(MetricsCallback(endpoint=address, job_id="bench-alternate", token=TOKEN, batch_size=BATCH))
         part2 = alternating(model, dataset, alternate_cb, args.pairs)
         alternate_stats = alternate_cb.close(timeout=10)
-        alternate_received = points_received(address, "bench-alternate")
+        alternate_received = points_received(address, transport, "bench-alternate")
     finally:
         dead_socket.close()
         service.terminate()

@@ -9,6 +9,9 @@
   sending; a ``Watch`` consumer notes when each arrives. Measured once with the service idle and
   once while the ingest clients stream ``columns`` (a second pass, sized from the measured columns
   rate to last about ``--load-seconds``). Median and p99.
+- Transport: the service serves mutual TLS, as ``submarine metrics serve`` does by default; the
+  ``columns`` pass and the idle latency are measured once more against a plaintext service
+  (``--insecure``) in the same run, and the ratio printed.
 
 Everything runs on this machine (clients, service, consumer share its CPUs). Writes
 ``benchmarks/results/metrics_ingest.json`` and ``metrics_ingest.md``.
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _metrics_service import start_metrics_service
+from _metrics_service import Transport, start_metrics_service
 
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 
@@ -84,10 +87,17 @@ def batches(client: int, count: int, points: int, encoding: str) -> list[bytes]:
 
 
 def ingest_client(
-    address: str, client: int, count: int, points: int, encoding: str, start: mp.Event, done: mp.Queue
+    address: str,
+    transport: Transport,
+    client: int,
+    count: int,
+    points: int,
+    encoding: str,
+    start: mp.Event,
+    done: mp.Queue,
 ) -> None:
     payload = batches(client, count, points, encoding)
-    with grpc.insecure_channel(address) as channel:
+    with transport.channel(address) as channel:
         report = channel.stream_unary(
             "/submarine.metrics.v1.MetricsService/Report",
             request_serializer=lambda b: b,
@@ -103,10 +113,10 @@ class WatchAll:
     """A ``Watch`` on every job, counting the points it is sent (what a policy engine watching the
     whole cluster costs the service)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, transport: Transport) -> None:
         self.points = 0
         self.dropped = 0
-        self._channel = grpc.insecure_channel(address)
+        self._channel = transport.channel(address)
         stub = metrics_pb2_grpc.MetricsServiceStub(self._channel)
         self._stream = stub.Watch(metrics_pb2.WatchRequest(), metadata=AUTH)
         self._reader = threading.Thread(target=self._consume, daemon=True)
@@ -127,14 +137,18 @@ class WatchAll:
 
 
 def measure_latency(
-    address: str, seconds: float, subscribed: Callable[[], None] = lambda: None, until: Callable[[], bool] = bool
+    address: str,
+    transport: Transport,
+    seconds: float,
+    subscribed: Callable[[], None] = lambda: None,
+    until: Callable[[], bool] = bool,
 ) -> list[float]:
     """Seconds from just before sending a point to its arrival at a Watch consumer.
 
     Calls ``subscribed`` once the Watch is in place, then probes for ``seconds`` or until ``until()``.
     """
     arrivals: dict[int, float] = {}
-    with grpc.insecure_channel(address) as channel:
+    with transport.channel(address) as channel:
         stub = metrics_pb2_grpc.MetricsServiceStub(channel)
         stream = stub.Watch(metrics_pb2.WatchRequest(job_id="latency-probe"), metadata=AUTH)
         sent: dict[int, float] = {}
@@ -189,34 +203,51 @@ def main() -> None:
     parser.add_argument("--load-seconds", type=float, default=10.0, help="how long the latency-under-load pass lasts")
     args = parser.parse_args()
 
-    service, address = start_metrics_service(TOKEN)
-    try:
-        idle = measure_latency(address, args.idle_latency_seconds)
+    ctx = mp.get_context("spawn")
 
-        ctx = mp.get_context("spawn")
+    def ingest(
+        address: str, transport: Transport, first_client: int, encoding: str, watcher: Callable[[], WatchAll | None]
+    ) -> tuple[dict[str, float], WatchAll | None]:
+        """One pass of the clients; the points accepted, the seconds, the rate, and the watcher if any."""
+        start, done = ctx.Event(), ctx.Queue()
+        clients = [
+            ctx.Process(
+                target=ingest_client,
+                args=(address, transport, first_client + i, args.batches, args.points, encoding, start, done),
+            )
+            for i in range(args.clients)
+        ]
+        for c in clients:
+            c.start()
+        watching = watcher()
+        time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
+        began = time.time()
+        start.set()
+        results = [done.get(timeout=600) for _ in clients]
+        for c in clients:
+            c.join()
+        accepted = sum(a for a, _ in results)
+        elapsed = max(t for _, t in results) - began
+        return {"accepted": accepted, "seconds": elapsed, "rate": accepted / elapsed}, watching
+
+    plain_service, plain_address, plain = start_metrics_service(TOKEN, tls=False)
+    try:
+        plain_idle = measure_latency(plain_address, plain, args.idle_latency_seconds)
+        plain_columns, _ = ingest(plain_address, plain, 1000, "columns", lambda: None)
+    finally:
+        plain_service.terminate()
+        plain_service.wait(10)
+
+    service, address, transport = start_metrics_service(TOKEN)
+    try:
+        idle = measure_latency(address, transport, args.idle_latency_seconds)
+
         rates: dict[str, dict[str, float]] = {}
         watched: dict[str, int] = {}
         for n, (label, encoding, watch) in enumerate(PASSES):
-            start, done = ctx.Event(), ctx.Queue()
-            clients = [
-                ctx.Process(
-                    target=ingest_client,
-                    args=(address, 10 * n + i, args.batches, args.points, encoding, start, done),
-                )
-                for i in range(args.clients)
-            ]
-            for c in clients:
-                c.start()
-            watcher = WatchAll(address) if watch else None
-            time.sleep(3.0 + 0.5 * args.clients)  # clients import, build their batches, connect
-            began = time.time()
-            start.set()
-            results = [done.get(timeout=600) for _ in clients]
-            for c in clients:
-                c.join()
-            accepted = sum(a for a, _ in results)
-            elapsed = max(t for _, t in results) - began
-            rates[label] = {"accepted": accepted, "seconds": elapsed, "rate": accepted / elapsed}
+            rates[label], watcher = ingest(
+                address, transport, 10 * n, encoding, lambda w=watch: WatchAll(address, transport) if w else None
+            )
             if watcher is not None:
                 watched["at_last_ack"] = watcher.points
                 time.sleep(2.0)  # let the watcher catch up before counting what it got
@@ -231,7 +262,7 @@ def main() -> None:
         again = [
             ctx.Process(
                 target=ingest_client,
-                args=(address, 100 + i, load_batches, args.points, "columns", start2, done2),
+                args=(address, transport, 100 + i, load_batches, args.points, "columns", start2, done2),
             )
             for i in range(args.clients)
         ]
@@ -245,7 +276,7 @@ def main() -> None:
                 finished.append(done2.get())
             return len(finished) == len(again)
 
-        loaded = measure_latency(address, 600.0, subscribed=start2.set, until=load_over)
+        loaded = measure_latency(address, transport, 600.0, subscribed=start2.set, until=load_over)
         while len(finished) < len(again):
             finished.append(done2.get(timeout=600))
         for c in again:
@@ -262,7 +293,7 @@ def main() -> None:
             "batches_per_client": args.batches,
             "points_per_batch": args.points,
             "load_pass_batches_per_client": load_batches,
-            "service": "submarine metrics serve in its own process, loopback, token checked",
+            "service": "submarine metrics serve in its own process, loopback, mutual TLS, token checked",
         },
         "ingest": {
             encoding: {
@@ -274,6 +305,17 @@ def main() -> None:
             for encoding, r in rates.items()
         },
         "watch_all_points_seen": watched,
+        "transport": {
+            "columns_points_per_second": {
+                "mutual TLS": round(rates["columns"]["rate"]),
+                "plaintext": round(plain_columns["rate"]),
+            },
+            "mutual_tls_over_plaintext_columns_rate": rates["columns"]["rate"] / plain_columns["rate"],
+            "idle_watch_latency_median_seconds": {
+                "mutual TLS": round(statistics.median(idle), 5),
+                "plaintext": round(statistics.median(plain_idle), 5),
+            },
+        },
         "columns_rate_over_points_rate": rates["columns"]["rate"] / rates["points"]["rate"],
         "watch_latency_seconds": {
             "idle": {"median": round(statistics.median(idle), 5), "p99": round(quantile(idle, 0.99), 5)},
@@ -294,7 +336,8 @@ def main() -> None:
             f"{os.cpu_count()} CPUs shared by the service, {args.clients} client processes and the Watch consumer; "
             f"grpcio {grpc.__version__}, Python {platform.python_version()}.",
             "",
-            f"Ingest: {args.clients} clients × {args.batches} batches × {args.points} points each way:",
+            f"Ingest: {args.clients} clients × {args.batches} batches × {args.points} points each way, over mutual "
+            "TLS (the default of `submarine metrics serve`):",
             "",
             "| batches carry | points accepted | seconds | points/s |",
             "|---|---|---|---|",
@@ -308,6 +351,15 @@ def main() -> None:
             "",
             f"columns / points: {result['columns_rate_over_points_rate']:.2f} (the service keeps columns as NumPy "
             "arrays; a point batch costs it a message per step to parse and check).",
+            "",
+            "Mutual TLS against plaintext (`--insecure`), the same run:",
+            "",
+            "| transport | columns points/s | idle Watch latency median ms |",
+            "|---|---|---|",
+            f"| mutual TLS | {rates['columns']['rate']:,.0f} | {statistics.median(idle) * 1e3:.2f} |",
+            f"| plaintext | {plain_columns['rate']:,.0f} | {statistics.median(plain_idle) * 1e3:.2f} |",
+            "",
+            f"mutual TLS / plaintext ingest rate: {result['transport']['mutual_tls_over_plaintext_columns_rate']:.2f}",
             "",
             f"Watch latency under load: while the {args.clients} clients stream {load_batches} column batches each.",
             "",
