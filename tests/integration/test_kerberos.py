@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ SPEC = ClusterSpec(nodes=2, node_memory_mb=4096, node_vcores=4, port_base=PORT_B
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("secure-cluster"))
+    before = os.environ.get("KRB5_CONFIG")  # up points this process at the realm; later modules get it back
     started = time.monotonic()
     cluster.up(SPEC, timeout=240)
     print(f"secure cluster up in {time.monotonic() - started:.1f} s")
@@ -43,6 +45,10 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield cluster
     finally:
         cluster.down()
+        if before is None:
+            os.environ.pop("KRB5_CONFIG", None)
+        else:
+            os.environ["KRB5_CONFIG"] = before
 
 
 @pytest.fixture()
