@@ -127,3 +127,27 @@ def test_destroy_after_a_create_that_failed_halfway_leaves_nothing(tmp_path: Pat
 def test_a_second_create_of_the_same_plan_is_refused_naming_the_namespace(network: HostNetwork):
     with pytest.raises(HostNetworkError, match=f"namespace {network.host(0).namespace} already exists"):
         HostNetwork(network.state_dir, 3, network.subnet).create()
+
+
+ROUTE = """
+import sys
+from submarine_elastic import netif
+print(*netif.interface_towards(sys.argv[1]), netif.gloo_interface(sys.argv[2]))
+try:
+    netif.interface_towards("10.255.255.1")
+except OSError as exc:
+    print("unreachable", exc.errno)
+"""
+
+
+def test_the_interface_towards_another_host_is_found_from_the_route(network: HostNetwork):
+    h0 = network.host(0)
+    repo = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        h0.command(["env", f"PYTHONPATH={repo}", sys.executable, "-c", ROUTE, "host-1", h0.address]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [f"eth0 {h0.address} eth0", "unreachable 101"]
