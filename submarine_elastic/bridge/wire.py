@@ -64,6 +64,8 @@ _ARGUMENT_TYPES = frozenset(
 )
 #: Seconds between two looks of the accept thread at whether the bridge stopped.
 _ACCEPT_POLL_S = 1.0
+#: Seconds the accept thread waits after accepting failed (out of file descriptors) before it tries again.
+_ACCEPT_RETRY_S = 0.1
 #: The listening socket's backlog.
 _LISTEN_BACKLOG = 256
 #: What a caller gets when the bridge cannot even build a typed exception (a plain py4j error).
@@ -431,10 +433,12 @@ class GuardedPythonServer(PythonServer):
                         break
                     sock.setblocking(True)
                     self._admit(sock)
-            except (OSError, ValueError):
+            except (OSError, ValueError) as error:
                 if self.is_shutdown:
                     break
-                raise
+                # Out of file descriptors, say: keep listening, a moment later.
+                self.guard.broken.refused(f"accepting failed: {type(error).__name__}: {str(error)[:80]}")
+                time.sleep(_ACCEPT_RETRY_S)
 
     def _admit(self, sock: Socket) -> None:
         guard = self.guard
@@ -461,7 +465,12 @@ class GuardedPythonServer(PythonServer):
                 quiet_close(sock)
                 return
             self.connections.add(connection)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as error:  # no thread to be had: this connection only is refused
+                guard.release(False)
+                guard.broken.refused(f"no thread for a connection: {error}")
+                quiet_close(sock)
 
 
 class GuardedClientServer(ClientServer):

@@ -9,6 +9,8 @@ import io
 import logging
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -415,3 +417,38 @@ def test_while_the_bridge_waits_for_the_jvm_only_calls_and_releases_are_served(f
         lines.close()
         sock.close()
         assert _wait(lambda: bridge.guard.logged_in == 0)
+
+
+#: Starts a bridge, runs its process out of file descriptors with connections, gives them back, and
+#: prints whether a login then still works.
+FD_EXHAUSTION = """
+import os, resource, socket, sys, time
+from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic.controller.memory import InMemoryController
+token = sys.argv[1]
+bridge = BridgeServer(InMemoryController(), token=token, python_port=0, java_port=1).start()
+used = len(os.listdir("/proc/self/fd"))
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, hard))
+held = []
+try:
+    for _ in range(16):
+        held.append(socket.create_connection(("127.0.0.1", bridge.port), timeout=2))
+except OSError:
+    pass
+time.sleep(0.5)
+for sock in held:
+    sock.close()
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+time.sleep(0.5)
+with socket.create_connection(("127.0.0.1", bridge.port), timeout=5) as sock:
+    sock.sendall(("A\\n" + token + "\\ne\\n").encode())
+    print("answer", sock.recv(64))
+bridge.stop()
+"""
+
+
+def test_running_out_of_file_descriptors_does_not_stop_the_bridge() -> None:
+    result = subprocess.run([sys.executable, "-c", FD_EXHAUSTION, TOKEN], capture_output=True, text=True, timeout=60)
+    assert "answer b'!yv\\n'" in result.stdout, result.stdout + result.stderr
+    assert "accepting failed: OSError" in result.stderr
