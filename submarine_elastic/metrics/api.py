@@ -38,8 +38,10 @@ SEQ_WINDOW = 100_000
 #: ... plus this many for every second since the key last delivered (a worker that kept training while
 #: the service was unreachable).
 MAX_STEPS_PER_SECOND = 10_000
-#: Bytes of points a Watch holds for a consumer that reads slowly (the oldest events go first).
-WATCH_BUFFER_BYTES = 4 * 1024 * 1024
+#: Bytes of points a Watch holds for a consumer that reads slowly (the oldest events go first)...
+WATCH_BUFFER_BYTES = 16 * 1024 * 1024
+#: ... and every Watch together (each beyond keeps its newest event only).
+WATCH_BUFFERS_BYTES = 64 * 1024 * 1024
 #: Points in one reply (a WatchEvent, GetJob's ``max_points``): 1024 points with 32 user metrics of
 #: 64-character names stay under the 4 MiB a gRPC client receives by default.
 MAX_POINTS_PER_REPLY = 1024

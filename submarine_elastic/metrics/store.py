@@ -18,6 +18,7 @@ from submarine_elastic.metrics.api import (
     MAX_THROUGHPUT_SIZES,
     SEQ_WINDOW,
     WATCH_BUFFER_BYTES,
+    WATCH_BUFFERS_BYTES,
     IngestResult,
     InvalidPointError,
     JobSummary,
@@ -114,13 +115,32 @@ class _Job:
         self.last_update = 0.0
 
 
+class _Buffered:
+    """Bytes of events every subscription of a store holds together (its own lock: readers take events
+    outside the store's lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._bytes = 0
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes += nbytes
+
+    @property
+    def over(self) -> bool:
+        return self._bytes > self.limit
+
+
 class _Subscription(Subscription):
-    def __init__(self, store: InMemoryStore, job_id: str | None, capacity: int) -> None:
+    def __init__(self, store: InMemoryStore, job_id: str | None, capacity: int, buffered: _Buffered) -> None:
         self.job_id = job_id
         self._store = store
         self._events: deque[_Pending] = deque()
         self._capacity = capacity
         self._bytes = 0
+        self._buffered = buffered
         self._cond = threading.Condition(threading.Lock())
         self._dropped = 0
         self._closed = False
@@ -138,11 +158,19 @@ class _Subscription(Subscription):
             if self._closed:
                 return
             self._events.append(event)
-            self._bytes += event.chunk.steps.nbytes
-            while len(self._events) > 1 and (len(self._events) > self._capacity or self._bytes > WATCH_BUFFER_BYTES):
-                self._bytes -= self._events.popleft().chunk.steps.nbytes
+            self._held(event.chunk.steps.nbytes)
+            # Beyond its own bounds, or while all subscriptions together hold too much, a subscription drops
+            # its oldest events (keeping the newest one).
+            while len(self._events) > 1 and (
+                len(self._events) > self._capacity or self._bytes > WATCH_BUFFER_BYTES or self._buffered.over
+            ):
+                self._held(-self._events.popleft().chunk.steps.nbytes)
                 self._dropped += 1
             self._cond.notify()
+
+    def _held(self, nbytes: int) -> None:
+        self._bytes += nbytes
+        self._buffered.add(nbytes)
 
     def get(self, timeout: float) -> metrics_pb2.WatchEvent | None:
         deadline = time.monotonic() + timeout
@@ -155,12 +183,14 @@ class _Subscription(Subscription):
             if not self._events:
                 return None
             pending = self._events.popleft()
-            self._bytes -= pending.chunk.steps.nbytes
+            self._held(-pending.chunk.steps.nbytes)
         return pending.event()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
+            self._events.clear()
+            self._held(-self._bytes)
             self._cond.notify_all()
         self._store._unsubscribe(self)
 
@@ -229,6 +259,7 @@ class InMemoryStore(MetricsStore):
         self._lock = threading.Lock()
         self._jobs: OrderedDict[str, _Job] = OrderedDict()
         self._subs: list[_Subscription] = []
+        self._buffered = _Buffered(WATCH_BUFFERS_BYTES)
         self._rejected_unattributed = 0
 
     # -- ingest ---------------------------------------------------------------------------------
@@ -437,7 +468,7 @@ class InMemoryStore(MetricsStore):
     def subscribe(self, job_id: str | None = None, capacity: int = 1024) -> Subscription:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
-        sub = _Subscription(self, job_id, capacity)
+        sub = _Subscription(self, job_id, capacity, self._buffered)
         with self._lock:
             self._subs.append(sub)
         return sub

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, methodcaller
 
 import numpy as np
 
@@ -92,18 +93,19 @@ def _point_columns(points: Sequence[metrics_pb2.StepPoint]) -> ColumnSteps:
         InvalidPointError: the points name more than ``MAX_USER_METRICS`` user metrics between them.
     """
     n = len(points)
-    seq = np.fromiter((p.seq for p in points), np.uint64, n)
-    step = np.fromiter((p.step for p in points), np.int64, n)
-    wall_time = np.fromiter((p.wall_time for p in points), np.float64, n)
+    seq = np.fromiter(map(attrgetter("seq"), points), np.uint64, n)
+    step = np.fromiter(map(attrgetter("step"), points), np.int64, n)
+    wall_time = np.fromiter(map(attrgetter("wall_time"), points), np.float64, n)
     optional: dict[str, np.ndarray] = {}
     for name, *_ in STEP_FLOAT_BOUNDS:
-        if any(p.HasField(name) for p in points):
-            optional[name] = np.fromiter(
-                (getattr(p, name) if p.HasField(name) else np.nan for p in points), np.float64, n
-            )
+        has = np.fromiter(map(methodcaller("HasField", name), points), np.bool_, n)
+        if has.any():
+            values = np.fromiter(map(attrgetter(name), points), np.float64, n)
+            values[~has] = np.nan
+            optional[name] = values
     batch_size = None
-    if any(p.HasField("batch_size") for p in points):
-        batch_size = np.fromiter((p.batch_size for p in points), np.int64, n)
+    if any(map(methodcaller("HasField", "batch_size"), points)):
+        batch_size = np.fromiter(map(attrgetter("batch_size"), points), np.int64, n)
     user: dict[str, np.ndarray] = {}
     for i, point in enumerate(points):
         for name, value in point.user_metrics.items():

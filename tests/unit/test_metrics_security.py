@@ -30,6 +30,8 @@ from submarine_elastic.metrics.api import (
     MAX_STREAMS_PER_JOB,
     MAX_THROUGHPUT_SIZES,
     SEQ_WINDOW,
+    WATCH_BUFFER_BYTES,
+    WATCH_BUFFERS_BYTES,
     InvalidPointError,
 )
 from submarine_elastic.metrics.auth import job_credential
@@ -450,3 +452,25 @@ def test_memory_stays_bounded_whatever_the_jobs_send() -> None:
     bound = jobs * (kept * BYTES_PER_KEPT_POINT + 2 * 256 * KEY_ENTRY_BYTES + 64 * 1024)
     assert grown < bound + 16 * 1024 * 1024, f"grew {grown / 2**20:.0f} MiB"
     assert all(0 < len(store.series(f"flood-{j}", kept)) < kept for j in range(jobs))
+
+
+def test_watchers_that_never_read_hold_a_bounded_number_of_bytes() -> None:
+    store = InMemoryStore()
+    n, names = 1000, _metric_names()
+    subs = [store.subscribe(None) for _ in range(6)]
+    for k in range(300):  # 300 batches of 1000 steps of 32 user metrics: about 90 MB of values
+        seq = np.arange(k * n + 1, (k + 1) * n + 1, dtype=np.uint64)
+        store.ingest(
+            metrics_pb2.ReportBatch.FromString(
+                wire.header(f"job-{k % 3}", "worker-0", 0, "inc-1", 1)
+                + wire.columns(seq, seq.astype(np.int64), np.full(n, 1.7e9), {}, [(m, np.ones(n)) for m in names])
+            )
+        )
+    held = []
+    for sub in subs:
+        points = 0
+        while (event := sub.get(0)) is not None:
+            points += len(event.points)
+        held.append(points * 8 * (3 + len(names)))
+        assert sub.dropped > 0 and held[-1] <= WATCH_BUFFER_BYTES
+    assert sum(held) <= WATCH_BUFFERS_BYTES + len(subs) * n * 8 * (3 + len(names))
