@@ -135,12 +135,20 @@ class Guard:
     its refusal logs, and the service calls go to.
     """
 
-    def __init__(self, service: ElasticSchedulerService, token: str, limits: BridgeLimits) -> None:
+    def __init__(
+        self,
+        service: ElasticSchedulerService,
+        token: str,
+        limits: BridgeLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.service = service
         self.limits = limits
         self._token = token.encode("ascii")
+        self._clock = clock
         self._lock = threading.Lock()
-        self.pending = 0
+        self._deadlines: dict[Socket, float] = {}  # of the connections waiting for their login
         self.logged_in = 0
         interval = limits.refusal_log_interval_s
         self.wrong_login = RefusalLog("logins with a wrong or no token", interval)
@@ -152,30 +160,48 @@ class Guard:
         """Constant-time comparison of ``offered`` with the token."""
         return hmac.compare_digest(offered, self._token)
 
-    def admit(self) -> bool:
-        """Take a slot for a connection that has not logged in; False when all are taken."""
+    @property
+    def pending(self) -> int:
+        """Connections waiting for their login."""
         with self._lock:
-            if self.pending >= self.limits.max_pending:
+            return len(self._deadlines)
+
+    def admit(self, sock: Socket) -> bool:
+        """Take a slot for ``sock``, which has the login timeout from now to log in; False when all
+        slots are taken."""
+        with self._lock:
+            if len(self._deadlines) >= self.limits.max_pending:
                 return False
-            self.pending += 1
+            self._deadlines[sock] = self._clock() + self.limits.login_timeout_s
             return True
 
-    def promote(self) -> bool:
-        """Move a connection that logged in from its pending slot to a logged-in one; False (keeping the
+    def promote(self, sock: Socket) -> bool:
+        """Move ``sock``, which logged in, from its pending slot to a logged-in one; False (keeping the
         pending slot) when all logged-in slots are taken."""
         with self._lock:
             if self.logged_in >= self.limits.max_connections:
                 return False
-            self.pending -= 1
+            self._deadlines.pop(sock, None)
             self.logged_in += 1
             return True
 
-    def release(self, logged_in: bool) -> None:
+    def release(self, sock: Socket, logged_in: bool) -> None:
         with self._lock:
             if logged_in:
                 self.logged_in -= 1
             else:
-                self.pending -= 1
+                self._deadlines.pop(sock, None)
+
+    def expire(self) -> float:
+        """Shut down the connections past their login deadline (a peer sending a byte now and then
+        still gets no more than the login timeout in all); the seconds until the next deadline."""
+        now = self._clock()
+        with self._lock:
+            late = [sock for sock, deadline in self._deadlines.items() if deadline <= now]
+            upcoming = [deadline - now for deadline in self._deadlines.values() if deadline > now]
+        for sock in late:
+            quiet_shutdown(sock)  # wakes the connection's thread, which closes it and gives its slot back
+        return min(upcoming, default=_ACCEPT_POLL_S)
 
     def flush(self) -> None:
         for log in (self.wrong_login, self.over_bound, self.outside, self.broken):
@@ -271,6 +297,7 @@ class GuardedConnection(ClientServerConnection):
         self.guard = guard
         limits = guard.limits
         logged_in = False
+        raw = sock
         try:
             sock.settimeout(limits.login_timeout_s)
             if context is not None:
@@ -278,11 +305,11 @@ class GuardedConnection(ClientServerConnection):
             self.socket = sock
             self.stream = BoundedLines(sock.makefile("rb"))
             self.is_connected = True
-            if not self._login(sock):
+            if not self._login(sock, limits.login_timeout_s):
                 guard.wrong_login.refused()
                 self.close()  # not reset: the JVM reads the refusal before the end of the stream
                 return
-            if not guard.promote():
+            if not guard.promote(raw):
                 guard.over_bound.refused(f"{limits.max_connections} logged-in connections")
                 self.close(reset=True)
                 return
@@ -299,10 +326,12 @@ class GuardedConnection(ClientServerConnection):
             guard.broken.refused(f"unexpected {type(error).__name__}: {str(error)[:80]}")
             self.close(reset=True)
         finally:
-            guard.release(logged_in)
+            guard.release(raw, logged_in)
 
-    def _login(self, sock: Socket) -> bool:
+    def _login(self, sock: Socket, timeout_s: float) -> bool:
         command = _text(self.stream.readline())
+        if command == "":
+            raise ProtocolViolation(f"no login within {timeout_s:g} s, or the connection closed before it")
         if command != proto.AUTH_COMMAND_NAME:
             return False
         token = self.stream.readline()
@@ -423,7 +452,7 @@ class GuardedPythonServer(PythonServer):
         server_started.send(self, server=self)
         while not self.is_shutdown:
             try:
-                readable, _, _ = select.select([server_socket], [], [], _ACCEPT_POLL_S)
+                readable, _, _ = select.select([server_socket], [], [], min(_ACCEPT_POLL_S, self.guard.expire()))
                 if self.is_shutdown:
                     break
                 while readable:  # every connection waiting, so a burst does not fill the backlog
@@ -442,7 +471,7 @@ class GuardedPythonServer(PythonServer):
 
     def _admit(self, sock: Socket) -> None:
         guard = self.guard
-        if not guard.admit():
+        if not guard.admit(sock):
             guard.over_bound.refused(f"{guard.limits.max_pending} connections waiting to log in")
             try:
                 set_linger(sock)
@@ -461,14 +490,14 @@ class GuardedPythonServer(PythonServer):
         )
         with self.lock:
             if self.is_shutdown:
-                guard.release(False)
+                guard.release(sock, False)
                 quiet_close(sock)
                 return
             self.connections.add(connection)
             try:
                 thread.start()
             except RuntimeError as error:  # no thread to be had: this connection only is refused
-                guard.release(False)
+                guard.release(sock, False)
                 guard.broken.refused(f"no thread for a connection: {error}")
                 quiet_close(sock)
 

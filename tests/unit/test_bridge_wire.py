@@ -452,3 +452,24 @@ def test_running_out_of_file_descriptors_does_not_stop_the_bridge() -> None:
     result = subprocess.run([sys.executable, "-c", FD_EXHAUSTION, TOKEN], capture_output=True, text=True, timeout=60)
     assert "answer b'!yv\\n'" in result.stdout, result.stdout + result.stderr
     assert "accepting failed: OSError" in result.stderr
+
+
+def test_a_login_sent_a_byte_at_a_time_gets_the_login_timeout_in_all(fake_jvm: int) -> None:
+    limits = BridgeLimits(login_timeout_s=1.5)
+    with BridgeServer(InMemoryController(), token=TOKEN, python_port=0, java_port=fake_jvm, limits=limits) as bridge:
+        sock = socket.create_connection(("127.0.0.1", bridge.port), timeout=5)
+        started = time.monotonic()
+        sock.sendall(b"A\n")
+        closed = False
+        for byte in TOKEN.encode():  # well within the timeout each, 16 s in all
+            time.sleep(0.5)
+            try:
+                sock.sendall(bytes([byte]))
+            except ConnectionError:
+                closed = True
+            if closed or _closed_within(sock, 0.01):
+                break
+        took = time.monotonic() - started
+        sock.close()
+        assert took < 1.5 + 1.5, f"still open after {took:.1f} s"
+        assert _wait(lambda: bridge.guard.pending == 0)
