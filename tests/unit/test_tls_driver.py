@@ -20,7 +20,7 @@ from submarine_elastic import tls
 from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.driver import JobDriver, advertised_host
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service, write_secrets
+from submarine_elastic.elastic.jobspec import INSECURE_MARK, JobRequest, WorkerResources, build_service, write_secrets
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import InsecureChannelError, bearer, open_channel
@@ -219,7 +219,7 @@ def test_a_client_without_a_ca_refuses_and_never_sends_its_token() -> None:
 
     req = _request(insecure=True)
     directory = write_secrets(req)
-    (directory / "insecure").unlink()  # a directory without a CA, and without plaintext asked for
+    (directory / INSECURE_MARK).unlink()  # a directory without a CA, and without plaintext asked for
     driver = JobDriver(req.name, req.limits, yarn=None, token=TOKEN, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
     server = grpc.server(futures.ThreadPoolExecutor(2), interceptors=[Recorder()])
     pb_grpc.add_ElasticDriverServicer_to_server(driver, server)
