@@ -1,17 +1,24 @@
-"""Simulator speed, and the headline table: mean JCT of each scheduler relative to static FIFO.
+"""The goodput policy against Tiresias, the simulator's speed, and (``--compare``) every scheduler
+against static FIFO.
+
+Targets: on the Pollux workloads 1-4 (tuned replica counts and batch sizes) on 16x4 GPUs, the mean JCT of
+``goodput+goodput`` divided by the mean JCT of ``tiresias``, measured side by side in this run, in three
+settings: every resize costs 30 s (``--restart-cost 30``, what the Pollux paper's simulator charges);
+the resize costs the live system measures (ResizeCosts defaults: benchmarks/results/elastic.md); and
+every job's global batch held at what its user asked for (``--batch-rule fixed-global``, live costs:
+elasticity alone). The targets: at most 0.65, at most 0.55, below 1.0; no job's JCT above 2x its
+Tiresias JCT; the simulator under 60 s of wall time per workload. ``greedy+fair-share`` (the best
+combination before the goodput policy) runs beside them for reference.
 
 Speed: the 160-job ``workload-1`` on 64 GPUs (16 nodes x 4) under each scheduler, ``--repeat`` times; the
 figure is jobs x simulated hours (first arrival to last completion) per wall-clock second, median of runs.
 
-Headline: every scheduler on the Pollux workloads 1-4 (tuned replica counts and batch sizes) and their
-"realistic" variants (what users typically submit), on 16x4, with the resize costs the live system
-measures (ResizeCosts defaults: benchmarks/results/elastic.md) and again with 30 s for every change (what
-checkpoint-restart systems pay, the cost the Pollux paper's simulator charges). Each cell is the
-scheduler's mean JCT divided by static FIFO's on the same workload, measured side by side in this run.
+``--compare``: every scheduler on workloads 1-4 and their "realistic" variants (what users typically
+submit), with live and 30 s resize costs, each cell the scheduler's mean JCT over static FIFO's.
 
 Writes ``benchmarks/results/sim.json``, ``sim.md`` and PNGs under ``benchmarks/results/sim/``.
 
-Run: ``.venv/bin/python benchmarks/bench_sim.py [--repeat 3] [--quick]``
+Run: ``.venv/bin/python benchmarks/bench_sim.py [--repeat 3] [--quick] [--compare]``
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from submarine_elastic import env
 from submarine_elastic.sim import (
+    BatchRule,
     ClusterConfig,
     ResizeCosts,
     SimConfig,
@@ -44,12 +53,23 @@ SCHEDULERS = (
     "backfill",
     "tiresias",
     "greedy+fair-share",
-    "greedy+goodput",
+    "goodput+goodput",
     "scaling-efficiency+fair-share",
     "utility(deadline_s=3600)+goodput",
 )
-SPEED_SCHEDULERS = ("fifo", "tiresias", "greedy+goodput", "scaling-efficiency+fair-share")
+SPEED_SCHEDULERS = ("fifo", "tiresias", "goodput+goodput", "scaling-efficiency+fair-share")
 COSTS = {"live": ResizeCosts(), "restart-30s": ResizeCosts.restart(30.0)}
+POLICY = "goodput+goodput"
+BASELINE = "tiresias"
+REFERENCE = "greedy+fair-share"
+#: setting -> (resize costs, batch rule, target mean-JCT ratio, whether the ratio must stay strictly below it)
+TARGET_SETTINGS: dict[str, tuple[ResizeCosts, BatchRule, float, bool]] = {
+    "restart-30s": (ResizeCosts.restart(30.0), BatchRule.FIXED_LOCAL, 0.65, False),
+    "live": (ResizeCosts(), BatchRule.FIXED_LOCAL, 0.55, False),
+    "fixed-global": (ResizeCosts(), BatchRule.FIXED_GLOBAL, 1.0, True),
+}
+WORST_JOB_RATIO = 2.0
+WALL_LIMIT_S = 60.0
 
 
 def workloads(quick: bool) -> list[tuple[str, Path]]:
@@ -60,11 +80,110 @@ def workloads(quick: bool) -> list[tuple[str, Path]]:
     return out
 
 
-def run(path: Path, name: str, spec: str, costs: ResizeCosts, catalog: TraceCatalog) -> SimResult:
+def run(
+    path: Path,
+    name: str,
+    spec: str,
+    costs: ResizeCosts,
+    catalog: TraceCatalog,
+    rule: BatchRule = BatchRule.FIXED_LOCAL,
+) -> SimResult:
     jobs = load_workload(path, catalog.names())
-    return simulate(
-        jobs, CLUSTER, load_scheduler(spec), catalog=catalog, config=SimConfig(costs=costs), workload_name=name
-    )
+    config = SimConfig(costs=costs, batch_rule=rule)
+    return simulate(jobs, CLUSTER, load_scheduler(spec), catalog=catalog, config=config, workload_name=name)
+
+
+def bench_targets(quick: bool, catalog: TraceCatalog, plot_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per setting and workload: the policy's, Tiresias' and the reference's mean JCT, the ratios, the worst
+    job's ratio, and the policy's wall time."""
+    data = env.pollux_data_dir()
+    numbers = (1,) if quick else (1, 2, 3, 4)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    scatter: dict[str, tuple[SimResult, SimResult]] = {}
+    for setting, (costs, rule, _, _) in TARGET_SETTINGS.items():
+        print(f"targets, {setting}")
+        out[setting] = {}
+        for n in numbers:
+            name, path = f"workload-{n}", data / "workloads" / f"workload-{n}.csv"
+            results = {spec: run(path, name, spec, costs, catalog, rule) for spec in (BASELINE, REFERENCE, POLICY)}
+            base = results[BASELINE]
+            by_job = {j.name: j.jct_s for j in base.jobs}
+            policy = results[POLICY]
+            worst = max(policy.jobs, key=lambda j: _job_ratio(j.jct_s, by_job[j.name]))
+            out[setting][name] = {
+                "tiresias_mean_jct_h": round(base.summary.mean_jct_s / 3600, 3),
+                "policy_mean_jct_h": round(policy.summary.mean_jct_s / 3600, 3),
+                "ratio": round(policy.summary.mean_jct_s / base.summary.mean_jct_s, 3),
+                "reference_ratio": round(results[REFERENCE].summary.mean_jct_s / base.summary.mean_jct_s, 3),
+                "worst_job_ratio": round(_job_ratio(worst.jct_s, by_job[worst.name]), 2),
+                "worst_job": worst.name,
+                "finished": policy.summary.finished,
+                "resizes": policy.summary.resizes,
+                "utilisation": round(policy.summary.mean_utilisation, 3),
+                "wall_s": round(policy.summary.wall_s, 1),
+            }
+            row = out[setting][name]
+            print(
+                f"  {name}: {POLICY}/{BASELINE} {row['ratio']:.3f} ({REFERENCE} {row['reference_ratio']:.3f}), "
+                f"worst job {row['worst_job_ratio']:.2f}x ({row['worst_job']}), wall {row['wall_s']:.1f} s"
+            )
+            if n == 1:
+                scatter[setting] = (base, policy)
+                if setting == "live":
+                    plots.jct_cdf(results, plot_dir / "targets_jct_cdf_workload-1.png")
+                    plots.workers_per_job(policy, plot_dir / f"workers_{POLICY}_workload-1.png")
+    _plot_ratios(out, plot_dir / "targets_ratios.png")
+    _plot_per_job(scatter, plot_dir / "targets_per_job_workload-1.png")
+    return out
+
+
+def _job_ratio(jct: float | None, base: float | None) -> float:
+    if jct is None or base is None:
+        return float("inf")
+    return jct / base
+
+
+def _plot_ratios(table: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    settings = list(table)
+    names = sorted({n for rows in table.values() for n in rows})
+    width = 0.8 / len(settings)
+    for i, setting in enumerate(settings):
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [table[setting].get(n, {}).get("ratio", 0.0) for n in names], width, label=setting)
+        target = TARGET_SETTINGS[setting][2]
+        ax.hlines(target, xs[0] - width / 2, xs[-1] + width / 2, colors="black", linestyles="dotted", linewidth=0.8)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks([j + width * (len(settings) - 1) / 2 for j in range(len(names))], names)
+    ax.set_ylabel(f"mean JCT {POLICY} / {BASELINE}")
+    ax.set_title("Goodput policy against Tiresias (dotted: the target of each setting)")
+    ax.legend()
+    fig.savefig(path, dpi=120)
+
+
+def _plot_per_job(pairs: dict[str, tuple[SimResult, SimResult]], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5 * len(pairs), 4.5), layout="constrained")
+    axes = fig.subplots(1, len(pairs), squeeze=False)[0]
+    for ax, (setting, (base, policy)) in zip(axes, pairs.items(), strict=True):
+        by_job = {j.name: j.jct_s for j in base.jobs}
+        pairs_h = [(b / 3600, j.jct_s / 3600) for j in policy.jobs if j.jct_s and (b := by_job[j.name])]
+        xs, ys = [x for x, _ in pairs_h], [y for _, y in pairs_h]
+        ax.scatter(xs, ys, s=8)
+        low, high = min(xs + ys), max(xs + ys)
+        ax.plot([low, high], [low, high], color="grey", linewidth=0.8, label="equal")
+        ax.plot([low, high], [2 * low, 2 * high], color="red", linewidth=0.8, linestyle="dotted", label="2x")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{BASELINE} JCT h")
+        ax.set_ylabel(f"{POLICY} JCT h")
+        ax.set_title(f"workload-1, {setting}")
+        ax.legend()
+    fig.savefig(path, dpi=120)
 
 
 def bench_speed(repeat: int, catalog: TraceCatalog) -> dict[str, dict[str, float]]:
@@ -93,7 +212,8 @@ def bench_speed(repeat: int, catalog: TraceCatalog) -> dict[str, dict[str, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per scheduler for the speed figure")
-    parser.add_argument("--quick", action="store_true", help="workload 1 only (both variants)")
+    parser.add_argument("--quick", action="store_true", help="workload 1 only")
+    parser.add_argument("--compare", action="store_true", help="also every scheduler against static FIFO")
     parser.add_argument("--markdown-only", action="store_true", help="rewrite sim.md from sim.json, run nothing")
     args = parser.parse_args()
     if args.markdown_only:
@@ -106,9 +226,10 @@ def main() -> None:
 
     print(f"simulator speed: workload-1 (160 jobs) on {CLUSTER} ({CLUSTER.total_gpus} GPUs)")
     speed = bench_speed(args.repeat, catalog)
+    targets = bench_targets(args.quick, catalog, plot_dir)
 
     table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    for cost_name, costs in COSTS.items():
+    for cost_name, costs in COSTS.items() if args.compare else ():
         print(f"headline, resize costs {cost_name}")
         table[cost_name] = {}
         for name, path in workloads(args.quick):
@@ -130,12 +251,13 @@ def main() -> None:
                 stem = name.replace("/", "-")
                 plots.jct_cdf(results, plot_dir / f"jct_cdf_{stem}.png")
                 plots.utilisation(results, plot_dir / f"utilisation_{stem}.png", CLUSTER.total_gpus)
-                plots.workers_per_job(results["greedy+goodput"], plot_dir / f"workers_greedy+goodput_{stem}.png")
+                plots.workers_per_job(results[POLICY], plot_dir / f"workers_{POLICY}_{stem}.png")
 
     report = {
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": _cpus()},
         "cluster": str(CLUSTER),
         "speed": speed,
+        "targets": targets,
         "headline": table,
     }
     (RESULTS / "sim.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -157,6 +279,7 @@ def _markdown(report: dict) -> str:
         f"{report['machine']['cpus']} CPUs. Cluster {report['cluster']} (64 GPUs). "
         "Produced by `benchmarks/bench_sim.py`.",
         "",
+        *_targets_markdown(report.get("targets", {})),
         "## Speed: workload-1 (160 jobs), median of runs",
         "",
         "| scheduler | wall s | simulated h | rounds | jobs x simulated h per wall s |",
@@ -185,6 +308,52 @@ def _markdown(report: dict) -> str:
         lines.append("| geometric mean | | " + " | ".join(f"{means[s]:.2f}" for s in SCHEDULERS[1:]) + " |")
     lines += _pollux_style(report["headline"].get("live", {}))
     return "\n".join(lines) + "\n"
+
+
+def _targets_markdown(targets: dict) -> list[str]:
+    if not targets:
+        return []
+    lines = [
+        f"## `{POLICY}` against `{BASELINE}` (Pollux workloads, 16x4 GPUs)",
+        "",
+        f"Each ratio is the mean JCT of `{POLICY}` (or `{REFERENCE}`) over `{BASELINE}`'s on the same workload",
+        "and setting, run side by side. Worst job: the largest JCT ratio of one job to its own Tiresias JCT.",
+        "Plots: [ratios](sim/targets_ratios.png), [per job, workload-1](sim/targets_per_job_workload-1.png),",
+        f"[JCT CDF, workload-1 live](sim/targets_jct_cdf_workload-1.png), [{POLICY} workers over time, workload-1",
+        f"live](sim/workers_{POLICY}_workload-1.png).",
+        "",
+        f"| setting | workload | Tiresias mean JCT h | {POLICY} mean JCT h | ratio | target | {REFERENCE} ratio "
+        f"| worst job | resizes | wall s |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|---:|",
+    ]
+    verdicts = []
+    for setting, rows in targets.items():
+        _, _, target, strict = TARGET_SETTINGS[setting]
+        bound = f"{'<' if strict else '<='} {target}"
+        for name, r in rows.items():
+            lines.append(
+                f"| {setting} | {name} | {r['tiresias_mean_jct_h']:.2f} | {r['policy_mean_jct_h']:.2f} | "
+                f"{r['ratio']:.3f} | {bound} | {r['reference_ratio']:.3f} | {r['worst_job_ratio']:.2f}x "
+                f"({r['worst_job']}) | {r['resizes']} | {r['wall_s']:.1f} |"
+            )
+        ratios = [r["ratio"] for r in rows.values()]
+        mean = statistics.geometric_mean(ratios)
+        met = all((x < target) if strict else (x <= target) for x in ratios)
+        verdicts.append(
+            f"- {setting}: ratio {min(ratios):.3f}-{max(ratios):.3f} (geometric mean {mean:.3f}), target {bound}: "
+            f"{'met' if met else 'missed'}"
+        )
+    worst = max(r["worst_job_ratio"] for rows in targets.values() for r in rows.values())
+    wall = max(r["wall_s"] for rows in targets.values() for r in rows.values())
+    verdicts.append(
+        f"- worst job over all settings {worst:.2f}x its Tiresias JCT, target <= {WORST_JOB_RATIO}: "
+        f"{'met' if worst <= WORST_JOB_RATIO else 'missed'}"
+    )
+    verdicts.append(
+        f"- slowest simulation {wall:.1f} s wall, target < {WALL_LIMIT_S:.0f} s: "
+        f"{'met' if wall < WALL_LIMIT_S else 'missed'}"
+    )
+    return [*lines, "", *verdicts, ""]
 
 
 def _pollux_style(rows: dict) -> list[str]:

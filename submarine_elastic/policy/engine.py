@@ -16,7 +16,9 @@ A round, per job in snapshot order:
    and so is one that reverses the job's previous change within ``reversal_cooldown_s``;
 4. the arbiter splits the available slots; each allocation that breaks a rule (see
    :meth:`ClusterArbiter.allocate`) is refused, and if the total still exceeds the capacity the
-   growths of the latest-submitted jobs are refused until it fits.
+   growths of the latest-submitted jobs are refused until it fits;
+5. a batch size (and accumulation) an arbiter gives with an accepted allocation is chosen for the count
+   it gives, and takes the place of the job policy's; otherwise the job policy's batch size applies.
 
 The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
 may start by taking workers from a job inside its cooldown, unless that job already gave workers

@@ -133,10 +133,16 @@ class _History:
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
+        self._seen: dict[str, tuple[StepTime, ...]] = {}  # the configurations last merged, per job
 
     def update(self, job: JobView) -> tuple[StepTime, ...]:
         kept = self.jobs.setdefault(job.job_id, {})
-        for m in job.metrics.configurations:
+        given = job.metrics.configurations
+        before = self._seen.get(job.job_id)
+        if before is not None and len(before) == len(given) and all(a is b for a, b in zip(before, given, strict=True)):
+            return tuple(kept.values())
+        self._seen[job.job_id] = given
+        for m in given:
             key = _key(m)
             kept.pop(key, None)
             kept[key] = m
@@ -146,7 +152,11 @@ class _History:
 
     def keep_only(self, job_ids: set[str]) -> None:
         for job_id in [j for j in self.jobs if j not in job_ids]:
-            del self.jobs[job_id]
+            self.forget(job_id)
+
+    def forget(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+        self._seen.pop(job_id, None)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -171,6 +181,7 @@ class _History:
         except (TypeError, ValueError) as exc:
             raise PolicyStateError(f"{owner}: bad history entry: {exc}") from exc
         self.jobs = jobs
+        self._seen = {}
 
 
 # ------------------------------------------------------------------------------------ per-job table
@@ -187,10 +198,30 @@ class _Table:
     cap: int
 
 
+#: Best configurations already computed, by everything they depend on (a round asks for each job's twice,
+#: and most jobs' inputs do not change between rounds). A cache, not state: cleared when it grows past
+#: :data:`_CACHE_SIZE`.
+_best_cache: dict[tuple[Any, ...], BestConfigs] = {}
+_CACHE_SIZE = 4096
+
+
+def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int) -> BestConfigs:
+    m = job.metrics
+    fitted = tuple((t.workers, t.nodes, t.local_batch, t.accum_steps, t.seconds, t.sync_seconds) for t in measured)
+    key: tuple[Any, ...] = (fitted, m.gradient_noise_scale, m.batch_size, job.min_batch_size, job.max_batch_size)
+    key += (job.max_local_batch, slots, cap)
+    found = _best_cache.get(key)
+    if found is None:
+        if len(_best_cache) >= _CACHE_SIZE:
+            _best_cache.clear()
+        found = _best_cache[key] = GoodputModel(job, measured, slots).best(cap)
+    return found
+
+
 def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int) -> _Table:
     cap = worker_cap(job, measured, initial)
     if measured:
-        best: BestConfigs = GoodputModel(job, measured, slots).best(cap)
+        best = _best(job, tuple(measured), slots, cap)
         return _Table(best.speedup(), best.batch, best.accum, cap)
     if job.metrics.throughput:
         cap = job.max_workers
@@ -248,7 +279,7 @@ class GoodputPolicy(JobPolicy):
         return snapshot.slots_per_node or 1
 
     def after_train(self, job_id: str, snapshot: Snapshot) -> None:
-        self._history.jobs.pop(job_id, None)
+        self._history.forget(job_id)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
         table = _table(job, self._history.update(job), snapshot.slots_per_node, self._initial(snapshot))

@@ -34,6 +34,7 @@ not trusted: a job grows in both at most that factor past what it has run at.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -134,6 +135,12 @@ class ThroughputModel:
         return result
 
 
+@functools.lru_cache(maxsize=1024)
+def _fit(rows: tuple[tuple[int, int, float, int, float, float | None], ...]) -> ThroughputModel | None:
+    """:meth:`ThroughputModel.fit` of the measurements these rows describe, each set fitted once."""
+    return ThroughputModel.fit([StepTime(*row) for row in rows])
+
+
 @dataclass(frozen=True)
 class BestConfigs:
     """The best configuration of a job at each worker count ``k`` (index ``k``; index 0 is unused).
@@ -165,7 +172,9 @@ class GoodputModel:
         self.job = job
         self.measured = tuple(measured)
         self.slots_per_node = slots_per_node
-        self.throughput = ThroughputModel.fit(self.measured)
+        self.throughput = _fit(
+            tuple((m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, m.sync_seconds) for m in self.measured)
+        )
         metrics = job.metrics
         current = metrics.batch_size
         if (
@@ -194,7 +203,7 @@ class GoodputModel:
         return result
 
     def nodes_for(self, workers: Floats) -> Floats:
-        """Nodes ``k`` workers span when packed, or the nodes the job was measured on at ``k``."""
+        """Nodes ``k`` workers span when packed (one node when the slots per node are unknown)."""
         if self.slots_per_node is None:
             return np.ones_like(workers)
         result: Floats = np.ceil(workers / self.slots_per_node)

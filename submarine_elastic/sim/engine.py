@@ -122,6 +122,19 @@ class _Job:
         # configuration -> [iteration s, sync s, iterations], most recently entered last
         self.measured: dict[tuple[int, int, float, int], list[float]] = {}
         self.config: tuple[int, int, float, int] | None = None
+        self._measured_views: dict[tuple[int, int, float, int], MeasuredStep] = {}
+
+    def measured_steps(self) -> tuple[MeasuredStep, ...]:
+        """The configurations measured so far, oldest first (each built again only when it changed)."""
+        out = []
+        for key, (seconds, sync, steps) in self.measured.items():
+            known = self._measured_views.get(key)
+            if known is None or known.steps != int(steps) or known.seconds != seconds:
+                known = self._measured_views[key] = MeasuredStep(*key, seconds, sync, int(steps))
+            out.append(known)
+        if len(self._measured_views) > 2 * MEASURED_CONFIGURATIONS:
+            self._measured_views = {key: self._measured_views[key] for key in self.measured}
+        return tuple(out)
 
     def placement(self) -> tuple[int, ...]:
         return tuple(sorted(self.nodes.values(), reverse=True))
@@ -402,10 +415,7 @@ class Simulator:
             min_batch_size=app.init_batch_size,
             max_batch_size=app.max_batch_size,
             max_local_batch=max(1, int(app.max_local_bsz)),
-            configurations=tuple(
-                MeasuredStep(w, n, local, accum, seconds, sync, int(steps))
-                for (w, n, local, accum), (seconds, sync, steps) in job.measured.items()
-            ),
+            configurations=job.measured_steps(),
         )
 
     def _apply(

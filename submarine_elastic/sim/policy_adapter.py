@@ -41,10 +41,25 @@ from collections.abc import Mapping
 from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, StepTime, Throughput
 from submarine_elastic.policy import JobView as PolicyJobView
 from submarine_elastic.policy.engine import PolicyEngine
-from submarine_elastic.sim.api import Allocation, ClusterView, JobView, Scheduler, SchedulerError
+from submarine_elastic.sim.api import Allocation, ClusterView, JobView, MeasuredStep, Scheduler, SchedulerError
 
 #: Epochs of validation metric handed to policies as their loss window.
 LOSS_WINDOW = 32
+
+
+#: StepTime already built per simulated measurement (a cache: most do not change between rounds).
+_step_times: dict[MeasuredStep, StepTime] = {}
+_STEP_TIME_CACHE = 8192
+
+
+def _step_time(m: MeasuredStep) -> StepTime:
+    found = _step_times.get(m)
+    if found is None:
+        if len(_step_times) >= _STEP_TIME_CACHE:
+            _step_times.clear()
+        sync = min(m.sync_seconds, m.seconds)
+        found = _step_times[m] = StepTime(m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, sync, m.steps)
+    return found
 
 
 def to_snapshot(view: ClusterView, elastic: bool = True) -> Snapshot:
@@ -73,10 +88,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
     window = job.metric_history[-LOSS_WINDOW:]
     if job.metric_higher_is_better:
         window = tuple(-m for m in window)
-    configurations = tuple(
-        StepTime(m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, min(m.sync_seconds, m.seconds), m.steps)
-        for m in job.configurations
-    )
+    configurations = tuple(_step_time(m) for m in job.configurations)
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
