@@ -113,7 +113,12 @@ def open_channel(
         return grpc.secure_channel(target, credentials, options=(*options, *named))
     if insecure:
         return grpc.insecure_channel(target, options=options)
-    raise InsecureChannelError(
+    raise plaintext_refused(target)
+
+
+def plaintext_refused(target: str) -> InsecureChannelError:
+    """The error of a client that would have to reach ``target`` in plaintext without being told to."""
+    return InsecureChannelError(
         f"no CA to check the server at {target} against, so nothing is sent to it: TLS is the default. "
         "Give the CA (or use the system's), or ask for plaintext with --insecure or SUBMARINE_INSECURE=1"
     )

@@ -65,7 +65,13 @@ from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTrans
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS, InsecureChannelError, bearer, open_channel
+from submarine_elastic.rpc import (
+    STREAM_KEEPALIVE_CLIENT_OPTIONS,
+    InsecureChannelError,
+    bearer,
+    open_channel,
+    plaintext_refused,
+)
 
 log = logging.getLogger("submarine_elastic.agent")
 
@@ -455,7 +461,7 @@ class Agent:
             InsecureChannelError: no ``tls_ca`` and not ``insecure`` (before the training process starts).
         """
         if tls_ca is None and not insecure:
-            open_channel(target)  # raises: no CA, and plaintext was not asked for
+            raise plaintext_refused(target)
         self._tls = (client_cert, server_name, insecure)
         self.start_training()
         threading.Thread(target=self.watch_heartbeats, daemon=True, name="heartbeats").start()

@@ -181,10 +181,13 @@ class JobClient:
     """The driver of one job. Every call blocks for one RPC (at most ``timeout`` s).
 
     The driver is found through YARN (for up to ``locate_timeout`` s), or at ``address`` when given
-    (``submarine job show`` passes the last known one while the ResourceManager is down).
+    (``submarine job show`` passes the last known one while the ResourceManager is down). It is reached
+    over mutual TLS with the certificates ``job run`` kept in the job's directory, in plaintext only for a
+    job run ``--insecure``.
 
     Raises:
-        DriverUnreachableError: the driver cannot be found or does not answer.
+        DriverUnreachableError: the driver cannot be found or does not answer, or the job's directory holds
+            no CA to check it against (nothing is sent then).
     """
 
     def __init__(
@@ -213,13 +216,19 @@ class JobClient:
 
         token = load_token(job)
         self._metadata = bearer(token)
-        self._channel = open_channel(
-            target,
-            ca=load_tls_ca(job),
-            client_cert=load_client_cert(job),
-            server_name=load_server_name(job),
-            insecure=is_insecure(job),
-        )
+        from submarine_elastic.rpc import InsecureChannelError
+
+        try:
+            self._channel = open_channel(
+                target,
+                ca=load_tls_ca(job),
+                client_cert=load_client_cert(job),
+                server_name=load_server_name(job),
+                insecure=is_insecure(job),
+            )
+        except InsecureChannelError as exc:
+            # Its directory has no CA and the job was not run --insecure: nothing is sent, the token least.
+            raise DriverUnreachableError(f"driver of {job}: {exc}") from exc
         self._stub = pb_grpc.ElasticDriverStub(self._channel)
 
     def close(self) -> None:

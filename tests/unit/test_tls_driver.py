@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from submarine_elastic import tls
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.api import DriverUnreachableError, Limits
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.driver import JobDriver, advertised_host
 from submarine_elastic.elastic.jobspec import INSECURE_MARK, JobRequest, WorkerResources, build_service, write_secrets
@@ -226,11 +226,12 @@ def test_a_client_without_a_ca_refuses_and_never_sends_its_token() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with pytest.raises(InsecureChannelError, match=r"no CA to check the server at 127\.0\.0\.1:\d+ against"):
+        with pytest.raises(DriverUnreachableError, match=r"no CA to check the server at 127\.0\.0\.1:\d+ against") as e:
             with JobClient(req.name, None, address=f"127.0.0.1:{port}") as client:
                 client.status()
     finally:
         server.stop(None)
+    assert isinstance(e.value.__cause__, InsecureChannelError)
     assert seen == []
 
 
