@@ -81,6 +81,10 @@ STOP_GRACE_S = 10.0
 DRIVER_GRACE_S = 180.0
 #: A training process in a ring that sends no heartbeat for this long is killed as hung.
 HUNG_AFTER_S = 10.0
+#: A training process that said it is exiting (its interpreter shutting down, where no thread beats any
+#: more: Horovod's and TensorFlow's teardown, which a loaded machine stretches past the hung bound) is killed
+#: as hung only when it is still there this long after saying so.
+EXIT_GRACE_S = 120.0
 #: Pause between attempts to reach a lost driver.
 REATTACH_PAUSE_S = 1.0
 #: Lines of a failed process's stderr sent to the driver, and the most characters they may take.
@@ -175,6 +179,8 @@ class Agent:
         self.placed_by = 0
         #: the last heartbeat of the training process (monotonic), once it is in a ring
         self.last_beat: float | None = None
+        #: when the training process said it is exiting (None: it did not)
+        self.exiting_at: float | None = None
         self.hung_after = HUNG_AFTER_S
         self.hung_seconds = 0.0
         #: the driver stream ended because the job ended (the driver closed it), not because it was lost
@@ -255,6 +261,8 @@ class Agent:
     def _on_child(self, message: dict[str, object]) -> None:
         if "beat" in message:
             self.last_beat = time.monotonic()
+        elif message.get("event") == "exiting":
+            self.exiting_at = time.monotonic()
         elif "ping" in message:
             self._tell_child({"pong": message["ping"]})
         elif message.get("event") == "warm":
@@ -272,21 +280,24 @@ class Agent:
             )
 
     def watch_heartbeats(self) -> None:
-        """Kills the training process when it is in a ring and sent no heartbeat for ``hung_after`` s."""
+        """Kills the training process when it is in a ring and sent no heartbeat for ``hung_after`` s, or, once
+        it said it is exiting, when it is still there ``EXIT_GRACE_S`` later."""
         while self.proc is not None and self.proc.poll() is None:
             time.sleep(min(1.0, self.hung_after / 4))
-            beat = self.last_beat
+            beat, exiting = self.last_beat, self.exiting_at
             if beat is None or self._state is not AgentState.RUNNING:
                 continue
-            silent = time.monotonic() - beat
-            if silent > self.hung_after:
+            silent = time.monotonic() - (beat if exiting is None else max(beat, exiting))
+            bound = self.hung_after if exiting is None else EXIT_GRACE_S
+            if silent > bound:
                 self.hung_seconds = silent
                 log.error(
-                    "%s: the training process sent no heartbeat for %.1f s (bound %.0f s): hung; killing it so "
+                    "%s: the training process sent no heartbeat for %.1f s (bound %.0f s%s): hung; killing it so "
                     "the ring re-forms without it",
                     self.instance,
                     silent,
-                    self.hung_after,
+                    bound,
+                    ", exiting" if exiting is not None else "",
                 )
                 try:
                     os.killpg(self.proc.pid, signal.SIGKILL)

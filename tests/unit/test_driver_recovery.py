@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -247,3 +249,59 @@ def test_the_hung_bound_and_the_driver_grace_must_be_positive_seconds(monkeypatc
             env.positive_seconds("SUBMARINE_HUNG_AFTER_S", 10)
     monkeypatch.delenv("SUBMARINE_DRIVER_GRACE_S", raising=False)
     assert env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", 180) == 180
+
+
+def test_a_process_that_said_it_is_exiting_gets_the_exit_grace_not_the_hung_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its teardown beats no more (interpreter finalisation): on a loaded machine that outlasted the hung
+    # bound and a job that had finished was recorded as failed with a "hung" worker.
+    worker = agent_mod.Agent("sleep 1.5", "worker-0", "container_0", "127.0.0.1")
+    worker.hung_after = 0.3
+    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", 5.0)
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    worker.start_training()
+    worker._state = agent_mod.AgentState.RUNNING
+    worker._on_child({"beat": 1})
+    worker._on_child({"event": "exiting"})
+    worker.watch_heartbeats()
+    assert worker.wait_training() == 0 and worker.hung_seconds == 0
+
+
+def test_a_process_hung_in_its_teardown_is_killed_after_the_exit_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = agent_mod.Agent("sleep 60", "worker-0", "container_0", "127.0.0.1")
+    worker.hung_after = 0.3
+    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", 1.0)
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    worker.start_training()
+    worker._state = agent_mod.AgentState.RUNNING
+    worker._on_child({"beat": 1})
+    worker._on_child({"event": "exiting"})
+    started = time.monotonic()
+    worker.watch_heartbeats()
+    assert worker.wait_training() == -signal.SIGKILL
+    assert 1.0 < worker.hung_seconds and time.monotonic() - started >= 1.0
+
+
+def test_the_training_process_says_exiting_at_interpreter_exit(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair()
+    code = (
+        "import socket, sys; from tf_hooks.elastic import ring; "
+        "ring.AgentChannel(socket.socket(fileno=int(sys.argv[1])))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+        check=True,
+    )
+    theirs.close()
+    ours.settimeout(5)
+    received = b""
+    while chunk := ours.recv(4096):
+        received += chunk
+    messages = [json.loads(line) for line in received.splitlines()]
+    assert child.returncode == 0 and messages[-1] == {"event": "exiting"}

@@ -11,7 +11,9 @@ Outside an agent (``horovodrun``, a plain ``python``) :func:`init_horovod` is ju
 Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns the channel:
 
 - it writes a heartbeat every :data:`HEARTBEAT_S` seconds; the agent kills a process that stops
-  beating (stopped, or stuck holding the interpreter) so its ring can re-form without it;
+  beating (stopped, or stuck holding the interpreter) so its ring can re-form without it. When the
+  interpreter exits it says ``exiting``: the exit handlers and the teardown after them (Horovod's shutdown,
+  TensorFlow's, where no thread beats any more) then get the agent's exit grace instead of the hung bound;
 - it reads what the agent sends: ``leave`` (scale-in: :func:`leave_requested`), ``driver: lost`` (the
   job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
   this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
@@ -22,6 +24,7 @@ Every re-initialisation after the first (Horovod's elastic reset) first calls :f
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -68,6 +71,11 @@ class AgentChannel:
         self._pongs = 0
         self._thread = threading.Thread(target=self._run, daemon=True, name="submarine-agent-channel")
         self._thread.start()
+        atexit.register(self.say_exiting)
+
+    def say_exiting(self) -> None:
+        """Tells the agent the interpreter is shutting down (no heartbeat follows)."""
+        self.send({"event": "exiting"})
 
     def send(self, message: dict[str, Any]) -> bool:
         try:
