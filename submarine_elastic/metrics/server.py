@@ -44,7 +44,7 @@ from submarine_elastic.metrics.prometheus import PrometheusEndpoint
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_job_id
-from submarine_elastic.rpc import dial_address
+from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, dial_address
 
 _log = logging.getLogger(__name__)
 
@@ -520,6 +520,9 @@ class MetricsServer:
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", MAX_REPORT_MESSAGE_BYTES),
+                # A Watch whose client vanished without a word frees its stream slot once a ping goes
+                # unanswered; connections that carry no call are closed.
+                *STREAM_KEEPALIVE_SERVER_OPTIONS,
             ],
             maximum_concurrent_rpcs=self._max_workers,
         )
