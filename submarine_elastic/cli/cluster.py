@@ -12,7 +12,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from submarine_elastic.cluster import ROLES, ClusterError, ClusterSpec, DaemonPlan, LocalCluster, Placement
+from submarine_elastic.cluster import (
+    DEFAULT_SUBNET,
+    MAX_HOSTS,
+    ROLES,
+    ClusterError,
+    ClusterSpec,
+    DaemonPlan,
+    LocalCluster,
+    Placement,
+)
 
 console = Console()
 err = Console(stderr=True)
@@ -65,7 +74,23 @@ port_base_option = click.option(
 @cluster.command()
 @dir_option
 @click.option(
-    "--nodes", type=click.IntRange(min=1, max=16), default=2, show_default=True, help="Number of NodeManagers."
+    "--nodes",
+    type=click.IntRange(min=1, max=16),
+    default=None,
+    help="Number of NodeManagers [default: 2; on --hosts one a host].",
+)
+@click.option(
+    "--hosts",
+    type=click.IntRange(min=1, max=MAX_HOSTS),
+    default=None,
+    help="Run the daemons on this many hosts, network namespaces joined by a bridge (needs root and iproute2): "
+    "ZooKeeper and the RM on host-0, a NodeManager on each host.",
+)
+@click.option(
+    "--subnet",
+    default=None,
+    help=f"With --hosts, the IPv4 range the bridge and the hosts take their addresses from "
+    f"[default: {DEFAULT_SUBNET}].",
 )
 @node_memory_option
 @node_vcores_option
@@ -85,23 +110,46 @@ port_base_option = click.option(
 )
 def up(
     cluster_dir: Path | None,
-    nodes: int,
+    nodes: int | None,
+    hosts: int | None,
+    subnet: str | None,
     node_memory_mb: int,
     node_vcores: int,
     port_base: int,
     timeout: float,
     secure: bool,
 ) -> None:
-    """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback."""
-    spec = ClusterSpec(
-        nodes=nodes, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base, secure=secure
-    )
+    """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback, or with
+    --hosts on that many hosts (network namespaces)."""
+    if hosts is None and subnet is not None:
+        raise click.BadParameter("--subnet places hosts: give --hosts too", param_hint="--subnet")
+    if hosts is not None and nodes not in (None, hosts):
+        raise click.BadParameter(
+            f"a cluster on hosts runs one NodeManager a host: --nodes {nodes} with --hosts {hosts}",
+            param_hint="--nodes",
+        )
+    try:
+        spec = ClusterSpec(
+            nodes=hosts or nodes or 2,
+            node_memory_mb=node_memory_mb,
+            node_vcores=node_vcores,
+            port_base=port_base,
+            secure=secure,
+            hosts=hosts or 0,
+            subnet=subnet or DEFAULT_SUBNET,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     local = _cluster(cluster_dir)
     try:
         url = local.up(spec, timeout=timeout, progress=_progress)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)
+    network = local.network(spec)
+    if network is not None:
+        for host in network.all_hosts:
+            console.print(f"{host.name} {host.address} (namespace {host.namespace})", highlight=False)
     if secure:
         realm = local.realm(spec)
         console.print(
@@ -197,7 +245,8 @@ def _show_plan(plan: DaemonPlan) -> None:
 @cluster.command()
 @dir_option
 def down(cluster_dir: Path | None) -> None:
-    """Stop exactly the daemons `up` started, and any container they left behind."""
+    """Stop exactly the daemons `up` started, and any container they left behind; on hosts, remove every
+    namespace, link, the bridge and the hosts files (also after an `up` that crashed)."""
     try:
         stopped = _cluster(cluster_dir).down(progress=_progress)
     except ClusterError as exc:
@@ -243,6 +292,14 @@ def status(cluster_dir: Path | None) -> None:
     for d, alive in st.daemons:
         daemons.add_row(d.name, str(d.pid), "[green]yes[/green]" if alive else "[red]no[/red]", str(d.log))
     console.print(daemons)
+    if st.hosts:
+        hosts = Table(title="hosts")
+        for col in ("host", "address", "namespace", "daemons"):
+            hosts.add_column(col)
+        for h in st.hosts:
+            namespace = h.host.namespace if h.present else f"[red]{h.host.namespace} (missing)[/red]"
+            hosts.add_row(h.host.name, h.host.address, namespace, ", ".join(h.daemons))
+        console.print(hosts)
     if st.rm_error:
         raise click.ClickException(st.rm_error)
     nodes = Table(title="nodes")

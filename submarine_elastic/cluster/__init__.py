@@ -1,6 +1,9 @@
-"""The local Hadoop YARN pseudo-cluster: real ZooKeeper, ResourceManager and NodeManager JVMs."""
+"""The local Hadoop YARN pseudo-cluster: real ZooKeeper, ResourceManager and NodeManager JVMs, on loopback or
+on hosts that are network namespaces."""
 
 from submarine_elastic.cluster.api import (
+    DEFAULT_SUBNET,
+    MAX_HOSTS,
     ROLES,
     ClusterAlreadyUpError,
     ClusterError,
@@ -10,6 +13,8 @@ from submarine_elastic.cluster.api import (
     DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
+    Host,
+    HostStatus,
     KerberosSetupError,
     Placement,
     PortInUseError,
@@ -17,8 +22,11 @@ from submarine_elastic.cluster.api import (
     UnknownDaemonError,
 )
 from submarine_elastic.cluster.local import LocalCluster
+from submarine_elastic.cluster.netns import HostNetwork, HostNetworkError, HostNetworkUnavailableError
 
 __all__ = [
+    "DEFAULT_SUBNET",
+    "MAX_HOSTS",
     "ROLES",
     "ClusterAlreadyUpError",
     "ClusterError",
@@ -28,6 +36,11 @@ __all__ = [
     "DaemonNotRunningError",
     "DaemonPlan",
     "DaemonStartError",
+    "Host",
+    "HostNetwork",
+    "HostNetworkError",
+    "HostNetworkUnavailableError",
+    "HostStatus",
     "KerberosSetupError",
     "LocalCluster",
     "Placement",

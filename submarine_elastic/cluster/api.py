@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+#: Where host addresses come from by default: 198.18.0.0/15, set aside for benchmarking networks (RFC 2544).
+DEFAULT_SUBNET = "198.18.0.0/15"
+#: Hosts one network holds (the first addresses of the subnet go to the bridge, then host 0, 1, ...).
+MAX_HOSTS = 64
+#: The address of the loopback cluster's every daemon.
+LOOPBACK = "127.0.0.1"
 
 
 class ClusterError(Exception):
@@ -61,23 +69,107 @@ class DaemonStartError(ClusterError):
         self.log_tail = log_tail
 
 
+def host_network(hosts: int, subnet: str) -> ipaddress.IPv4Network:
+    """``subnet`` as a network, checked to hold a bridge and ``hosts`` hosts.
+
+    Raises:
+        ValueError: ``hosts`` out of 1..MAX_HOSTS, or ``subnet`` not an IPv4 network with room for them.
+    """
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise ValueError(f"hosts must be 1..{MAX_HOSTS}, got {hosts}")
+    try:
+        network = ipaddress.ip_network(subnet)
+    except ValueError as exc:
+        raise ValueError(f"subnet {subnet!r} is not an IP network: {exc}") from None
+    if not isinstance(network, ipaddress.IPv4Network):
+        raise ValueError(f"subnet {subnet!r} is not an IPv4 network")
+    if network.num_addresses - 2 < hosts + 1:
+        raise ValueError(f"subnet {subnet} has no room for a bridge and {hosts} hosts")
+    return network
+
+
+def host_address(subnet: str, index: int) -> str:
+    """Host ``index``'s address in ``subnet``: the subnet's first host address is the bridge's, then host 0, 1, ..."""
+    return str(ipaddress.IPv4Network(subnet).network_address + 2 + index)
+
+
+def host_name(index: int) -> str:
+    """Host ``index``'s host name, which every host of the network resolves."""
+    return f"host-{index}"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of a host network (``cluster.netns``).
+
+    Attributes:
+        index: 0, 1, ... (host 0 runs the cluster's central daemons).
+        name: its host name, resolvable on every host (``host-0``, ...), and what ``hostname`` says on it.
+        namespace: the network namespace it is (``ip netns exec <namespace> ...`` runs a command on it).
+        address: its IPv4 address on the bridge.
+        link: the bridge side of its veth pair, in the root namespace (set it down to cut the host off).
+    """
+
+    index: int
+    name: str
+    namespace: str
+    address: str
+    link: str
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run on this host: inside its network namespace, with its hosts file (``ip netns exec``)
+        and its host name (a UTS namespace of its own, named by writing the kernel's hostname file, so
+        ``argv`` keeps the pid the command started with)."""
+        name_it = 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
+        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c", name_it, self.name, *argv]
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What ``up`` starts: ZooKeeper, one ResourceManager and ``nodes`` NodeManagers on loopback.
+    """What ``up`` starts: ZooKeeper, one ResourceManager and ``nodes`` NodeManagers, on loopback or, with
+    ``hosts``, on that many hosts (network namespaces, ``cluster.netns``): ZooKeeper and the ResourceManager
+    on host 0, one NodeManager on every host.
 
-    Every port is ``port_base`` plus a fixed offset (see :meth:`ports`), so two clusters with
-    different bases and directories can run side by side.
+    Every port is ``port_base`` plus a fixed offset (see :meth:`rm_ports`, :meth:`nm_ports`), so two clusters
+    with different bases and directories can run side by side. On hosts every NodeManager has the same ports
+    (each host its own address).
+
+    Raises:
+        ValueError: a value out of range; on hosts, ``nodes`` not one a host, ``host`` not host 0's address,
+            or ``secure`` (not yet on hosts).
     """
 
     nodes: int = 2
     node_memory_mb: int = 4096
     node_vcores: int = 4
     port_base: int = 18000
-    host: str = "127.0.0.1"
+    #: the address ZooKeeper, the RM (and the KDC) listen on: loopback, or on hosts host 0's address (the
+    #: default loopback becomes it)
+    host: str = LOOPBACK
     #: a Kerberos KDC of the cluster's own, and SPNEGO on the ResourceManager's web endpoints (``up --secure``)
     secure: bool = False
+    #: 0: every daemon on loopback; else how many hosts (``up --hosts``), one NodeManager each
+    hosts: int = 0
+    #: the range the hosts take their addresses from (``up --subnet``)
+    subnet: str = DEFAULT_SUBNET
 
     def __post_init__(self) -> None:
+        if self.hosts < 0:
+            raise ValueError(f"hosts must be 0 (loopback) or 1..{MAX_HOSTS}, got {self.hosts}")
+        if self.hosts:
+            host_network(self.hosts, self.subnet)
+            if self.nodes != self.hosts:
+                raise ValueError(
+                    f"a cluster on hosts has one NodeManager a host: nodes {self.nodes}, hosts {self.hosts}"
+                )
+            if self.secure:
+                raise ValueError("a secure cluster runs on loopback only: its Kerberos keys name 127.0.0.1")
+            expected = host_address(self.subnet, 0)
+            if self.host == LOOPBACK:
+                # The central daemons' address follows from the subnet; a frozen value is set once, here.
+                object.__setattr__(self, "host", expected)
+            elif self.host != expected:
+                raise ValueError(f"host must be host 0's address {expected} on a cluster on hosts, got {self.host}")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {self.nodes}")
         if self.node_memory_mb < 512:
@@ -116,13 +208,29 @@ class ClusterSpec:
         }
 
     def nm_ports(self, index: int) -> dict[str, int]:
-        """NodeManager ``index``'s addresses by ``yarn-site.xml`` key."""
-        base = self.port_base + 100 + 10 * index
+        """NodeManager ``index``'s addresses by ``yarn-site.xml`` key (on hosts, the same for every one)."""
+        base = self.port_base + 100 + 10 * (0 if self.hosts else index)
         return {
             "yarn.nodemanager.address": base,
             "yarn.nodemanager.localizer.address": base + 1,
             "yarn.nodemanager.webapp.address": base + 2,
         }
+
+    def node_host(self, index: int) -> str:
+        """The host name NodeManager ``index`` is reached by: its host's name, or on loopback ``host``."""
+        return host_name(index) if self.hosts else self.host
+
+    def daemon_host(self, name: str) -> int | None:
+        """The host a daemon runs on (ZooKeeper and the RM on host 0, ``nm-K`` on host K), None on loopback.
+
+        Raises:
+            ValueError: ``name`` is not one of :meth:`daemon_names`.
+        """
+        if name not in self.daemon_names():
+            raise ValueError(f"daemon must be one of {', '.join(self.daemon_names())}, got {name!r}")
+        if not self.hosts:
+            return None
+        return int(name.removeprefix("nm-")) if name.startswith("nm-") else 0
 
     def daemon_names(self) -> tuple[str, ...]:
         """The daemons' names, as ``cluster status`` shows them and ``cluster restart`` takes them."""
@@ -227,11 +335,22 @@ class ServiceSummary:
 
 
 @dataclass(frozen=True)
+class HostStatus:
+    host: Host
+    #: its network namespace exists
+    present: bool
+    #: the daemons placed on it (``zk``, ``rm``, ``nm-K``)
+    daemons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     """What ``submarine cluster status`` shows."""
 
     rm_url: str
     daemons: list[tuple[Daemon, bool]]
+    #: on a cluster on hosts, each host, whether its namespace exists, and the daemons it runs
+    hosts: list[HostStatus] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     services: list[ServiceSummary] = field(default_factory=list)
     total_memory_mb: int = 0

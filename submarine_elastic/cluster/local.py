@@ -1,9 +1,15 @@
 """A real Hadoop YARN pseudo-cluster on loopback: ZooKeeper, a ResourceManager with the YARN
 Services API, and N NodeManagers, each its own JVM started from the Maven-resolved jars.
 
+With ``ClusterSpec.hosts`` the same daemons run on that many hosts instead, network namespaces on one
+bridge (``cluster.netns``): ZooKeeper and the RM on host 0 bound to its address, one NodeManager on every
+host bound to its host name, so every container of host K runs inside namespace K (a NodeManager's children
+inherit it). The CLI in the root namespace reaches the RM at host 0's address, through the bridge.
+
 Layout of the cluster directory (``SUBMARINE_CLUSTER_DIR``)::
 
     cluster.json          the spec and the daemons started (pid + start time), written by ``up`` and ``restart``
+    hosts.json            on hosts, the host network, recorded before it is made (``cluster.netns``)
     conf/<daemon>/        per-daemon Hadoop configuration: cluster/hadoop/conf plus the overrides below
     logs/<daemon>.log     each daemon's log; logs/<daemon>.out its stdout/stderr
     zk/                   ZooKeeper's data: the service registry and the RM's state (its applications)
@@ -22,6 +28,7 @@ also those that started a session of their own), and any process whose command l
 cluster (a daemon's ``-Dsubmarine.cluster.dir=<dir>``, a container's script or log under
 ``<dir>/nm-<i>/``) with everything below it. Never a process for what its environment says: a
 ``make`` that started ``down``, or every process of the docker image, has the cluster directory there.
+On hosts, also every process left in the hosts' namespaces when they are removed.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ from submarine_elastic.cluster.api import (
     DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
+    Host,
+    HostStatus,
     NodeInfo,
     Placement,
     PortInUseError,
@@ -67,6 +76,7 @@ from submarine_elastic.cluster.api import (
     UnknownDaemonError,
 )
 from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
+from submarine_elastic.cluster.netns import HostNetwork, check_prerequisites
 from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
 
 log = logging.getLogger(__name__)
@@ -194,6 +204,8 @@ class LocalCluster:
             ClusterAlreadyUpError: daemons recorded in ``cluster_dir`` still run.
             PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
             PortInUseError: a port of ``spec`` is taken.
+            HostNetworkUnavailableError: on hosts, no ``ip`` command or not root (nothing was made).
+            HostNetworkError: on hosts, a namespace could not be made (what was made is removed again).
             DaemonStartError: a daemon exited early or did not get ready in time (with its log tail).
         """
         say = progress or (lambda _msg: None)
@@ -203,23 +215,32 @@ class LocalCluster:
             raise ClusterAlreadyUpError(
                 f"a cluster is already up in {self.dir} ({pids}); run `submarine cluster down` first"
             )
+        if spec.hosts:
+            check_prerequisites()
         java = self._check_prerequisites()
         if spec.secure:
             self.realm(spec).check_tools()
-        for port, role in sorted(spec.all_ports().items()):
-            if not _port_free(spec.host, port):
-                raise PortInUseError(port, role)
+        if not spec.hosts:
+            # (The hosts' namespaces are made anew: nothing else holds a port there.)
+            for port, role in sorted(spec.all_ports().items()):
+                if not _port_free(spec.host, port):
+                    raise PortInUseError(port, role)
 
         if self.dir.exists():
             # A stale directory from a cluster that died: clear leftovers, then start afresh.
             self._kill_orphans()
+            self._destroy_network(say)
             for sub in ("conf", "zk", "logs", "tmp", "yarn-services", "krb5") + tuple(f"nm-{i}" for i in range(64)):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
 
         tarball = self._dependency_tarball(say)
         started: list[Daemon] = []
+        network = self.network(spec)
         try:
+            if network is not None:
+                say(f"making {spec.hosts} hosts on {spec.subnet}: namespaces joined by bridge {network.bridge}")
+                network.create()
             if spec.secure:
                 realm = self.realm(spec)
                 say(f"creating Kerberos realm {realm.realm} in {realm.dir}; its KDC on {spec.host}:{spec.kdc_port}")
@@ -227,19 +248,19 @@ class LocalCluster:
                 started.append(self._start_kdc(realm))
                 self._write_state(spec, started)
                 _wait(lambda: kdc_answers(spec.host, spec.kdc_port), timeout, started[-1], "did not listen")
-            say(f"starting ZooKeeper on {spec.host}:{spec.zk_port}")
+            say(f"starting ZooKeeper on {spec.host}:{spec.zk_port}{self._on(spec, 'zk')}")
             started.append(self._start_zookeeper(java, spec))
             self._write_state(spec, started)
             _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, started[-1], "did not answer 'ruok'")
 
-            say(f"starting ResourceManager (web {spec.rm_url})")
+            say(f"starting ResourceManager (web {spec.rm_url}){self._on(spec, 'rm')}")
             self._write_conf("rm", spec, tarball)
             started.append(self._start_daemon(java, "rm", spec))
             self._write_state(spec, started)
             auth = self._rm_auth(spec)
             _wait(lambda: _rm_started(spec.rm_url, auth), timeout, started[-1], "did not answer on its web address")
 
-            say(f"starting {spec.nodes} NodeManagers")
+            say(f"starting {spec.nodes} NodeManagers" + (", one on each host" if spec.hosts else ""))
             nm_daemons = []
             for i in range(spec.nodes):
                 self._write_conf(f"nm-{i}", spec, tarball, node=i)
@@ -250,6 +271,8 @@ class LocalCluster:
         except BaseException:
             say("start failed; stopping what was started")
             self._stop(started)
+            if network is not None:
+                self._destroy_network(say)
             self.state_file.unlink(missing_ok=True)
             raise
         say(f"cluster up: ResourceManager at {spec.rm_url}")
@@ -309,7 +332,9 @@ class LocalCluster:
         conf = self.dir / "conf" / name
         files = {conf / f: (self.conf_template / f).read_bytes() for f in CONF_FILES}
         zk_host, rm_host, node_host = (
-            (placement.zk_host, placement.rm_host, placement.node_host) if placement else (spec.host,) * 3
+            (placement.zk_host, placement.rm_host, placement.node_host)
+            if placement
+            else (spec.host, spec.host, spec.node_host(node or 0))
         )
         core = {
             "hadoop.registry.zk.quorum": f"{zk_host}:{spec.zk_port}",
@@ -361,6 +386,34 @@ class LocalCluster:
             dir=self.dir / "krb5", host=spec.host, port=spec.kdc_port, user=getpass.getuser(), logs=self.dir / "logs"
         )
 
+    def network(self, spec: ClusterSpec) -> HostNetwork | None:
+        """The host network of a cluster on hosts in this directory (its plan; ``create`` makes it), else None."""
+        return HostNetwork(self.dir, spec.hosts, spec.subnet) if spec.hosts else None
+
+    def _host(self, spec: ClusterSpec, name: str) -> Host | None:
+        """The host daemon ``name`` runs on, None on loopback."""
+        network = self.network(spec)
+        index = spec.daemon_host(name)
+        return None if network is None or index is None else network.host(index)
+
+    def _on(self, spec: ClusterSpec, name: str) -> str:
+        host = self._host(spec, name)
+        return f" on {host.name} ({host.address})" if host else ""
+
+    def _destroy_network(self, say: Progress) -> None:
+        """Removes the host network recorded in the directory (namespaces, links, bridge, hosts files and
+        every process left in them), if any.
+
+        Raises:
+            HostNetworkError: something of it could not be removed.
+        """
+        network = HostNetwork.recorded(self.dir)
+        if network is None:
+            return
+        removed = network.destroy()
+        if removed:
+            say(f"removed {', '.join(removed)}")
+
     def _start_kdc(self, realm: KerberosRealm, *, append_output: bool = False) -> Daemon:
         return self._spawn("kdc", realm.kdc_command(), env=realm.kdc_env(), append_output=append_output)
 
@@ -390,7 +443,7 @@ class LocalCluster:
     def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
         (self.dir / "zk").mkdir(exist_ok=True)
         _write_files(self._zk_files(spec, spec.host)[0])
-        return self._spawn("zk", self._zk_command(java, spec), env=None)
+        return self._spawn("zk", self._zk_command(java, spec), env=None, host=self._host(spec, "zk"))
 
     # ------------------------------------------------------------------ restart
 
@@ -441,16 +494,20 @@ class LocalCluster:
             _terminate([old], grace=DAEMON_GRACE_S, group=False)
         else:
             say(f"{name} is not running" + (f" (pid {old.pid} has exited)" if old else ""))
-        for port, role in sorted(spec.daemon_ports(name).items()):
-            if not _port_free(spec.host, port):
-                raise PortInUseError(port, role)
+        if not spec.hosts:
+            # On hosts the daemon's namespace holds only the cluster's processes.
+            for port, role in sorted(spec.daemon_ports(name).items()):
+                if not _port_free(spec.host, port):
+                    raise PortInUseError(port, role)
 
-        say(f"starting {name}")
+        say(f"starting {name}{self._on(spec, name)}")
         started_at = time.time()
         if name == "kdc":
             new = self._start_kdc(self.realm(spec), append_output=True)
         elif name == "zk":
-            new = self._spawn("zk", self._zk_command(java, spec), env=None, append_output=True)
+            new = self._spawn(
+                "zk", self._zk_command(java, spec), env=None, append_output=True, host=self._host(spec, "zk")
+            )
         else:
             new = self._start_daemon(java, name, spec, append_output=True)
         by_name[name] = new
@@ -512,6 +569,7 @@ class LocalCluster:
             name,
             *self._daemon_command(java, name, main, heap, rm=name == "rm", realm=realm),
             append_output=append_output,
+            host=self._host(spec, name),
         )
 
     def _daemon_command(
@@ -624,15 +682,24 @@ class LocalCluster:
         self.prepare(plan)
         return list(plan.command), dict(plan.env)
 
-    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None, *, append_output: bool = False) -> Daemon:
+    def _spawn(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str] | None,
+        *,
+        append_output: bool = False,
+        host: Host | None = None,
+    ) -> Daemon:
         """Start one daemon in a session of its own, its stdout and stderr to ``logs/<name>.out`` (appended to
-        on a restart, so what the previous run printed stays)."""
+        on a restart, so what the previous run printed stays); on ``host``, inside its namespace (the
+        commands that enter it replace themselves with the daemon, so the pid is the daemon's)."""
         out = self.dir / "logs" / f"{name}.out"
         proc_env = dict(os.environ)
         proc_env.update(env or {})
         with out.open("ab" if append_output else "wb") as stdout:
             proc = subprocess.Popen(
-                cmd,
+                host.command(cmd) if host else cmd,
                 stdout=stdout,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -666,20 +733,25 @@ class LocalCluster:
         seen = -1
         ready: set[str] = set()
 
-        def port(d: Daemon) -> int:
-            return spec.nm_ports(int(d.name.removeprefix("nm-")))["yarn.nodemanager.address"]
+        def node_id(d: Daemon) -> str:
+            index = int(d.name.removeprefix("nm-"))
+            return f"{spec.node_host(index)}:{spec.nm_ports(index)['yarn.nodemanager.address']}"
+
+        def key(node: str) -> str:
+            # Node ids are "<host>:<NM port>". On loopback the host is what 127.0.0.1 resolves to, and the
+            # port tells which NM a node is; on hosts every NM has the same port and its host's name.
+            return node if spec.hosts else node.rsplit(":", 1)[-1]
 
         def all_running() -> bool:
             nonlocal ready, seen
             for d in nms:
                 if not _alive(d):
                     raise DaemonStartError(d.name, "exited before registering", d.log, _tail(d))
-            # Node ids are "<resolved host>:<NM port>"; the port tells which NM a node is.
-            nodes = {int(n.node_id.rsplit(":", 1)[-1]): n for n in _rm_nodes(spec.rm_url, auth)}
+            nodes = {key(n.node_id): n for n in _rm_nodes(spec.rm_url, auth)}
             ready = {
                 d.name
                 for d in nms
-                if (n := nodes.get(port(d))) is not None
+                if (n := nodes.get(key(node_id(d)))) is not None
                 and n.state == "RUNNING"
                 and n.last_health_update_ms >= since_ms.get(d.name, 0)
             }
@@ -704,18 +776,26 @@ class LocalCluster:
 
         NMs first, then the RM, then ZooKeeper; each gets SIGTERM and ``DAEMON_GRACE_S`` before SIGKILL.
         The NodeManagers leave their containers running (supervised NM recovery), so the containers are
-        stopped last, with everything else left behind. Blocks until every process is gone.
+        stopped last, with everything else left behind. On hosts, the host network goes last: every
+        namespace (with any process still in it), link, the bridge and the hosts files, also when ``up``
+        crashed before it recorded a daemon. Blocks until every process is gone.
 
         Returns:
             The daemons that were stopped.
 
         Raises:
-            ClusterNotUpError: nothing is recorded in the cluster directory.
+            ClusterNotUpError: nothing is recorded in the cluster directory (no daemon, no host network).
+            HostNetworkError: a part of the host network could not be removed.
         """
         say = progress or (lambda _msg: None)
         state = self._read_state()
         if state is None:
-            raise ClusterNotUpError(f"no cluster in {self.dir}")
+            if HostNetwork.recorded(self.dir) is None:
+                raise ClusterNotUpError(f"no cluster in {self.dir}")
+            say("no daemon recorded; removing the host network that `up` made")
+            self._kill_orphans()
+            self._destroy_network(say)
+            return []
         _spec, daemons = state
         alive = [d for d in daemons if _alive(d)]
         # Below the daemons now; a container process that made a session of its own is still here, and
@@ -726,6 +806,7 @@ class LocalCluster:
         orphans = self._kill_orphans(below)
         if orphans:
             say(f"stopped {len(orphans)} leftover container processes")
+        self._destroy_network(say)
         self.state_file.unlink(missing_ok=True)
         return alive
 
@@ -777,6 +858,18 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ status
 
+    def _hosts(self, spec: ClusterSpec) -> list[HostStatus]:
+        """Each host of a cluster on hosts, whether its namespace exists, and the daemons placed on it."""
+        network = self.network(spec)
+        if network is None:
+            return []
+        present = {h.index for h in network.present()}
+        placed = {name: spec.daemon_host(name) for name in spec.daemon_names()}
+        return [
+            HostStatus(host=h, present=h.index in present, daemons=tuple(n for n, i in placed.items() if i == h.index))
+            for h in network.all_hosts
+        ]
+
     def status(self) -> ClusterStatus:
         """The recorded daemons (and whether each runs), nodes, capacity and running yarn services.
 
@@ -790,7 +883,7 @@ class LocalCluster:
         if state is None:
             raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
         spec, daemons = state
-        result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons])
+        result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons], hosts=self._hosts(spec))
         try:
             auth = self._rm_auth(spec)
             metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics", auth=auth)["clusterMetrics"]

@@ -3,10 +3,11 @@
 Each host is a network namespace with one veth link to a bridge in the root namespace, its own address in
 a private range (default ``198.18.0.0/15``, reserved for benchmarking, so it collides with no real network)
 and a name every other host resolves: ``ip netns exec`` bind-mounts ``/etc/netns/<namespace>/hosts`` over
-``/etc/hosts`` for whatever it starts, and each host's file lists every host. A host has no route beyond the
-bridge: its only routes are its loopback and the cluster's subnet. The root namespace holds the bridge's
-address in the subnet, so a command run there (the CLI, a test) reaches every host; traffic never leaves
-the machine.
+``/etc/hosts`` for whatever it starts, and each host's file lists every host. What :meth:`Host.command` runs
+also has the host's name as its own (``hostname``, and what a JVM takes for its local host). A host has no
+route beyond the bridge: its only routes are its loopback and the cluster's subnet. The root namespace holds
+the bridge's address in the subnet, so a command run there (the CLI, a test) reaches every host; traffic
+never leaves the machine.
 
 What :meth:`HostNetwork.create` makes is recorded in ``<state_dir>/hosts.json`` *before* it is made, so
 :meth:`HostNetwork.destroy` removes every namespace, link, hosts file and process of the plan, also after a
@@ -27,16 +28,25 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 
-from submarine_elastic.cluster.api import ClusterError
+from submarine_elastic.cluster.api import (
+    DEFAULT_SUBNET,
+    MAX_HOSTS,
+    ClusterError,
+    Host,
+    host_address,
+    host_name,
+    host_network,
+)
 
 __all__ = [
     "DEFAULT_SUBNET",
+    "check_prerequisites",
     "MAX_HOSTS",
     "Host",
     "HostNetwork",
@@ -46,10 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Where host addresses come from by default: 198.18.0.0/15, set aside for benchmarking networks (RFC 2544).
-DEFAULT_SUBNET = "198.18.0.0/15"
-#: Hosts one network holds (the first addresses of the subnet go to the bridge, then host 0, 1, ...).
-MAX_HOSTS = 64
 #: Where ``ip netns exec`` finds a namespace's own ``/etc`` files.
 NETNS_ETC = Path("/etc/netns")
 #: The state file, in the cluster's directory.
@@ -64,29 +70,6 @@ class HostNetworkError(ClusterError):
 
 class HostNetworkUnavailableError(HostNetworkError):
     """This machine cannot make namespaces for us: no ``ip`` command, or not root (CAP_NET_ADMIN)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Host:
-    """One host of the network.
-
-    Attributes:
-        index: 0, 1, ... (host 0 runs the cluster's central daemons).
-        name: its host name, resolvable on every host (``host-0``, ...).
-        namespace: the network namespace it is (``ip netns exec <namespace> ...`` runs a command on it).
-        address: its IPv4 address on the bridge.
-        link: the bridge side of its veth pair, in the root namespace (set it down to cut the host off).
-    """
-
-    index: int
-    name: str
-    namespace: str
-    address: str
-    link: str
-
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` run on this host (inside its namespace, with its hosts file)."""
-        return ["ip", "netns", "exec", self.namespace, *argv]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +91,7 @@ class HostNetwork:
     subnet: str = DEFAULT_SUBNET
 
     def __post_init__(self) -> None:
-        if not 1 <= self.hosts <= MAX_HOSTS:
-            raise ValueError(f"hosts must be 1..{MAX_HOSTS}, got {self.hosts}")
-        try:
-            network = ipaddress.ip_network(self.subnet)
-        except ValueError as exc:
-            raise ValueError(f"subnet {self.subnet!r} is not an IP network: {exc}") from None
-        if not isinstance(network, ipaddress.IPv4Network):
-            raise ValueError(f"subnet {self.subnet!r} is not an IPv4 network")
-        if network.num_addresses - 2 < self.hosts + 1:
-            raise ValueError(f"subnet {self.subnet} has no room for a bridge and {self.hosts} hosts")
+        host_network(self.hosts, self.subnet)
 
     @property
     def tag(self) -> str:
@@ -148,9 +122,9 @@ class HostNetwork:
             raise IndexError(f"host {index}: this network has hosts 0..{self.hosts - 1}")
         return Host(
             index=index,
-            name=f"host-{index}",
+            name=host_name(index),
             namespace=f"se{self.tag}-host-{index}",
-            address=str(self.network.network_address + 2 + index),
+            address=host_address(self.subnet, index),
             link=f"se{self.tag}v{index}",
         )
 
@@ -173,9 +147,10 @@ class HostNetwork:
         Raises:
             HostNetworkUnavailableError: no ``ip`` command, or not permitted to make namespaces.
             HostNetworkError: a namespace of the plan already exists (another cluster, or one not destroyed:
-                ``destroy`` it), or an ``ip`` command failed (what was made stays recorded for ``destroy``).
+                ``destroy`` it), an address of this machine lies in the subnet, or an ``ip`` command failed
+                (what was made stays recorded for ``destroy``).
         """
-        _check_prerequisites()
+        check_prerequisites()
         existing = set(_namespaces())
         taken = [h.namespace for h in self.all_hosts if h.namespace in existing]
         if taken:
@@ -183,6 +158,12 @@ class HostNetwork:
                 f"namespace {taken[0]} already exists: a host network of {self.state_dir} was not destroyed "
                 "(submarine cluster down removes it)"
             )
+        for interface, address in _root_addresses():
+            if ipaddress.ip_address(address) in self.network:
+                raise HostNetworkError(
+                    f"subnet {self.subnet} overlaps address {address} of {interface}: another network uses it "
+                    "(another cluster on hosts?); choose another subnet"
+                )
         self._record()
         prefix = self.network.prefixlen
         _ip("link", "add", self.bridge, "type", "bridge")
@@ -237,6 +218,11 @@ class HostNetwork:
             removed.append(f"bridge {self.bridge}")
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         return removed
+
+    def present(self) -> list[Host]:
+        """The plan's hosts whose namespace exists now (all after ``create``, none after ``destroy``)."""
+        existing = set(_namespaces())
+        return [h for h in self.all_hosts if h.namespace in existing]
 
     def set_link(self, index: int, up: bool) -> None:
         """Cuts host ``index`` off the bridge (``up=False``: its packets go nowhere, its processes live on)
@@ -297,7 +283,12 @@ def kill_namespace_processes(namespace: str) -> int:
     return len(procs)
 
 
-def _check_prerequisites() -> None:
+def check_prerequisites() -> None:
+    """Refuses, before anything is made, where this machine cannot make hosts.
+
+    Raises:
+        HostNetworkUnavailableError: no ``ip`` command, or not root; the message says what to do.
+    """
     if shutil.which("ip") is None:
         raise HostNetworkUnavailableError(
             "the ip command (iproute2) is not installed: hosts are network namespaces it makes "
@@ -308,6 +299,16 @@ def _check_prerequisites() -> None:
             "making network namespaces needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run as root, "
             "or use the loopback cluster"
         )
+
+
+def _root_addresses() -> list[tuple[str, str]]:
+    """(interface, IPv4 address) of every address this namespace holds."""
+    return [
+        (name, entry.address)
+        for name, entries in psutil.net_if_addrs().items()
+        for entry in entries
+        if entry.family == socket.AF_INET
+    ]
 
 
 def _namespaces() -> list[str]:
