@@ -51,6 +51,7 @@ def start_metrics_service(
     env = {**os.environ, "SUBMARINE_METRICS_TOKEN": token}
     transport = Transport()
     if tls:
+        env.pop("SUBMARINE_INSECURE", None)  # the benchmark's hooks may be told plaintext; this service is not
         env["SUBMARINE_CA_DIR"] = tempfile.mkdtemp(prefix="bench-ca-")
         issued = certificates.cluster_ca(Path(env["SUBMARINE_CA_DIR"])).issue_client("bench client")
         transport = Transport(ca=issued.ca, client_cert=(issued.cert, issued.key))

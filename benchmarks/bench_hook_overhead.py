@@ -10,9 +10,10 @@ benchmark measures three ways, side by side in one run:
 
 1. Interleaved fits (``--rounds`` rounds, each running every configuration once in a shuffled
    order): ``none`` (no callback), ``none again`` (an A/A control: its ratio to ``none`` shows the
-   noise of the comparison), ``live`` (reporting every step to the service) and ``dead`` (pointed at
-   a port nobody listens on). Per round, the ratio of steps per second to ``none``; the geometric
-   mean over rounds with a 95% confidence interval.
+   noise of the comparison), ``live`` (reporting every step to the service over plaintext),
+   ``live over TLS`` (the same to a second service over mutual TLS, the default of
+   ``submarine metrics serve``) and ``dead`` (pointed at a port nobody listens on). Per round, the
+   ratio of steps per second to ``none``; the geometric mean over rounds with a 95% confidence interval.
 2. The training thread's cost in situ: one long fit in which the callback is called on every other
    step only; adjacent steps see the same machine, so the mean difference between a reported step
    and the unreported step before it is the cost, with a standard error a tiny fraction of a step.
@@ -58,6 +59,7 @@ import random  # noqa: E402
 import resource  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -75,7 +77,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TOKEN = "bench-token"
 BATCH = 32
 SKIP = 50  # steps of each fit left out of its timing (the first calls of a fit are slower)
-CONFIGS = ("none", "none again", "live", "dead")
+CONFIGS = ("none", "none again", "live", "live over TLS", "dead")
 
 
 class Clock(tf.keras.callbacks.Callback):
@@ -274,25 +276,46 @@ def main() -> None:
     if args.steps <= 2 * SKIP or args.pairs < 2:
         parser.error(f"--steps must be above {2 * SKIP} and --pairs at least 2, got {args.steps} and {args.pairs}")
 
-    # Plaintext (--insecure), as measured before TLS became the default: the hooks' own cost, not the cipher's
-    # (bench_metrics_ingest compares the two transports).
+    # live: plaintext (--insecure), as measured before TLS became the default; live over TLS: a second service
+    # on mutual TLS, the hooks given its CA and a client certificate as job run gives a job's hooks.
     os.environ["SUBMARINE_INSECURE"] = "1"
     service, address, transport = start_metrics_service(TOKEN, SERVICE_CORES, tls=False)
+    tls_service, tls_address, tls_transport = start_metrics_service(TOKEN, SERVICE_CORES, tls=True)
+    pki = Path(tempfile.mkdtemp(prefix="bench-hook-tls-"))
+    assert tls_transport.ca is not None and tls_transport.client_cert is not None
+    for name, data in (("ca.crt", tls_transport.ca), ("client.crt", tls_transport.client_cert[0])):
+        (pki / name).write_bytes(data)
+    (pki / "client.key").write_bytes(tls_transport.client_cert[1])
+    os.environ["SUBMARINE_METRICS_TLS_CERT_FILE"] = str(pki / "client.crt")
+    os.environ["SUBMARINE_METRICS_TLS_KEY_FILE"] = str(pki / "client.key")
     dead_socket = socket.socket()
     dead_socket.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
     dead = f"127.0.0.1:{dead_socket.getsockname()[1]}"
     try:
         model, dataset = build_model(args.steps)
         live = watch(MetricsCallback(endpoint=address, job_id="bench-live", token=TOKEN, batch_size=BATCH))
+        live_tls = watch(
+            MetricsCallback(
+                endpoint=tls_address, job_id="bench-live-tls", token=TOKEN, batch_size=BATCH, tls_ca=pki / "ca.crt"
+            )
+        )
         dead_cb = watch(MetricsCallback(endpoint=dead, job_id="bench-dead", token=TOKEN, batch_size=BATCH))
-        callbacks: dict[str, list[Any]] = {"none": [], "none again": [], "live": [live], "dead": [dead_cb]}
+        callbacks: dict[str, list[Any]] = {
+            "none": [],
+            "none again": [],
+            "live": [live],
+            "live over TLS": [live_tls],
+            "dead": [dead_cb],
+        }
         print(f"part 1: {args.rounds} rounds x {len(CONFIGS)} fits of {args.steps} steps ...", flush=True)
         service_cpu0 = process_cpu_ns(service.pid)
         part1 = interleaved(model, dataset, callbacks, args.rounds, args.steps)
         service_cpu = process_cpu_ns(service.pid) - service_cpu0
         live_stats = live.close(timeout=10)
+        tls_stats = live_tls.close(timeout=10)
         dead_stats = dead_cb.close(timeout=0.5)
         received = points_received(address, transport, "bench-live")
+        tls_received = points_received(tls_address, tls_transport, "bench-live-tls")
 
         print(f"part 2: {2 * args.pairs} steps, the callback on every other one ...", flush=True)
         alternate_cb = watch(MetricsCallback(endpoint=address, job_id="bench-alternate", token=TOKEN, batch_size=BATCH))
@@ -301,8 +324,9 @@ def main() -> None:
         alternate_received = points_received(address, transport, "bench-alternate")
     finally:
         dead_socket.close()
-        service.terminate()
-        service.wait(10)
+        for process in (service, tls_service):
+            process.terminate()
+            process.wait(10)
 
     seconds, hook_cpu, off_cpu = part1["seconds"], part1["hook_cpu"], part1["off_cpu"]
     step = statistics.median(seconds["none"])
@@ -312,6 +336,12 @@ def main() -> None:
     }  # steps per second of the configuration / of none, per round
     sender = statistics.median(hook_cpu["live"]) - statistics.median(hook_cpu["none"])
     dead_sender = statistics.median(hook_cpu["dead"]) - statistics.median(hook_cpu["none"])
+    tls_sender = (
+        statistics.median(hook_cpu["live over TLS"])
+        - statistics.median(hook_cpu["none"])
+        + statistics.median(off_cpu["live over TLS"])
+        - statistics.median(off_cpu["none"])
+    )
     off = statistics.median(off_cpu["live"]) - statistics.median(off_cpu["none"])
     training = part2["mean_seconds"]
     background = sender + off
@@ -344,6 +374,7 @@ def main() -> None:
         },
         "metrics_threads_cpu_seconds_per_step": {name: statistics.median(v) for name, v in hook_cpu.items()},
         "sender_and_grpc_cpu_seconds_per_reported_step": {"live": sender, "dead": dead_sender},
+        "over_tls_sender_grpc_and_exited_threads_cpu_seconds_per_reported_step": tls_sender,
         "exited_threads_cpu_seconds_per_step": {name: statistics.median(v) for name, v in off_cpu.items()},
         "exited_threads_cpu_seconds_per_reported_step": off,
         "service_cpu_seconds_per_point": service_cpu / 1e9 / max(received, 1),
@@ -356,6 +387,7 @@ def main() -> None:
         },
         "delivery": {
             "live": {"reported": live_stats.recorded, "acked": live_stats.acked, "received": received},
+            "live over TLS": {"reported": tls_stats.recorded, "acked": tls_stats.acked, "received": tls_received},
             "dead": {"reported": dead_stats.recorded, "dropped": dead_stats.dropped},
             "alternating": {"reported": alternate_stats.recorded, "received": alternate_received},
         },
@@ -365,7 +397,11 @@ def main() -> None:
     md = render(result, step)
     (RESULTS / "hook_overhead.md").write_text(md)
     print(md)
-    if received != live_stats.recorded or alternate_received != alternate_stats.recorded:
+    if (
+        received != live_stats.recorded
+        or tls_received != tls_stats.recorded
+        or alternate_received != alternate_stats.recorded
+    ):
         raise SystemExit("the service did not receive every reported step")
 
 
@@ -385,6 +421,7 @@ def render(result: dict[str, Any], step: float) -> str:
         "flush": (result["end_of_fit_flush_seconds_median"]["live"] - result["end_of_fit_flush_seconds_median"]["none"])
         * 1e3,
         "service": result["service_cpu_seconds_per_point"] * 1e6,
+        "tls": result["over_tls_sender_grpc_and_exited_threads_cpu_seconds_per_reported_step"] * 1e6,
     }
     pinned = (
         f"the training process on core {m['training_process_cores']}, the service on cores {m['service_cores']}"
@@ -444,10 +481,14 @@ def render(result: dict[str, Any], step: float) -> str:
             "Threads that exited during the fits (gRPC starts one per call; `getrusage` minus the live threads' "
             f"`schedstat`), live fits minus none fits: {us['off']:.2f} µs per reported step. The headline counts "
             f"the sum, {us['background']:.2f} µs. "
-            f"The service, on its own cores, spent {us['service']:.1f} µs of CPU per point.",
+            f"The service, on its own cores, spent {us['service']:.1f} µs of CPU per point. Over mutual TLS the "
+            f"sender, gRPC and exited threads spent {us['tls']:.2f} µs per reported step "
+            f"(plaintext: {us['background']:.2f} µs).",
             "",
             f"Delivery: live fits reported {live['reported']} steps, {live['acked']} acknowledged, the service "
-            f"holds {live['received']}; part 2 reported {alt['reported']}, the service holds {alt['received']}; "
+            f"holds {live['received']}; over TLS {result['delivery']['live over TLS']['reported']} reported, "
+            f"{result['delivery']['live over TLS']['received']} held; part 2 reported {alt['reported']}, "
+            f"the service holds {alt['received']}; "
             f"dead fits reported {dead['reported']}, all dropped by the bounded queue.",
             "",
         ]
