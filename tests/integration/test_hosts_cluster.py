@@ -160,6 +160,15 @@ def test_a_services_containers_run_inside_their_hosts(hosts_cluster: LocalCluste
         requests.delete(f"{url}/on-hosts", params=AS_USER, timeout=30)
 
 
+def test_a_restarted_nodemanager_runs_on_its_host_again(hosts_cluster: LocalCluster):
+    plan = hosts_cluster.network(hosts_cluster.spec())
+    assert plan is not None
+    old = next(d for d in hosts_cluster.running_daemons() if d.name == "nm-1")
+    new = hosts_cluster.restart("nm-1", timeout=120)
+    assert new.pid != old.pid
+    assert net_namespace(new.pid) == namespace_inode(plan.host(1).namespace)
+
+
 def test_down_leaves_no_namespace_link_bridge_hosts_file_or_process(hosts_cluster: LocalCluster):
     spec = hosts_cluster.spec()
     plan = hosts_cluster.network(spec)
