@@ -43,7 +43,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
 | ``SUBMARINE_CA_DIR`` | client, controller | the cluster's certificate authority (``ca.crt``, ``ca.key`` mode 0600), created on first use; default ``~/.submarine-elastic/ca`` |
-| ``SUBMARINE_INSECURE`` | client, job, training | ``1``: plaintext where TLS is the default (the job driver, the controller, the metrics service and their clients); unset: TLS, and a client without a CA refuses to connect |
+| ``SUBMARINE_INSECURE`` | client, job, training | ``1``: plaintext where TLS is the default (the job driver, the controller, the metrics service, the py4j bridge and their clients); unset: TLS, and a client without a CA refuses to connect |
 | ``SUBMARINE_JOBS_DIR`` | client | one directory per job: its control token, secrets and TLS files, which YARN localizes into its containers (so every NodeManager must read it at the same path); default ``~/.submarine-elastic/jobs`` |
 | ``SUBMARINE_POLLUX_DATA`` | simulator | the Pollux measured job models and workloads (default: the copy the package ships) |
 """

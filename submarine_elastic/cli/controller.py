@@ -97,7 +97,12 @@ def start(
         f"metrics service at {state.metrics_endpoint}"
     )
     if state.bridge_port:
-        console.print(f"py4j bridge on 127.0.0.1:{state.bridge_port} (token in {state.bridge_token_file})")
+        transport = (
+            f"mutual TLS, the JVM's certificate, key and CA in {state.bridge_tls_dir}"
+            if state.bridge_tls_dir
+            else "plain TCP"
+        )
+        console.print(f"py4j bridge on 127.0.0.1:{state.bridge_port} ({transport}; token in {state.bridge_token_file})")
 
 
 @controller.command()

@@ -364,6 +364,8 @@ class ControllerInfo:
         rm_url: the ResourceManager it manages.
         policy, arbiter: its default job policy and its arbiter.
         bridge_port, bridge_token_file: the py4j bridge, when it serves one.
+        bridge_tls_dir: the bridge's mutual TLS files for the JVM (``jvm.crt``, ``jvm.key``, ``ca.crt``); None
+            when it serves plain TCP (``--insecure``) or no bridge.
     """
 
     pid: int
@@ -376,6 +378,7 @@ class ControllerInfo:
     arbiter: str
     bridge_port: int | None = None
     bridge_token_file: str | None = None
+    bridge_tls_dir: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -397,6 +400,7 @@ class ControllerInfo:
             "arbiter": str,
             "bridge_port": (int, type(None)),
             "bridge_token_file": (str, type(None)),
+            "bridge_tls_dir": (str, type(None)),
         }
         for name, kind in kinds.items():
             value = fields.get(name)

@@ -9,6 +9,7 @@ The directory holds:
     metrics.token     the metrics service's operator token (mode 0600): the CLI reads every job's metrics with it
     metrics.key       the metrics service's key (mode 0600): each job's own metrics credential is made from it
     bridge.token      the py4j bridge's token (mode 0600), with --bridge-port
+    bridge-tls/       the bridge's mutual TLS files for the JVM (jvm.crt, jvm.key, ca.crt; mode 0700)
     controller.log    its log; controller.out its stdout and stderr
 """
 
@@ -29,6 +30,8 @@ API_TOKEN = "controller.token"
 METRICS_TOKEN = "metrics.token"
 METRICS_KEY = "metrics.key"
 BRIDGE_TOKEN = "bridge.token"
+#: The bridge's TLS files for the JVM, issued at each start (a directory).
+BRIDGE_TLS_DIR = "bridge-tls"
 LOG = "controller.log"
 OUT = "controller.out"
 #: ``create_time`` as psutil reports it is rounded; a recycled pid starts at least this much later.

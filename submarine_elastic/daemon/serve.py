@@ -17,7 +17,7 @@ import psutil
 
 from submarine_elastic import env
 from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, BridgeError
-from submarine_elastic.bridge.server import BridgeServer
+from submarine_elastic.bridge.server import BridgeServer, write_tls_files
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import ControllerError, ControllerInfo
 from submarine_elastic.controller.backend import YarnJobBackend
@@ -113,16 +113,23 @@ def serve(
             token = locate.token_for(where, locate.API_TOKEN)
             api = ControllerServer(service, token=token, port=api_port, tls=api_tls).start()
             running.callback(api.stop)
-            bridge = None
+            bridge, bridge_tls_dir = None, None
             if bridge_port is not None:
-                # The bridge is one more caller of the API: a JVM's calls are checked like any other.
+                # The bridge is one more caller of the API: a JVM's calls are checked like any other. Mutual TLS
+                # with certificates of the cluster's CA issued at each start, as `submarine bridge serve` does.
                 client = ControllerClient(api.address, token, insecure=plaintext)
                 running.callback(client.close)
+                bridge_tls = None
+                if not plaintext:
+                    bridge_tls_dir = where / locate.BRIDGE_TLS_DIR
+                    bridge_tls = write_tls_files(bridge_tls_dir, cluster_ca(), "127.0.0.1")
                 bridge = BridgeServer(
                     client,
                     token=locate.token_for(where, locate.BRIDGE_TOKEN),
                     python_port=bridge_port,
                     java_port=bridge_java_port,
+                    tls=bridge_tls,
+                    insecure=plaintext,
                 ).start()
                 running.callback(bridge.stop)
         except (PolicyError, ServerStartError, ControllerError, BridgeError, TlsError, ValueError) as exc:
@@ -139,6 +146,7 @@ def serve(
             arbiter=arbiter,
             bridge_port=bridge.port if bridge else None,
             bridge_token_file=str(where / locate.BRIDGE_TOKEN) if bridge else None,
+            bridge_tls_dir=str(bridge_tls_dir) if bridge_tls_dir else None,
         )
         locate.write_info(where, info)
         running.callback(locate.remove_info, where)

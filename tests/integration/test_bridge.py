@@ -208,8 +208,14 @@ def test_the_controller_serves_the_bridge_through_its_api(java_classpath: str, t
     )
     try:
         assert info.bridge_port and info.bridge_token_file == str(where / "bridge.token")
+        # Mutual TLS by default: the JVM needs the client certificate the controller issued.
+        assert info.bridge_tls_dir == str(where / "bridge-tls")
         token = (where / "bridge.token").read_text().strip()
-        output = run_java(java_classpath, "smoke", java_port, info.bridge_port, token)
+        with pytest.raises(AssertionError):
+            run_java(java_classpath, "smoke", java_port, info.bridge_port, token)
+        output = run_java(
+            java_classpath, "smoke", java_port, info.bridge_port, token, tls_dir=Path(info.bridge_tls_dir)
+        )
         assert passed(output) == 4
         with ControllerClient.connect(where) as controller:  # type: ignore[union-attr]
             [job] = controller.jobs()
