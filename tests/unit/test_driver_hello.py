@@ -128,6 +128,10 @@ def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_wor
         agents = [asyncio.create_task(good_agent(target, i, attached[i])) for i in range(2)]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in attached)), ANSWER_WITHIN_S)
 
+        async def both_registered() -> bool:  # the agents wrote their Hello; the driver takes it in its own time
+            return sorted(a.instance for a in job.registry.snapshot()) == ["worker-0", "worker-1"]
+
+        await until(both_registered, "the driver registered worker-0 and worker-1")
         code, details = await attach_refused(target, hello)
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert named in details
