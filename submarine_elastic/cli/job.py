@@ -39,6 +39,7 @@ from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, Yar
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
+    from submarine_elastic.metrics.proto import metrics_pb2
 
 console = Console()
 
@@ -330,13 +331,20 @@ def _metrics_line(name: str) -> str:
             )
         except grpc.RpcError:
             return ""
-    summary = reply.summary
+    return summary_line(reply.summary)
+
+
+def summary_line(summary: metrics_pb2.JobSummary) -> str:
+    """Step, loss and throughput of a job's metrics summary (a ``JobSummary``), and the points the service
+    refused from it with the last reason: a worker whose reports are refused feeds the policies nothing."""
     line = f", step {summary.last_step}"
     if summary.HasField("last_loss"):
         line += f", loss {summary.last_loss:.4g}"
     rate = [t for t in summary.throughput if t.world_size == summary.world_size]
     if rate:
         line += f", {rate[0].aggregate_examples_per_second:.0f} samples/s"
+    if summary.points_rejected:
+        line += f"; {summary.points_rejected} metric points refused (last: {summary.last_rejection})"
     return line
 
 
