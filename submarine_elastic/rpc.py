@@ -136,18 +136,38 @@ def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Answers ``UNAUTHENTICATED`` unless the call carries ``authorization: Bearer <token>``.
+    """The one check of every server's callers: answers ``UNAUTHENTICATED`` (with ``refusal``) unless the call
+    carries ``authorization: Bearer <token>``, or, given ``accepts`` instead of a token, a credential it
+    accepts (the metrics service's operator token or a job's own credential).
 
     Health checking stays open to everyone (see ``PUBLIC_METHOD_PREFIXES``); every other method of the
-    server is refused before its handler reads the request. The comparison takes constant time.
+    server is refused before its handler reads the request. A token is compared in constant time, and
+    ``accepts`` must compare so too.
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        *,
+        accepts: Callable[[Sequence[tuple[str, Any]] | None], bool] | None = None,
+        refusal: str = "missing or wrong bearer token",
+    ) -> None:
         """Raises:
-        ValueError: ``token`` is empty or has characters gRPC metadata cannot carry.
+        ValueError: ``token`` is empty or has characters gRPC metadata cannot carry, or not exactly one of
+            ``token`` and ``accepts`` is given.
         """
-        check_token(token)
-        self._expected = f"Bearer {token}".encode()
+        if (token is None) == (accepts is None):
+            raise ValueError("give the interceptor a token or an accepts check, one of them")
+        if token is not None:
+            check_token(token)
+            expected = f"Bearer {token}".encode()
+
+            def accepts(metadata: Sequence[tuple[str, Any]] | None) -> bool:
+                return hmac.compare_digest(authorization(metadata), expected)
+
+        assert accepts is not None
+        self._accepts = accepts
+        self._refusal = refusal
 
     def intercept_service(
         self,
@@ -155,17 +175,18 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         method: str = handler_call_details.method
-        if method.startswith(PUBLIC_METHOD_PREFIXES) or self._authorized(handler_call_details):
+        if method.startswith(PUBLIC_METHOD_PREFIXES) or self._accepts(handler_call_details.invocation_metadata):
             return continuation(handler_call_details)
         handler = continuation(handler_call_details)
-        return None if handler is None else _denying(handler)
+        return None if handler is None else _denying(handler, self._refusal)
 
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(given, self._expected)
-        return False
+
+def authorization(metadata: Sequence[tuple[str, Any]] | None) -> bytes:
+    """The value of a call's ``authorization`` metadata (b'' when it has none)."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            return value.encode() if isinstance(value, str) else bytes(value)
+    return b""
 
 
 def check_token(token: str) -> None:
@@ -176,16 +197,16 @@ def check_token(token: str) -> None:
         raise ValueError("a bearer token must be non-empty printable ASCII without spaces")
 
 
-def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+def _denying(handler: grpc.RpcMethodHandler, refusal: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as ``handler`` that rejects the call with ``refusal`` without reading it."""
 
+    def deny(request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
 
-def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that rejects the call without reading it."""
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(_deny)
+        return grpc.stream_stream_rpc_method_handler(deny)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(_deny)
+        return grpc.stream_unary_rpc_method_handler(deny)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(_deny)
-    return grpc.unary_unary_rpc_method_handler(_deny)
+        return grpc.unary_stream_rpc_method_handler(deny)
+    return grpc.unary_unary_rpc_method_handler(deny)

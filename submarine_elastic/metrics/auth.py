@@ -18,14 +18,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.rpc import PUBLIC_METHOD_PREFIXES, check_token
+from submarine_elastic.rpc import authorization, check_token
 
 #: What the MAC covers before the job name, so a MAC made with the key for another purpose never
 #: passes as a job credential.
@@ -114,11 +112,7 @@ class Authenticator:
         credential's content."""
         if self.open:
             return OPERATOR
-        given = b""
-        for key, value in metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else bytes(value)
-                break
+        given = authorization(metadata)
         if self._operator is not None and hmac.compare_digest(given, self._operator):
             return OPERATOR
         if self._key is None or not given.startswith(b"Bearer "):
@@ -133,39 +127,3 @@ class Authenticator:
         if hmac.compare_digest(mac, _mac(self._key, job_id).encode()):
             return Identity(job_id)
         return None
-
-
-class CredentialInterceptor(grpc.ServerInterceptor):
-    """Answers ``UNAUTHENTICATED`` to a call whose credential the :class:`Authenticator` does not know,
-    before its handler reads the request; health checking stays open. What a known caller may touch is
-    the service's to decide (it asks the same authenticator)."""
-
-    def __init__(self, authenticator: Authenticator) -> None:
-        self._auth = authenticator
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        method: str = handler_call_details.method
-        handler = continuation(handler_call_details)
-        if handler is None or method.startswith(PUBLIC_METHOD_PREFIXES):
-            return handler
-        if self._auth.identify(handler_call_details.invocation_metadata) is not None:
-            return handler
-        return _denying(handler)
-
-
-def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown metrics credential")
-
-
-def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(_deny)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(_deny)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(_deny)
-    return grpc.unary_unary_rpc_method_handler(_deny)

@@ -39,16 +39,17 @@ from submarine_elastic.metrics.api import (
     ServerStartError,
     UnknownJobError,
 )
-from submarine_elastic.metrics.auth import OPERATOR, Authenticator, CredentialInterceptor, Identity
+from submarine_elastic.metrics.auth import OPERATOR, Authenticator, Identity
 from submarine_elastic.metrics.prometheus import PrometheusEndpoint
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.metrics.validation import validate_job_id
-from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, dial_address
+from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, dial_address
 
 _log = logging.getLogger(__name__)
 
-#: Methods any caller may use without the token: load balancers and orchestrators probe health.
+#: What a caller without a known credential is told (health checking needs none: see rpc.PUBLIC_METHOD_PREFIXES).
+UNKNOWN_CREDENTIAL = "missing or unknown metrics credential"
 
 
 def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
@@ -320,7 +321,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     def _identity(self, context: grpc.ServicerContext) -> Identity:
         identity = self._auth.identify(context.invocation_metadata())
         if identity is None:  # the interceptor refused it already, unless the servicer runs without one
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown metrics credential")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, UNKNOWN_CREDENTIAL)
         return identity or OPERATOR
 
     def _take_slot(self, job_id: str | None, context: grpc.ServicerContext) -> None:
@@ -512,7 +513,16 @@ class MetricsServer:
         """
         if self._server is not None:
             raise ServerStartError("the metrics server is already started")
-        interceptors: list[grpc.ServerInterceptor] = [] if self._auth.open else [CredentialInterceptor(self._auth)]
+        interceptors: list[grpc.ServerInterceptor] = (
+            []
+            if self._auth.open
+            else [
+                BearerTokenInterceptor(
+                    accepts=lambda metadata: self._auth.identify(metadata) is not None,
+                    refusal=UNKNOWN_CREDENTIAL,
+                )
+            ]
+        )
         interceptors.append(MalformedStreamGuard())
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="metrics-grpc"),

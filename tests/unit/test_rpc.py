@@ -4,6 +4,7 @@ driver refuse a call without the right bearer token, on a real server bound to p
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent import futures
 
 import grpc
 import pytest
@@ -12,7 +13,7 @@ from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.rpc import BearerTokenInterceptor, bearer, check_token, open_channel
+from submarine_elastic.rpc import BearerTokenInterceptor, authorization, bearer, check_token, open_channel
 
 TOKEN = "job-token-1234567890"
 
@@ -52,3 +53,34 @@ def test_a_token_gRPC_metadata_cannot_carry_is_refused_by_name() -> None:
 def test_no_token_no_metadata() -> None:
     assert bearer(None) == ()
     assert bearer("t") == (("authorization", "Bearer t"),)
+
+
+def test_the_interceptor_takes_a_token_or_a_check_and_refuses_with_its_message() -> None:
+    with pytest.raises(ValueError, match="a token or an accepts check"):
+        BearerTokenInterceptor()
+    with pytest.raises(ValueError, match="a token or an accepts check"):
+        BearerTokenInterceptor("t0ken", accepts=lambda metadata: True)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2),
+        interceptors=[
+            BearerTokenInterceptor(accepts=lambda md: authorization(md) == b"Bearer job-a.mac", refusal="not you")
+        ],
+    )
+    server.add_generic_rpc_handlers((_echo_handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            echo = channel.unary_unary("/test.Echo/Say")
+            assert echo(b"hi", metadata=(("authorization", "Bearer job-a.mac"),), timeout=5) == b"hi"
+            with pytest.raises(grpc.RpcError) as refused:
+                echo(b"hi", metadata=(("authorization", "Bearer job-b.mac"),), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert refused.value.details() == "not you"
+    finally:
+        server.stop(None)
+
+
+def _echo_handler() -> grpc.GenericRpcHandler:
+    say = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+    return grpc.method_handlers_generic_handler("test.Echo", {"Say": say})
