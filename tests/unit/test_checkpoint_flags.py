@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from submarine_elastic import env
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import load_token
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service
+from submarine_elastic.elastic.jobspec import JobSpecError, build_service
+from tests.unit.test_jobspec import request
 from tf_hooks.elastic.checkpoint import CheckpointConfigError, Checkpointer, resolve
 
 
@@ -20,21 +20,6 @@ from tf_hooks.elastic.checkpoint import CheckpointConfigError, Checkpointer, res
 def jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SUBMARINE_JOBS_DIR", str(tmp_path / "jobs"))
     return tmp_path / "jobs"
-
-
-def request(**kw: object) -> JobRequest:
-    args: dict = {
-        "name": "mnist",
-        "launch_cmd": "python train.py",
-        "limits": Limits(2, 1, 4),
-        "resources": WorkerResources(2048, 1),
-        "rm_url": "http://127.0.0.1:18088",
-        "driver_port": 31000,
-        "token": "t0ken",
-        "python": "/venv/bin/python",
-    }
-    args.update(kw)
-    return JobRequest(**args)
 
 
 def job_run(*flags: str) -> tuple[int, str]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
 
 import grpc
 import pytest
@@ -16,29 +15,10 @@ from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.yarn import ComponentTarget, ReconcileResult
+from tests.unit.test_driver_scale import RecordingYarn
 
 #: What a user waits at most for an answer of the driver.
 ANSWER_WITHIN_S = 10.0
-
-
-@dataclass
-class RecordingYarn:
-    """Stands in for the YARN service: records the targets the driver sets; YARN has each one at once."""
-
-    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-
-    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
-        self.targets.append((n, tuple(remove)))
-        return ComponentTarget(n, tuple(remove))
-
-    def target(self, name: str, component: str) -> ComponentTarget | None:
-        return ComponentTarget(*self.targets[-1]) if self.targets else None
-
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
-        n = self.targets[-1][0] if self.targets else 0
-        names = tuple(f"worker-{i}" for i in range(n))
-        return ReconcileResult(name, component, n, n, n, names, "STABLE", converged=True)
 
 
 @pytest.fixture()

@@ -251,19 +251,26 @@ def test_the_hung_bound_and_the_driver_grace_must_be_positive_seconds(monkeypatc
     assert env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", 180) == 180
 
 
-def test_a_process_that_said_it_is_exiting_gets_the_exit_grace_not_the_hung_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Its teardown beats no more (interpreter finalisation): on a loaded machine that outlasted the hung
-    # bound and a job that had finished was recorded as failed with a "hung" worker.
-    worker = agent_mod.Agent("sleep 1.5", "worker-0", "container_0", "127.0.0.1")
+def exiting_worker(command: str, grace: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> agent_mod.Agent:
+    """An agent whose training process (``command``) is in a ring, beat once and said it is exiting; the hung
+    bound 0.3 s, the exit grace ``grace``."""
+    worker = agent_mod.Agent(command, "worker-0", "container_0", "127.0.0.1")
     worker.hung_after = 0.3
-    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", 5.0)
+    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", grace)
     monkeypatch.setenv("LOG_DIRS", str(tmp_path))
     worker.start_training()
     worker._state = agent_mod.AgentState.RUNNING
     worker._on_child({"beat": 1})
     worker._on_child({"event": "exiting"})
+    return worker
+
+
+def test_a_process_that_said_it_is_exiting_gets_the_exit_grace_not_the_hung_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its teardown beats no more (interpreter finalisation): on a loaded machine that outlasted the hung
+    # bound and a job that had finished was recorded as failed with a "hung" worker.
+    worker = exiting_worker("sleep 1.5", 5.0, tmp_path, monkeypatch)
     worker.watch_heartbeats()
     assert worker.wait_training() == 0 and worker.hung_seconds == 0
 
@@ -271,14 +278,7 @@ def test_a_process_that_said_it_is_exiting_gets_the_exit_grace_not_the_hung_boun
 def test_a_process_hung_in_its_teardown_is_killed_after_the_exit_grace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    worker = agent_mod.Agent("sleep 60", "worker-0", "container_0", "127.0.0.1")
-    worker.hung_after = 0.3
-    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", 1.0)
-    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
-    worker.start_training()
-    worker._state = agent_mod.AgentState.RUNNING
-    worker._on_child({"beat": 1})
-    worker._on_child({"event": "exiting"})
+    worker = exiting_worker("sleep 60", 1.0, tmp_path, monkeypatch)
     started = time.monotonic()
     worker.watch_heartbeats()
     assert worker.wait_training() == -signal.SIGKILL

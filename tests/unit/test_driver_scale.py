@@ -41,7 +41,7 @@ class RecordingYarn:
 
     def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
         self.reconciled += 1
-        n, _ = self.targets[-1]
+        n = self.targets[-1][0] if self.targets else 0
         names = tuple(f"worker-{i}" for i in range(n))
         return ReconcileResult(name, component, n, n, n, names, "STABLE", converged=True)
 

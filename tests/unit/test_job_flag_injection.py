@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import load_token
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources, build_service
+from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, build_service
+from tests.unit.test_jobspec import request as spec_request
 
 #: What an attack leaves behind when it runs: a file in the directory the launch script runs in.
 SENTINEL = "pwned"
@@ -43,19 +43,8 @@ def jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def request(**kw: Any) -> JobRequest:
-    args: dict[str, Any] = {
-        "name": "mnist",
-        "launch_cmd": "python train.py",
-        "limits": Limits(2, 1, 4),
-        "resources": WorkerResources(2048, 1),
-        "rm_url": "http://127.0.0.1:18088",
-        "driver_port": 31000,
-        "token": "t0ken",
-        "python": "/venv/bin/python",
-        "workdir": Path("/work"),
-    }
-    args.update(kw)
-    return JobRequest(**args)
+    """test_jobspec's request, run from /work."""
+    return spec_request(**{"workdir": Path("/work"), **kw})
 
 
 def launch_script(env: dict[str, str]) -> str:
