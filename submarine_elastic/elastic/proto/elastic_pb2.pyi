@@ -64,16 +64,34 @@ class Exited(_message.Message):
     def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ..., hung_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("start", "leave", "stop", "reform")
+    __slots__ = ("start", "leave", "stop", "reform", "batch")
     START_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     REFORM_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     start: Start
     leave: Leave
     stop: Stop
     reform: Reform
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ...) -> None: ...
+    batch: BatchSetting
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., batch: _Optional[_Union[BatchSetting, _Mapping]] = ...) -> None: ...
+
+class BatchSetting(_message.Message):
+    __slots__ = ("batch_size", "accum_steps", "learning_rate", "version", "reason", "time")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ACCUM_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    accum_steps: int
+    learning_rate: float
+    version: int
+    reason: str
+    time: float
+    def __init__(self, batch_size: _Optional[int] = ..., accum_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., version: _Optional[int] = ..., reason: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
 
 class Start(_message.Message):
     __slots__ = ("env",)
@@ -112,14 +130,20 @@ class Stop(_message.Message):
     def __init__(self, grace_seconds: _Optional[float] = ...) -> None: ...
 
 class FlexRequest(_message.Message):
-    __slots__ = ("workers", "remove", "reason")
+    __slots__ = ("workers", "remove", "reason", "batch_size", "accum_steps", "learning_rate")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ACCUM_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     workers: int
     remove: _containers.RepeatedScalarFieldContainer[str]
     reason: str
-    def __init__(self, workers: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    batch_size: int
+    accum_steps: int
+    learning_rate: float
+    def __init__(self, workers: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., batch_size: _Optional[int] = ..., accum_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ...) -> None: ...
 
 class FlexReply(_message.Message):
     __slots__ = ("previous", "target", "message")
@@ -182,7 +206,7 @@ class WorkerFailure(_message.Message):
     def __init__(self, time: _Optional[float] = ..., instance: _Optional[str] = ..., container_id: _Optional[str] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures", "incarnations")
+    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures", "incarnations", "batch", "batch_timeline", "min_batch_size", "max_batch_size")
     JOB_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +218,10 @@ class JobStatus(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    BATCH_TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     job: str
     phase: str
     target: int
@@ -205,7 +233,11 @@ class JobStatus(_message.Message):
     error: str
     failures: _containers.RepeatedCompositeFieldContainer[WorkerFailure]
     incarnations: _containers.RepeatedCompositeFieldContainer[DriverIncarnation]
-    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ...) -> None: ...
+    batch: BatchSetting
+    batch_timeline: _containers.RepeatedCompositeFieldContainer[BatchSetting]
+    min_batch_size: int
+    max_batch_size: int
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ..., batch: _Optional[_Union[BatchSetting, _Mapping]] = ..., batch_timeline: _Optional[_Iterable[_Union[BatchSetting, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
 
 class DriverIncarnation(_message.Message):
     __slots__ = ("number", "started", "host", "adopted_workers", "recovered_after")
