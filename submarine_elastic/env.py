@@ -40,7 +40,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_HUNG_AFTER_S`` | job | a training process in a ring that sends its agent no heartbeat for this long is killed as hung (default 10) |
 | ``SUBMARINE_DRIVER_GRACE_S`` | job | how long a worker whose driver was lost keeps training and waits for the driver's next incarnation (default 180) |
 | ``SUBMARINE_DRIVER_STATE_FILE`` | job | where the job's driver keeps what its next incarnation needs (target, timeline, incarnations); default: beside the outcome file |
-| ``SUBMARINE_GLOO_IFACE`` | job | network interface Gloo uses (default ``lo`` when every container is on loopback) |
+| ``SUBMARINE_GLOO_IFACE`` | job | network interface Horovod's rendezvous and Gloo use; unset: the one holding the driver's address (on a loopback cluster ``job run`` sets ``lo``) |
 | ``SUBMARINE_CONTROLLER_DIR`` | controller | state of ``submarine controller`` (default ``~/.submarine-elastic/controller``) |
 | ``SUBMARINE_CA_DIR`` | client, controller | the cluster's certificate authority (``ca.crt``, ``ca.key`` mode 0600), created on first use; default ``~/.submarine-elastic/ca`` |
 | ``SUBMARINE_INSECURE`` | client, job, training | ``1``: plaintext where TLS is the default (the job driver, the controller, the metrics service, the py4j bridge and their clients); unset: TLS, and a client without a CA refuses to connect |

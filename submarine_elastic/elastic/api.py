@@ -32,6 +32,11 @@ class FlexRefusedError(ElasticError):
     """A resize outside the job's limits, or while the job cannot resize."""
 
 
+class GlooInterfaceError(ElasticError):
+    """The interface the ranks are told to use (``SUBMARINE_GLOO_IFACE``, or the one holding the driver's
+    address) has no IPv4 address for Horovod's rendezvous to listen on."""
+
+
 class IllegalTransitionError(ElasticError):
     """A state change that the state machine does not allow: a bug, or a peer breaking the protocol.
 

@@ -74,11 +74,12 @@ from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
 from horovod.runner.util.threads import in_thread
 
-from submarine_elastic import env
+from submarine_elastic import env, netif
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
     FlexRefusedError,
+    GlooInterfaceError,
     IllegalTransitionError,
     JobPhase,
     Limits,
@@ -862,7 +863,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def run(self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1") -> int:
         """Serves the control plane on ``host:port`` (see :meth:`serve`) and drives the job until it ends;
         returns the exit code. Horovod's rendezvous listens on the address its workers are told
-        (:func:`_my_ip` of the Gloo interface), not on every interface."""
+        (:func:`rendezvous_address` of the Gloo interface), not on every interface."""
         served = self.serve(port, tls, host=host)
         if served is None:
             log.error("cannot listen on %s port %d (taken?)", host, port)
@@ -895,7 +896,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             verbose=0,
         )
         self._hvd = hvd_driver
-        self._server_ip = _my_ip(self.iface)
+        self._server_ip = rendezvous_address(self.iface, host)
         self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver), host=self._server_ip)
         adopting = self._await_adoption()
         if not adopting and self.requested != self.target:
@@ -1152,15 +1153,41 @@ def control_plane_problem(token: str | None, tls: ServerTls | None, insecure: bo
     return None
 
 
-def _my_ip(iface: str) -> str:
-    if iface == "lo":
+def rendezvous_address(iface: str, advertised: str) -> str:
+    """The address Horovod's rendezvous listens on, which the ranks dial: ``advertised`` (the driver's own
+    address) when it is on ``iface``, else the first IPv4 address of ``iface`` (an override naming another
+    interface), on loopback 127.0.0.1.
+
+    Raises:
+        GlooInterfaceError: ``iface`` has no IPv4 address (no such interface here).
+        OSError: ``advertised`` does not resolve.
+    """
+    if iface == netif.LOOPBACK:
         return "127.0.0.1"
+    address = socket.gethostbyname(advertised)
+    if netif.interface_for_address(address) == iface:
+        return address
     import psutil
 
     for addr in psutil.net_if_addrs().get(iface, []):
         if addr.family == socket.AF_INET:
             return str(addr.address)
-    return socket.gethostbyname(socket.gethostname())
+    raise GlooInterfaceError(
+        f"interface {iface!r} (SUBMARINE_GLOO_IFACE, or the one holding {advertised}) has no IPv4 address here"
+    )
+
+
+def gloo_endpoint(advertised: str, override: str | None) -> tuple[str, str]:
+    """(interface, rendezvous address) of a driver whose control plane is at ``advertised``: the interface
+    is ``override`` (``SUBMARINE_GLOO_IFACE``) when given, else the one holding ``advertised``, which routes
+    to every host its workers dial the driver from (:func:`netif.gloo_interface`).
+
+    Raises:
+        GlooInterfaceError: the interface has no IPv4 address.
+        OSError: ``advertised`` does not resolve.
+    """
+    iface = netif.gloo_interface(advertised, override)
+    return iface, rendezvous_address(iface, advertised)
 
 
 def main() -> int:
@@ -1182,6 +1209,13 @@ def main() -> int:
     if (problem := control_plane_problem(token, tls, insecure)) is not None:
         log.error("%s", problem)
         return 2
+    host = advertised_host()
+    try:
+        iface, rendezvous = gloo_endpoint(host, env.gloo_iface())
+    except (GlooInterfaceError, OSError) as exc:
+        log.error("cannot choose the interface of Horovod's rendezvous and Gloo: %s", exc)
+        return 2
+    log.info("Horovod's rendezvous on %s, Gloo on interface %s", rendezvous, iface)
     app = application_of(os.environ.get("CONTAINER_ID", ""))
     try:
         # SUBMARINE_YARN_AUTH; with kerberos, a login from the keytab job run localized (SUBMARINE_YARN_KEYTAB)
@@ -1196,13 +1230,13 @@ def main() -> int:
             Limits(num, lo, hi),
             yarn,
             token,
-            env.gloo_iface() or "lo",
+            iface,
             timeout,
             state_file=env.driver_state_file(),
             app=app,
             container_id=os.environ.get("CONTAINER_ID", ""),
         )
-        rc = driver.run(port, tls, host=advertised_host())
+        rc = driver.run(port, tls, host=host)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy
     # (ON_FAILURE) that ends the service; any other exit of the driver is a crash that YARN relaunches.
     return 0 if driver.phase in (JobPhase.FINISHED, JobPhase.FAILED) else rc

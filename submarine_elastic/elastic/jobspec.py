@@ -525,7 +525,9 @@ def build_service(req: JobRequest) -> Service:
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        # Loopback clusters run every container on 127.0.0.1: Gloo must use lo, or it waits 600 s.
+        # Empty: the driver tells its ranks the interface holding its own address (driver.gloo_endpoint), the
+        # one that routes to its workers' hosts. A loopback cluster runs every container on this machine, where
+        # the host's name may resolve to an address the containers were not given: lo, as its NodeManagers.
         "SUBMARINE_GLOO_IFACE": "lo" if _is_loopback(req.rm_url) else "",
         # Set before the ring forms so a warm process can trace its step (the ring size is read at run time).
         "HOROVOD_ELASTIC": "1",
