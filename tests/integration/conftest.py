@@ -22,6 +22,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
+from tests.integration.hosts import HostsCluster, can_make_hosts, hosts_cluster_at
 
 PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
 #: Query of a REST call to the ResourceManager or a NodeManager: the cluster refuses anonymous requests (401).
@@ -43,6 +44,15 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_spec: Cluster
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture(scope="session")
+def hosts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
+    """One 3-host cluster for the session (``tests/integration/hosts.py``); skipped without root or ``ip``."""
+    if not can_make_hosts():
+        pytest.skip("hosts are network namespaces: root and iproute2 (CI runs as root)")
+    with hosts_cluster_at(tmp_path_factory.mktemp("hosts-cluster"), PORT_BASE) as running:
+        yield running
 
 
 @pytest.fixture()
