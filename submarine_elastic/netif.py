@@ -13,10 +13,13 @@ import socket
 
 import psutil
 
-__all__ = ["interface_for_address", "interface_towards", "gloo_interface"]
+__all__ = ["interface_for_address", "interface_towards", "gloo_interface", "service_addresses", "WILDCARDS"]
 
-#: The interface of loopback traffic.
+#: The interface of loopback traffic, and its address.
 LOOPBACK = "lo"
+LOOPBACK_ADDRESS = "127.0.0.1"
+#: Bind addresses that listen on every interface: no client can dial them.
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 #: Any port does: a connected UDP socket sends nothing until written to.
 _PROBE_PORT = 9
 
@@ -65,3 +68,54 @@ def gloo_interface(advertised_host: str, override: str | None = None) -> str:
         return override
     address = socket.gethostbyname(advertised_host)
     return interface_for_address(address) or LOOPBACK
+
+
+def service_addresses(rm_host: str, bind: str | None = None, advertise: str | None = None) -> tuple[str, str]:
+    """(bind, advertise) of a service on this machine that a cluster's containers dial (the controller's
+    metrics service): where it listens, and the address jobs are told.
+
+    ``bind`` defaults to the address this machine reaches the ResourceManager ``rm_host`` from: loopback for a
+    cluster on loopback, the bridge's address for a cluster on namespace hosts, this machine's address on the
+    cluster's network otherwise; every NodeManager, and so every container, reaches it. ``advertise`` defaults
+    to ``bind``; for a wildcard bind, to the address towards the ResourceManager, or with the ResourceManager
+    on loopback this machine's first address that is not: never loopback.
+
+    Raises:
+        OSError: ``rm_host`` does not resolve, or no route leads to it, while a default needs the route.
+        LookupError: a wildcard bind on a machine whose only address is loopback, and no ``advertise``.
+        ValueError: ``advertise`` is loopback while ``bind`` is not.
+    """
+    if advertise is not None and bind is not None and not _is_loopback(bind) and _is_loopback(advertise):
+        raise ValueError(
+            f"advertise {advertise} is loopback while the service listens on {bind}: containers on other hosts "
+            "could not reach it"
+        )
+    if bind is not None and bind not in WILDCARDS:
+        return bind, advertise or bind
+    if bind is not None and advertise is not None:
+        return bind, advertise
+    towards = socket.gethostbyname(rm_host)
+    source = LOOPBACK_ADDRESS if ipaddress.ip_address(towards).is_loopback else interface_towards(towards)[1]
+    if bind is None:
+        return source, advertise or source
+    if source == LOOPBACK_ADDRESS:
+        source = _first_routable_address()
+    return bind, source
+
+
+def _first_routable_address() -> str:
+    for addresses in psutil.net_if_addrs().values():
+        for entry in addresses:
+            if entry.family == socket.AF_INET and not ipaddress.ip_address(entry.address).is_loopback:
+                return str(entry.address)
+    raise LookupError("this machine has no IPv4 address but loopback to advertise a wildcard bind at")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is loopback; a name that does not resolve is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False

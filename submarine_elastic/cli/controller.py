@@ -69,6 +69,21 @@ def controller() -> None:
     show_default=True,
     help="The JVM caller's py4j port.",
 )
+@click.option(
+    "--bind",
+    metavar="ADDRESS",
+    default=None,
+    help="Address the metrics service, the controller's API and the bridge listen on (0.0.0.0: every "
+    "interface) [default: this machine's address towards the ResourceManager: 127.0.0.1 for a cluster on "
+    "loopback, the bridge's address for `cluster up --hosts`].",
+)
+@click.option(
+    "--advertise",
+    metavar="HOST",
+    default=None,
+    help="Host name or address jobs report their metrics to and clients dial, named in the TLS certificates "
+    "[default: --bind; for 0.0.0.0 the address towards the ResourceManager, never loopback].",
+)
 def start(
     policy: str,
     arbiter: str,
@@ -77,6 +92,8 @@ def start(
     cooldown: float,
     bridge_port: int | None,
     bridge_java_port: int,
+    bind: str | None,
+    advertise: str | None,
 ) -> None:
     """Start the controller in the background (nothing happens if one runs)."""
     try:
@@ -89,6 +106,8 @@ def start(
             cooldown=cooldown,
             bridge_port=bridge_port,
             bridge_java_port=bridge_java_port,
+            bind=bind,
+            advertise=advertise,
         )
     except ControllerError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -102,7 +121,9 @@ def start(
             if state.bridge_tls_dir
             else "plain TCP"
         )
-        console.print(f"py4j bridge on 127.0.0.1:{state.bridge_port} ({transport}; token in {state.bridge_token_file})")
+        # The bridge listens where the metrics service does.
+        host = state.metrics_endpoint.rsplit(":", 1)[0]
+        console.print(f"py4j bridge on {host}:{state.bridge_port} ({transport}; token in {state.bridge_token_file})")
 
 
 @controller.command()

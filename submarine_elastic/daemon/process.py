@@ -32,12 +32,15 @@ def start(
     cooldown: float = 30.0,
     bridge_port: int | None = None,
     bridge_java_port: int = 25333,
+    bind: str | None = None,
+    advertise: str | None = None,
     directory: Path | None = None,
     timeout: float = 120.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ControllerInfo:
     """Start the controller in the background (unless one runs from ``directory``) and wait until it
-    serves; blocks at most ``timeout`` s.
+    serves; blocks at most ``timeout`` s. ``bind`` and ``advertise``: where its services listen and the
+    address jobs are told (``netif.service_addresses``: by default the address towards the ResourceManager).
 
     Raises:
         ControllerError: it exited, or did not serve within ``timeout`` s (with its log's last lines).
@@ -53,6 +56,9 @@ def start(
         cmd += ["--capacity", str(capacity)]
     if bridge_port is not None:
         cmd += ["--bridge-port", str(bridge_port), "--bridge-java-port", str(bridge_java_port)]
+    for flag, value in (("--bind", bind), ("--advertise", advertise)):
+        if value is not None:
+            cmd += [flag, value]
     with (where / locate.OUT).open("ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True

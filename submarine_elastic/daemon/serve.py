@@ -8,14 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 import psutil
 
-from submarine_elastic import env
+from submarine_elastic import env, netif
 from submarine_elastic.bridge.api import DEFAULT_JAVA_PORT, BridgeError
 from submarine_elastic.bridge.server import BridgeServer, write_tls_files
 from submarine_elastic.controller import locate
@@ -48,7 +50,18 @@ log = logging.getLogger("submarine_elastic.controller")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
 @click.option("--cooldown", type=click.FloatRange(min=0), default=30.0, show_default=True)
 @click.option("--capacity", type=click.IntRange(min=1), default=None)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--bind",
+    default=None,
+    help="Address the metrics service, the API and the bridge listen on [default: this machine's address "
+    "towards the ResourceManager: loopback, or on a cluster on hosts the bridge's].",
+)
+@click.option(
+    "--advertise",
+    default=None,
+    help="Host or address jobs and clients are told to dial [default: --bind; for 0.0.0.0, the address "
+    "towards the ResourceManager].",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True)
 @click.option("--api-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port of its gRPC API.")
 @click.option("--bridge-port", type=click.IntRange(0, 65535), default=None, help="Serve the py4j bridge here.")
@@ -68,7 +81,8 @@ def serve(
     interval: float,
     cooldown: float,
     capacity: int | None,
-    metrics_host: str,
+    bind: str | None,
+    advertise: str | None,
     metrics_port: int,
     api_port: int,
     bridge_port: int | None,
@@ -90,11 +104,17 @@ def serve(
         try:
             engine = PolicyEngine(load_job_policy_spec(policy), load_arbiter_spec(arbiter), cooldown_s=cooldown)
             plaintext = env.insecure() if insecure is None else insecure
-            api_tls, metrics_tls = (None, None) if plaintext else _service_tls(metrics_host)
+            if plaintext and bind is None:
+                bind = "127.0.0.1"  # plaintext beyond loopback only where --bind says so
+            try:
+                host, advertised = netif.service_addresses(urlsplit(rm_url).hostname or "", bind, advertise)
+            except (OSError, LookupError) as exc:
+                raise ControllerError(f"cannot choose the address to serve on (give --bind): {exc}") from exc
+            api_tls, metrics_tls = (None, None) if plaintext else _service_tls(host, advertised)
             # The CLI reads every job with the operator token; each job reports with its own credential,
             # made from the key (submarine job run asks locate.metrics_credential for it).
             metrics = MetricsServer(
-                host=metrics_host,
+                host=host,
                 port=metrics_port,
                 token=locate.token_for(where, locate.METRICS_TOKEN),
                 job_key=locate.token_for(where, locate.METRICS_KEY).encode(),
@@ -111,7 +131,11 @@ def serve(
             service.start()
             running.callback(service.stop)
             token = locate.token_for(where, locate.API_TOKEN)
-            api = ControllerServer(service, token=token, port=api_port, tls=api_tls).start()
+            # Plaintext is served on loopback only; with TLS the API is where the metrics service is, so that a
+            # client on another host (job kill from host 0) reaches it.
+            api_host = "127.0.0.1" if plaintext else host
+            api = ControllerServer(service, token=token, host=api_host, port=api_port, tls=api_tls).start()
+            api_address = api.address if plaintext else endpoint(advertised, api.port)
             running.callback(api.stop)
             bridge, bridge_tls_dir = None, None
             if bridge_port is not None:
@@ -122,10 +146,11 @@ def serve(
                 bridge_tls = None
                 if not plaintext:
                     bridge_tls_dir = where / locate.BRIDGE_TLS_DIR
-                    bridge_tls = write_tls_files(bridge_tls_dir, cluster_ca(), "127.0.0.1")
+                    bridge_tls = write_tls_files(bridge_tls_dir, cluster_ca(), advertised)
                 bridge = BridgeServer(
                     client,
                     token=locate.token_for(where, locate.BRIDGE_TOKEN),
+                    host=host,
                     python_port=bridge_port,
                     java_port=bridge_java_port,
                     tls=bridge_tls,
@@ -138,8 +163,8 @@ def serve(
         info = ControllerInfo(
             pid=os.getpid(),
             create_time=psutil.Process().create_time(),
-            address=api.address,
-            metrics_endpoint=metrics.address,
+            address=api_address,
+            metrics_endpoint=endpoint(advertised, metrics.port),
             db=str(where / locate.DB),
             rm_url=rm_url,
             policy=policy,
@@ -164,15 +189,26 @@ def serve(
         log.info("stopping")
 
 
-def _service_tls(metrics_host: str) -> tuple[ServerTls, TlsCredentials]:
-    """Certificates of the cluster's CA for the API (loopback) and the metrics service (``metrics_host``
-    and loopback), issued at each start and kept in memory only. The metrics service requires its callers'
-    certificates of the cluster's CA (``job run`` gives each job one).
+def endpoint(host: str, port: int) -> str:
+    """``host:port`` (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _service_tls(host: str, advertised: str) -> tuple[ServerTls, TlsCredentials]:
+    """Certificates of the cluster's CA for the API and the metrics service, naming the address they listen
+    on (``host``), the one they are advertised at (and what it resolves to) and loopback; issued at each start
+    and kept in memory only. The metrics service requires its callers' certificates of the cluster's CA
+    (``job run`` gives each job one).
 
     Raises:
-        TlsError: the cluster's CA cannot be opened, or ``metrics_host`` cannot be named in a certificate.
+        TlsError: the cluster's CA cannot be opened, or a name cannot be put in a certificate.
     """
+    names = [host, advertised]
+    try:
+        names.append(socket.gethostbyname(advertised))
+    except OSError:
+        pass  # an advertised name this machine cannot resolve is still named as given
     ca = cluster_ca()
-    api = ca.issue_server("submarine-elastic controller", loopback_hosts())
-    metrics = ca.issue_server("submarine-elastic metrics", loopback_hosts(metrics_host))
+    api = ca.issue_server("submarine-elastic controller", loopback_hosts(*names))
+    metrics = ca.issue_server("submarine-elastic metrics", loopback_hosts(*names))
     return ServerTls(api.cert, api.key), TlsCredentials(metrics.cert, metrics.key, client_ca=ca.cert_pem)
