@@ -94,12 +94,19 @@ MAX_EXAMPLES_PER_SECOND = 1e9
 MAX_BATCH_SIZE = 2**24
 #: Largest learning rate.
 MAX_LEARNING_RATE = 1e6
+#: Largest gradient noise scale, in samples: a critical batch of 10^12 samples is beyond any training run
+#: of today (the largest reported are about 10^7 sequences); above it the estimate is a bug or a gradient
+#: whose mean is lost in the noise, no figure to size a batch by.
+MAX_GRADIENT_NOISE_SCALE = 1e12
 #: The optional float fields of a step: (name, lowest value, whether the lowest itself is allowed, highest).
 STEP_FLOAT_BOUNDS: tuple[tuple[str, float, bool, float], ...] = (
     ("loss", -MAX_ABS_VALUE, True, MAX_ABS_VALUE),
     ("examples_per_second", 0.0, True, MAX_EXAMPLES_PER_SECOND),
     ("step_time_seconds", 0.0, False, MAX_STEP_TIME_SECONDS),
     ("learning_rate", 0.0, True, MAX_LEARNING_RATE),
+    ("grad_sq_norm", 0.0, True, MAX_ABS_VALUE),
+    ("grad_variance", 0.0, True, MAX_ABS_VALUE),
+    ("gradient_noise_scale", 0.0, True, MAX_GRADIENT_NOISE_SCALE),
 )
 #: Largest serialized ``ReportBatch`` the service receives (gRPC's ``max_receive_message_length``); the
 #: sender cuts its batches to fit.

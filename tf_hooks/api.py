@@ -49,6 +49,11 @@ class StepRecord(NamedTuple):
     batch_size: int | None = None
     learning_rate: Lazy = None
     user_metrics: Mapping[str, Lazy] | None = None
+    #: The gradient noise estimate at this step (``tf_hooks.noise``): smoothed |G|^2, tr(Sigma) and
+    #: their ratio, in samples. None where the step has none (one worker, no accumulation).
+    grad_sq_norm: Lazy = None
+    grad_variance: Lazy = None
+    gradient_noise_scale: Lazy = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ class StepBlock:
     batch_size: np.ndarray | None = None  # int64
     learning_rate: np.ndarray | None = None
     user_metrics: Mapping[str, np.ndarray] = field(default_factory=dict)
+    grad_sq_norm: np.ndarray | None = None
+    grad_variance: np.ndarray | None = None
+    gradient_noise_scale: np.ndarray | None = None
     #: Steps the source lost just before each row (int64); None when it lost none.
     lost_before: np.ndarray | None = None
 

@@ -672,9 +672,21 @@ def _block_of(
 ) -> tuple[list[StepBlock | int], int]:
     """Records of one (rank, world size) as a drain's items, and how many could not be a point (a
     step that is not an integer below 2**63: counted as rejected, taking no seq number)."""
-    steps, wall_time, ranks, world_sizes, loss, eps, step_time, batch_size, learning_rate, user = zip(
-        *records, strict=True
-    )
+    (
+        steps,
+        wall_time,
+        ranks,
+        world_sizes,
+        loss,
+        eps,
+        step_time,
+        batch_size,
+        learning_rate,
+        user,
+        sq_norm,
+        variance,
+        noise_scale,
+    ) = zip(*records, strict=True)
     keep = None
     try:
         step = np.array(steps, dtype=np.int64)
@@ -695,6 +707,9 @@ def _block_of(
         batch_size=np.where(sizes_ok, sizes, 0).astype(np.int64) if sizes_ok.any() else None,
         learning_rate=as_floats(learning_rate, cache),
         user_metrics={name: as_floats([m.get(name) if m else None for m in user], cache) for name in names},
+        grad_sq_norm=_present(sq_norm, cache),
+        grad_variance=_present(variance, cache),
+        gradient_noise_scale=_present(noise_scale, cache),
         lost_before=lost,
     )
     if keep is None:
@@ -716,9 +731,19 @@ def _block_of(
         batch_size=_rows(block.batch_size, keep),
         learning_rate=_rows(block.learning_rate, keep),
         user_metrics={name: values[keep] for name, values in block.user_metrics.items()},
+        grad_sq_norm=_rows(block.grad_sq_norm, keep),
+        grad_variance=_rows(block.grad_variance, keep),
+        gradient_noise_scale=_rows(block.gradient_noise_scale, keep),
         lost_before=kept_lost,
     )
     return [block, trailing] if trailing else [block], rejected
+
+
+def _present(values: tuple[Any, ...], cache: dict[int, float]) -> np.ndarray | None:
+    """``values`` as floats, or None when every one is None (the usual case: a column costs nothing then)."""
+    if values.count(None) == len(values):
+        return None
+    return as_floats(values, cache)
 
 
 def _rows(column: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:

@@ -64,6 +64,9 @@ _COLUMN_TAGS = {
             "batch_size",
             "learning_rate",
             "user_metrics",
+            "grad_sq_norm",
+            "grad_variance",
+            "gradient_noise_scale",
         ),
         start=1,
     )
@@ -153,8 +156,8 @@ def columns(
     """``ReportBatch.columns`` (tag and length included) for steps given as equally long arrays.
 
     ``optional`` maps the optional column names (``loss``, ``examples_per_second``,
-    ``step_time_seconds``, ``batch_size``, ``learning_rate``) to their arrays; None or a missing
-    name leaves the column empty. Floats are written as float64 (NaN marks an absent value),
+    ``step_time_seconds``, ``batch_size``, ``learning_rate`` and the gradient noise ones) to their
+    arrays; None or a missing name leaves the column empty. Floats are written as float64 (NaN marks an absent value),
     ``seq`` as uint64 and ``step`` and ``batch_size`` as int64.
     """
     tags = _COLUMN_TAGS

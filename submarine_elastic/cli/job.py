@@ -34,10 +34,12 @@ from submarine_elastic.elastic.jobspec import (
     parse_env,
 )
 from submarine_elastic.tls import TlsError
+from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
+    from submarine_elastic.elastic.jobfiles import HdfsJobFiles
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
     from submarine_elastic.metrics.proto import metrics_pb2
 
@@ -72,6 +74,23 @@ def _rm_url() -> str:
         raise click.ClickException(
             "no ResourceManager: set SUBMARINE_RM_URL or start one with `submarine cluster up`"
         ) from exc
+
+
+def _job_files(rm_url: str) -> HdfsJobFiles | None:
+    """The job directories on the HDFS of the cluster recorded in ``SUBMARINE_CLUSTER_DIR``, when its RM is
+    ``rm_url`` and it has HDFS: the jobs' files go there, as the YARN user. None: they stay local."""
+    from submarine_elastic.cluster import ClusterError, LocalCluster
+    from submarine_elastic.elastic.jobfiles import HdfsJobFiles
+
+    try:
+        spec = LocalCluster().spec()
+    except ClusterError:
+        return None
+    if not spec.hdfs or spec.rm_url != rm_url or spec.webhdfs_url is None:
+        return None
+    from submarine_elastic.webhdfs import WebHdfs
+
+    return HdfsJobFiles(WebHdfs(spec.webhdfs_url, env.yarn_user()), spec.default_fs)
 
 
 def _fail(exc: Exception) -> click.ClickException:
@@ -186,6 +205,8 @@ def run(
         raise _fail(exc) from exc
     if insecure and tls_cert is not None:
         raise click.BadParameter("--insecure and --tls_cert exclude each other", param_hint="--insecure")
+    rm_url = _rm_url()
+    files = _job_files(rm_url)
     try:
         limits = Limits(num_workers, lo, hi)
         tls = DriverTls.load(tls_cert, tls_key, tls_ca) if tls_cert is not None and tls_key is not None else None
@@ -194,7 +215,7 @@ def run(
             launch_cmd=worker_launch_cmd,
             limits=limits,
             resources=WorkerResources.parse(worker_resources),
-            rm_url=_rm_url(),
+            rm_url=rm_url,
             elastic=elastic,
             framework=framework,
             env=parse_env(env_pairs),
@@ -206,6 +227,7 @@ def run(
             workdir=(workdir or Path.cwd()).resolve(),
             tls=tls,
             insecure=insecure,
+            files_uri=None if files is None else files.uri(name),
         )
     except (ValueError, JobSpecError) as exc:
         raise _fail(exc) from exc
@@ -225,8 +247,8 @@ def run(
     ctl, req = _controller_for(req, policy)
     with YarnServiceClient(req.rm_url) as yarn:
         try:
-            submit(yarn, req)  # validates the whole spec before anything is sent
-        except (JobSpecError, YarnError) as exc:
+            submit(yarn, req, files=files)  # validates the whole spec before anything is sent
+        except (JobSpecError, YarnError, WebHdfsError) as exc:
             if ctl is not None:
                 _tell_controller(ctl, lambda c: c.job_finished(name))
             raise _fail(exc) from exc
@@ -335,14 +357,17 @@ def _metrics_line(name: str) -> str:
 
 
 def summary_line(summary: metrics_pb2.JobSummary) -> str:
-    """Step, loss and throughput of a job's metrics summary (a ``JobSummary``), and the points the service
-    refused from it with the last reason: a worker whose reports are refused feeds the policies nothing."""
+    """Step, loss, throughput and gradient noise scale of a job's metrics summary (a ``JobSummary``), and the
+    points the service refused from it with the last reason: a worker whose reports are refused feeds the
+    policies nothing."""
     line = f", step {summary.last_step}"
     if summary.HasField("last_loss"):
         line += f", loss {summary.last_loss:.4g}"
     rate = [t for t in summary.throughput if t.world_size == summary.world_size]
     if rate:
         line += f", {rate[0].aggregate_examples_per_second:.0f} samples/s"
+    if summary.HasField("gradient_noise_scale"):
+        line += f", gradient noise scale {summary.gradient_noise_scale:.4g} samples (step {summary.noise_step})"
     if summary.points_rejected:
         line += f"; {summary.points_rejected} metric points refused (last: {summary.last_rejection})"
     return line
@@ -593,9 +618,9 @@ def kill(name: str) -> None:
         except YarnError as exc:
             raise _fail(exc) from exc
     try:
-        forget_job(name)
+        forget_job(name, _job_files(_rm_url()))
         forget_outcome(name)
-    except OSError as exc:
+    except (OSError, WebHdfsError) as exc:
         raise click.ClickException(f"job {name} is gone but its token files stay: {exc}") from exc
     _controller_forgets(name)
     console.print(f"job {name} killed")

@@ -54,7 +54,7 @@ from submarine_elastic.controller.api import (
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, fit, slot_unit
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.metrics.api import MetricsStore
+from submarine_elastic.metrics.api import MetricsStore, RecordedPoint
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.policy import (
     JobMetrics,
@@ -62,6 +62,7 @@ from submarine_elastic.policy import (
     PolicyEngine,
     PolicyError,
     Snapshot,
+    StepTime,
     Throughput,
     load_job_policy_spec,
 )
@@ -753,6 +754,8 @@ class ControllerService(Controller):
         losses = tuple(self.store.get(f"loss/{job_id}") or ())
         step = 0
         step_times: dict[str, list[float]] = {}
+        noise_scale = batch_size = None
+        configurations: tuple[StepTime, ...] = ()
         if self.metrics is not None:
             try:
                 summary = self.metrics.summary(job_id)
@@ -772,9 +775,38 @@ class ControllerService(Controller):
                 for p in points:
                     if p.point.HasField("step_time_seconds") and p.worker.instance:
                         step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
+                if summary.noise is not None:
+                    noise_scale = summary.noise.gradient_noise_scale
+                batch_size = _global_batch(points, summary.world_size)
+                # Nodes are not in the points: every configuration counts as one node until they are.
+                configurations = tuple(
+                    StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
+                    for c in summary.configurations
+                    if c.batch_size > 0 and c.median_step_time_seconds > 0
+                )
         return JobMetrics(
             step=step,
             throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
             loss_window=losses,
             step_times={name: tuple(times) for name, times in step_times.items()},
+            gradient_noise_scale=noise_scale,
+            batch_size=batch_size,
+            configurations=configurations,
         )
+
+
+def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
+    """The job's global batch now: the sum of each rank's last reported batch at ``world_size``, or the
+    last one reported times ``world_size`` while not every rank's is among ``points``; None without one."""
+    by_rank: dict[int, int] = {}
+    for p in points:
+        if p.world_size == world_size and p.point.HasField("batch_size"):
+            by_rank[p.worker.rank] = p.point.batch_size
+    if not by_rank:
+        return None
+    if len(by_rank) == world_size:
+        return sum(by_rank.values())
+    last = next(
+        p.point.batch_size for p in reversed(points) if p.world_size == world_size and p.point.HasField("batch_size")
+    )
+    return last * world_size

@@ -30,6 +30,11 @@ BYTES_PER_KEPT_POINT = 256
 KEY_ENTRY_BYTES = 512
 #: World sizes whose throughput a job keeps (the least recently reported goes first).
 MAX_THROUGHPUT_SIZES = 32
+#: Configurations (world size, per-worker batch) whose step times a job keeps (the least recently
+#: reported goes first)...
+MAX_CONFIGURATIONS = 32
+#: ... and the most recent step times each keeps for its median.
+STEP_TIME_SAMPLES = 64
 #: Characters of the reason a job's summary gives for its last rejected batch.
 MAX_REJECTION_CHARS = 256
 #: A seq may run this far ahead of the highest one held for its key at once (a sender's queue keeps
@@ -101,6 +106,27 @@ class ThroughputStat:
 
 
 @dataclass(frozen=True)
+class ConfigurationStat:
+    """Step time of a job in one configuration: world size and per-worker batch (0: not reported)."""
+
+    world_size: int
+    batch_size: int
+    median_step_time_seconds: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """A worker's gradient noise estimate at one step: the smoothed |G|^2, tr(Sigma) and their ratio
+    (the gradient noise scale, in samples)."""
+
+    step: int
+    gradient_noise_scale: float
+    grad_sq_norm: float | None = None
+    grad_variance: float | None = None
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """Rolling aggregates of one job; every count covers the job's whole life in this store."""
 
@@ -119,6 +145,10 @@ class JobSummary:
     last_update: float
     #: Why the job's last rejected batch was refused ("" when none was).
     last_rejection: str = ""
+    #: The latest gradient noise estimate a worker reported (the highest step), None when none did.
+    noise: NoiseEstimate | None = None
+    #: Step times per configuration, by world size then batch size.
+    configurations: tuple[ConfigurationStat, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,23 @@ def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
         points_missing=summary.points_missing,
         last_update=summary.last_update,
         last_rejection=summary.last_rejection,
+        configurations=[
+            metrics_pb2.ConfigurationStat(
+                world_size=c.world_size,
+                batch_size=c.batch_size,
+                median_step_time_seconds=c.median_step_time_seconds,
+                steps=c.steps,
+            )
+            for c in summary.configurations
+        ],
     )
+    if summary.noise is not None:
+        message.gradient_noise_scale = summary.noise.gradient_noise_scale
+        message.noise_step = summary.noise.step
+        if summary.noise.grad_sq_norm is not None:
+            message.grad_sq_norm = summary.noise.grad_sq_norm
+        if summary.noise.grad_variance is not None:
+            message.grad_variance = summary.noise.grad_variance
     if summary.last_loss is not None:
         message.last_loss = summary.last_loss
     if summary.loss_ema is not None:

@@ -42,6 +42,15 @@ class Steps(Protocol):
         """``(step, loss)`` of the last ``limit`` steps that carry a loss."""
         ...
 
+    def last_with(self, name: str, *others: str) -> tuple[int, float, tuple[float | None, ...]] | None:
+        """``(step, value, others' values)`` of the last step that carries the optional float field
+        ``name`` (None for an other the step leaves out); None when no step carries it."""
+        ...
+
+    def step_times(self) -> dict[int, np.ndarray]:
+        """The step times the steps carry, by their batch size (0: none reported), in step order."""
+        ...
+
     def points(self) -> list[metrics_pb2.StepPoint]:
         """The steps as messages (built, for columns)."""
         ...
@@ -132,6 +141,31 @@ class ColumnSteps:
             return []
         present = np.flatnonzero(~np.isnan(loss))[-limit:]
         return list(zip(self.step[present].tolist(), loss[present].tolist(), strict=True))
+
+    def last_with(self, name: str, *others: str) -> tuple[int, float, tuple[float | None, ...]] | None:
+        column = self.optional.get(name)
+        if column is None:
+            return None
+        present = np.flatnonzero(~np.isnan(column))
+        if not present.size:
+            return None
+        i = int(present[-1])
+        found = []
+        for other in others:
+            values = self.optional.get(other)
+            found.append(None if values is None or np.isnan(values[i]) else float(values[i]))
+        return int(self.step[i]), float(column[i]), tuple(found)
+
+    def step_times(self) -> dict[int, np.ndarray]:
+        times = self.optional.get("step_time_seconds")
+        if times is None:
+            return {}
+        timed = ~np.isnan(times)
+        if self.batch_size is None:
+            return {0: times[timed]} if timed.any() else {}
+        sizes = self.batch_size[timed]
+        times = times[timed]
+        return {int(size): times[sizes == size] for size in np.unique(sizes)}
 
     def points(self) -> list[metrics_pb2.StepPoint]:
         # One conversion to Python per column, not one per value.

@@ -12,17 +12,21 @@ import numpy as np
 
 from submarine_elastic.metrics.api import (
     BYTES_PER_KEPT_POINT,
+    MAX_CONFIGURATIONS,
     MAX_JOBS,
     MAX_REJECTION_CHARS,
     MAX_STEPS_PER_SECOND,
     MAX_THROUGHPUT_SIZES,
     SEQ_WINDOW,
+    STEP_TIME_SAMPLES,
     WATCH_BUFFER_BYTES,
     WATCH_BUFFERS_BYTES,
+    ConfigurationStat,
     IngestResult,
     InvalidPointError,
     JobSummary,
     MetricsStore,
+    NoiseEstimate,
     Subscription,
     ThroughputStat,
     UnknownJobError,
@@ -87,6 +91,16 @@ class _Throughput:
         self.points = 0
 
 
+class _Configuration:
+    """Recent step times of one (world size, per-worker batch) of a job."""
+
+    __slots__ = ("times", "steps")
+
+    def __init__(self) -> None:
+        self.times: deque[float] = deque(maxlen=STEP_TIME_SAMPLES)
+        self.steps = 0
+
+
 class _Job:
     """Everything the store holds for one job; guarded by the store's lock."""
 
@@ -102,6 +116,9 @@ class _Job:
         self.seen: OrderedDict[str, float] = OrderedDict()
         # Least recently reported world size first.
         self.throughput: OrderedDict[int, _Throughput] = OrderedDict()
+        # (world size, batch size) -> recent step times; least recently reported first.
+        self.configurations: OrderedDict[tuple[int, int], _Configuration] = OrderedDict()
+        self.noise: NoiseEstimate | None = None
         self.losses: deque[tuple[int, float]] = deque(maxlen=trend_window)
         self.world_size = 0
         self.last_step = 0
@@ -384,6 +401,21 @@ class InMemoryStore(MetricsStore):
             job.last_loss = float(losses[-1])
             job.losses.extend(steps.losses(job.losses.maxlen or len(losses)))
         job.last_step = steps.last_step
+        for batch_size, times in steps.step_times().items():
+            key = (world_size, batch_size)
+            configuration = job.configurations.get(key)
+            if configuration is None:
+                configuration = job.configurations[key] = _Configuration()
+                if len(job.configurations) > MAX_CONFIGURATIONS:
+                    job.configurations.popitem(last=False)
+            else:
+                job.configurations.move_to_end(key)
+            configuration.times.extend(times.tolist())
+            configuration.steps += len(times)
+        found = steps.last_with("gradient_noise_scale", "grad_sq_norm", "grad_variance")
+        if found is not None and (job.noise is None or found[0] >= job.noise.step):
+            step, scale, (sq_norm, variance) = found
+            job.noise = NoiseEstimate(step, scale, sq_norm, variance)
 
     def _count_rejected(self, batch: metrics_pb2.ReportBatch, reason: str) -> None:
         count = max(1, len(batch.points) or len(batch.columns.seq))
@@ -441,6 +473,11 @@ class InMemoryStore(MetricsStore):
                 last_rejection=job.last_rejection,
                 points_missing=job.missing,
                 last_update=job.last_update,
+                noise=job.noise,
+                configurations=tuple(
+                    ConfigurationStat(size, batch, float(np.median(c.times)), c.steps)
+                    for (size, batch), c in sorted(job.configurations.items())
+                ),
             )
 
     def series(self, job_id: str, max_points: int) -> list[metrics_pb2.RecordedPoint]:

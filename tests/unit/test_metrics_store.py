@@ -223,3 +223,56 @@ def test_close_wakes_a_blocked_subscriber() -> None:
 def test_constructor_rejects_bad_bounds(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         InMemoryStore(**kwargs)  # type: ignore[arg-type]
+
+
+def noisy(seqs: list[int], noise: dict[int, float], **kwargs: object) -> metrics_pb2.ReportBatch:
+    """``batch`` whose steps at the seqs in ``noise`` carry a noise estimate of that scale."""
+    b = batch(seqs, **kwargs)  # type: ignore[arg-type]
+    for point in b.points:
+        if point.seq in noise:
+            point.gradient_noise_scale = noise[point.seq]
+            point.grad_sq_norm = 0.5
+            point.grad_variance = 0.5 * noise[point.seq]
+    return b
+
+
+def test_the_latest_noise_estimate_is_kept_per_job() -> None:
+    store = InMemoryStore()
+    store.ingest(batch([1, 2]))
+    assert store.summary("job-a").noise is None  # no worker measured it
+    store.ingest(noisy([3, 4, 5], {3: 100.0, 4: 200.0}))
+    noise = store.summary("job-a").noise
+    assert noise is not None
+    assert (noise.step, noise.gradient_noise_scale, noise.grad_sq_norm, noise.grad_variance) == (40, 200.0, 0.5, 100.0)
+    # Another rank's estimate of an earlier step, arriving later, does not replace a newer one.
+    store.ingest(noisy([1, 2], {2: 50.0}, instance="worker-1", rank=1, world_size=2))
+    assert store.summary("job-a").noise.gradient_noise_scale == 200.0  # type: ignore[union-attr]
+    store.ingest(noisy([6], {6: 300.0}))
+    assert store.summary("job-a").noise.step == 60  # type: ignore[union-attr]
+
+
+def test_step_times_are_kept_per_configuration_with_their_median() -> None:
+    store = InMemoryStore()
+    b = batch(list(range(1, 101)), world_size=2)
+    for i, point in enumerate(b.points):
+        point.step_time_seconds = 100.0 if i < 30 else 0.25  # the oldest 30 fall out of the kept 64
+        point.batch_size = 32 if i % 2 == 0 else 16
+    store.ingest(b)
+    store.ingest(batch([1], incarnation="inc-2", world_size=3, eps=64.0))  # no batch size reported
+    summary = store.summary("job-a")
+    assert [(c.world_size, c.batch_size, c.median_step_time_seconds, c.steps) for c in summary.configurations] == [
+        (2, 16, 0.25, 50),
+        (2, 32, 0.25, 50),
+        (3, 0, 0.5, 1),
+    ]
+
+
+def test_configurations_per_job_are_bounded() -> None:
+    from submarine_elastic.metrics.api import MAX_CONFIGURATIONS, STEP_TIME_SAMPLES
+
+    store = InMemoryStore()
+    for size in range(1, MAX_CONFIGURATIONS + 3):
+        store.ingest(batch(list(range(1, STEP_TIME_SAMPLES + 10)), incarnation=f"inc-{size}", world_size=size, eps=1.0))
+    configurations = store.summary("job-a").configurations
+    assert [c.world_size for c in configurations] == list(range(3, MAX_CONFIGURATIONS + 3))
+    assert all(c.steps == STEP_TIME_SAMPLES + 9 for c in configurations)

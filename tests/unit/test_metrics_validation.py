@@ -32,6 +32,9 @@ def good() -> metrics_pb2.ReportBatch:
                 learning_rate=0.01,
                 wall_time=1.7e9,
                 user_metrics={"accuracy": 0.9},
+                grad_sq_norm=0.02,
+                grad_variance=10.0,
+                gradient_noise_scale=500.0,
             )
             for seq in (1, 2)
         ],
@@ -74,6 +77,13 @@ CORRUPTIONS: list[tuple[str, Callable[[metrics_pb2.ReportBatch], None]]] = [
     ("points[0].examples_per_second", _set("points[0].examples_per_second", -1.0)),
     ("points[0].step_time_seconds", _set("points[0].step_time_seconds", math.nan)),
     ("points[0].learning_rate", _set("points[0].learning_rate", -0.1)),
+    ("points[1].grad_sq_norm", _set("points[1].grad_sq_norm", -0.01)),
+    ("points[1].grad_sq_norm", _set("points[1].grad_sq_norm", math.inf)),
+    ("points[0].grad_variance", _set("points[0].grad_variance", math.nan)),
+    ("points[0].grad_variance", _set("points[0].grad_variance", -1.0)),
+    ("points[0].gradient_noise_scale", _set("points[0].gradient_noise_scale", -1.0)),
+    ("points[0].gradient_noise_scale", _set("points[0].gradient_noise_scale", 1.01e12)),
+    ("points[1].gradient_noise_scale", _set("points[1].gradient_noise_scale", math.inf)),
     ("points[0].batch_size", _set("points[0].batch_size", 0)),
     ("points[0].batch_size", _set("points[0].batch_size", -32)),
     ("points[0].user_metrics", lambda b: b.points[0].user_metrics.__setitem__("bad name", 1.0)),
@@ -107,7 +117,16 @@ def as_columns(batch: metrics_pb2.ReportBatch) -> metrics_pb2.ReportBatch:
     columns.seq.extend(p.seq for p in points)
     columns.step.extend(p.step for p in points)
     columns.wall_time.extend(p.wall_time for p in points)
-    for name in ("loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate"):
+    for name in (
+        "loss",
+        "examples_per_second",
+        "step_time_seconds",
+        "batch_size",
+        "learning_rate",
+        "grad_sq_norm",
+        "grad_variance",
+        "gradient_noise_scale",
+    ):
         if any(p.HasField(name) for p in points):
             absent = 0 if name == "batch_size" else math.nan
             getattr(columns, name).extend(getattr(p, name) if p.HasField(name) else absent for p in points)
@@ -120,6 +139,7 @@ def test_columns_carry_the_same_points() -> None:
     b = good()
     b.points[1].ClearField("loss")
     b.points[1].ClearField("batch_size")
+    b.points[1].ClearField("gradient_noise_scale")
     del b.points[1].user_metrics["accuracy"]
     assert validate_batch(as_columns(b)).points() == list(b.points)
 
@@ -160,6 +180,10 @@ COLUMN_CORRUPTIONS: list[tuple[str, Callable[[metrics_pb2.ReportBatch], None]]] 
     ("columns.step_time_seconds[1]", _col("step_time_seconds", 1, math.inf)),
     ("columns.learning_rate[0]", _col("learning_rate", 0, -0.1)),
     ("columns.batch_size[0]", _col("batch_size", 0, -32)),
+    ("columns.grad_sq_norm[1]", _col("grad_sq_norm", 1, -0.01)),
+    ("columns.grad_variance[0]", _col("grad_variance", 0, math.inf)),
+    ("columns.gradient_noise_scale[1]", _col("gradient_noise_scale", 1, 2e12)),
+    ("columns.gradient_noise_scale", _col("gradient_noise_scale", None, 1.0)),
     ("columns.user_metrics[1].name", lambda b: b.columns.user_metrics.add(name="bad name")),
     ("columns.user_metrics[1].name", lambda b: b.columns.user_metrics.add(name="accuracy")),
     ("columns.user_metrics", lambda b: [b.columns.user_metrics.add(name=f"m{i}") for i in range(40)]),

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StepPoint(_message.Message):
-    __slots__ = ("seq", "step", "loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate", "wall_time", "user_metrics")
+    __slots__ = ("seq", "step", "loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate", "wall_time", "user_metrics", "grad_sq_norm", "grad_variance", "gradient_noise_scale")
     class UserMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,9 @@ class StepPoint(_message.Message):
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     USER_METRICS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_SQ_NORM_FIELD_NUMBER: _ClassVar[int]
+    GRAD_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_NOISE_SCALE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     step: int
     loss: float
@@ -32,10 +35,13 @@ class StepPoint(_message.Message):
     learning_rate: float
     wall_time: float
     user_metrics: _containers.ScalarMap[str, float]
-    def __init__(self, seq: _Optional[int] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., wall_time: _Optional[float] = ..., user_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    grad_sq_norm: float
+    grad_variance: float
+    gradient_noise_scale: float
+    def __init__(self, seq: _Optional[int] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., wall_time: _Optional[float] = ..., user_metrics: _Optional[_Mapping[str, float]] = ..., grad_sq_norm: _Optional[float] = ..., grad_variance: _Optional[float] = ..., gradient_noise_scale: _Optional[float] = ...) -> None: ...
 
 class StepColumns(_message.Message):
-    __slots__ = ("seq", "step", "wall_time", "loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate", "user_metrics")
+    __slots__ = ("seq", "step", "wall_time", "loss", "examples_per_second", "step_time_seconds", "batch_size", "learning_rate", "user_metrics", "grad_sq_norm", "grad_variance", "gradient_noise_scale")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +51,9 @@ class StepColumns(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     USER_METRICS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_SQ_NORM_FIELD_NUMBER: _ClassVar[int]
+    GRAD_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_NOISE_SCALE_FIELD_NUMBER: _ClassVar[int]
     seq: _containers.RepeatedScalarFieldContainer[int]
     step: _containers.RepeatedScalarFieldContainer[int]
     wall_time: _containers.RepeatedScalarFieldContainer[float]
@@ -54,7 +63,10 @@ class StepColumns(_message.Message):
     batch_size: _containers.RepeatedScalarFieldContainer[int]
     learning_rate: _containers.RepeatedScalarFieldContainer[float]
     user_metrics: _containers.RepeatedCompositeFieldContainer[MetricColumn]
-    def __init__(self, seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., wall_time: _Optional[_Iterable[float]] = ..., loss: _Optional[_Iterable[float]] = ..., examples_per_second: _Optional[_Iterable[float]] = ..., step_time_seconds: _Optional[_Iterable[float]] = ..., batch_size: _Optional[_Iterable[int]] = ..., learning_rate: _Optional[_Iterable[float]] = ..., user_metrics: _Optional[_Iterable[_Union[MetricColumn, _Mapping]]] = ...) -> None: ...
+    grad_sq_norm: _containers.RepeatedScalarFieldContainer[float]
+    grad_variance: _containers.RepeatedScalarFieldContainer[float]
+    gradient_noise_scale: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., wall_time: _Optional[_Iterable[float]] = ..., loss: _Optional[_Iterable[float]] = ..., examples_per_second: _Optional[_Iterable[float]] = ..., step_time_seconds: _Optional[_Iterable[float]] = ..., batch_size: _Optional[_Iterable[int]] = ..., learning_rate: _Optional[_Iterable[float]] = ..., user_metrics: _Optional[_Iterable[_Union[MetricColumn, _Mapping]]] = ..., grad_sq_norm: _Optional[_Iterable[float]] = ..., grad_variance: _Optional[_Iterable[float]] = ..., gradient_noise_scale: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class MetricColumn(_message.Message):
     __slots__ = ("name", "values")
@@ -120,7 +132,7 @@ class ThroughputStat(_message.Message):
     def __init__(self, world_size: _Optional[int] = ..., per_worker_examples_per_second: _Optional[float] = ..., aggregate_examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., points: _Optional[int] = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update", "last_rejection")
+    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update", "last_rejection", "gradient_noise_scale", "grad_sq_norm", "grad_variance", "noise_step", "configurations")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +147,11 @@ class JobSummary(_message.Message):
     POINTS_MISSING_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATE_FIELD_NUMBER: _ClassVar[int]
     LAST_REJECTION_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_NOISE_SCALE_FIELD_NUMBER: _ClassVar[int]
+    GRAD_SQ_NORM_FIELD_NUMBER: _ClassVar[int]
+    GRAD_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    NOISE_STEP_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     world_size: int
     active_workers: int
@@ -149,7 +166,24 @@ class JobSummary(_message.Message):
     points_missing: int
     last_update: float
     last_rejection: str
-    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ..., last_rejection: _Optional[str] = ...) -> None: ...
+    gradient_noise_scale: float
+    grad_sq_norm: float
+    grad_variance: float
+    noise_step: int
+    configurations: _containers.RepeatedCompositeFieldContainer[ConfigurationStat]
+    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ..., last_rejection: _Optional[str] = ..., gradient_noise_scale: _Optional[float] = ..., grad_sq_norm: _Optional[float] = ..., grad_variance: _Optional[float] = ..., noise_step: _Optional[int] = ..., configurations: _Optional[_Iterable[_Union[ConfigurationStat, _Mapping]]] = ...) -> None: ...
+
+class ConfigurationStat(_message.Message):
+    __slots__ = ("world_size", "batch_size", "median_step_time_seconds", "steps")
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_STEP_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    world_size: int
+    batch_size: int
+    median_step_time_seconds: float
+    steps: int
+    def __init__(self, world_size: _Optional[int] = ..., batch_size: _Optional[int] = ..., median_step_time_seconds: _Optional[float] = ..., steps: _Optional[int] = ...) -> None: ...
 
 class RecordedPoint(_message.Message):
     __slots__ = ("worker", "incarnation", "world_size", "point", "received_time")

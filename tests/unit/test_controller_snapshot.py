@@ -1,0 +1,96 @@
+"""What the controller puts in the snapshot from the metrics store: the gradient noise scale, the global
+batch and the measured step time of every configuration (a real store, a scripted cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.policy import PolicyEngine, Snapshot, StepTime, load_arbiter, load_job_policy
+from tests.unit.test_controller import Clock, ReplacingCluster
+
+
+def report(
+    store: InMemoryStore, *, rank: int, world_size: int, batch: int, step_times: list[float], first_step: int, **noise
+) -> None:
+    store.ingest(
+        metrics_pb2.ReportBatch(
+            job_id="job",
+            worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+            incarnation=f"w{world_size}",
+            world_size=world_size,
+            points=[
+                metrics_pb2.StepPoint(
+                    seq=i + 1,
+                    step=first_step + i,
+                    step_time_seconds=t,
+                    batch_size=batch,
+                    wall_time=1.7e9 + first_step + i,
+                    **(noise if i == len(step_times) - 1 else {}),
+                )
+                for i, t in enumerate(step_times)
+            ],
+        )
+    )
+
+
+def snapshot_of(tmp_path: Path, metrics: InMemoryStore, workers: int) -> Snapshot:
+    cluster, clock = ReplacingCluster(capacity=8), Clock()
+    engine = PolicyEngine(load_job_policy("static"), load_arbiter("fair-share"), cooldown_s=0)
+    seen: list[Snapshot] = []
+    decide = engine.decide
+    engine.decide = lambda snapshot: seen.append(snapshot) or decide(snapshot)  # type: ignore[method-assign]
+    c = ControllerService(
+        ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, capacity=cluster.slots, clock=clock
+    )
+    c.job_submitted("job", 1, 4, workers)
+    cluster.sizes["job"] = workers
+    c.tick()
+    assert c.wait_idle(10)
+    return seen[-1]
+
+
+def test_the_snapshot_carries_noise_scale_batch_and_step_time_per_configuration(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    # Two workers of 32, then three of 22 + 21 + 21 (a global batch of 64 split unevenly).
+    for rank in range(2):
+        report(metrics, rank=rank, world_size=2, batch=32, step_times=[0.5, 0.4, 9.0, 0.45, 0.5], first_step=0)
+    for rank, batch in enumerate((22, 21, 21)):
+        report(
+            metrics,
+            rank=rank,
+            world_size=3,
+            batch=batch,
+            step_times=[0.3] * 4,
+            first_step=10,
+            gradient_noise_scale=500.0 + rank,
+            grad_sq_norm=0.02,
+            grad_variance=10.0,
+        )
+    [job] = snapshot_of(tmp_path, metrics, workers=3).jobs
+    m = job.metrics
+    assert m.gradient_noise_scale == 502.0  # the latest estimate (rank 2's came last at step 13)
+    assert m.batch_size == 64
+    assert m.configurations == (
+        StepTime(workers=2, nodes=1, local_batch=32, accum_steps=0, seconds=0.5, steps=10),  # the median
+        StepTime(workers=3, nodes=1, local_batch=21, accum_steps=0, seconds=0.3, steps=8),
+        StepTime(workers=3, nodes=1, local_batch=22, accum_steps=0, seconds=0.3, steps=4),
+    )
+
+
+def test_a_job_that_reports_no_noise_or_batch_has_none_in_the_snapshot(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    metrics.ingest(
+        metrics_pb2.ReportBatch(
+            job_id="job",
+            worker=metrics_pb2.WorkerRef(instance="worker-0", rank=0),
+            incarnation="a",
+            world_size=1,
+            points=[metrics_pb2.StepPoint(seq=1, step=1, loss=0.5, step_time_seconds=0.2, wall_time=1.7e9)],
+        )
+    )
+    [job] = snapshot_of(tmp_path, metrics, workers=1).jobs
+    assert (job.metrics.gradient_noise_scale, job.metrics.batch_size, job.metrics.configurations) == (None, None, ())
