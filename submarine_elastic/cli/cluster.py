@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import subprocess
 from pathlib import Path
 
 import click
@@ -108,6 +109,12 @@ port_base_option = click.option(
     help="Start a Kerberos KDC of the cluster's own (realm SUBMARINE.TEST, port base+89) and put the RM's web "
     "endpoints behind SPNEGO; prints what a client sets to authenticate.",
 )
+@click.option(
+    "--hdfs/--no-hdfs",
+    default=None,
+    help="HDFS: a NameNode (on host-0) and a DataNode beside each NodeManager, the cluster's fs.defaultFS; job "
+    "files are then kept on it [default: on with --hosts, off on loopback].",
+)
 def up(
     cluster_dir: Path | None,
     nodes: int | None,
@@ -118,9 +125,10 @@ def up(
     port_base: int,
     timeout: float,
     secure: bool,
+    hdfs: bool | None,
 ) -> None:
     """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback, or with
-    --hosts on that many hosts (network namespaces)."""
+    --hosts on that many hosts (network namespaces); with --hdfs also a NameNode and DataNodes."""
     if hosts is None and subnet is not None:
         raise click.BadParameter("--subnet places hosts: give --hosts too", param_hint="--subnet")
     if hosts is not None and nodes not in (None, hosts):
@@ -137,6 +145,7 @@ def up(
             secure=secure,
             hosts=hosts or 0,
             subnet=subnet or DEFAULT_SUBNET,
+            hdfs=hdfs,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -146,6 +155,8 @@ def up(
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)
+    if spec.hdfs:
+        console.print(f"HDFS: [bold]{spec.default_fs}[/bold] (WebHDFS {spec.webhdfs_url})", soft_wrap=True)
     network = local.network(spec)
     if network is not None:
         for host in network.all_hosts:
@@ -164,6 +175,12 @@ def up(
 @click.argument("role", type=click.Choice(ROLES))
 @click.option("--zk-host", default="zookeeper", show_default=True, help="Host name ZooKeeper is reached by.")
 @click.option("--rm-host", default="resourcemanager", show_default=True, help="Host name the RM is reached by.")
+@click.option("--nn-host", default="namenode", show_default=True, help="Host name the NameNode is reached by.")
+@click.option(
+    "--hdfs",
+    is_flag=True,
+    help="The cluster has HDFS: fs.defaultFS on the NameNode at --nn-host (namenode and datanode imply it).",
+)
 @click.option(
     "--node-host", default=None, help="Host name this NodeManager is reached by [default: this machine's name]."
 )
@@ -194,6 +211,8 @@ def daemon(
     role: str,
     zk_host: str,
     rm_host: str,
+    nn_host: str,
+    hdfs: bool,
     node_host: str | None,
     node: int,
     node_memory_mb: int,
@@ -210,8 +229,16 @@ def daemon(
     if dry_run and prepare:
         raise click.BadParameter("--dry-run writes nothing and --prepare writes: choose one", param_hint="--prepare")
     try:
-        spec = ClusterSpec(nodes=node + 1, node_memory_mb=node_memory_mb, node_vcores=node_vcores, port_base=port_base)
-        placement = Placement(zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname())
+        spec = ClusterSpec(
+            nodes=node + 1,
+            node_memory_mb=node_memory_mb,
+            node_vcores=node_vcores,
+            port_base=port_base,
+            hdfs=hdfs or role in ("namenode", "datanode"),
+        )
+        placement = Placement(
+            zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname(), nn_host=nn_host
+        )
         local = _cluster(cluster_dir)
         plan = local.daemon_plan(role, spec, placement, node=node)
     except (ClusterError, ValueError) as exc:
@@ -226,6 +253,11 @@ def daemon(
         click.echo(shlex.join(plan.command))
         return
     os.chdir(local.dir)
+    if plan.formatted is not None and not plan.formatted.is_file():
+        click.echo(f"formatting the NameNode's name directory (no {plan.formatted} yet)", err=True)
+        done = subprocess.run(plan.format_command, env={**os.environ, **plan.env}, check=False)
+        if done.returncode != 0:
+            raise click.ClickException(f"the NameNode's format failed (exit {done.returncode})")
     os.execve(plan.command[0], list(plan.command), {**os.environ, **plan.env})
 
 
@@ -236,6 +268,8 @@ def _show_plan(plan: DaemonPlan) -> None:
             click.echo(f"# would create {directory}/")
     if plan.archive is not None and plan.archive_jars:
         click.echo(f"# would pack {plan.archive_jars} jars into {plan.archive}")
+    if plan.formatted is not None and not plan.formatted.is_file():
+        click.echo(f"# would format the NameNode first: {shlex.join(plan.format_command)}")
     for path in plan.files:
         click.echo(f"# would write {path}")
         for key, value in plan.settings.get(path, {}).items():
@@ -300,6 +334,9 @@ def status(cluster_dir: Path | None) -> None:
             namespace = h.host.namespace if h.present else f"[red]{h.host.namespace} (missing)[/red]"
             hosts.add_row(h.host.name, h.host.address, namespace, ", ".join(h.daemons))
         console.print(hosts)
+    if st.default_fs is not None:
+        live = "not answering" if st.datanodes_live is None else f"{st.datanodes_live} DataNodes live"
+        console.print(f"HDFS: {st.default_fs} (WebHDFS {st.webhdfs_url}), {live}", soft_wrap=True, highlight=False)
     if st.rm_error:
         raise click.ClickException(st.rm_error)
     nodes = Table(title="nodes")

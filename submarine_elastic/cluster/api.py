@@ -152,8 +152,14 @@ class ClusterSpec:
     hosts: int = 0
     #: the range the hosts take their addresses from (``up --subnet``)
     subnet: str = DEFAULT_SUBNET
+    #: HDFS: a NameNode (on host 0) and a DataNode on every node, the cluster's ``fs.defaultFS`` (``up --hdfs``);
+    #: None: on hosts yes, on loopback no
+    hdfs: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.hdfs is None:
+            # The default follows from the layout; a frozen value is set once, here.
+            object.__setattr__(self, "hdfs", bool(self.hosts))
         if self.hosts < 0:
             raise ValueError(f"hosts must be 0 (loopback) or 1..{MAX_HOSTS}, got {self.hosts}")
         if self.hosts:
@@ -170,6 +176,11 @@ class ClusterSpec:
                 object.__setattr__(self, "host", expected)
             elif self.host != expected:
                 raise ValueError(f"host must be host 0's address {expected} on a cluster on hosts, got {self.host}")
+        if self.hdfs and self.secure:
+            raise ValueError(
+                "HDFS on a secure cluster is not supported: its NameNode and DataNodes would need Kerberos "
+                "principals of their own; run `up --secure` without --hdfs"
+            )
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {self.nodes}")
         if self.node_memory_mb < 512:
@@ -190,6 +201,26 @@ class ClusterSpec:
     @property
     def rm_url(self) -> str:
         return f"http://{self.host}:{self.rm_web_port}"
+
+    @property
+    def namenode_port(self) -> int:
+        """The NameNode's RPC port: ``fs.defaultFS`` is ``hdfs://<host>:<this>``."""
+        return self.port_base + 20
+
+    @property
+    def namenode_web_port(self) -> int:
+        """The NameNode's web port (WebHDFS, ``/webhdfs/v1``)."""
+        return self.port_base + 70
+
+    @property
+    def default_fs(self) -> str:
+        """The cluster's ``fs.defaultFS``: its HDFS, or without one the local file system."""
+        return f"hdfs://{self.host}:{self.namenode_port}" if self.hdfs else "file:///"
+
+    @property
+    def webhdfs_url(self) -> str | None:
+        """The NameNode's WebHDFS address (``http://<host>:<port>``), None without HDFS."""
+        return f"http://{self.host}:{self.namenode_web_port}" if self.hdfs else None
 
     @property
     def kdc_port(self) -> int:
@@ -216,6 +247,20 @@ class ClusterSpec:
             "yarn.nodemanager.webapp.address": base + 2,
         }
 
+    def namenode_ports(self) -> dict[str, int]:
+        """The NameNode's addresses by ``hdfs-site.xml`` key."""
+        return {"dfs.namenode.rpc-address": self.namenode_port, "dfs.namenode.http-address": self.namenode_web_port}
+
+    def datanode_ports(self, index: int) -> dict[str, int]:
+        """DataNode ``index``'s addresses by ``hdfs-site.xml`` key: beside its NodeManager's (on hosts, the same
+        for every one)."""
+        base = self.port_base + 100 + 10 * (0 if self.hosts else index)
+        return {
+            "dfs.datanode.address": base + 3,
+            "dfs.datanode.http.address": base + 4,
+            "dfs.datanode.ipc.address": base + 5,
+        }
+
     def node_host(self, index: int) -> str:
         """The host name NodeManager ``index`` is reached by: its host's name, or on loopback ``host``."""
         return host_name(index) if self.hosts else self.host
@@ -230,11 +275,13 @@ class ClusterSpec:
             raise ValueError(f"daemon must be one of {', '.join(self.daemon_names())}, got {name!r}")
         if not self.hosts:
             return None
-        return int(name.removeprefix("nm-")) if name.startswith("nm-") else 0
+        return int(name.split("-", 1)[1]) if name.startswith(("nm-", "dn-")) else 0
 
     def daemon_names(self) -> tuple[str, ...]:
-        """The daemons' names, as ``cluster status`` shows them and ``cluster restart`` takes them."""
-        return (*(("kdc",) if self.secure else ()), "zk", "rm", *(f"nm-{i}" for i in range(self.nodes)))
+        """The daemons' names, as ``cluster status`` shows them and ``cluster restart`` takes them, in the
+        order ``up`` starts them: HDFS (``nn``, ``dn-K``) before YARN, whose NodeManagers localize from it."""
+        hdfs = ("nn", *(f"dn-{i}" for i in range(self.nodes))) if self.hdfs else ()
+        return (*(("kdc",) if self.secure else ()), "zk", *hdfs, "rm", *(f"nm-{i}" for i in range(self.nodes)))
 
     def daemon_ports(self, name: str) -> dict[int, str]:
         """The ports one daemon binds, with the role each plays.
@@ -248,6 +295,11 @@ class ClusterSpec:
             return {self.kdc_port: "Kerberos KDC"}
         if name == "rm":
             return {p: f"ResourceManager {k}" for k, p in self.rm_ports().items()}
+        if name == "nn" and self.hdfs:
+            return {p: f"NameNode {k}" for k, p in self.namenode_ports().items()}
+        if name.startswith("dn-") and name in self.daemon_names():
+            index = int(name.removeprefix("dn-"))
+            return {p: f"DataNode {name} {k}" for k, p in self.datanode_ports(index).items()}
         if name in self.daemon_names():
             index = int(name.removeprefix("nm-"))
             return {p: f"NodeManager {name} {k}" for k, p in self.nm_ports(index).items()}
@@ -258,7 +310,7 @@ class ClusterSpec:
         return {p: role for name in self.daemon_names() for p, role in self.daemon_ports(name).items()}
 
 
-ROLES = ("zookeeper", "resourcemanager", "nodemanager")
+ROLES = ("zookeeper", "resourcemanager", "nodemanager", "namenode", "datanode")
 
 
 @dataclass(frozen=True)
@@ -269,11 +321,13 @@ class Placement:
 
     zk_host: str
     rm_host: str
-    #: the host name the NodeManager itself is reached by (its container's name)
+    #: the host name the NodeManager (or the DataNode) itself is reached by (its container's name)
     node_host: str
+    #: the host name the NameNode is reached by (on a cluster with HDFS)
+    nn_host: str = "namenode"
 
     def __post_init__(self) -> None:
-        for name in ("zk_host", "rm_host", "node_host"):
+        for name in ("zk_host", "rm_host", "node_host", "nn_host"):
             value = getattr(self, name)
             if not value or not all(c.isalnum() or c in ".-" for c in value):
                 raise ValueError(f"{name} must be a host name or an IPv4 address, got {value!r}")
@@ -291,6 +345,8 @@ class DaemonPlan:
         directories: directories to create.
         archive: the ApplicationMaster's jar archive the configuration points at (None for ZooKeeper).
         archive_jars: how many jars must be packed into it first (0 while it is up to date).
+        format_command: the NameNode's format, run before ``command`` while ``formatted`` does not exist.
+        formatted: the file a formatted name directory holds.
     """
 
     command: tuple[str, ...]
@@ -300,6 +356,9 @@ class DaemonPlan:
     directories: tuple[Path, ...]
     archive: Path | None = None
     archive_jars: int = 0
+    #: the NameNode's: the command that formats its name directory, to run first while ``formatted`` is absent
+    format_command: tuple[str, ...] = ()
+    formatted: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -358,3 +417,8 @@ class ClusterStatus:
     total_vcores: int = 0
     allocated_vcores: int = 0
     rm_error: str | None = None
+    #: the cluster's HDFS (``hdfs://...``) and its WebHDFS address, None without HDFS
+    default_fs: str | None = None
+    webhdfs_url: str | None = None
+    #: DataNodes the NameNode counts live, None when it does not answer (or without HDFS)
+    datanodes_live: int | None = None

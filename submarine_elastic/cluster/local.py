@@ -59,6 +59,7 @@ from submarine_elastic import env
 from submarine_elastic.cluster.api import (
     ROLES,
     ClusterAlreadyUpError,
+    ClusterError,
     ClusterNotUpError,
     ClusterSpec,
     ClusterStatus,
@@ -74,9 +75,11 @@ from submarine_elastic.cluster.api import (
     PrerequisiteError,
     ServiceSummary,
     UnknownDaemonError,
+    host_address,
 )
 from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.cluster.netns import HostNetwork, check_prerequisites
+from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,18 @@ NM_MAIN = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"
 RM_HEAP = "512m"
 NM_HEAP = "256m"
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+NN_MAIN = "org.apache.hadoop.hdfs.server.namenode.NameNode"
+DN_MAIN = "org.apache.hadoop.hdfs.server.datanode.DataNode"
+NN_HEAP = "256m"
+DN_HEAP = "128m"
+#: Where ``up`` puts the ApplicationMaster's jar archive on a cluster's HDFS (``yarn.service.framework.path``).
+HDFS_FRAMEWORK = "/yarn/framework/service-dep.tar.gz"
+#: The (empty) web application each HDFS daemon's HTTP server needs on its classpath: the Maven jars do not
+#: carry Hadoop's ``webapps/`` directory, and WebHDFS is served without one.
+HDFS_WEBAPPS = {"nn": "hdfs", "dn": "datanode"}
+_EMPTY_WEBAPP = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<web-app xmlns="http://xmlns.jcp.org/xml/ns/javaee" version="3.1"/>\n'
+)
 
 # Hadoop 3.4.x predates Java 17: Guice, Jersey 1 and Hadoop's own reflection need these packages
 # opened, in every daemon and in the service ApplicationMaster (yarn.service.am.java.opts).
@@ -125,7 +140,7 @@ STATE_FILE = "cluster.json"
 #: Seconds a daemon has between SIGTERM and SIGKILL on ``down``, and a leftover container process.
 DAEMON_GRACE_S = 15.0
 LEFTOVER_GRACE_S = 3.0
-CONF_FILES = ("core-site.xml", "yarn-site.xml", "capacity-scheduler.xml", "log4j.properties")
+CONF_FILES = ("core-site.xml", "yarn-site.xml", "hdfs-site.xml", "capacity-scheduler.xml", "log4j.properties")
 
 
 class LocalCluster:
@@ -167,6 +182,8 @@ class LocalCluster:
         raw = {
             "spec": dataclasses.asdict(spec),
             "rm_url": spec.rm_url,
+            "default_fs": spec.default_fs,
+            "webhdfs_url": spec.webhdfs_url,
             "daemons": [{**dataclasses.asdict(d), "log": str(d.log)} for d in daemons],
         }
         tmp = self.state_file.with_suffix(".tmp")
@@ -230,7 +247,9 @@ class LocalCluster:
             # A stale directory from a cluster that died: clear leftovers, then start afresh.
             self._kill_orphans()
             self._destroy_network(say)
-            for sub in ("conf", "zk", "logs", "tmp", "yarn-services", "krb5") + tuple(f"nm-{i}" for i in range(64)):
+            for sub in ("conf", "zk", "hdfs", "logs", "tmp", "yarn-services", "krb5") + tuple(
+                f"nm-{i}" for i in range(64)
+            ):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -252,6 +271,8 @@ class LocalCluster:
             started.append(self._start_zookeeper(java, spec))
             self._write_state(spec, started)
             _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, started[-1], "did not answer 'ruok'")
+            if spec.hdfs:
+                self._start_hdfs(java, spec, tarball, started, timeout, say)
 
             say(f"starting ResourceManager (web {spec.rm_url}){self._on(spec, 'rm')}")
             self._write_conf("rm", spec, tarball)
@@ -277,6 +298,143 @@ class LocalCluster:
             raise
         say(f"cluster up: ResourceManager at {spec.rm_url}")
         return spec.rm_url
+
+    def _start_hdfs(
+        self, java: str, spec: ClusterSpec, tarball: Path, started: list[Daemon], timeout: float, say: Progress
+    ) -> None:
+        """Format the NameNode (once: a name directory that holds an image is kept), start it and a DataNode
+        per node, wait until every DataNode is live and the NameNode out of safe mode, then make what YARN
+        and the jobs need on it (:meth:`_init_hdfs`). Appends each daemon to ``started`` as it starts.
+
+        Raises:
+            DaemonStartError: the format failed, or a daemon exited or did not get ready in time.
+        """
+        say(f"starting HDFS: NameNode {spec.default_fs} (WebHDFS {spec.webhdfs_url}){self._on(spec, 'nn')}")
+        self._write_conf("nn", spec, tarball)
+        self._format_namenode(java)
+        started.append(self._start_daemon(java, "nn", spec))
+        self._write_state(spec, started)
+        datanodes = []
+        for i in range(spec.nodes):
+            self._write_conf(f"dn-{i}", spec, tarball)
+            datanodes.append(self._start_daemon(java, f"dn-{i}", spec))
+            started.append(datanodes[-1])
+            self._write_state(spec, started)
+        self._wait_datanodes(spec, started[-spec.nodes - 1], datanodes, timeout, say)
+        self._init_hdfs(spec, tarball, say)
+
+    def _format_command(self, java: str) -> list[str]:
+        conf = self.dir / "conf" / "nn"
+        return [
+            java, f"-Xmx{NN_HEAP}", *JVM_LEAN, *JAVA17_OPENS, *self._log_props("nn-format", conf, console=True),
+            "-cp", f"{conf}:{self.lib}/*", NN_MAIN, "-format", "-nonInteractive",
+        ]  # fmt: skip
+
+    @property
+    def _namenode_image(self) -> Path:
+        """Present once the NameNode's name directory is formatted."""
+        return self.dir / "hdfs" / "name" / "current" / "VERSION"
+
+    def _format_namenode(self, java: str) -> None:
+        """``NameNode -format`` unless the name directory is formatted already (blocks for a few seconds).
+
+        Raises:
+            DaemonStartError: the format failed (its output's tail in the message).
+        """
+        if self._namenode_image.is_file():
+            return
+        out = self.dir / "logs" / "nn-format.out"
+        with out.open("wb") as stdout:
+            done = subprocess.run(
+                self._format_command(java), stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.dir, env={**os.environ, "HADOOP_CONF_DIR": str(self.dir / "conf" / "nn")}, check=False,
+                timeout=300,
+            )  # fmt: skip
+        if done.returncode != 0 or not self._namenode_image.is_file():
+            tail = "\n".join(out.read_text(errors="replace").splitlines()[-25:])
+            raise DaemonStartError("nn", f"could not be formatted (exit {done.returncode})", out, tail)
+
+    def hdfs_client(self, spec: ClusterSpec, user: str | None = None) -> WebHdfs:
+        """WebHDFS of the cluster's NameNode as ``user`` (default: the login user, who started the NameNode
+        and is HDFS's superuser).
+
+        Raises:
+            ClusterError: the cluster has no HDFS.
+        """
+        if spec.webhdfs_url is None:
+            raise ClusterError(f"the cluster in {self.dir} has no HDFS (`submarine cluster up --hdfs` starts one)")
+        return WebHdfs(spec.webhdfs_url, user or getpass.getuser())
+
+    def _wait_datanodes(
+        self, spec: ClusterSpec, namenode: Daemon, datanodes: list[Daemon], timeout: float, say: Progress
+    ) -> None:
+        """Block until the NameNode answers out of safe mode with every DataNode of ``datanodes`` live
+        (polled every 0.5 s, at most ``timeout`` s).
+
+        Raises:
+            DaemonStartError: a daemon exited, or did not get ready in time (naming it, with its log).
+        """
+        expected = {d.name: _datanode_address(spec, int(d.name.removeprefix("dn-"))) for d in datanodes}
+        seen = -1
+        live: set[str] = set()
+
+        def ready() -> bool:
+            nonlocal live, seen
+            for d in (namenode, *datanodes):
+                if not _alive(d):
+                    raise DaemonStartError(d.name, "exited during start", d.log, _tail(d))
+            info = _namenode_info(spec)
+            if info is None:
+                return False
+            addresses = {node.get("xferaddr") for node in info["live"].values()}
+            # The NameNode lists a restarted DataNode under the old one's address until that expires: the
+            # DataNode itself must also say it is registered.
+            live = {
+                name
+                for name, address in expected.items()
+                if address in addresses and _datanode_registered(spec, int(name.removeprefix("dn-")))
+            }
+            if len(live) != seen:
+                seen = len(live)
+                say(f"{seen}/{len(datanodes)} DataNodes live")
+            return len(live) == len(datanodes) and not info["safemode"]
+
+        def missing(_state: RetryCallState) -> bool:
+            worst = next((d for d in datanodes if d.name not in live), namenode)
+            raise DaemonStartError(
+                worst.name, f"was not live in the NameNode out of safe mode within {timeout:.0f} s", worst.log,
+                _tail(worst),
+            )  # fmt: skip
+
+        _poll(ready, timeout, 0.5, missing)
+
+    def _init_hdfs(self, spec: ClusterSpec, tarball: Path, say: Progress) -> None:
+        """What YARN and the jobs need on a fresh HDFS, made as its superuser: ``/tmp`` (1777), a home
+        ``/user/<user>`` (0700, the user's) for the user who started the cluster and the YARN user (the
+        Services API keeps each service's files there), and the ApplicationMaster's jar archive at
+        :data:`HDFS_FRAMEWORK` (readable by all, as every service's AM localizes it).
+
+        Raises:
+            DaemonStartError: HDFS refused or did not answer (naming the call).
+        """
+        try:
+            with self.hdfs_client(spec) as hdfs:
+                hdfs.mkdirs("/tmp", 0o1777)
+                hdfs.set_permission("/tmp", 0o1777)
+                hdfs.mkdirs("/user", 0o755)
+                for user in sorted({getpass.getuser(), env.yarn_user()}):
+                    if hdfs.status(f"/user/{user}") is None:
+                        hdfs.mkdirs(f"/user/{user}", 0o700)
+                        hdfs.set_owner(f"/user/{user}", user)
+                framework = hdfs.status(HDFS_FRAMEWORK)
+                if framework is None or framework["length"] != tarball.stat().st_size:
+                    say(f"putting the ApplicationMaster's jars on HDFS ({tarball.stat().st_size >> 20} MB)")
+                    hdfs.mkdirs(str(Path(HDFS_FRAMEWORK).parent), 0o755)
+                    with tarball.open("rb") as data:
+                        hdfs.create(HDFS_FRAMEWORK, data, 0o644)
+        except WebHdfsError as exc:
+            nn = self.dir / "logs" / "nn.log"
+            raise DaemonStartError("nn", f"refused the cluster's first files: {exc}", nn, "") from exc
 
     def _check_prerequisites(self) -> str:
         java = shutil.which("java", path=_java_path())
@@ -336,23 +494,30 @@ class LocalCluster:
             if placement
             else (spec.host, spec.host, spec.node_host(node or 0))
         )
+        nn_host = placement.nn_host if placement else spec.host
         core = {
             "hadoop.registry.zk.quorum": f"{zk_host}:{spec.zk_port}",
             "hadoop.zk.address": f"{zk_host}:{spec.zk_port}",
             "hadoop.tmp.dir": str(self.dir / "tmp"),
+            "fs.defaultFS": f"hdfs://{nn_host}:{spec.namenode_port}" if spec.hdfs else "file:///",
         }
         yarn = {
             "yarn.resourcemanager.hostname": rm_host,
             **{k: f"{rm_host}:{p}" for k, p in spec.rm_ports().items()},
-            "yarn.service.base.path": str(self.dir / "yarn-services"),
-            "yarn.service.framework.path": f"file://{tarball}",
+            # With HDFS the Services API keeps each service's files in its user's HDFS home
+            # (/user/<user>/.yarn/services, Hadoop's default) and the NodeManagers localize the AM's jars from it.
+            "yarn.service.base.path": "" if spec.hdfs else str(self.dir / "yarn-services"),
+            "yarn.service.framework.path": f"{spec.default_fs.rstrip('/')}{HDFS_FRAMEWORK}"
+            if spec.hdfs
+            else f"file://{tarball}",
             "yarn.service.am.java.opts": AM_JAVA_OPTS,
             "yarn.nodemanager.resource.memory-mb": str(spec.node_memory_mb),
             "yarn.nodemanager.resource.cpu-vcores": str(spec.node_vcores),
             "yarn.scheduler.maximum-allocation-mb": str(spec.node_memory_mb),
             "yarn.scheduler.maximum-allocation-vcores": str(spec.node_vcores),
         }
-        if node is not None:
+        hdfs = self._hdfs_settings(name, spec, nn_host, placement) if spec.hdfs else {}
+        if node is not None and name.startswith("nm-"):
             nm_dir = self.dir / f"nm-{node}"
             yarn.update({k: f"{node_host}:{p}" for k, p in spec.nm_ports(node).items()})
             yarn.update(
@@ -375,9 +540,39 @@ class LocalCluster:
                 # The containers reach the cluster's KDC as the NodeManager does (a host's /etc/krb5.conf elsewhere).
                 allowed = _xml_value(files[conf / "yarn-site.xml"], "yarn.nodemanager.env-whitelist") or ""
                 yarn["yarn.nodemanager.env-whitelist"] = ",".join(filter(None, (allowed, "KRB5_CONFIG")))
+        if not yarn["yarn.service.base.path"]:
+            files[conf / "yarn-site.xml"] = _xml_without(files[conf / "yarn-site.xml"], "yarn.service.base.path")
+            del yarn["yarn.service.base.path"]
         files[conf / "core-site.xml"] = _xml_with(files[conf / "core-site.xml"], core)
         files[conf / "yarn-site.xml"] = _xml_with(files[conf / "yarn-site.xml"], yarn)
-        return files, {conf / "core-site.xml": core, conf / "yarn-site.xml": yarn}
+        settings = {conf / "core-site.xml": core, conf / "yarn-site.xml": yarn}
+        if hdfs:
+            files[conf / "hdfs-site.xml"] = _xml_with(files[conf / "hdfs-site.xml"], hdfs)
+            settings[conf / "hdfs-site.xml"] = hdfs
+        webapp = HDFS_WEBAPPS.get(name.split("-")[0])
+        if webapp is not None:
+            files[conf / "webapps" / webapp / "WEB-INF" / "web.xml"] = _EMPTY_WEBAPP
+        return files, settings
+
+    def _hdfs_settings(self, name: str, spec: ClusterSpec, nn_host: str, placement: Placement | None) -> dict[str, str]:
+        """One daemon's ``hdfs-site.xml`` overrides: where the NameNode is (every daemon is its client), and
+        for the NameNode and a DataNode their directories and addresses. A DataNode names itself by its
+        host's address, where WebHDFS sends clients (the root namespace resolves no host name of the hosts)."""
+        hdfs = {k: f"{nn_host}:{p}" for k, p in spec.namenode_ports().items()}
+        if name == "nn":
+            hdfs["dfs.namenode.name.dir"] = str(self.dir / "hdfs" / "name")
+            if placement:
+                hdfs.update({"dfs.namenode.rpc-bind-host": "0.0.0.0", "dfs.namenode.http-bind-host": "0.0.0.0"})
+        elif name.startswith("dn-"):
+            index = int(name.removeprefix("dn-"))
+            if placement:
+                bind, reached = "0.0.0.0", placement.node_host
+            else:
+                bind = reached = host_address(spec.subnet, index) if spec.hosts else spec.host
+            hdfs.update({k: f"{bind}:{p}" for k, p in spec.datanode_ports(index).items()})
+            hdfs["dfs.datanode.hostname"] = reached
+            hdfs["dfs.datanode.data.dir"] = str(self.dir / "hdfs" / f"data-{index}")
+        return hdfs
 
     def realm(self, spec: ClusterSpec) -> KerberosRealm:
         """The Kerberos realm of a ``secure`` cluster in this directory (its files, principals and KDC address;
@@ -478,7 +673,7 @@ class LocalCluster:
         if name not in spec.daemon_names():
             raise UnknownDaemonError(name, spec.daemon_names())
         by_name = {d.name: d for d in daemons}
-        needs = {"kdc": None, "zk": None, "rm": "zk"}.get(name, "rm")
+        needs = {"kdc": None, "zk": None, "rm": "zk", "nn": None}.get(name, "nn" if name.startswith("dn-") else "rm")
         if needs is not None and not (needs in by_name and _alive(by_name[needs])):
             raise DaemonNotRunningError(
                 f"{name} needs {needs}, which is not running; restart it first: `submarine cluster restart {needs}`"
@@ -518,6 +713,9 @@ class LocalCluster:
             _wait(lambda: kdc_answers(spec.host, spec.kdc_port), timeout, new, "did not listen")
         if name == "zk":
             _wait(lambda: _zk_ok(spec.host, spec.zk_port), timeout, new, "did not answer 'ruok'")
+        if name == "nn" or name.startswith("dn-"):
+            datanodes = [d for d in daemons if d.name.startswith("dn-") and _alive(d)]
+            self._wait_datanodes(spec, by_name["nn"], datanodes, timeout, say)
         rm = by_name["rm"]
         if not _alive(rm):
             say("rm is not running: `submarine cluster restart rm` starts it")
@@ -562,8 +760,9 @@ class LocalCluster:
         ]
 
     def _start_daemon(self, java: str, name: str, spec: ClusterSpec, *, append_output: bool = False) -> Daemon:
-        """Start the RM (``rm``) or a NodeManager (``nm-<i>``) from its configuration in ``conf/<name>``."""
-        main, heap = (RM_MAIN, RM_HEAP) if name == "rm" else (NM_MAIN, NM_HEAP)
+        """Start the RM (``rm``), a NodeManager (``nm-<i>``), the NameNode (``nn``) or a DataNode (``dn-<i>``)
+        from its configuration in ``conf/<name>``."""
+        main, heap = _MAINS[name.split("-")[0]]
         realm = self.realm(spec) if spec.secure else None
         return self._spawn(
             name,
@@ -621,16 +820,20 @@ class LocalCluster:
         """What running one daemon of ``spec`` in the foreground takes (``submarine cluster daemon``): its
         command line and environment, and the configuration files, directories and ApplicationMaster
         archive to prepare first (reached by the host names of ``placement``, listening on every
-        interface). ``node`` numbers a NodeManager (its ports and directories), for several on one host.
+        interface). ``node`` numbers a NodeManager or a DataNode (its ports and directories), for several
+        on one host. The NameNode's plan also says how to format it the first time.
 
         Reads the templates and the jar directory; writes nothing.
 
         Raises:
-            ValueError: ``role`` is not one of ``ROLES``, or ``node`` is not below ``spec.nodes``.
+            ValueError: ``role`` is not one of ``ROLES``, ``node`` is not below ``spec.nodes``, or an HDFS
+                role of a spec without HDFS.
             PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
         """
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        if role in ("namenode", "datanode") and not spec.hdfs:
+            raise ValueError(f"a {role} is part of HDFS: the cluster's spec must have hdfs")
         if not 0 <= node < spec.nodes:
             raise ValueError(f"node must be in [0, {spec.nodes}), got {node}")
         java = self._check_prerequisites()
@@ -645,19 +848,23 @@ class LocalCluster:
                 directories=(logs, self.dir / "zk"),
             )
         tarball, jars = self._tarball_state()
-        name, main, heap = ("rm", RM_MAIN, RM_HEAP) if role == "resourcemanager" else (f"nm-{node}", NM_MAIN, NM_HEAP)
+        name = {"resourcemanager": "rm", "namenode": "nn", "nodemanager": f"nm-{node}", "datanode": f"dn-{node}"}[role]
+        main, heap = _MAINS[name.split("-")[0]]
         files, settings = self._conf_files(
-            name, spec, tarball, node=None if role == "resourcemanager" else node, placement=placement
+            name, spec, tarball, node=None if role in ("resourcemanager", "namenode") else node, placement=placement
         )
         command, added = self._daemon_command(java, name, main, heap, rm=role == "resourcemanager", console=True)
+        hdfs_dirs = (self.dir / "hdfs",) if role in ("namenode", "datanode") else ()
         return DaemonPlan(
             command=tuple(command),
             env=added,
             files=files,
             settings=settings,
-            directories=(logs,),
+            directories=(logs, *hdfs_dirs),
             archive=tarball,
             archive_jars=len(jars),
+            format_command=tuple(self._format_command(java)) if role == "namenode" else (),
+            formatted=self._namenode_image if role == "namenode" else None,
         )
 
     def prepare(self, plan: DaemonPlan) -> None:
@@ -811,11 +1018,13 @@ class LocalCluster:
         return alive
 
     def _stop(self, daemons: Iterable[Daemon]) -> None:
-        """NodeManagers together, then the RM, then ZooKeeper and the KDC."""
+        """NodeManagers together, then the RM, the DataNodes, the NameNode, then ZooKeeper and the KDC."""
         by_name = list(daemons)
         for wave in (
-            [d for d in by_name if d.name not in ("rm", "zk", "kdc")],
+            [d for d in by_name if d.name.startswith("nm-")],
             [d for d in by_name if d.name == "rm"],
+            [d for d in by_name if d.name.startswith("dn-")],
+            [d for d in by_name if d.name == "nn"],
             [d for d in by_name if d.name in ("zk", "kdc")],
         ):
             _terminate(wave, grace=DAEMON_GRACE_S)
@@ -883,7 +1092,15 @@ class LocalCluster:
         if state is None:
             raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
         spec, daemons = state
-        result = ClusterStatus(rm_url=spec.rm_url, daemons=[(d, _alive(d)) for d in daemons], hosts=self._hosts(spec))
+        info = _namenode_info(spec) if spec.hdfs else None
+        result = ClusterStatus(
+            rm_url=spec.rm_url,
+            daemons=[(d, _alive(d)) for d in daemons],
+            hosts=self._hosts(spec),
+            default_fs=spec.default_fs if spec.hdfs else None,
+            webhdfs_url=spec.webhdfs_url,
+            datanodes_live=None if info is None else len(info["live"]),
+        )
         try:
             auth = self._rm_auth(spec)
             metrics = _get_json(f"{spec.rm_url}/ws/v1/cluster/metrics", auth=auth)["clusterMetrics"]
@@ -916,6 +1133,40 @@ class LocalCluster:
 # ---------------------------------------------------------------------- helpers
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+#: Each JVM daemon's main class and heap, by the prefix of its name.
+_MAINS = {"rm": (RM_MAIN, RM_HEAP), "nm": (NM_MAIN, NM_HEAP), "nn": (NN_MAIN, NN_HEAP), "dn": (DN_MAIN, DN_HEAP)}
+
+
+def _datanode_address(spec: ClusterSpec, index: int) -> str:
+    """The data-transfer address DataNode ``index`` registers with the NameNode."""
+    host = host_address(spec.subnet, index) if spec.hosts else spec.host
+    return f"{host}:{spec.datanode_ports(index)['dfs.datanode.address']}"
+
+
+def _datanode_registered(spec: ClusterSpec, index: int) -> bool:
+    """Whether DataNode ``index`` says (its JMX servlet) that it is registered with the NameNode."""
+    host = host_address(spec.subnet, index) if spec.hosts else spec.host
+    port = spec.datanode_ports(index)["dfs.datanode.http.address"]
+    try:
+        beans = _get_json(f"http://{host}:{port}/jmx", params={"qry": "Hadoop:service=DataNode,name=DataNodeInfo"})[
+            "beans"
+        ]
+        actors = json.loads(beans[0]["BPServiceActorInfo"])
+    except (requests.RequestException, KeyError, IndexError, ValueError, TypeError):
+        return False
+    return any(actor.get("ActorState") == "RUNNING" for actor in actors)
+
+
+def _namenode_info(spec: ClusterSpec) -> dict[str, Any] | None:
+    """The NameNode's live DataNodes (by name, each with its ``xferaddr``) and whether it is in safe mode,
+    from its JMX servlet; None while it does not answer."""
+    try:
+        beans = _get_json(f"{spec.webhdfs_url}/jmx", params={"qry": "Hadoop:service=NameNode,name=NameNodeInfo"})[
+            "beans"
+        ]
+        return {"live": json.loads(beans[0]["LiveNodes"]), "safemode": bool(beans[0].get("Safemode"))}
+    except (requests.RequestException, KeyError, IndexError, ValueError, TypeError):
+        return None
 
 
 def _java_path() -> str:
@@ -954,6 +1205,17 @@ def _xml_value(text: bytes, key: str) -> str | None:
         if prop.findtext("name") == key:
             return (prop.findtext("value") or "").strip()
     return None
+
+
+def _xml_without(text: bytes, key: str) -> bytes:
+    """A Hadoop ``*-site.xml`` without property ``key`` (Hadoop's default applies)."""
+    root = ET.fromstring(text)
+    for prop in root.findall("property"):
+        if prop.findtext("name") == key:
+            root.remove(prop)
+    out = io.BytesIO()
+    ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
+    return out.getvalue()
 
 
 def _override_xml(path: Path, values: dict[str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
+from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import (
     CLIENT_CERT,
     CLIENT_KEY,
@@ -25,6 +27,7 @@ from submarine_elastic.elastic.jobspec import (
     write_secrets,
 )
 from submarine_elastic.elastic.locate import driver_address
+from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
 
 if TYPE_CHECKING:
@@ -33,25 +36,37 @@ if TYPE_CHECKING:
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
 
-def submit(yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False) -> None:
+def submit(
+    yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False, files: HdfsJobFiles | None = None
+) -> None:
     """Submit the job's YARN service (without waiting for it to start) and keep its control token.
 
-    The token, the job's secrets and its TLS files are written first (see :func:`write_secrets`); if the
-    RM refuses the job they are removed again.
+    The token, the job's secrets and its TLS files are written first (see :func:`write_secrets`), with
+    ``files`` the containers' files into the job's directory on HDFS (``req.files_uri`` must name it); if
+    a write fails or the RM refuses the job, everything written is removed again.
 
     Raises:
-        JobSpecError: the request makes no valid spec (nothing is sent).
+        JobSpecError: the request makes no valid spec, or ``files`` and ``req.files_uri`` disagree (nothing
+            is sent).
+        WebHdfsError: HDFS refused the job's files or did not answer.
         YarnError: the RM refused it (with ``replace``, a job of that name is destroyed first).
     """
     service = build_service(req)
+    if files is not None and req.files_uri != files.uri(req.name):
+        raise JobSpecError(f"the job's files go to {files.uri(req.name)}, but its spec names {req.files_uri}")
     if replace:
         yarn.destroy(req.name, missing_ok=True)
     outcome_path(req.name).unlink(missing_ok=True)  # an earlier job of that name
     kept = write_secrets(req)
     try:
+        if files is not None:
+            files.put(req)
         yarn.create(service, wait=False)
     except BaseException:
         shutil.rmtree(kept, ignore_errors=True)
+        if files is not None:
+            with contextlib.suppress(WebHdfsError):
+                files.remove(req.name)
         raise
 
 
@@ -76,12 +91,16 @@ def clear_ended_service(yarn: YarnServiceClient, name: str) -> bool:
     return True
 
 
-def forget_job(job: str) -> None:
-    """Removes what :func:`submit` kept of a job that is gone (its outcome record stays).
+def forget_job(job: str, files: HdfsJobFiles | None = None) -> None:
+    """Removes what :func:`submit` kept of a job that is gone (its outcome record stays), with ``files`` its
+    directory on HDFS too.
 
     Raises:
         OSError: a file could not be removed.
+        WebHdfsError: HDFS refused or did not answer.
     """
+    if files is not None:
+        files.remove(job)
     if job_dir(job).is_dir():
         shutil.rmtree(job_dir(job))
 

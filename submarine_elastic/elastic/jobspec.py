@@ -197,6 +197,9 @@ class JobRequest:
     metrics_tls: Issued | None = field(default=None, repr=False)
     #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret
     yarn_login: YarnLogin | None = field(default_factory=YarnLogin.from_env, repr=False)
+    #: where the containers' files are localized from: the job's directory on the cluster's HDFS
+    #: (``hdfs://nn:port/user/<user>/submarine-jobs/<job>``, ``elastic.jobfiles``); None: :func:`job_dir`
+    files_uri: str | None = None
 
     @cached_property
     def job_tls(self) -> JobTls | None:
@@ -246,6 +249,8 @@ class JobRequest:
         ):
             if text is not None and (problem := shell_problem(flag, text)) is not None:
                 raise JobSpecError(problem)
+        if self.files_uri is not None and not _FILES_URI.fullmatch(self.files_uri):
+            raise JobSpecError(f"the job's files must be on HDFS (hdfs://host:port/path), got {self.files_uri!r}")
         if self.queue is not None and not _QUEUE.fullmatch(self.queue):
             raise JobSpecError(
                 f"--queue: {self.queue!r} is not a YARN queue name (parts of letters, digits, '_' and '-', "
@@ -258,6 +263,8 @@ class JobRequest:
             )
 
 
+#: The HDFS directory a job's files are localized from: a NameNode's address and an absolute path of names.
+_FILES_URI = re.compile(r"hdfs://[A-Za-z0-9.-]+:[0-9]{1,5}(/[A-Za-z0-9._-]+)+")
 #: A YARN queue: its leaf name or its path from ``root``, parts joined by dots.
 _QUEUE = re.compile(r"[A-Za-z0-9_-]{1,255}(\.[A-Za-z0-9_-]{1,255}){0,15}")
 #: A Docker image reference: an optional registry (``localhost``, a host name with a dot, or any host with a
@@ -434,12 +441,21 @@ def job_secrets(req: JobRequest) -> dict[str, str | bytes]:
     return files
 
 
+#: What the submitting side keeps of a job whose containers' files are on HDFS: the token and the driver's
+#: certificates ``job flex|show`` check it with (besides the client certificate); no key a container uses.
+CLIENT_FILES = (SECRET_ENV["SUBMARINE_JOB_TOKEN"], TLS_FILES["SUBMARINE_DRIVER_TLS_CERT_FILE"],
+                TLS_FILES["SUBMARINE_DRIVER_TLS_CA_FILE"])  # fmt: skip
+
+
 def write_secrets(req: JobRequest) -> Path:
-    """Writes :func:`job_secrets` into :func:`job_dir` (directory 0700, files 0600); returns it."""
+    """Writes :func:`job_secrets` into :func:`job_dir` (directory 0700, files 0600); returns it. When the
+    containers' files are on HDFS (``req.files_uri``), only :data:`CLIENT_FILES` of them."""
     directory = job_dir(req.name)
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     kept = job_secrets(req)
+    if req.files_uri is not None:
+        kept = {dest: value for dest, value in kept.items() if dest in CLIENT_FILES}
     if (job_tls := req.job_tls) is not None:
         kept.update({CLIENT_CERT: job_tls.client[0], CLIENT_KEY: job_tls.client[1]})
     else:
@@ -563,9 +579,9 @@ def build_service(req: JobRequest) -> Service:
             common["SUBMARINE_YARN_PRINCIPAL"] = req.yarn_login.principal
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
     if secret_files:
-        directory = job_dir(req.name).resolve()
+        source = req.files_uri or f"file://{job_dir(req.name).resolve()}"
         raw["configuration"]["files"] = [
-            {"type": "STATIC", "src_file": f"file://{directory / dest}", "dest_file": dest} for dest in secret_files
+            {"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files
         ]
     for comp in raw["components"]:
         if comp["name"] == DRIVER_COMPONENT:

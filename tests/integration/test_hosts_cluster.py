@@ -86,7 +86,14 @@ def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_i
     assert spec.rm_url == f"http://{hosts[0].address}:{spec.rm_web_port}"
     assert resolve_rm_url(cluster=hosts_cluster) == spec.rm_url
 
-    expected = {"zk": hosts[0], "rm": hosts[0], **{f"nm-{h.index}": h for h in hosts}}
+    # HDFS is on by default on hosts: the NameNode beside the RM, a DataNode beside each NodeManager.
+    expected = {
+        "zk": hosts[0],
+        "nn": hosts[0],
+        "rm": hosts[0],
+        **{f"nm-{h.index}": h for h in hosts},
+        **{f"dn-{h.index}": h for h in hosts},
+    }
     daemons = {d.name: d for d in hosts_cluster.running_daemons()}
     assert set(daemons) == set(expected)
     for name, host in expected.items():
@@ -105,9 +112,10 @@ def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_i
         assert resolved.stdout.split()[0] == host.address
 
     status = " ".join(cli_ok("cluster", "status", "--cluster-dir", str(hosts_cluster.dir)).split())
-    assert f"host-0 │ {hosts[0].address} │ {hosts[0].namespace} │ zk, rm, nm-0" in status
+    assert f"host-0 │ {hosts[0].address} │ {hosts[0].namespace} │ zk, nn, dn-0, rm, nm-0" in status
     for host in hosts[1:]:
-        assert f"{host.name} │ {host.address} │ {host.namespace} │ nm-{host.index}" in status
+        assert f"{host.name} │ {host.address} │ {host.namespace} │ dn-{host.index}, nm-{host.index}" in status
+    assert f"HDFS: {spec.default_fs} (WebHDFS {spec.webhdfs_url}), {len(hosts)} DataNodes live" in status
 
 
 def test_a_services_containers_run_inside_their_hosts(hosts_cluster: LocalCluster, tmp_path: Path):

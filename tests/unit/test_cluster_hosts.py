@@ -21,7 +21,8 @@ def test_on_hosts_the_central_daemons_are_on_host_0s_address_and_each_nodemanage
     spec = ClusterSpec(nodes=3, hosts=3, subnet="10.77.0.0/24", port_base=20000)
     assert spec.host == "10.77.0.2"
     assert spec.rm_url == "http://10.77.0.2:20088"
-    assert [spec.daemon_host(n) for n in spec.daemon_names()] == [0, 0, 0, 1, 2]
+    # zk, then HDFS (nn, dn-0..2), rm, nm-0..2: HDFS is on by default on hosts, a DataNode beside each NodeManager.
+    assert [spec.daemon_host(n) for n in spec.daemon_names()] == [0, 0, 0, 1, 2, 0, 0, 1, 2]
     assert [spec.node_host(i) for i in range(3)] == ["host-0", "host-1", "host-2"]
     # Each host has its own address: every NodeManager has the same ports.
     assert (
@@ -121,7 +122,7 @@ def test_up_starts_each_daemon_inside_its_host(tmp_path: Path, monkeypatch: pyte
 
 def test_status_shows_each_host_with_its_address_namespace_and_daemons(tmp_path: Path, monkeypatch):
     cluster = LocalCluster(tmp_path)
-    spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24", port_base=1100)
+    spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24", port_base=1100, hdfs=False)
     plan = cluster.network(spec)
     assert plan is not None
     cluster._write_state(spec, [Daemon("zk", 999999, -1, tmp_path / "zk.log")])

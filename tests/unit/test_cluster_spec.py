@@ -134,7 +134,7 @@ def test_daemon_command_refuses_an_unknown_role_or_node(tmp_path: Path, fake_lib
     cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
     placement = Placement(zk_host="zookeeper", rm_host="resourcemanager", node_host="nm-1")
     with pytest.raises(
-        ValueError, match="role must be one of zookeeper, resourcemanager, nodemanager, got 'historyserver'"
+        ValueError, match="role must be one of zookeeper, resourcemanager, nodemanager, namenode, datanode, got 'historyserver'"
     ):
         cluster.daemon_command("historyserver", ClusterSpec(), placement)
     with pytest.raises(ValueError, match=r"node must be in \[0, 2\), got 2"):

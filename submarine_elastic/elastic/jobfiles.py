@@ -1,0 +1,78 @@
+"""A job's files on the cluster's HDFS: what ``job run`` gives its containers (its token, TLS files, the
+metrics credentials, the keytab) kept in a directory of the submitting user's alone, from which YARN
+localizes them into each container; ``job kill`` removes it.
+
+Without HDFS the files are in the job's directory under the jobs directory, which every NodeManager must
+read (``jobspec.job_dir``); with it the submitting side keeps only what ``job flex|show`` need
+(``jobspec.CLIENT_FILES``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from submarine_elastic.elastic.jobspec import JOB_NAME, JobRequest, JobSpecError, job_secrets
+from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
+
+#: The jobs' directory in a user's HDFS home: ``/user/<user>/submarine-jobs/<job>``.
+HDFS_JOBS = "submarine-jobs"
+#: Modes of a job's directory and files on HDFS: its user's alone.
+DIR_MODE, FILE_MODE = 0o700, 0o600
+
+
+@dataclass(frozen=True)
+class HdfsJobFiles:
+    """The job directories of ``hdfs.user`` on the HDFS whose ``fs.defaultFS`` is ``default_fs``.
+
+    Every call blocks for a few WebHDFS requests (each bounded by ``webhdfs.WEBHDFS_TIMEOUT``).
+    """
+
+    hdfs: WebHdfs
+    default_fs: str
+
+    def path(self, job: str) -> str:
+        """The job's directory on HDFS.
+
+        Raises:
+            JobSpecError: ``job`` is not a job name (so never a path outside the jobs' directory).
+        """
+        if (problem := JOB_NAME.problem(job)) is not None:
+            raise JobSpecError(problem)
+        return f"/user/{self.hdfs.user}/{HDFS_JOBS}/{job}"
+
+    def uri(self, job: str) -> str:
+        """The job's directory as YARN localizes from it (``hdfs://<NameNode>/user/...``)."""
+        return f"{self.default_fs.rstrip('/')}{self.path(job)}"
+
+    def put(self, req: JobRequest) -> str:
+        """Writes the files ``req``'s containers get (``jobspec.job_secrets``) into the job's directory, made
+        anew with mode 0700, each file 0600. What was written is removed again when a write fails.
+
+        Returns:
+            The directory's path.
+
+        Raises:
+            WebHdfsError: HDFS refused or did not answer (nothing of the job is left on it).
+        """
+        directory = self.path(req.name)
+        self.hdfs.mkdirs(f"/user/{self.hdfs.user}/{HDFS_JOBS}", DIR_MODE)
+        self.hdfs.delete(directory, recursive=True)  # an earlier job of that name
+        try:
+            self.hdfs.mkdirs(directory, DIR_MODE)
+            self.hdfs.set_permission(directory, DIR_MODE)  # MKDIRS applies the NameNode's umask
+            for name, value in job_secrets(req).items():
+                self.hdfs.create(f"{directory}/{name}", value.encode() if isinstance(value, str) else value, FILE_MODE)
+        except BaseException:
+            with contextlib.suppress(WebHdfsError):
+                self.remove(req.name)
+            raise
+        return directory
+
+    def remove(self, job: str) -> bool:
+        """Removes the job's directory and its files. Returns False when there was none.
+
+        Raises:
+            WebHdfsError: HDFS refused or did not answer.
+        """
+        return self.hdfs.delete(self.path(job), recursive=True)
