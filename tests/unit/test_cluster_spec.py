@@ -88,10 +88,37 @@ def test_missing_jars_are_a_prerequisite_error(tmp_path: Path):
         cluster.up(ClusterSpec(port_base=21000))
 
 
+def _spec_holding_its_rm_web_port(holder: socket.socket) -> ClusterSpec:
+    """A one-node spec whose ResourceManager web port ``holder`` has just taken from the kernel (so no other
+    process has it) and whose other ports are free now: a fixed port base collided with clusters that other
+    test runs on this machine had started there."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        spec = ClusterSpec(nodes=1, port_base=port - 88)
+        others = [p for p in spec.all_ports() if p != port]
+        if spec.port_base > 1024 and all(_free(p) for p in others):
+            try:
+                holder.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return spec
+    raise AssertionError("no free port range for the test in 50 tries")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path, fake_lib: Path):
-    spec = ClusterSpec(nodes=1, port_base=21000)
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", spec.rm_web_port))
+        spec = _spec_holding_its_rm_web_port(holder)
         holder.listen()
         with pytest.raises(PortInUseError, match=str(spec.rm_web_port)) as err:
             LocalCluster(tmp_path / "c", hadoop_lib=fake_lib).up(spec)
@@ -134,7 +161,8 @@ def test_daemon_command_refuses_an_unknown_role_or_node(tmp_path: Path, fake_lib
     cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
     placement = Placement(zk_host="zookeeper", rm_host="resourcemanager", node_host="nm-1")
     with pytest.raises(
-        ValueError, match="role must be one of zookeeper, resourcemanager, nodemanager, namenode, datanode, got 'historyserver'"
+        ValueError,
+        match="role must be one of zookeeper, resourcemanager, nodemanager, namenode, datanode, got 'historyserver'",
     ):
         cluster.daemon_command("historyserver", ClusterSpec(), placement)
     with pytest.raises(ValueError, match=r"node must be in \[0, 2\), got 2"):
