@@ -253,6 +253,12 @@ def daemon(
         click.echo(shlex.join(plan.command))
         return
     os.chdir(local.dir)
+    if role == "resourcemanager" and spec.hdfs:
+        # What `up` makes on a fresh HDFS before the RM starts: the shared directories, the AM's jar archive.
+        try:
+            local.prepare_hdfs(f"http://{nn_host}:{spec.namenode_web_port}", progress=lambda m: click.echo(m, err=True))
+        except ClusterError as exc:
+            raise click.ClickException(str(exc)) from exc
     if plan.formatted is not None and not plan.formatted.is_file():
         click.echo(f"formatting the NameNode's name directory (no {plan.formatted} yet)", err=True)
         done = subprocess.run(plan.format_command, env={**os.environ, **plan.env}, check=False)

@@ -77,20 +77,28 @@ def _rm_url() -> str:
 
 
 def _job_files(rm_url: str) -> HdfsJobFiles | None:
-    """The job directories on the HDFS of the cluster recorded in ``SUBMARINE_CLUSTER_DIR``, when its RM is
-    ``rm_url`` and it has HDFS: the jobs' files go there, as the YARN user. None: they stay local."""
+    """The job directories, as the YARN user, on the HDFS that ``HADOOP_CONF_DIR`` names, else on the HDFS of
+    the cluster recorded in ``SUBMARINE_CLUSTER_DIR`` when its RM is ``rm_url``. None: the files stay local."""
     from submarine_elastic.cluster import ClusterError, LocalCluster
+    from submarine_elastic.cluster.local import hdfs_addresses
     from submarine_elastic.elastic.jobfiles import HdfsJobFiles
-
-    try:
-        spec = LocalCluster().spec()
-    except ClusterError:
-        return None
-    if not spec.hdfs or spec.rm_url != rm_url or spec.webhdfs_url is None:
-        return None
     from submarine_elastic.webhdfs import WebHdfs
 
-    return HdfsJobFiles(WebHdfs(spec.webhdfs_url, env.yarn_user()), spec.default_fs)
+    conf = env.hadoop_conf_dir()
+    try:
+        if conf is not None:
+            found = hdfs_addresses(conf)
+        else:
+            spec = LocalCluster().spec()
+            found = (spec.default_fs, spec.webhdfs_url) if spec.webhdfs_url and spec.rm_url == rm_url else None
+    except ClusterError as exc:
+        if conf is not None:
+            raise _fail(exc) from exc
+        return None
+    if found is None:
+        return None
+    default_fs, webhdfs_url = found
+    return HdfsJobFiles(WebHdfs(webhdfs_url, env.yarn_user()), default_fs)
 
 
 def _fail(exc: Exception) -> click.ClickException:

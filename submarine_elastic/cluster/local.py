@@ -59,7 +59,6 @@ from submarine_elastic import env
 from submarine_elastic.cluster.api import (
     ROLES,
     ClusterAlreadyUpError,
-    ClusterError,
     ClusterNotUpError,
     ClusterSpec,
     ClusterStatus,
@@ -79,6 +78,7 @@ from submarine_elastic.cluster.api import (
 )
 from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.cluster.netns import HostNetwork, check_prerequisites
+from submarine_elastic.elastic.jobfiles import HDFS_JOBS
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
 
@@ -97,6 +97,10 @@ NN_HEAP = "256m"
 DN_HEAP = "128m"
 #: Where ``up`` puts the ApplicationMaster's jar archive on a cluster's HDFS (``yarn.service.framework.path``).
 HDFS_FRAMEWORK = "/yarn/framework/service-dep.tar.gz"
+#: The Services API's files on a cluster's HDFS (``yarn.service.base.path``): ``services/<name>`` below it is
+#: each service's, made by its user (0750). Mode 1777 (sticky, like /tmp) on both, so any user's service
+#: may start and none removes another's.
+HDFS_SERVICES = "/yarn-services"
 #: The (empty) web application each HDFS daemon's HTTP server needs on its classpath: the Maven jars do not
 #: carry Hadoop's ``webapps/`` directory, and WebHDFS is served without one.
 HDFS_WEBAPPS = {"nn": "hdfs", "dn": "datanode"}
@@ -321,7 +325,7 @@ class LocalCluster:
             started.append(datanodes[-1])
             self._write_state(spec, started)
         self._wait_datanodes(spec, started[-spec.nodes - 1], datanodes, timeout, say)
-        self._init_hdfs(spec, tarball, say)
+        self._init_hdfs(str(spec.webhdfs_url), tarball, say)
 
     def _format_command(self, java: str) -> list[str]:
         conf = self.dir / "conf" / "nn"
@@ -354,17 +358,6 @@ class LocalCluster:
             tail = "\n".join(out.read_text(errors="replace").splitlines()[-25:])
             raise DaemonStartError("nn", f"could not be formatted (exit {done.returncode})", out, tail)
 
-    def hdfs_client(self, spec: ClusterSpec, user: str | None = None) -> WebHdfs:
-        """WebHDFS of the cluster's NameNode as ``user`` (default: the login user, who started the NameNode
-        and is HDFS's superuser).
-
-        Raises:
-            ClusterError: the cluster has no HDFS.
-        """
-        if spec.webhdfs_url is None:
-            raise ClusterError(f"the cluster in {self.dir} has no HDFS (`submarine cluster up --hdfs` starts one)")
-        return WebHdfs(spec.webhdfs_url, user or getpass.getuser())
-
     def _wait_datanodes(
         self, spec: ClusterSpec, namenode: Daemon, datanodes: list[Daemon], timeout: float, say: Progress
     ) -> None:
@@ -383,7 +376,7 @@ class LocalCluster:
             for d in (namenode, *datanodes):
                 if not _alive(d):
                     raise DaemonStartError(d.name, "exited during start", d.log, _tail(d))
-            info = _namenode_info(spec)
+            info = _namenode_info(str(spec.webhdfs_url))
             if info is None:
                 return False
             addresses = {node.get("xferaddr") for node in info["live"].values()}
@@ -408,24 +401,44 @@ class LocalCluster:
 
         _poll(ready, timeout, 0.5, missing)
 
-    def _init_hdfs(self, spec: ClusterSpec, tarball: Path, say: Progress) -> None:
-        """What YARN and the jobs need on a fresh HDFS, made as its superuser: ``/tmp`` (1777), a home
-        ``/user/<user>`` (0700, the user's) for the user who started the cluster and the YARN user (the
-        Services API keeps each service's files there), and the ApplicationMaster's jar archive at
-        :data:`HDFS_FRAMEWORK` (readable by all, as every service's AM localizes it).
+    def prepare_hdfs(self, webhdfs_url: str, *, timeout: float = 180.0, progress: Progress | None = None) -> None:
+        """What ``up`` makes on a fresh HDFS (:meth:`_init_hdfs`), for a cluster whose daemons start one by one
+        (``submarine cluster daemon resourcemanager --hdfs``): blocks until the NameNode at ``webhdfs_url``
+        has a live DataNode and is out of safe mode (polled every second, at most ``timeout`` s), then makes it.
+
+        Raises:
+            DaemonStartError: no NameNode with a live DataNode in time, or HDFS refused the files.
+        """
+        say = progress or (lambda _msg: None)
+
+        def ready() -> bool:
+            info = _namenode_info(webhdfs_url)
+            return info is not None and bool(info["live"]) and not info["safemode"]
+
+        def give_up(_state: RetryCallState) -> bool:
+            raise DaemonStartError(
+                "nn", f"at {webhdfs_url} had no live DataNode within {timeout:.0f} s", self.dir / "logs" / "nn.log", ""
+            )
+
+        say(f"waiting for HDFS at {webhdfs_url}")
+        _poll(ready, timeout, 1.0, give_up)
+        tarball, _jars = self._tarball_state()
+        self._init_hdfs(webhdfs_url, tarball, say)
+
+    def _init_hdfs(self, webhdfs_url: str, tarball: Path, say: Progress) -> None:
+        """What YARN and the jobs need on a fresh HDFS, made as its superuser: ``/tmp``, :data:`HDFS_SERVICES`
+        and its ``services`` and :data:`HDFS_JOBS` (each 1777: every user makes a directory of their own there),
+        and the ApplicationMaster's jar archive at :data:`HDFS_FRAMEWORK` (readable by all, as every service's
+        AM localizes it).
 
         Raises:
             DaemonStartError: HDFS refused or did not answer (naming the call).
         """
         try:
-            with self.hdfs_client(spec) as hdfs:
-                hdfs.mkdirs("/tmp", 0o1777)
-                hdfs.set_permission("/tmp", 0o1777)
-                hdfs.mkdirs("/user", 0o755)
-                for user in sorted({getpass.getuser(), env.yarn_user()}):
-                    if hdfs.status(f"/user/{user}") is None:
-                        hdfs.mkdirs(f"/user/{user}", 0o700)
-                        hdfs.set_owner(f"/user/{user}", user)
+            with WebHdfs(webhdfs_url, getpass.getuser()) as hdfs:
+                for shared in ("/tmp", HDFS_SERVICES, f"{HDFS_SERVICES}/services", HDFS_JOBS):
+                    hdfs.mkdirs(shared, 0o1777)
+                    hdfs.set_permission(shared, 0o1777)  # MKDIRS applies the NameNode's umask
                 framework = hdfs.status(HDFS_FRAMEWORK)
                 if framework is None or framework["length"] != tarball.stat().st_size:
                     say(f"putting the ApplicationMaster's jars on HDFS ({tarball.stat().st_size >> 20} MB)")
@@ -504,10 +517,10 @@ class LocalCluster:
         yarn = {
             "yarn.resourcemanager.hostname": rm_host,
             **{k: f"{rm_host}:{p}" for k, p in spec.rm_ports().items()},
-            # With HDFS the Services API keeps each service's files in its user's HDFS home
-            # (/user/<user>/.yarn/services, Hadoop's default) and the NodeManagers localize the AM's jars from it.
-            "yarn.service.base.path": "" if spec.hdfs else str(self.dir / "yarn-services"),
-            "yarn.service.framework.path": f"{spec.default_fs.rstrip('/')}{HDFS_FRAMEWORK}"
+            # With HDFS the Services API keeps each service's files there, and the NodeManagers localize the AM's
+            # jars from it.
+            "yarn.service.base.path": HDFS_SERVICES if spec.hdfs else str(self.dir / "yarn-services"),
+            "yarn.service.framework.path": f"{core['fs.defaultFS']}{HDFS_FRAMEWORK}"
             if spec.hdfs
             else f"file://{tarball}",
             "yarn.service.am.java.opts": AM_JAVA_OPTS,
@@ -540,9 +553,6 @@ class LocalCluster:
                 # The containers reach the cluster's KDC as the NodeManager does (a host's /etc/krb5.conf elsewhere).
                 allowed = _xml_value(files[conf / "yarn-site.xml"], "yarn.nodemanager.env-whitelist") or ""
                 yarn["yarn.nodemanager.env-whitelist"] = ",".join(filter(None, (allowed, "KRB5_CONFIG")))
-        if not yarn["yarn.service.base.path"]:
-            files[conf / "yarn-site.xml"] = _xml_without(files[conf / "yarn-site.xml"], "yarn.service.base.path")
-            del yarn["yarn.service.base.path"]
         files[conf / "core-site.xml"] = _xml_with(files[conf / "core-site.xml"], core)
         files[conf / "yarn-site.xml"] = _xml_with(files[conf / "yarn-site.xml"], yarn)
         settings = {conf / "core-site.xml": core, conf / "yarn-site.xml": yarn}
@@ -1092,7 +1102,7 @@ class LocalCluster:
         if state is None:
             raise ClusterNotUpError(f"no cluster in {self.dir}; start one with `submarine cluster up`")
         spec, daemons = state
-        info = _namenode_info(spec) if spec.hdfs else None
+        info = _namenode_info(spec.webhdfs_url) if spec.webhdfs_url else None
         result = ClusterStatus(
             rm_url=spec.rm_url,
             daemons=[(d, _alive(d)) for d in daemons],
@@ -1157,13 +1167,11 @@ def _datanode_registered(spec: ClusterSpec, index: int) -> bool:
     return any(actor.get("ActorState") == "RUNNING" for actor in actors)
 
 
-def _namenode_info(spec: ClusterSpec) -> dict[str, Any] | None:
+def _namenode_info(webhdfs_url: str) -> dict[str, Any] | None:
     """The NameNode's live DataNodes (by name, each with its ``xferaddr``) and whether it is in safe mode,
-    from its JMX servlet; None while it does not answer."""
+    from its JMX servlet at its web address; None while it does not answer."""
     try:
-        beans = _get_json(f"{spec.webhdfs_url}/jmx", params={"qry": "Hadoop:service=NameNode,name=NameNodeInfo"})[
-            "beans"
-        ]
+        beans = _get_json(f"{webhdfs_url}/jmx", params={"qry": "Hadoop:service=NameNode,name=NameNodeInfo"})["beans"]
         return {"live": json.loads(beans[0]["LiveNodes"]), "safemode": bool(beans[0].get("Safemode"))}
     except (requests.RequestException, KeyError, IndexError, ValueError, TypeError):
         return None
@@ -1183,6 +1191,26 @@ def _write_files(files: Mapping[Path, bytes]) -> None:
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+
+
+def hdfs_addresses(conf_dir: Path) -> tuple[str, str] | None:
+    """The HDFS a Hadoop client configuration names: its ``fs.defaultFS`` and the NameNode's WebHDFS address
+    (``http://`` + ``dfs.namenode.http-address``), or None when its file system is not HDFS.
+
+    Raises:
+        PrerequisiteError: the directory lacks ``core-site.xml``, or names HDFS without ``hdfs-site.xml``
+            saying where its NameNode's web address is.
+    """
+    try:
+        default_fs = _xml_value((conf_dir / "core-site.xml").read_bytes(), "fs.defaultFS") or ""
+        if not default_fs.startswith("hdfs://"):
+            return None
+        web = _xml_value((conf_dir / "hdfs-site.xml").read_bytes(), "dfs.namenode.http-address")
+    except (OSError, ET.ParseError) as exc:
+        raise PrerequisiteError(f"HADOOP_CONF_DIR {conf_dir}: {exc}") from exc
+    if not web:
+        raise PrerequisiteError(f"HADOOP_CONF_DIR {conf_dir}: hdfs-site.xml has no dfs.namenode.http-address")
+    return default_fs, f"http://{web}"
 
 
 def spnego_settings(realm: KerberosRealm) -> dict[str, str]:
@@ -1205,17 +1233,6 @@ def _xml_value(text: bytes, key: str) -> str | None:
         if prop.findtext("name") == key:
             return (prop.findtext("value") or "").strip()
     return None
-
-
-def _xml_without(text: bytes, key: str) -> bytes:
-    """A Hadoop ``*-site.xml`` without property ``key`` (Hadoop's default applies)."""
-    root = ET.fromstring(text)
-    for prop in root.findall("property"):
-        if prop.findtext("name") == key:
-            root.remove(prop)
-    out = io.BytesIO()
-    ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
-    return out.getvalue()
 
 
 def _override_xml(path: Path, values: dict[str, str]) -> None:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from submarine_elastic.elastic.jobspec import JOB_NAME, JobRequest, JobSpecError, job_secrets
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 
-#: The jobs' directory in a user's HDFS home: ``/user/<user>/submarine-jobs/<job>``.
-HDFS_JOBS = "submarine-jobs"
-#: Modes of a job's directory and files on HDFS: its user's alone.
+#: The jobs' directories on HDFS: ``/submarine-jobs/<user>/<job>``. ``cluster up`` makes it with mode 1777
+#: (sticky): each user makes their own directory there, and no user removes another's.
+HDFS_JOBS = "/submarine-jobs"
+#: Modes of a user's and a job's directories and of a job's files on HDFS: the user's alone.
 DIR_MODE, FILE_MODE = 0o700, 0o600
 
 
@@ -39,7 +40,12 @@ class HdfsJobFiles:
         """
         if (problem := JOB_NAME.problem(job)) is not None:
             raise JobSpecError(problem)
-        return f"/user/{self.hdfs.user}/{HDFS_JOBS}/{job}"
+        return f"{self.home}/{job}"
+
+    @property
+    def home(self) -> str:
+        """The user's directory of jobs on HDFS."""
+        return f"{HDFS_JOBS}/{self.hdfs.user}"
 
     def uri(self, job: str) -> str:
         """The job's directory as YARN localizes from it (``hdfs://<NameNode>/user/...``)."""
@@ -53,10 +59,18 @@ class HdfsJobFiles:
             The directory's path.
 
         Raises:
-            WebHdfsError: HDFS refused or did not answer (nothing of the job is left on it).
+            WebHdfsError: HDFS refused or did not answer, or the user's directory of jobs is not theirs alone
+                (another user made it first); nothing of the job is left on HDFS.
         """
         directory = self.path(req.name)
-        self.hdfs.mkdirs(f"/user/{self.hdfs.user}/{HDFS_JOBS}", DIR_MODE)
+        self.hdfs.mkdirs(self.home, DIR_MODE)
+        home = self.hdfs.status(self.home)
+        if home is None or (home.get("owner"), home.get("permission")) != (self.hdfs.user, f"{DIR_MODE:o}"):
+            found = "missing" if home is None else f"owner {home.get('owner')}, mode {home.get('permission')}"
+            raise WebHdfsError(
+                f"HDFS {self.home} must be {self.hdfs.user}'s alone (mode {DIR_MODE:o}) to hold their jobs' files: "
+                f"it has {found}; its owner or HDFS's superuser must remove it"
+            )
         self.hdfs.delete(directory, recursive=True)  # an earlier job of that name
         try:
             self.hdfs.mkdirs(directory, DIR_MODE)

@@ -198,7 +198,7 @@ class JobRequest:
     #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret
     yarn_login: YarnLogin | None = field(default_factory=YarnLogin.from_env, repr=False)
     #: where the containers' files are localized from: the job's directory on the cluster's HDFS
-    #: (``hdfs://nn:port/user/<user>/submarine-jobs/<job>``, ``elastic.jobfiles``); None: :func:`job_dir`
+    #: (``hdfs://nn:port/submarine-jobs/<user>/<job>``, ``elastic.jobfiles``); None: :func:`job_dir`
     files_uri: str | None = None
 
     @cached_property

@@ -183,7 +183,7 @@ def test_down_leaves_no_namespace_link_bridge_hosts_file_or_process(hosts_cluste
     assert plan is not None and leftovers(plan) != []
     daemons = [psutil.Process(d.pid) for d in hosts_cluster.running_daemons()]
     out = cli_ok("cluster", "down", "--cluster-dir", str(hosts_cluster.dir))
-    assert "stopped 5 daemons" in out
+    assert "stopped 9 daemons" in out
     assert leftovers(plan) == []
     assert [p.pid for p in daemons if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
     assert processes_under(hosts_cluster.dir) == []

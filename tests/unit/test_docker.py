@@ -19,13 +19,15 @@ import yaml
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec
+from submarine_elastic.cluster import ClusterSpec, LocalCluster, Placement
+from submarine_elastic.cluster.local import HDFS_FRAMEWORK, HDFS_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE: dict[str, Any] = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NODEMANAGERS = sorted(name for name in SERVICES if name.startswith("nodemanager"))
+DATANODES = sorted(name for name in SERVICES if name.startswith("datanode"))
 
 
 def dockerfile() -> list[tuple[str, str]]:
@@ -88,27 +90,40 @@ def test_each_container_command_is_a_daemon_the_cli_runs(name: str, tmp_path: Pa
     if role == "zookeeper":
         assert f"clientPort={spec.zk_port}" in (tmp_path / name / "conf" / "zk" / "zoo.cfg").read_text()
         return
-    conf = tmp_path / name / "conf" / ("rm" if role == "resourcemanager" else "nm-0")
-    core, yarn = site(conf / "core-site.xml"), site(conf / "yarn-site.xml")
+    daemon = {"resourcemanager": "rm", "nodemanager": "nm-0", "namenode": "nn", "datanode": "dn-0"}[role]
+    conf = tmp_path / name / "conf" / daemon
+    core, yarn, hdfs = site(conf / "core-site.xml"), site(conf / "yarn-site.xml"), site(conf / "hdfs-site.xml")
     assert core["hadoop.registry.zk.quorum"] == f"zookeeper:{spec.zk_port}"
     assert yarn["yarn.resourcemanager.hostname"] == "resourcemanager"
     assert yarn["yarn.resourcemanager.webapp.address"] == f"resourcemanager:{spec.rm_web_port}"
     assert yarn["yarn.resourcemanager.bind-host"] == "0.0.0.0"
-    assert yarn["yarn.service.base.path"] == str(tmp_path / name / "yarn-services")
+    # Every daemon is on the cluster's HDFS, reached by the NameNode's service name.
+    assert core["fs.defaultFS"] == f"hdfs://namenode:{spec.namenode_port}"
+    assert hdfs["dfs.namenode.http-address"] == f"namenode:{spec.namenode_web_port}"
+    assert yarn["yarn.service.base.path"] == HDFS_SERVICES
+    assert yarn["yarn.service.framework.path"] == f"hdfs://namenode:{spec.namenode_port}{HDFS_FRAMEWORK}"
+    if role == "datanode":
+        assert hdfs["dfs.datanode.hostname"] == name and hdfs["dfs.datanode.address"].startswith("0.0.0.0:")
     if role == "nodemanager":
         assert yarn["yarn.nodemanager.hostname"] == name
         assert yarn["yarn.nodemanager.address"].startswith(f"{name}:")
 
 
-def test_the_services_and_jobs_directories_are_volumes_shared_by_the_rm_and_every_node() -> None:
-    """The RM writes a service's files under yarn.service.base.path and `job run` a job's secrets
-    under the jobs directory; the containers read both on whichever node they run."""
+def test_the_jobs_directory_is_a_volume_shared_by_the_rm_and_every_node_and_hdfs_keeps_its_own() -> None:
+    """A job's driver records how the job ended in the jobs directory, which `job show` reads where `job run`
+    ran; the services' and the jobs' files are on HDFS (no volume every node mounts), whose NameNode and
+    DataNodes keep their blocks in volumes of their own."""
     env = dockerfile_env()
-    shared = {"yarn-services": f"{env['SUBMARINE_CLUSTER_DIR']}/yarn-services", "jobs": env["SUBMARINE_JOBS_DIR"]}
     for name in ["resourcemanager", *NODEMANAGERS]:
-        for volume, path in shared.items():
-            assert f"{volume}:{path}" in SERVICES[name]["volumes"], (name, volume)
-    assert set(shared) <= set(COMPOSE["volumes"])
+        assert f"jobs:{env['SUBMARINE_JOBS_DIR']}" in SERVICES[name]["volumes"], name
+        assert not [v for v in SERVICES[name]["volumes"] if v.startswith("yarn-services:")], name
+    hdfs = f"{env['SUBMARINE_CLUSTER_DIR']}/hdfs"
+    mounts = [v for name in ("namenode", *DATANODES) for v in SERVICES[name]["volumes"]]
+    assert len(DATANODES) >= 2 and len({m.split(":")[0] for m in mounts}) == len(mounts) == 1 + len(DATANODES)
+    assert all(m.endswith(f":{hdfs}") for m in mounts)
+    assert {m.split(":")[0] for m in mounts} | {"jobs"} == set(COMPOSE["volumes"])
+    # `job run` in the RM's container finds the HDFS through the RM's configuration.
+    assert SERVICES["resourcemanager"]["environment"]["HADOOP_CONF_DIR"] == f"{env['SUBMARINE_CLUSTER_DIR']}/conf/rm"
 
 
 def test_ports_and_health_checks_match_the_cluster_spec() -> None:
@@ -121,6 +136,9 @@ def test_ports_and_health_checks_match_the_cluster_spec() -> None:
     assert SERVICES["resourcemanager"]["depends_on"]["zookeeper"]["condition"] == "service_healthy"
     for name in NODEMANAGERS:
         assert SERVICES[name]["depends_on"]["resourcemanager"]["condition"] == "service_healthy"
+    assert " ".join(SERVICES["namenode"]["healthcheck"]["test"]).endswith(f"/{spec.namenode_web_port}")
+    for name in ["resourcemanager", *DATANODES]:
+        assert SERVICES[name]["depends_on"]["namenode"]["condition"] == "service_healthy"
 
 
 def test_every_published_port_is_on_the_hosts_loopback_only() -> None:
@@ -140,7 +158,7 @@ def test_the_daemons_and_jobs_run_as_an_unprivileged_user_owning_only_the_volume
     setup = next(args for instruction, args in steps if instruction == "RUN" and "useradd" in args)
     assert users[-1] in setup.split()
     env = dockerfile_env()
-    for directory in (f"{env['SUBMARINE_CLUSTER_DIR']}/yarn-services", env["SUBMARINE_JOBS_DIR"]):
+    for directory in (f"{env['SUBMARINE_CLUSTER_DIR']}/hdfs", env["SUBMARINE_JOBS_DIR"]):
         assert directory in setup, f"{directory} is a volume the user must own"
     assert f"chown -R {users[-1]}:{users[-1]} {env['SUBMARINE_CLUSTER_DIR']}" in setup
     assert f"chmod 0700 {env['SUBMARINE_JOBS_DIR']}" in setup
@@ -223,3 +241,43 @@ def test_dry_run_and_prepare_together_are_refused(tmp_path: Path, fake_lib: Path
 def test_the_build_context_leaves_out_what_the_image_builds_itself() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {".venv", "build", ".git"} <= ignored
+
+
+@pytest.mark.parametrize("role", ["namenode", "datanode", "resourcemanager", "nodemanager"])
+def test_compose_and_the_cluster_on_hosts_run_each_daemon_with_the_same_command_and_files(
+    role: str, tmp_path: Path, fake_lib: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One source: `cluster daemon ROLE` (each compose container) and `cluster up --hosts` start a daemon with
+    the same JVM command and write the same configuration files, changing the same settings; only addresses,
+    directories and where the log goes differ."""
+    name = {"resourcemanager": "rm", "nodemanager": "nm-1", "namenode": "nn", "datanode": "dn-1"}[role]
+    service = next(s for s in SERVICES.values() if s["command"][2] == role)
+    compose = LocalCluster(tmp_path / "compose")
+    args = [str(part) for part in service["command"]]
+    node_host = args[args.index("--node-host") + 1] if "--node-host" in args else "resourcemanager"
+    plan = compose.daemon_plan(
+        role, ClusterSpec(nodes=1, hdfs=True), Placement("zookeeper", "resourcemanager", node_host)
+    )
+
+    spawned: list[list[str]] = []
+    monkeypatch.setattr(LocalCluster, "_spawn", lambda self, n, cmd, env, **kw: spawned.append(cmd))
+    hosts = LocalCluster(tmp_path / "hosts")
+    spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24")
+    hosts._start_daemon("java", name, spec)
+    tarball = tmp_path / "service-dep.tar.gz"
+    files, settings = hosts._conf_files(name, spec, tarball, node=1 if name[-1] == "1" else None)
+
+    def same(command: list[str] | tuple[str, ...], root: Path, daemon: str) -> list[str]:
+        text = [a.replace(str(root), "DIR").replace(daemon, "DAEMON") for a in command]
+        return [a.replace("console", "LOG").replace("RFA", "LOG") for a in text if not a.endswith("java")]
+
+    compose_daemon = next(p.parent.name for p in plan.files)
+    assert same(plan.command, compose.dir, compose_daemon) == same(spawned[0], hosts.dir, name)
+    # The same files, each relative to its daemon's configuration directory.
+    assert sorted(str(p.relative_to(compose.dir / "conf" / compose_daemon)) for p in plan.files) == sorted(
+        str(p.relative_to(hosts.dir / "conf" / name)) for p in files
+    )
+    for path, changed in plan.settings.items():
+        ours = settings[hosts.dir / "conf" / name / path.name]
+        # The compose daemons also listen on every interface (bind-host): the hosts' bind their own address.
+        assert set(ours) == {k for k in changed if not k.endswith("bind-host")}, path.name

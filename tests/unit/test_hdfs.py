@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, DaemonNotRunningError, LocalCluster, Placement
 from submarine_elastic.cluster.api import Daemon
-from submarine_elastic.cluster.local import HDFS_FRAMEWORK
+from submarine_elastic.cluster.local import HDFS_FRAMEWORK, HDFS_SERVICES
 from submarine_elastic.elastic.client import forget_job, submit
 from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import JobSpecError, build_service, job_secrets
@@ -99,9 +99,9 @@ def test_each_daemon_of_a_cluster_with_hdfs_is_configured_on_it(tmp_path: Path, 
         assert core["fs.defaultFS"] == "hdfs://10.77.0.2:21020", name
         assert hdfs["dfs.namenode.rpc-address"] == "10.77.0.2:21020"
         assert hdfs["dfs.namenode.http-address"] == "10.77.0.2:21070"
-        # The AM's jars and the Services API's files are on HDFS (each user's home), for every NodeManager.
+        # The AM's jars and the Services API's files are on HDFS, for every NodeManager.
         assert yarn["yarn.service.framework.path"] == f"hdfs://10.77.0.2:21020{HDFS_FRAMEWORK}"
-        assert "yarn.service.base.path" not in yarn
+        assert yarn["yarn.service.base.path"] == HDFS_SERVICES
     files, _ = cluster._conf_files("nn", spec, tarball)
     assert site(files, conf / "nn" / "hdfs-site.xml")["dfs.namenode.name.dir"] == str(cluster.dir / "hdfs" / "name")
     assert conf / "nn" / "webapps" / "hdfs" / "WEB-INF" / "web.xml" in files
@@ -190,9 +190,16 @@ class FakeHdfs:
         self.user = user
         self.fail_on = fail_on
         self.paths: dict[str, tuple[int, bytes | None]] = {}
+        self.owners: dict[str, str] = {}
 
     def mkdirs(self, path: str, permission: int) -> None:
         self.paths.setdefault(path, (permission, None))
+        self.owners.setdefault(path, self.user)
+
+    def status(self, path: str) -> dict[str, Any] | None:
+        if path not in self.paths:
+            return None
+        return {"owner": self.owners.get(path, self.user), "permission": f"{self.paths[path][0]:o}"}
 
     def set_permission(self, path: str, permission: int) -> None:
         self.paths[path] = (permission, self.paths[path][1])
@@ -219,10 +226,10 @@ def job_files(hdfs: FakeHdfs) -> HdfsJobFiles:
 def test_with_hdfs_the_containers_files_are_localized_from_the_jobs_directory_there():
     files = job_files(FakeHdfs())
     req = request(files_uri=files.uri("mnist"))
-    assert req.files_uri == "hdfs://127.0.0.1:21020/user/alice/submarine-jobs/mnist"
+    assert req.files_uri == "hdfs://127.0.0.1:21020/submarine-jobs/alice/mnist"
     localized = build_service(req).to_dict()["configuration"]["files"]
     assert {f["dest_file"]: f["src_file"] for f in localized} == {
-        name: f"hdfs://127.0.0.1:21020/user/alice/submarine-jobs/mnist/{name}" for name in job_secrets(req)
+        name: f"hdfs://127.0.0.1:21020/submarine-jobs/alice/mnist/{name}" for name in job_secrets(req)
     }
     for bad in ("file:///tmp/x", "hdfs://nn:8020/a b", "hdfs://nn:8020", "hdfs://nn:8020/$(id)"):
         with pytest.raises(JobSpecError, match="the job's files must be on HDFS"):
@@ -235,18 +242,18 @@ def test_submit_puts_the_containers_files_on_hdfs_owner_only_and_keeps_only_the_
     req = request(files_uri=files.uri("mnist"))
     yarn = RecordingYarn()
     submit(yarn, req, files=files)  # type: ignore[arg-type]
-    on_hdfs = hdfs.under("/user/alice/submarine-jobs/mnist")
+    on_hdfs = hdfs.under("/submarine-jobs/alice/mnist")
     assert set(on_hdfs) == set(job_secrets(req)) >= {"job.token", "driver.key", "agent.key", "job-ca.crt"}
     assert {mode for mode, _ in on_hdfs.values()} == {0o600}
-    assert hdfs.paths["/user/alice/submarine-jobs/mnist"][0] == 0o700
+    assert hdfs.paths["/submarine-jobs/alice/mnist"][0] == hdfs.paths["/submarine-jobs/alice"][0] == 0o700
     assert on_hdfs["job.token"][1] == b"t0ken"
     # What the containers use is not in the local jobs directory; job flex|show still find the driver.
     local = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (jobs_dir / "mnist").iterdir()}
     assert local == {n: 0o600 for n in ("job.token", "driver.crt", "driver-ca.crt", "client.crt", "client.key")}
-    assert yarn.created[0]["configuration"]["files"][0]["src_file"].startswith(f"{FS}/user/alice/submarine-jobs/")
+    assert yarn.created[0]["configuration"]["files"][0]["src_file"].startswith(f"{FS}/submarine-jobs/alice/")
 
     forget_job("mnist", files)
-    assert hdfs.under("/user/alice/submarine-jobs/mnist") == {} and not (jobs_dir / "mnist").exists()
+    assert hdfs.under("/submarine-jobs/alice/mnist") == {} and not (jobs_dir / "mnist").exists()
 
 
 @pytest.mark.parametrize("fail", ["rm", "hdfs"])
@@ -258,8 +265,18 @@ def test_a_submit_that_fails_halfway_leaves_nothing_on_hdfs_or_locally(fail: str
     yarn = RecordingYarn(refuse=fail == "rm")
     with pytest.raises(error):
         submit(yarn, req, files=files)  # type: ignore[arg-type]
-    assert hdfs.under("/user/alice/submarine-jobs/mnist") == {} and "/user/alice/submarine-jobs/mnist" not in hdfs.paths
+    assert hdfs.under("/submarine-jobs/alice/mnist") == {} and "/submarine-jobs/alice/mnist" not in hdfs.paths
     assert not (jobs_dir / "mnist").exists() and yarn.created == []
+
+
+def test_a_directory_of_jobs_another_user_made_first_is_refused_naming_it(jobs_dir: Path):
+    hdfs = FakeHdfs()
+    hdfs.paths["/submarine-jobs/alice"] = (0o777, None)
+    hdfs.owners["/submarine-jobs/alice"] = "mallory"
+    files = job_files(hdfs)
+    with pytest.raises(WebHdfsError, match="must be alice's alone .* it has owner mallory, mode 777"):
+        submit(RecordingYarn(), request(files_uri=files.uri("mnist")), files=files)  # type: ignore[arg-type]
+    assert set(hdfs.paths) == {"/submarine-jobs/alice"} and not (jobs_dir / "mnist").exists()
 
 
 def test_submit_refuses_files_the_spec_does_not_name():
