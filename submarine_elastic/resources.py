@@ -42,4 +42,3 @@ def hadoop_pom() -> Path:
 def pollux_data() -> Path:
     """The measured job models and workloads the simulator replays (Apache-2.0, ``LICENSE`` inside)."""
     return _path("submarine_elastic", "sim/data/pollux")
-

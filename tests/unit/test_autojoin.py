@@ -165,9 +165,17 @@ def test_a_sitecustomize_already_on_the_path_still_runs(fake_horovod: Path, tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(site_dir()), str(theirs_dir), str(Path(autojoin.__file__).parents[2])])
     out = subprocess.run(
-        [sys.executable, "-c", "import builtins, sys; print(getattr(builtins, 'USERS_SITE_RAN', False), "
-         "'tf_hooks.elastic.autojoin' in sys.modules)"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import builtins, sys; print(getattr(builtins, 'USERS_SITE_RAN', False), "
+            "'tf_hooks.elastic.autojoin' in sys.modules)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert out.split() == ["True", "True"]
 

@@ -99,8 +99,7 @@ def test_a_ring_that_cannot_form_says_why() -> None:
     driver.registry.add(handle("worker-0"))
     driver.registry.add(handle("worker-1"))
     assert driver._waiting_reason() == (
-        "2 worker(s) attached, 0 asked to join the ring (need 1): "
-        "the training processes have not called hvd.init() yet"
+        "2 worker(s) attached, 0 asked to join the ring (need 1): the training processes have not called hvd.init() yet"
     )
     driver.registry.move("c-worker-0", WorkerState.WARM)
     assert driver._waiting_reason() == ""

@@ -100,4 +100,3 @@ def test_the_sender_keeps_exactly_the_user_metrics_the_service_takes(name: str) 
     except InvalidPointError:
         taken = False
     assert (kept == [name]) == taken == USER_METRIC.matches(name)
-
