@@ -40,10 +40,10 @@ def self_signed(directory: Path, hosts: Iterable[str] = ("localhost", "127.0.0.1
     return cert, key
 
 
-def cluster_metrics_tls() -> TlsCredentials:
+def cluster_metrics_tls(*hosts: str) -> TlsCredentials:
     """Mutual TLS for a test's metrics service, as the controller serves it: a certificate of the cluster's CA
-    (``SUBMARINE_CA_DIR``) for loopback, and callers' certificates of that CA required. ``job run`` gives every
-    job that reports metrics one, and the CA."""
+    (``SUBMARINE_CA_DIR``) for loopback and ``hosts``, and callers' certificates of that CA required. ``job run``
+    gives every job that reports metrics one, and the CA."""
     ca = tls.cluster_ca()
-    issued = ca.issue_server("test metrics", tls.loopback_hosts())
+    issued = ca.issue_server("test metrics", tls.loopback_hosts(*hosts))
     return TlsCredentials(issued.cert, issued.key, client_ca=ca.cert_pem)

@@ -177,8 +177,11 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
     spec = cluster.spec()
     name = f"fault-{scenario.name.replace('_', '-')}"
     log_dir = work / "log"
+    # On hosts, the containers reach the root namespace at the bridge's address, not at its loopback.
+    network = cluster.network(spec)
+    bind = network.bridge_address if network is not None else "127.0.0.1"
     metrics = MetricsServer(
-        InMemoryStore(points_per_job=100_000), token=METRICS_TOKEN, tls=cluster_metrics_tls()
+        InMemoryStore(points_per_job=100_000), token=METRICS_TOKEN, tls=cluster_metrics_tls(bind), host=bind
     ).start()
     metrics_env = {"SUBMARINE_METRICS_ENDPOINT": metrics.address, "SUBMARINE_METRICS_TOKEN": METRICS_TOKEN}
     yarn = YarnServiceClient(spec.rm_url, poll_interval=0.5, timeout=(5.0, 20.0), retries=0)
@@ -335,7 +338,11 @@ def answers(url: str) -> bool:
 
 
 def restore(cluster: LocalCluster) -> None:
-    """Wake every stopped daemon (SIGCONT) and start again every one that died, ZooKeeper first."""
+    """Join every host of a cluster on hosts to its bridge again, wake every stopped daemon (SIGCONT) and start
+    again every one that died, ZooKeeper first."""
+    network = cluster.network(cluster.spec())
+    for host in network.all_hosts if network is not None else ():
+        network.set_link(host.index, True)
     for d in cluster.running_daemons():
         os.kill(d.pid, signal.SIGCONT)
     running = {d.name for d in cluster.running_daemons()}
@@ -367,14 +374,18 @@ def driver_pids(run: FaultRun) -> list[int]:
 
 def container_nodes(run: FaultRun) -> dict[str, str]:
     """Container id -> the NodeManager (``nm-<i>``) it runs on, as the ResourceManager reports the job's
-    containers: their node ids end with the NodeManager's port, which names it on this pseudo-cluster."""
-    app_id = run.yarn.status(run.name).id
-    base = f"{run.spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts"
+    containers (:func:`node_of` names the NodeManager of a node id)."""
+    return nodes_of_containers(run.spec, run.yarn, run.name)
+
+
+def nodes_of_containers(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> dict[str, str]:
+    """:func:`container_nodes` of job ``name``, before there is a :class:`FaultRun`."""
+    app_id = yarn.status(name).id
+    base = f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts"
     attempts = requests.get(base, params=AS_USER, timeout=10).json()["appAttempts"]["appAttempt"]
     attempt = attempts[-1]["appAttemptId"]
     raw = requests.get(f"{base}/{attempt}/containers", params=AS_USER, timeout=10).json()
-    by_port = {run.spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(run.spec.nodes)}
-    return {c["containerId"]: by_port[int(c["nodeId"].rsplit(":", 1)[1])] for c in raw["container"]}
+    return {c["containerId"]: node_of(spec, c["nodeId"]) for c in raw.get("container") or []}
 
 
 # -------------------------------------------------------------------------------------------- scenarios
@@ -542,9 +553,13 @@ def hang_worker(run: FaultRun) -> int:
 
 
 def node_of(spec: ClusterSpec, node_id: str) -> str:
-    """The NodeManager (``nm-<i>``) of a ResourceManager node id (``host:port``) on this pseudo-cluster."""
+    """The NodeManager (``nm-<i>``) of a ResourceManager node id (``host:port``) on this pseudo-cluster: on
+    loopback its port names it, on hosts (every NodeManager on the same port) its host, ``host-<i>``."""
+    name, port = node_id.rsplit(":", 1)
+    if spec.hosts:
+        return f"nm-{int(name.removeprefix('host-'))}"
     by_port = {spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(spec.nodes)}
-    return by_port[int(node_id.rsplit(":", 1)[1])]
+    return by_port[int(port)]
 
 
 def am_node(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> str:
@@ -562,8 +577,7 @@ def set_node_size(spec: ClusterSpec, yarn: YarnServiceClient, node: str, memory_
     """Sets what NodeManager ``node`` (``nm-<i>``) offers to containers, as an operator does with ``yarn rmadmin
     -updateNodeResource`` (the RM's REST equivalent): at 0 the scheduler places nothing more there, and the
     containers running there go on (no over-commit timeout). The NodeManager keeps heartbeating meanwhile."""
-    port = spec.nm_ports(int(node.removeprefix("nm-")))["yarn.nodemanager.address"]
-    (node_id,) = [n.node_id for n in yarn.nodes() if n.node_id.endswith(f":{port}")]
+    (node_id,) = [n.node_id for n in yarn.nodes() if node_of(spec, n.node_id) == node]
     resp = requests.post(
         f"{spec.rm_url}/ws/v1/cluster/nodes/{node_id}/resource",
         params={"user.name": yarn.user or ""},
