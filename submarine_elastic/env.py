@@ -10,6 +10,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_HADOOP_LIB`` | cluster | directory of the Hadoop jars (default ``share/submarine-elastic/hadoop/lib`` under the Python environment, where ``submarine cluster install-jars`` puts them) |
 | ``SUBMARINE_HADOOP_CONF`` | cluster | the shared Hadoop configuration files (default: the ones the package ships) |
 | ``SUBMARINE_RM_URL`` | client | ResourceManager web address (default: the local pseudo-cluster's) |
+| ``HADOOP_CONF_DIR`` | client | a Hadoop client configuration: when its ``fs.defaultFS`` is HDFS, ``job run`` puts the jobs' files there, through WebHDFS at its ``dfs.namenode.http-address`` (default: the local pseudo-cluster's HDFS, when it has one and the job goes to its RM) |
 | ``SUBMARINE_YARN_USER`` | client | user for simple auth (``?user.name=``); default: the login user |
 | ``SUBMARINE_YARN_AUTH`` | client, job | ``simple`` (default) or ``kerberos`` (SPNEGO, mutual authentication required) |
 | ``SUBMARINE_YARN_KEYTAB`` | client, job | with ``kerberos``: the keytab to log in from (into a private in-memory credentials cache); unset: the user's credentials cache (``kinit``). ``job run`` copies it into the job's secrets and points the job's containers at the copy YARN localizes |
@@ -21,6 +22,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_METRICS_TLS_CERT_FILE`` / ``..._KEY_FILE`` | training | the hooks' client certificate and key (PEM) for a metrics service that requires one |
 | ``SUBMARINE_METRICS_TLS`` | training | ``1``: TLS with the system's CAs (when no ``..._TLS_CA``) |
 | ``SUBMARINE_METRICS_EVERY_N`` | training | report every N-th step (default 1) |
+| ``SUBMARINE_NOISE_EVERY`` | training | measure the gradient noise scale every N-th training step (default 10; ``tf_hooks.noise``) |
 | ``SUBMARINE_CHECKPOINT_PATH`` | training | directory where rank 0 of the elastic helpers writes the committed state, and from which a job that lost every worker resumes (``job run --checkpoint_path``); unset: no checkpoints |
 | ``SUBMARINE_CHECKPOINT_EVERY`` | training | write a checkpoint every N commits (default 50; ``job run --checkpoint_every``) |
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
@@ -35,6 +37,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_DRIVER_TLS_NAME`` | job | the name the driver's certificate carries, which its clients check instead of the host they dial |
 | ``SUBMARINE_AGENT_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the agents' client certificate and key (PEM) for the driver |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
+| ``SUBMARINE_MIN_BATCH_SIZE`` / ``..._MAX_BATCH_SIZE`` | job | the global batch sizes a policy or an operator may set the job's batch to (``job run --min_batch_size``/``--max_batch_size``, or ``--batch_size`` for both); unset: no limits |
 | ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_HUNG_AFTER_S`` | job | a training process in a ring that sends its agent no heartbeat for this long is killed as hung (default 10) |
@@ -100,6 +103,12 @@ def hadoop_conf_template() -> Path:
     """The Hadoop configuration shared with the docker-compose cluster (``SUBMARINE_HADOOP_CONF``)."""
     value = _get("SUBMARINE_HADOOP_CONF")
     return Path(value).expanduser() if value else resources.hadoop_conf()
+
+
+def hadoop_conf_dir() -> Path | None:
+    """A Hadoop client configuration directory given by the user (``HADOOP_CONF_DIR``), or None."""
+    value = _get("HADOOP_CONF_DIR")
+    return Path(value).expanduser() if value else None
 
 
 def rm_url() -> str | None:
@@ -182,6 +191,20 @@ def metrics_every_n() -> int:
     if every_n < 1:
         raise ValueError(f"SUBMARINE_METRICS_EVERY_N must be a positive integer, got {value!r}")
     return every_n
+
+
+def noise_every(default: int) -> int:
+    """Measure the gradient noise scale every N-th training step (``SUBMARINE_NOISE_EVERY``; ``default`` when unset).
+
+    Raises:
+        ValueError: the variable is set but is not a positive integer.
+    """
+    value = _get("SUBMARINE_NOISE_EVERY")
+    if value is None:
+        return default
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"SUBMARINE_NOISE_EVERY must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def positive_seconds(name: str, default: float) -> float:
@@ -360,6 +383,24 @@ def worker_limits() -> tuple[int, int, int]:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
         values.append(int(value))
     return values[0], values[1], values[2]
+
+
+def batch_limits() -> tuple[int, int] | None:
+    """``(min, max)`` global batch of the job (``SUBMARINE_MIN_BATCH_SIZE`` / ``_MAX_``); None when neither is set.
+
+    Raises:
+        ValueError: one is set without the other, or a value is not a positive integer.
+    """
+    names = ("SUBMARINE_MIN_BATCH_SIZE", "SUBMARINE_MAX_BATCH_SIZE")
+    raw = [_get(name) for name in names]
+    if raw == [None, None]:
+        return None
+    values = []
+    for name, value in zip(names, raw, strict=True):
+        if value is None or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        values.append(int(value))
+    return values[0], values[1]
 
 
 def job_outcome_file() -> Path | None:

@@ -28,6 +28,7 @@ class ReportingHook:
         self._batch_size = options.get("batch_size")
         self._rank_arg = options.get("rank")
         self._world_size_arg = options.get("world_size")
+        self._noise = options.get("gradient_noise")
         connection = {k: v for k, v in options.items() if k not in HOOK_ONLY_OPTIONS}
         self.config = MetricsConfig.from_env(**connection)  # type: ignore[arg-type]
         self.sink = sink if sink is not None else make_sink(self.config)

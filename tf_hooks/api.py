@@ -13,7 +13,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -30,6 +30,16 @@ class TfHooksError(Exception):
 
 class MetricsConfigError(TfHooksError, ValueError):
     """A metrics setting (argument or environment variable) is unusable; the message names it."""
+
+
+class NoiseSource(Protocol):
+    """Where a hook reads the gradient noise estimate from (``tf_hooks.noise.GradientNoiseScale``)."""
+
+    def record_fields(self) -> Mapping[str, float]:
+        """The estimate now as :class:`StepRecord` keywords (``grad_sq_norm``, ``grad_variance``,
+        ``gradient_noise_scale``); empty when there is none. May read the device: called off the
+        training thread where the hook can."""
+        ...
 
 
 class StepRecord(NamedTuple):

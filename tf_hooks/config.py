@@ -12,7 +12,7 @@ from submarine_elastic.limits import INSTANCE, JOB_NAME, MAX_POINTS_PER_BATCH
 from tf_hooks.api import MetricsConfigError
 
 if TYPE_CHECKING:
-    from tf_hooks.api import MetricsSink
+    from tf_hooks.api import MetricsSink, NoiseSource
 
 
 class ConnectionOptions(TypedDict, total=False):
@@ -48,12 +48,15 @@ class ReportingOptions(ConnectionOptions, total=False):
     ``batch_size`` (this worker's) gives examples per second; ``rank`` and ``world_size`` default to
     Horovod's when it is initialized, else 0 and 1; each may be a number or a callable read on every
     report. ``sink`` replaces the gRPC sender (a :class:`~tf_hooks.api.NullSink` to report nothing).
+    ``gradient_noise`` (a :class:`tf_hooks.noise.GradientNoiseScale`, or anything with its
+    ``record_fields``) is read off the training thread and its estimate reported with the steps.
     """
 
     batch_size: int | Callable[[], int] | None
     rank: int | Callable[[], int] | None
     world_size: int | Callable[[], int] | None
     sink: MetricsSink | None
+    gradient_noise: NoiseSource | None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class MetricsConfig:
 
 #: The options only the hooks take (the rest make their :class:`MetricsConfig`).
 HOOK_ONLY_OPTIONS = ReportingOptions.__optional_keys__ - ConnectionOptions.__optional_keys__
+
 
 def _read(path: Path, what: str) -> bytes:
     try:

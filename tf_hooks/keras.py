@@ -21,7 +21,7 @@ import math
 import operator
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
 from types import ModuleType
 from typing import Any, NamedTuple, Unpack
@@ -143,6 +143,7 @@ class _MetricsCallbackLogic(ReportingHook):
             return []
         indexes, batches, clocks, logs, spans = zip(*items, strict=True)
         learning_rate = as_floats([self._lr])[0] if self._lr is not None else math.nan  # once per drain
+        noise = self._read_noise() if self._noise is not None else None  # once per drain
         out: list[StepBlock | int] = []
         if spans.count(spans[0]) == len(spans):  # the usual case: one span (identity is checked first)
             stops = [len(spans)]
@@ -168,6 +169,8 @@ class _MetricsCallbackLogic(ReportingHook):
                     block = dataclasses.replace(block, lost_before=lost)
                 out.append(block)
             start = stop
+        if noise and isinstance(out[-1], StepBlock):
+            out[-1] = _with_noise(out[-1], noise)
         return out
 
     def _block(
@@ -214,7 +217,9 @@ class _MetricsCallbackLogic(ReportingHook):
         )
 
     def _record_now(self, item: tuple[int, int, float, Any, _Span]) -> None:
-        self.sink.record(self._convert(*item[1:]))
+        record = self._convert(*item[1:])
+        noise = self._read_noise() if self._noise is not None else None
+        self.sink.record(record._replace(**noise) if noise else record)  # type: ignore[arg-type]
 
     def _convert(self, batch: int, t: float, logs: Any, span: _Span) -> StepRecord:
         step = span.base + batch + 1
@@ -248,6 +253,14 @@ class _MetricsCallbackLogic(ReportingHook):
             return {k: v for k, v in logs.items() if k != "loss"}
         return {k: logs[k] for k in self._user_metrics if k in logs}  # type: ignore[union-attr]
 
+    def _read_noise(self) -> Mapping[str, float] | None:
+        """Runs on the sender thread, once per drain: the gradient noise estimate now (None: none, or unread)."""
+        try:
+            return self._noise.record_fields()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001  (_failed logs it with its traceback)
+            self._failed("failed to read the gradient noise estimate; omitted")
+            return None
+
     def _read_learning_rate(self) -> float | None:
         """Runs on the sender thread, once per flush: the optimizer's learning rate now."""
         optimizer = getattr(self.model, "optimizer", None)
@@ -257,6 +270,17 @@ class _MetricsCallbackLogic(ReportingHook):
         if callable(rate) and not hasattr(rate, "numpy"):  # a schedule object
             rate = rate(optimizer.iterations)  # type: ignore[union-attr]
         return float(rate)
+
+
+def _with_noise(block: StepBlock, noise: Mapping[str, float]) -> StepBlock:
+    """``block`` with the noise estimate read at a drain on its last step (the estimate as of then)."""
+    n = len(block)
+    columns = {}
+    for name, value in noise.items():
+        column = np.full(n, np.nan)
+        column[-1] = value
+        columns[name] = column
+    return dataclasses.replace(block, **columns)  # type: ignore[arg-type]
 
 
 def _values(logs: Sequence[Any], name: str) -> list[Any]:

@@ -156,4 +156,4 @@ def test_the_hook_options_are_the_config_fields_plus_the_hooks_own() -> None:
     # One list of settings: both hooks take ReportingOptions, MetricsConfig.from_env the connection part.
     fields = {f.name for f in dataclasses.fields(MetricsConfig)} - {"tls"}  # tls follows from tls_ca
     assert set(ConnectionOptions.__optional_keys__) == fields
-    assert HOOK_ONLY_OPTIONS == {"batch_size", "rank", "world_size", "sink"}
+    assert HOOK_ONLY_OPTIONS == {"batch_size", "rank", "world_size", "sink", "gradient_noise"}

@@ -59,7 +59,7 @@ import numpy as np
 from tf_hooks.api import TfHooksError
 from tf_hooks.elastic import data as edata
 from tf_hooks.elastic.checkpoint import Checkpointer
-from tf_hooks.elastic.optimizer import allreduce_gradients
+from tf_hooks.elastic.optimizer import allreduce_gradients, is_allreducing
 from tf_hooks.elastic.rules import BatchRule
 
 logger = logging.getLogger(__name__)
@@ -209,6 +209,11 @@ class ElasticKerasTrainer:
         metrics_callback: True: a :class:`~tf_hooks.MetricsCallback` configured from the environment;
             a callback instance; or False for none.
         check_sync: compare a fingerprint of the weights across the ranks at every epoch end.
+        gradient_noise: True: measure the gradient noise scale in the step (:mod:`tf_hooks.noise`, every
+            ``SUBMARINE_NOISE_EVERY`` steps, from each rank's gradients before and after the average)
+            and report it with the metrics (not with Horovod's ``DistributedOptimizer``, which hides the
+            local gradients); a :class:`~tf_hooks.noise.GradientNoiseScale`; or False. Alone in a ring
+            (one rank's batch is the global one) nothing is measured or reported.
         checkpoint: where rank 0 checkpoints the committed state every K commits, and where a job that
             lost every worker resumes from (:class:`~tf_hooks.elastic.state.ElasticState`): None, the
             job's ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
@@ -237,6 +242,7 @@ class ElasticKerasTrainer:
         metrics_callback: Any = True,
         check_sync: bool = True,
         checkpoint: Checkpointer | str | os.PathLike[str] | bool | None = None,
+        gradient_noise: Any = True,
         **compile_kwargs: Any,
     ) -> None:
         keras = model_keras(model)
@@ -260,7 +266,14 @@ class ElasticKerasTrainer:
         self.check_sync = check_sync
         self.resets: list[ResetTiming] = []
 
-        self.optimizer = allreduce_gradients(optimizer)
+        if gradient_noise is True:
+            from tf_hooks.noise import GradientNoiseScale
+
+            # Horovod's own DistributedOptimizer averages inside, where the local gradients are never seen.
+            ours = not is_allreducing(optimizer) or getattr(type(optimizer), "_submarine_allreduce", False)
+            gradient_noise = GradientNoiseScale() if ours else None
+        self.noise = gradient_noise or None
+        self.optimizer = allreduce_gradients(optimizer, noise=self.noise)
         model.compile(optimizer=self.optimizer, loss=loss, metrics=list(metrics or []), **compile_kwargs)
         _build_slots(self.optimizer, model.trainable_variables)
         self.state = ElasticState(
@@ -281,7 +294,7 @@ class ElasticKerasTrainer:
         if metrics_callback is True:
             from tf_hooks.keras import callback_class
 
-            self.metrics_callback = callback_class(keras)(batch_size=self._local_batch)
+            self.metrics_callback = callback_class(keras)(batch_size=self._local_batch, gradient_noise=self.noise)
         elif metrics_callback is not False:
             self.metrics_callback = metrics_callback
         self._before_user = [types.MetricAverage(hvd), types.Progress(self)]
@@ -527,10 +540,12 @@ class _CallbackTypes:
                 self._first_batch = 0
                 self._global_batch = 1
                 self._lr: float | None = None
+                self._ring = (0, 1)
 
             def on_train_begin(self, logs: Any = None) -> None:
                 trainer, state = self.trainer, self.trainer.state
                 size = trainer._hvd.size()
+                self._ring = (trainer._hvd.rank(), size)
                 self._global_batch = trainer.rule.global_batch(size)
                 self._step = int(trainer.optimizer.iterations.numpy())
                 self._first_batch = state.batch
@@ -550,6 +565,8 @@ class _CallbackTypes:
                 rule, state = self.trainer.rule, self.trainer.state
                 if self._step - state.resized_at <= rule.ramp_steps:
                     self._set_lr()
+                if self.trainer.noise is not None:
+                    self._noise_batch()
 
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
                 trainer, state = self.trainer, self.trainer.state
@@ -575,6 +592,17 @@ class _CallbackTypes:
                 state.epoch += 1
                 state.cursor = 0
                 state.batch = self._first_batch = 0
+
+            def _noise_batch(self) -> None:
+                """This step's split for the noise estimate: this rank's part of the step (shorter at the
+                epoch's end), and its gradient's factor over its part's mean (the loss weight)."""
+                rank, size = self._ring
+                step_len = edata.step_length(len(self.trainer.x), self.trainer.state.cursor, self._global_batch)
+                base, extra = divmod(step_len, size)
+                local = base + (1 if rank < extra else 0)
+                self.trainer.noise.set_batch(  # type: ignore[union-attr]
+                    local, step_len, size * local / step_len if local else 1.0
+                )
 
             def _set_lr(self) -> None:
                 rule, state = self.trainer.rule, self.trainer.state

@@ -17,14 +17,22 @@ Importing this module imports neither TensorFlow nor Horovod.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tf_hooks.noise import GradientNoiseScale
 
 #: Prefix of the allreduce of gradient i: Horovod's ``elastic.run`` recognises a failed collective, and
 #: turns it into a ring re-form, by "HorovodAllreduce" in TensorFlow's error message, which names the op.
 GRADIENT_OP_NAME = "HorovodAllreduce_ElasticGradient_{}"
+#: The allreduce of the gradient noise measurement (three numbers a step; see tf_hooks.noise).
+NOISE_OP_NAME = "HorovodAllreduce_GradientNoise"
 
 _classes: dict[type, type] = {}
+#: The noise estimator each of our optimizers feeds (not an attribute: Keras would track its variables).
+_noise_of: weakref.WeakKeyDictionary[Any, GradientNoiseScale] = weakref.WeakKeyDictionary()
 
 
 def is_allreducing(optimizer: Any) -> bool:
@@ -39,9 +47,10 @@ def _is_keras3(cls: type) -> bool:
     return callable(getattr(cls, "apply", None))
 
 
-def allreduce_gradients(optimizer: Any) -> Any:
+def allreduce_gradients(optimizer: Any, noise: GradientNoiseScale | None = None) -> Any:
     """A new optimizer, of the same configuration, whose every update first averages the gradients over the
-    ring; ``optimizer`` itself when it already does (:func:`is_allreducing`).
+    ring; ``optimizer`` itself when it already does (:func:`is_allreducing`). With ``noise``, every update
+    also feeds it this rank's gradients before and after the average (:mod:`tf_hooks.noise`).
 
     Use the returned optimizer from then on (in ``compile``, in a custom loop): it is built from
     ``optimizer.get_config()``, so it starts with no slots and ``iterations`` at 0. Its class is a subclass
@@ -51,9 +60,17 @@ def allreduce_gradients(optimizer: Any) -> Any:
     Raises:
         TypeError: ``optimizer`` is not a Keras optimizer (it has neither ``apply`` nor ``apply_gradients``,
             or no ``get_config``/``from_config``), or is Horovod's ``DistributedOptimizer`` of a Keras 3
-            optimizer, which never allreduces in ``fit``.
+            optimizer, which never allreduces in ``fit``; or ``noise`` with an optimizer that averages the
+            gradients inside (Horovod's ``DistributedOptimizer``: the local gradients are never seen).
     """
     if is_allreducing(optimizer):
+        if noise is not None:
+            if not getattr(type(optimizer), "_submarine_allreduce", False):
+                raise TypeError(
+                    "optimizer: Horovod's DistributedOptimizer averages the gradients inside, so the gradient "
+                    "noise scale cannot see the local ones: pass the plain optimizer"
+                )
+            _noise_of[optimizer] = noise
         return optimizer
     base = type(optimizer)
     if hasattr(optimizer, "_allreduce_grads"):
@@ -66,7 +83,10 @@ def allreduce_gradients(optimizer: Any) -> Any:
     cls: Any = _classes.get(base)
     if cls is None:
         cls = _classes[base] = _allreducing_class(base)
-    return cls.from_config(optimizer.get_config())
+    wrapped = cls.from_config(optimizer.get_config())
+    if noise is not None:
+        _noise_of[wrapped] = noise
+    return wrapped
 
 
 def _allreducing_class(base: type) -> type:
@@ -74,14 +94,15 @@ def _allreducing_class(base: type) -> type:
     if _is_keras3(base):  # apply_gradients calls apply
 
         def apply(self: Any, grads: Sequence[Any], trainable_variables: Any = None) -> Any:
-            return base.apply(self, average_over_ring(grads), trainable_variables)  # type: ignore[attr-defined]
+            averaged = average_over_ring(grads, *_noise_and_step(self))
+            return base.apply(self, averaged, trainable_variables)  # type: ignore[attr-defined]
 
         namespace["apply"] = apply
     elif callable(getattr(base, "apply_gradients", None)):  # Keras 2: apply_gradients is where updates start
 
         def apply_gradients(self: Any, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
             pairs = list(grads_and_vars)
-            grads = average_over_ring([g for g, _ in pairs])
+            grads = average_over_ring([g for g, _ in pairs], *_noise_and_step(self))
             return base.apply_gradients(  # type: ignore[attr-defined]
                 self, list(zip(grads, [v for _, v in pairs], strict=True)), *args, **kwargs
             )
@@ -98,18 +119,35 @@ def _allreducing_class(base: type) -> type:
     return cls
 
 
-def average_over_ring(grads: Sequence[Any]) -> list[Any]:
+def _noise_and_step(optimizer: Any) -> tuple[GradientNoiseScale | None, Any]:
+    """The noise estimator ``optimizer`` feeds, and its ``iterations`` (the step the ranks agree on)."""
+    noise = _noise_of.get(optimizer)
+    return noise, getattr(optimizer, "iterations", None) if noise is not None else None
+
+
+def average_over_ring(grads: Sequence[Any], noise: GradientNoiseScale | None = None, step: Any = None) -> list[Any]:
     """Each gradient averaged over the ring (an allreduce per gradient, which Horovod fuses); None stays None.
+    With ``noise``, it is fed this rank's gradients and the averaged ones, and the ranks' square norms are
+    averaged in one more allreduce of three numbers (:mod:`tf_hooks.noise`; set its batch sizes with
+    ``set_batch``). ``step``: the step count every rank agrees on (the optimizer's ``iterations``), which
+    picks the measured steps; None counts this process's calls (a joiner's count differs).
 
     Blocks, when run eagerly, until every rank has contributed; inside a traced step the allreduce is an op
     of the step.
     """
     import horovod.tensorflow as hvd
 
-    return [
+    averaged = [
         None if grad is None else hvd.allreduce(grad, op=hvd.Average, name=GRADIENT_OP_NAME.format(i))
         for i, grad in enumerate(grads)
     ]
+    if noise is not None:
+
+        def average(values: Any) -> Any:
+            return hvd.allreduce(values, op=hvd.Average, name=NOISE_OP_NAME)
+
+        noise.observe(grads, averaged, step=step, average=average)
+    return averaged
 
 
-__all__ = ["GRADIENT_OP_NAME", "allreduce_gradients", "average_over_ring", "is_allreducing"]
+__all__ = ["GRADIENT_OP_NAME", "NOISE_OP_NAME", "allreduce_gradients", "average_over_ring", "is_allreducing"]
