@@ -101,6 +101,12 @@ DEFAULT_HTTP_TIMEOUT: tuple[float, float] = (5.0, 60.0)
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: Gateway / unavailable answers (a proxy, a restarting or standby RM). Not 500: see the module doc.
 RETRY_STATUSES = (502, 503, 504)
+#: A service's spec read while its ApplicationMaster rewrites it: on HDFS the file is empty until its writer
+#: closes it, and the RM answers 500 with Jackson's words for an empty input. ``status`` reads it again, at
+#: most this many times, :data:`SPEC_REWRITE_RETRY_S` apart.
+SPEC_REWRITE_RETRIES = 10
+SPEC_REWRITE_RETRY_S = 0.2
+_SPEC_BEING_WRITTEN = "No content to map due to end-of-input"
 #: YARN application states of a live application (``ServiceClient.liveStates``).
 LIVE_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
@@ -553,7 +559,15 @@ class YarnServiceClient(ServiceBackend):
             RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
         """
         path = self._service_path(name)
-        resp = self._request("GET", path)
+        for attempt in range(SPEC_REWRITE_RETRIES + 1):
+            try:
+                resp = self._request("GET", path)
+                break
+            except YarnRequestError as exc:
+                rewriting = exc.status_code == 500 and _SPEC_BEING_WRITTEN in (exc.diagnostics or "")
+                if not rewriting or attempt == SPEC_REWRITE_RETRIES:
+                    raise
+                self._sleep(SPEC_REWRITE_RETRY_S)
         try:
             data = resp.json()
         except ValueError as exc:

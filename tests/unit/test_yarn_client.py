@@ -39,6 +39,7 @@ from submarine_elastic.yarn import (
     YarnServiceClient,
     YarnTimeoutError,
 )
+from submarine_elastic.yarn.client import SPEC_REWRITE_RETRIES, SPEC_REWRITE_RETRY_S
 
 RM = "http://rm.test:8088"
 SVC = f"{RM}/app/v1/services"
@@ -286,6 +287,35 @@ def test_status_parses_containers(client: YarnServiceClient, rsps: responses.Req
     assert c1.state == ContainerState.RUNNING_BUT_UNREADY
     assert not status.is_ready
     assert status.id == "application_1700000000000_0001"
+
+
+EMPTY_SPEC = "No content to map due to end-of-input\n at [Source: (org.apache.hadoop.hdfs.client.HdfsDataInputStream)]"
+
+
+def test_status_reads_again_a_spec_its_am_is_rewriting_on_hdfs(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    """While the AM rewrites a service's spec on HDFS (a flex, the service's end) the file is empty and the RM
+    answers 500: status asks again shortly instead of failing the caller (the controller, job show, a wait)."""
+    rsps.get(f"{SVC}/job", status=500, json={"diagnostics": EMPTY_SPEC})
+    rsps.get(f"{SVC}/job", status=500, json={"diagnostics": EMPTY_SPEC})
+    rsps.get(f"{SVC}/job", json=service_json("STARTED", [("worker-0", "READY")]))
+    assert client.status("job").component("worker") is not None
+    assert clock.sleeps == [SPEC_REWRITE_RETRY_S, SPEC_REWRITE_RETRY_S]
+
+
+def test_status_gives_up_on_a_spec_that_stays_empty_and_on_any_other_500(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    for _ in range(SPEC_REWRITE_RETRIES + 1):
+        rsps.get(f"{SVC}/job", status=500, json={"diagnostics": EMPTY_SPEC})
+    with pytest.raises(YarnRequestError, match="No content to map") as info:
+        client.status("job")
+    assert info.value.status_code == 500 and len(clock.sleeps) == SPEC_REWRITE_RETRIES
+    rsps.get(f"{SVC}/other", status=500, json={"diagnostics": "java.lang.NullPointerException"})
+    with pytest.raises(YarnRequestError, match="NullPointerException"):
+        client.status("other")
+    assert len(clock.sleeps) == SPEC_REWRITE_RETRIES
 
 
 def test_unknown_service_is_not_found_with_diagnostics(client: YarnServiceClient, rsps: responses.RequestsMock) -> None:
