@@ -12,6 +12,11 @@ Data is exactly-once per epoch across resizes (tf_hooks.elastic.data): every ste
 global batch after the committed cursor and splits it over the current ranks. The loss of a step is
 the exact mean over the whole global batch whatever the split (local sums, gradients summed).
 
+The job's batch may be set while it runs (its controller's goodput policy, or `submarine job flex
+--batch_size`): from the commit at which the ranks take it (ElasticState.batch_setting), each step takes
+that global batch, in accum_steps + 1 micro-batches whose gradients are summed before one allreduce, and the
+learning rate ramps to the one the setting gives (or the batch rule's: BatchRule.lr_for_batch).
+
 Run it on the pseudo-cluster:
     submarine job run --name demo --elastic --num_workers 2 --min_workers 1 --max_workers 3 \\
         --worker_launch_cmd 'python examples/train_elastic.py --epochs 20'
@@ -107,6 +112,32 @@ def main() -> None:
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return hvd.allreduce(loss, op=hvd.Sum)
 
+    # With gradient accumulation (a batch setting with accum_steps > 0): the micro-batches' gradients of this
+    # rank are summed, then allreduced and applied once.
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, FEATURES], tf.float32),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([], tf.float32),
+        ]
+    )
+    def micro_step(x: tf.Tensor, y: tf.Tensor, step_len: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(loss_fn(y, model(x, training=True))) / step_len
+        return tape.gradient(loss, model.trainable_variables), loss
+
+    def accumulated_step(parts: list[np.ndarray], step_len: float) -> float:
+        length = tf.constant(step_len, tf.float32)
+        total_grads, total_loss = micro_step(x_all[parts[0]], y_all[parts[0]], length)
+        total_loss = float(total_loss)
+        for ids in parts[1:]:
+            grads, loss = micro_step(x_all[ids], y_all[ids], length)
+            total_grads = [a + b for a, b in zip(total_grads, grads, strict=True)]
+            total_loss += float(loss)
+        summed = [hvd.allreduce(g, op=hvd.Sum) for g in total_grads]
+        opt.apply_gradients(zip(summed, model.trainable_variables, strict=True))
+        return float(hvd.allreduce(tf.constant(total_loss, tf.float32), op=hvd.Sum))
+
     if os.environ.get("HOROVOD_ELASTIC") == "1":
         # Elastic Horovod reads the ring size at run time, so the step can be traced before the
         # process joins a ring: a joiner then costs the running workers no tracing time.
@@ -114,7 +145,18 @@ def main() -> None:
     init_horovod()  # everything above ran before this process joined a ring
 
     metrics = make_sink(MetricsConfig.from_env())
-    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0)
+    # lr_ramp: (step of the last batch setting, learning rate then, learning rate it goes to)
+    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0, lr_ramp=(0, args.lr, args.lr))
+
+    def learning_rate() -> float:
+        changed_at, from_lr, to_lr = state.lr_ramp
+        return rules.ramp_lr(state.step, changed_at, from_lr, to_lr, rule.ramp_steps)
+
+    def on_batch_setting(_old: rules.BatchSetting | None, new: rules.BatchSetting) -> None:
+        # Called on every rank at the same commit: the rate ramps from where it is to the setting's.
+        state.lr_ramp = (state.step, learning_rate(), new.learning_rate or rule.lr_for_batch(new.batch_size))
+
+    state.register_batch_callbacks([on_batch_setting])
     # With --log-dir, each step's record is written when the step is committed: a step rolled back
     # by a failure is recomputed and logged once, so the log shows exactly what the model learned from.
     pending: list[str] = []
@@ -136,11 +178,21 @@ def main() -> None:
             perm = edata.epoch_permutation(args.samples, state.epoch, args.seed)
             while state.cursor < args.samples:
                 size, rank = hvd.size(), hvd.rank()
-                global_batch = rule.global_batch(size)
+                setting = state.batch_setting
+                global_batch = setting.batch_size if setting is not None else rule.global_batch(size)
+                micro = setting.micro_batches if setting is not None else 1
                 step_len = edata.step_length(args.samples, state.cursor, global_batch)
-                ids = edata.shard(perm, state.cursor, global_batch, rank, size)
+                lr = learning_rate()
+                if abs(float(opt.learning_rate) - lr) > 1e-12 * lr:
+                    opt.learning_rate = lr
                 started = time.perf_counter()
-                loss = float(train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32)))
+                if micro == 1:
+                    ids = edata.shard(perm, state.cursor, global_batch, rank, size)
+                    loss = float(train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32)))
+                else:
+                    parts = edata.micro_shards(perm, state.cursor, global_batch, micro, rank, size)
+                    ids = np.concatenate(parts)
+                    loss = accumulated_step(parts, float(step_len))
                 took = time.perf_counter() - started
                 # To the metrics service when the job names one (SUBMARINE_METRICS_ENDPOINT); else a no-op.
                 metrics.record(
@@ -153,7 +205,7 @@ def main() -> None:
                         examples_per_second=len(ids) / took,
                         step_time_seconds=took,
                         batch_size=max(1, len(ids)),
-                        learning_rate=args.lr,
+                        learning_rate=lr,
                     )
                 )
                 if log is not None:
@@ -163,6 +215,9 @@ def main() -> None:
                         "rank": rank,
                         "size": size,
                         "ids": ids.tolist(),
+                        "global_batch": global_batch,
+                        "accum_steps": micro - 1,
+                        "lr": lr,
                         # The whole step's ids: a step is committed once any rank committed it, so the
                         # log stays complete even when a rank dies before writing its own records.
                         "batch": perm[state.cursor : state.cursor + step_len].tolist(),

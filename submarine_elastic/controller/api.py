@@ -651,6 +651,18 @@ class JobBackend(ABC):
             Exception: the driver refused the target or did not answer; the controller records the message.
         """
 
+    def set_batch(
+        self, job_id: str, workers: int, batch_size: int, accum_steps: int, learning_rate: float, reason: str
+    ) -> None:
+        """Give the job's driver the target ``workers`` and the batch setting (global batch, accumulation steps,
+        learning rate; 0: the job's rule) in one request; returns once the driver has taken them (its workers
+        apply the batch at their next commit, with no restart).
+
+        Raises:
+            Exception: the driver refused or did not answer (the default: this backend cannot set a batch).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot set a job's batch")
+
     def instances(self, job_id: str) -> tuple[str, ...]:
         """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
         return ()

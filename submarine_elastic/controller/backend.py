@@ -174,6 +174,16 @@ class YarnJobBackend(JobBackend):
             raise ElasticError(f"the driver of job {job_id} is not reachable")
         client.flex(workers, reason=reason)
 
+    def set_batch(
+        self, job_id: str, workers: int, batch_size: int, accum_steps: int, learning_rate: float, reason: str
+    ) -> None:
+        client = self._client(job_id)
+        if client is None:
+            raise ElasticError(f"the driver of job {job_id} is not reachable")
+        client.flex(
+            workers, reason=reason, batch_size=batch_size, accum_steps=accum_steps, learning_rate=learning_rate
+        )
+
     def size(self, job_id: str) -> JobSize | None:
         """The driver's target and world size, and the READY containers of the job's worker component
         (one Status call to the driver, one service read from the RM)."""

@@ -57,6 +57,7 @@ from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.metrics.api import MetricsStore, RecordedPoint
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.policy import (
+    Decision,
     JobMetrics,
     JobView,
     PolicyEngine,
@@ -161,6 +162,8 @@ class ControllerService(Controller):
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, tuple[int, str | None]] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
+        # job id -> the batch setting (batch, accumulation, learning rate) its driver last took from us
+        self._batch_sent: dict[str, tuple[int, int, float]] = {}
         self.settle = max(interval, SETTLE_S)
         self._capacity_filter = CapacityFilter(self.settle)
         self._footprints: dict[tuple[str, int], JobFootprint] = {}
@@ -325,6 +328,7 @@ class ControllerService(Controller):
         self.store.record_throughputs(self._history_updates)
         self._history_updates.clear()
         total = sum(v.holding for v in views)
+        metrics_of = {v.job_id: v.metrics for v in views}
         snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
         recorded = []
         decided: set[str] = set()
@@ -334,6 +338,7 @@ class ControllerService(Controller):
                 continue  # its last resize is still converging: none is stacked on it
             decided.add(job.job_id)
             holding = sum(room.holding[job.job_id])
+            batch = self._batch_change(decision, metrics_of.get(job.job_id))
             if decision.replace and decision.target_workers == job.target:
                 record = DecisionRecord(
                     job.job_id,
@@ -348,12 +353,17 @@ class ControllerService(Controller):
                 self._apply(decision_id, record, job.target, replace=tuple(decision.replace))
                 continue
             if decision.target_workers == job.target:
+                if batch is not None:  # the batch alone changes: no resize, no cooldown
+                    record = DecisionRecord(job.job_id, self.clock(), job.target, job.target, decision.reason)
+                    decision_id = self.store.add_decision(record)
+                    recorded.append(record)
+                    self._apply(decision_id, record, job.target, batch=batch, restarts_cooldown=False)
                 continue
             record = DecisionRecord(job.job_id, self.clock(), holding, decision.target_workers, decision.reason)
             decision_id = self.store.add_decision(record)
             self.store.update_job(job.job_id, target=decision.target_workers, last_resize_at=record.time)
             recorded.append(record)
-            self._apply(decision_id, record, job.target)
+            self._apply(decision_id, record, job.target, batch=batch)
         recorded += self._lower_short_targets(managed, room, decided, now)
         for job_id in set(self._job_policies) - {job.job_id for job in live}:
             # Its policy has had its after_train: a restarted controller would not set it again.
@@ -543,10 +553,12 @@ class ControllerService(Controller):
         replace: tuple[str, ...] = (),
         *,
         restarts_cooldown: bool = True,
+        batch: tuple[int, int, float] | None = None,
     ) -> None:
         """Send a recorded decision to the job's driver in the background, then follow it (:meth:`_check`).
         If the driver does not take it, it fails and the job's target goes back to ``previous_target``
-        until the driver's is read again."""
+        until the driver's is read again. ``batch``: the batch setting (global batch, accumulation steps,
+        learning rate; 0: the job's rule) sent with the target, in one request."""
         job_id = record.job_id
         run = self.store.job(job_id).run
         with self._lock:
@@ -556,6 +568,10 @@ class ControllerService(Controller):
             try:
                 if replace:
                     self.backend.replace(job_id, replace, self.stall_after)
+                elif batch is not None:
+                    self.backend.set_batch(job_id, record.to_workers, *batch, record.reason)
+                    with self._lock:
+                        self._batch_sent[job_id] = batch
                 else:
                     self.backend.resize(job_id, record.to_workers, record.reason)
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
@@ -579,6 +595,23 @@ class ControllerService(Controller):
         with self._lock:
             self._in_flight[job_id] = thread
         thread.start()
+
+    def _batch_change(self, decision: Decision, metrics: JobMetrics | None) -> tuple[int, int, float] | None:
+        """The batch setting ``decision`` asks of its job's driver, or None when it asks none or the same one
+        its driver last took from this controller. A learning rate alone keeps the batch the job reports."""
+        if decision.batch_size is None and decision.learning_rate is None:
+            return None
+        with self._lock:
+            sent = self._batch_sent.get(decision.job_id)
+        batch_size = decision.batch_size
+        if batch_size is None:
+            batch_size = sent[0] if sent is not None else (metrics.batch_size if metrics is not None else None)
+        if batch_size is None:
+            log.warning("%s: a learning rate without a known batch size is not sent", decision.job_id)
+            return None
+        accum = decision.accum_steps if decision.accum_steps is not None else 0
+        setting = (batch_size, accum, decision.learning_rate or 0.0)
+        return None if setting == sent else setting
 
     # ------------------------------------------------------------------ following decisions
 

@@ -177,6 +177,8 @@ class Agent:
         #: the Horovod environment of the slot the process trains in (Start or Reform), and who placed it
         self.slot_env: dict[str, str] = {}
         self.placed_by = 0
+        #: the job's batch setting as the driver last sent it (relayed to the process once it is in a ring)
+        self.batch: dict[str, object] | None = None
         #: the last heartbeat of the training process (monotonic), once it is in a ring
         self.last_beat: float | None = None
         #: when the training process said it is exiting (None: it did not)
@@ -429,6 +431,8 @@ class Agent:
                 log.info("%s: joining the ring as rank %s", self.instance, command.start.env.get("HOROVOD_RANK"))
                 self._place(dict(command.start.env))
                 self.send_slot_env(self.slot_env)
+                if self.batch is not None:
+                    self._tell_child({"batch": self.batch})
             else:
                 log.info("%s: leaving the ring (scale-in)", self.instance)
                 self._tell_child({"leave": True})
@@ -443,8 +447,28 @@ class Agent:
                 self.placed_by,
             )
             self._tell_child({"reform": self.slot_env})
+        elif kind == "batch":
+            self._relay_batch(command.batch)
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
+
+    def _relay_batch(self, setting: pb.BatchSetting) -> None:
+        """Keeps the job's latest batch setting and passes it to the training process when that is in a ring
+        (before, the process waits for its slot's environment only: it gets the setting right after it)."""
+        if self.batch is not None and int(self.batch["version"]) >= setting.version:  # type: ignore[call-overload]
+            return
+        self.batch = {
+            "batch_size": setting.batch_size,
+            "accum_steps": setting.accum_steps,
+            "learning_rate": setting.learning_rate,
+            "version": setting.version,
+            "reason": setting.reason,
+        }
+        with self._state_lock:
+            running = self._state is AgentState.RUNNING
+        if running:
+            log.info("%s: batch setting %d: batch %d", self.instance, setting.version, setting.batch_size)
+            self._tell_child({"batch": self.batch})
 
     def _place(self, slot_env: dict[str, str]) -> None:
         self.slot_env = slot_env

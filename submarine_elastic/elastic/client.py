@@ -272,11 +272,22 @@ class JobClient:
         except grpc.RpcError as exc:
             raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
 
-    def flex(self, workers: int, remove: list[str] | None = None, reason: str = "") -> pb.FlexReply:
-        """Ask the driver to resize; returns at once (the resize runs in the driver).
+    def flex(
+        self,
+        workers: int,
+        remove: list[str] | None = None,
+        reason: str = "",
+        *,
+        batch_size: int = 0,
+        accum_steps: int = 0,
+        learning_rate: float = 0.0,
+    ) -> pb.FlexReply:
+        """Ask the driver to resize; returns at once (the resize runs in the driver). With ``batch_size``, also
+        set the job's batch (global batch, accumulation steps, learning rate; 0: the job's rule), which the
+        workers take at their next commit.
 
         Raises:
-            FlexRefusedError: outside the job's limits, or unknown instances to remove.
+            FlexRefusedError: outside the job's limits (workers or batch), or unknown instances to remove.
             DriverUnreachableError: as the class.
         """
         import grpc
@@ -285,7 +296,14 @@ class JobClient:
 
         try:
             return self._stub.Flex(
-                pb.FlexRequest(workers=workers, remove=remove or [], reason=reason),
+                pb.FlexRequest(
+                    workers=workers,
+                    remove=remove or [],
+                    reason=reason,
+                    batch_size=batch_size,
+                    accum_steps=accum_steps,
+                    learning_rate=learning_rate,
+                ),
                 metadata=self._metadata,
                 timeout=self.timeout,
                 wait_for_ready=True,

@@ -78,6 +78,7 @@ from submarine_elastic import env, netif
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
+    BatchLimits,
     FlexRefusedError,
     GlooInterfaceError,
     IllegalTransitionError,
@@ -85,6 +86,7 @@ from submarine_elastic.elastic.api import (
     Limits,
     WorkerState,
     advance,
+    check_batch,
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -109,6 +111,8 @@ log = logging.getLogger("submarine_elastic.driver")
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
+#: Batch settings kept in a job's batch timeline (the latest ones; the current one is always among them).
+MAX_BATCH_TIMELINE = 64
 #: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
 RECONCILE_SLICE_S = 10.0
 #: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
@@ -270,6 +274,7 @@ class DriverState:
     failures: list[dict[str, object]] = field(default_factory=list)
     incarnations: list[dict[str, object]] = field(default_factory=list)
     error: str = ""
+    batch_timeline: list[dict[str, object]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path | None, app: str) -> DriverState | None:
@@ -321,9 +326,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         state_file: Path | None = None,
         app: str = "",
         container_id: str = "",
+        batch_limits: BatchLimits | None = None,
     ) -> None:
         self.job = job
         self.limits = limits
+        self.batch_limits = batch_limits
+        #: every batch setting taken, oldest first (at most MAX_BATCH_TIMELINE); the last is the job's batch
+        self.batch_timeline: list[pb.BatchSetting] = []
         self.yarn = yarn
         self.token = token
         self.iface = iface
@@ -370,6 +379,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self._removing = tuple(previous.removing)
             self.timeline = [json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline]
             self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
+            self.batch_timeline = [json_format.ParseDict(b, pb.BatchSetting()) for b in previous.batch_timeline]
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 self.incarnation,
@@ -423,6 +433,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
             return
         self.registry.add(agent)
+        if self.batch_timeline:
+            agent.commands.put(pb.AgentCommand(batch=self.batch_timeline[-1]))
         log.info(
             "agent attached: %s (%s)%s",
             agent.instance,
@@ -540,8 +552,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return ranks
 
     def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
+        changes_batch = bool(request.batch_size or request.accum_steps or request.learning_rate)
         try:
             self.limits.check_target(request.workers)
+            if changes_batch:
+                check_batch(request.batch_size, request.accum_steps, request.learning_rate, self.batch_limits)
         except FlexRefusedError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         known = {a.instance for a in self.registry.snapshot()}
@@ -549,9 +564,42 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if unknown:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown worker instances: {', '.join(unknown)}")
         previous = self.target
+        if changes_batch:
+            self._set_batch(request)
         self.requested = request.workers
         self._resizes.put((request.workers, list(request.remove), request.reason or "requested"))
         return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
+
+    def _set_batch(self, request: pb.FlexRequest) -> None:
+        """Takes a checked batch setting as the job's: kept in its timeline (and the state file) and sent to
+        every attached agent, which relays it to its training process once that is in a ring; the ranks take
+        rank 0's at their next commit (an agent that attaches later gets it first thing). The setting in effect,
+        asked again (a controller that restarted, a retried request), is no new setting."""
+        last = self.batch_timeline[-1] if self.batch_timeline else None
+        asked = (request.batch_size, request.accum_steps, request.learning_rate)
+        if last is not None and (last.batch_size, last.accum_steps, last.learning_rate) == asked:
+            return
+        version = last.version + 1 if last is not None else 1
+        setting = pb.BatchSetting(
+            batch_size=request.batch_size,
+            accum_steps=request.accum_steps,
+            learning_rate=request.learning_rate,
+            version=version,
+            reason=request.reason or "requested",
+            time=time.time(),
+        )
+        self.batch_timeline = [*self.batch_timeline, setting][-MAX_BATCH_TIMELINE:]
+        log.info(
+            "batch %d, accumulation %d%s (setting %d): %s",
+            setting.batch_size,
+            setting.accum_steps,
+            f", learning rate {setting.learning_rate:g}" if setting.learning_rate else "",
+            version,
+            setting.reason,
+        )
+        for agent in self.registry.snapshot():
+            if agent.connected and not agent.state.ended:
+                agent.commands.put(pb.AgentCommand(batch=setting))
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
         ranks = self._ranks()
@@ -577,6 +625,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             error=self.error or "; ".join(why for why in (self._waiting_reason(), self._yarn_lag()) if why),
             failures=self.failures,
             incarnations=self.incarnations,
+            batch=self.batch_timeline[-1] if self.batch_timeline else None,
+            batch_timeline=self.batch_timeline,
+            min_batch_size=self.batch_limits.min if self.batch_limits else 0,
+            max_batch_size=self.batch_limits.max if self.batch_limits else 0,
         )
 
     def _waiting_reason(self) -> str:
@@ -1021,6 +1073,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             failures=[plain(f) for f in self.failures],
             incarnations=[plain(i) for i in self.incarnations],
             error=self.error,
+            batch_timeline=[plain(b) for b in self.batch_timeline],
         )
         text = json.dumps(asdict(state))
         if text == self._persisted:
@@ -1199,6 +1252,12 @@ def main() -> int:
         log.error("SUBMARINE_JOB_ID, SUBMARINE_DRIVER_PORT and SUBMARINE_RM_URL must be set")
         return 2
     num, lo, hi = env.worker_limits()
+    try:
+        batch = env.batch_limits()
+        batch_limits = BatchLimits(*batch) if batch is not None else None
+    except ValueError as exc:
+        log.error("the job's batch limits: %s", exc)
+        return 2
     timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
     try:
         token, pair, client_ca, insecure = env.job_token(), env.driver_tls(), env.driver_tls_client_ca(), env.insecure()
@@ -1235,6 +1294,7 @@ def main() -> int:
             state_file=env.driver_state_file(),
             app=app,
             container_id=os.environ.get("CONTAINER_ID", ""),
+            batch_limits=batch_limits,
         )
         rc = driver.run(port, tls, host=host)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy

@@ -45,6 +45,32 @@ def shard(permutation: np.ndarray, cursor: int, global_batch: int, rank: int, si
     return np.array_split(step, size)[rank]
 
 
+def micro_shards(
+    permutation: np.ndarray, cursor: int, global_batch: int, micro_batches: int, rank: int, size: int
+) -> list[np.ndarray]:
+    """The ids ``rank`` of ``size`` trains on in each micro-batch of the step that starts at ``cursor``, when
+    the step accumulates gradients over ``micro_batches`` micro-batches (a set batch with accumulation).
+
+    The step covers the same ``permutation[cursor:cursor + global_batch]`` as :func:`shard` (the cursor counts
+    samples, so a change of batch or accumulation between steps keeps every sample exactly once), split into
+    ``micro_batches`` contiguous parts, each split over the ranks as :func:`shard` splits a step. With one
+    micro-batch it is ``[shard(...)]``.
+
+    Raises:
+        ValueError: as :func:`shard`, or ``micro_batches`` < 1.
+    """
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    if not 0 <= cursor < len(permutation):
+        raise ValueError(f"cursor {cursor} is outside the epoch of {len(permutation)} samples")
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, got {global_batch}")
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is not in a ring of size {size}")
+    step = permutation[cursor : cursor + global_batch]
+    return [np.array_split(part, size)[rank] for part in np.array_split(step, micro_batches)]
+
+
 def step_length(num_samples: int, cursor: int, global_batch: int) -> int:
     """How far the cursor moves after the step that starts at ``cursor``."""
     return min(global_batch, num_samples - cursor)

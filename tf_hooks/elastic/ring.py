@@ -17,7 +17,9 @@ Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns th
 - it reads what the agent sends: ``leave`` (scale-in: :func:`leave_requested`), ``driver: lost`` (the
   job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
   this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
-  through Horovod's own host-update notification), and ``pong`` (the answer to :meth:`AgentChannel.sync`).
+  through Horovod's own host-update notification), ``batch`` (the job's batch setting, decided by its
+  controller or an operator: :func:`batch_setting`; the ranks take rank 0's at their next commit,
+  :class:`tf_hooks.elastic.state.ElasticState`) and ``pong`` (the answer to :meth:`AgentChannel.sync`).
 
 Every re-initialisation after the first (Horovod's elastic reset) first calls :func:`prepare_reinit`.
 """
@@ -35,6 +37,7 @@ import time
 from typing import Any
 
 from submarine_elastic import env
+from tf_hooks.elastic.rules import BatchSetting
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,8 @@ class AgentChannel:
         self.driver_lost = False
         self.closed = False
         self._reform: dict[str, str] | None = None
+        #: the job's latest batch setting the agent relayed (None: never set)
+        self.batch: BatchSetting | None = None
         self._pings = 0
         self._pongs = 0
         self._thread = threading.Thread(target=self._run, daemon=True, name="submarine-agent-channel")
@@ -129,6 +134,14 @@ class AgentChannel:
                 reform = {str(k): str(v) for k, v in message["reform"].items()}
                 self._reform = reform
                 self.driver_lost = False
+            if isinstance(message.get("batch"), dict):
+                try:
+                    batch = BatchSetting.from_message(message["batch"])
+                except ValueError as exc:
+                    logger.warning("ignoring a batch setting from the worker agent: %s", exc)
+                else:
+                    if self.batch is None or batch.version > self.batch.version:
+                        self.batch = batch
             if "pong" in message:
                 self._pongs = max(self._pongs, int(message["pong"]))
             self._cond.notify_all()
@@ -271,6 +284,13 @@ def _interrupt_ring() -> None:
     from horovod.runner.elastic.worker import HostUpdateResult
 
     module.notification_manager.handle_hosts_updated(time.time(), HostUpdateResult.mixed)
+
+
+def batch_setting() -> BatchSetting | None:
+    """The job's latest batch setting this process's agent relayed (None: none, or not started by an agent).
+    Never blocks. Each rank may see a new one at another moment: :class:`~tf_hooks.elastic.state.ElasticState`
+    makes every rank take rank 0's at the same commit."""
+    return _channel.batch if _channel is not None else None
 
 
 def leave_requested() -> bool:

@@ -12,13 +12,19 @@ Momentum compensation (Dynamic Mini-batch SGD): when the global batch changes by
 step ``t0``, the step size is not switched at once; it is multiplied by
 ``γ_t = 1 + (t - t0)/T · (k - 1)`` for ``t - t0 < T`` and by ``k`` after, so the momentum buffer,
 built up with the old step size, is not suddenly amplified. ``T = 8`` works in practice.
+
+A running job's batch may also be *set* (:class:`BatchSetting`: a global batch and gradient-accumulation
+steps, decided by the job's controller or an operator): it then takes the place of the rule's batch, and
+the learning rate follows it (:meth:`BatchRule.lr_for_batch`): AdaScale's gain when the gradient noise
+scale is known, else the rule's scaling, reached through the same momentum ramp.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 BatchMode = Literal["fixed_global", "fixed_local"]
 LrScaling = Literal["linear", "sqrt", "none"]
@@ -40,6 +46,89 @@ def momentum_gamma(t: int, t0: int, k: float, ramp_steps: int = 8) -> float:
     if elapsed < ramp_steps:
         return 1.0 + elapsed / ramp_steps * (k - 1.0)
     return float(k)
+
+
+def adascale_gain(batch: float, base_batch: float, noise_scale: float) -> float:
+    """AdaScale's gain of a global batch ``batch`` over ``base_batch``, with gradient noise scale ``noise_scale``
+    (in samples): ``(B_noise/B0 + 1) / (B_noise/B + 1)``, between 1 (noise-free gradients: a larger batch buys
+    nothing) and ``batch/base_batch`` (pure noise: the linear rule).
+
+    Raises:
+        ValueError: a batch <= 0 or a negative noise scale.
+    """
+    if batch <= 0 or base_batch <= 0:
+        raise ValueError(f"batch sizes must be > 0, got {batch} and {base_batch}")
+    if not noise_scale >= 0:
+        raise ValueError(f"noise_scale must be >= 0, got {noise_scale}")
+    return (noise_scale / base_batch + 1.0) / (noise_scale / batch + 1.0)
+
+
+def ramp_lr(step: int, changed_at: int, from_lr: float, to_lr: float, ramp_steps: int) -> float:
+    """The learning rate at ``step`` on the way from ``from_lr`` to ``to_lr`` after a change at ``changed_at``:
+    the momentum-compensation ramp (:func:`momentum_gamma`); ``from_lr`` 0 or ``ramp_steps`` 0: ``to_lr`` at once."""
+    if ramp_steps == 0 or from_lr <= 0 or from_lr == to_lr:
+        return to_lr
+    return from_lr * momentum_gamma(step, changed_at, to_lr / from_lr, ramp_steps)
+
+
+@dataclass(frozen=True)
+class BatchSetting:
+    """A batch set for a running job: its global batch and gradient accumulation, decided by its controller
+    (a policy's :class:`~submarine_elastic.policy.Decision`) or an operator (``job flex --batch_size``), and
+    relayed to each training process by its agent.
+
+    Each step then runs ``accum_steps + 1`` micro-batches and applies one update for ``batch_size`` samples
+    of the whole job: each of ``k`` ranks takes about ``batch_size / (k * (accum_steps + 1))`` per micro-batch.
+
+    Attributes:
+        batch_size: the global batch, samples per optimizer step (>= 1).
+        accum_steps: micro-batches per step beyond the first (>= 0).
+        learning_rate: the learning rate to use, or None for the job's rule (:meth:`BatchRule.lr_for_batch`).
+        version: 1 for the job's first setting, one more for each later one (the newest wins).
+        reason: why it was chosen.
+
+    Raises:
+        ValueError: a value out of range, naming it.
+    """
+
+    batch_size: int
+    accum_steps: int = 0
+    learning_rate: float | None = None
+    version: int = 0
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value, least in (("batch_size", self.batch_size, 1), ("accum_steps", self.accum_steps, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if self.learning_rate is not None and not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be a finite number > 0 or None, got {self.learning_rate!r}")
+        if not isinstance(self.version, int) or self.version < 0:
+            raise ValueError(f"version must be an int >= 0, got {self.version!r}")
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self.accum_steps + 1
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> BatchSetting:
+        """The setting an agent relayed (``learning_rate`` 0: the rule's).
+
+        Raises:
+            ValueError: a field missing or out of range.
+        """
+        try:
+            lr = float(message.get("learning_rate") or 0.0)
+            return cls(
+                batch_size=int(message["batch_size"]),
+                accum_steps=int(message.get("accum_steps") or 0),
+                learning_rate=lr if lr > 0 else None,
+                version=int(message.get("version") or 0),
+                reason=str(message.get("reason") or ""),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a batch setting: {dict(message)!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -101,6 +190,24 @@ class BatchRule:
         ratio = workers / self.base_workers
         return self.base_lr * (ratio if self.lr_scaling == "linear" else math.sqrt(ratio))
 
+    def lr_for_batch(self, global_batch: int, noise_scale: float | None = None) -> float:
+        """The learning rate for a global batch set for the job (:class:`BatchSetting`), relative to the rule's
+        own batch at ``base_workers``: ``base_lr`` times AdaScale's gain when the gradient noise scale is known,
+        else times the rule's scaling of the batch ratio (``linear``, ``sqrt``; ``none`` keeps ``base_lr``).
+
+        Raises:
+            ValueError: ``global_batch`` < 1.
+        """
+        if global_batch < 1:
+            raise ValueError(f"global_batch must be >= 1, got {global_batch}")
+        base = self.global_batch(self.base_workers)
+        if noise_scale is not None and noise_scale > 0:
+            return self.base_lr * adascale_gain(global_batch, base, noise_scale)
+        if self.lr_scaling == "none":
+            return self.base_lr
+        ratio = global_batch / base
+        return self.base_lr * (ratio if self.lr_scaling == "linear" else math.sqrt(ratio))
+
     def lr_at(self, step: int, resized_at: int, from_lr: float, workers: int) -> float:
         """The learning rate at ``step`` after a resize to ``workers`` at step ``resized_at``, when the
         rate was ``from_lr``: a ramp from ``from_lr`` to :meth:`target_lr` over ``ramp_steps`` steps.
@@ -108,10 +215,7 @@ class BatchRule:
         ``from_lr`` is the rate in effect at the resize, so a resize in the middle of a ramp goes on
         from where the rate was rather than jumping; 0 (no rate yet) means no ramp.
         """
-        new = self.target_lr(workers)
-        if self.ramp_steps == 0 or from_lr <= 0 or from_lr == new:
-            return new
-        return from_lr * momentum_gamma(step, resized_at, new / from_lr, self.ramp_steps)
+        return ramp_lr(step, resized_at, from_lr, self.target_lr(workers), self.ramp_steps)
 
 
 def _check_workers(workers: int) -> None:

@@ -13,25 +13,38 @@ from the newest checkpoint: rank 0 reads it at the first sync and the sync's bro
 rank. One reader means one read of the shared filesystem and the same state on every rank even if a
 checkpoint is being replaced meanwhile; a joiner of a running ring never reads one (the ring's state is
 newer).
+
+The job's batch may be set while it runs (:class:`~tf_hooks.elastic.rules.BatchSetting`, relayed by each
+process's agent, :func:`tf_hooks.elastic.ring.batch_setting`). Every broadcast this state makes from rank 0
+(the host-update check of each commit, the sync of each re-form) carries rank 0's latest setting too, so
+every rank takes the same one at the same commit, with no collective of its own and no re-form: it is the
+attribute ``batch_setting`` from then on, committed and checkpointed with the rest, and the callbacks of
+:meth:`ElasticState.register_batch_callbacks` run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.elastic import ObjectState
 
+from tf_hooks.elastic import ring
 from tf_hooks.elastic.checkpoint import Checkpoint, Checkpointer, CheckpointReadError, resolve
+from tf_hooks.elastic.rules import BatchSetting
 
 logger = logging.getLogger(__name__)
 
 #: The attribute that counts the job's commits; set by the state itself.
 COMMITS = "commits"
+#: The attribute that holds the batch setting in effect (None: the script's own batch); set by the state.
+BATCH = "batch_setting"
+#: What a batch callback is given: the setting before (None: the script's own) and the one taken.
+BatchCallback = Callable[[BatchSetting | None, BatchSetting], None]
 
 
 class ElasticState(ObjectState):
@@ -45,10 +58,11 @@ class ElasticState(ObjectState):
             :class:`~tf_hooks.elastic.checkpoint.Checkpointer`. It must be the same on every rank: with
             it, every sync runs one more small allreduce (and a whole job's first, a broadcast).
         **attrs: plain values (epoch, cursor, step, ...) exposed as attributes and committed with
-            the variables. ``commits`` is the state's own: the number of commits the job has made.
+            the variables. ``commits`` (the number of commits the job has made) and ``batch_setting`` (the
+            batch set for the job, or None) are the state's own.
 
     Raises:
-        ValueError: no variables, or an attribute named ``commits``.
+        ValueError: no variables, or an attribute named ``commits`` or ``batch_setting``.
         CheckpointConfigError: an unusable checkpoint setting (named).
     """
 
@@ -63,8 +77,9 @@ class ElasticState(ObjectState):
     ) -> None:
         if not variables:
             raise ValueError("variables must not be empty: pass the model's and the optimizer's variables")
-        if COMMITS in attrs:
-            raise ValueError(f"{COMMITS!r} is the state's own attribute (the job's commit count): use another name")
+        for own in (COMMITS, BATCH):
+            if own in attrs:
+                raise ValueError(f"{own!r} is the state's own attribute: use another name")
         # Keras 3 variables wrap a tf.Variable (``.value``); Horovod broadcasts tf.Variables.
         self.variables = [v if isinstance(v, tf.Variable) else v.value for v in variables]
         self._values = [v.numpy() for v in self.variables]
@@ -73,7 +88,44 @@ class ElasticState(ObjectState):
         self.resumed_from: Checkpoint | None = None
         self._synced = False
         self.commits = 0
-        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **{COMMITS: 0}, **attrs)
+        self.batch_setting: BatchSetting | None = None
+        #: rank 0's latest batch setting, as its last broadcast carried it (the same on every rank)
+        self._offered: BatchSetting | None = None
+        self._batch_callbacks: list[BatchCallback] = []
+        super().__init__(bcast_object=self._broadcast, get_rank=hvd.rank, **{COMMITS: 0, BATCH: None}, **attrs)
+
+    def register_batch_callbacks(self, callbacks: Sequence[BatchCallback]) -> None:
+        """Calls each of ``callbacks`` with (previous setting, new setting) whenever the state takes a batch
+        setting: on every rank at the same commit (or right after a re-form's sync)."""
+        self._batch_callbacks.extend(callbacks)
+
+    def _broadcast(self, obj: Any) -> Any:
+        """Horovod's ``broadcast_object`` of ``obj`` from rank 0, carrying rank 0's latest batch setting along."""
+        obj, self._offered = hvd.broadcast_object((obj, ring.batch_setting()), root_rank=0, name=type(obj).__name__)
+        return obj
+
+    def check_host_updates(self) -> None:
+        """Horovod's check of each commit (raises ``HostsUpdatedInterrupt`` on a host change), then takes a
+        newer batch setting rank 0 has."""
+        super().check_host_updates()
+        self._take_offered()
+
+    def _take_offered(self) -> None:
+        offered, current = self._offered, self.batch_setting
+        if offered is None or (current is not None and offered.version <= current.version):
+            return
+        self.batch_setting = offered
+        # A warning, so that it shows in the training log whatever logging the script sets up.
+        logger.warning(
+            "batch setting %d from commit %d: batch %d, accumulation %d (%s)",
+            offered.version,
+            self.commits,
+            offered.batch_size,
+            offered.accum_steps,
+            offered.reason or "no reason given",
+        )
+        for callback in self._batch_callbacks:
+            callback(current, offered)
 
     def save(self) -> None:
         self.commits += 1
@@ -103,6 +155,7 @@ class ElasticState(ObjectState):
         self._values = [v.numpy() for v in self.variables]
         super().sync()
         self._synced = True
+        self._take_offered()
 
     def close(self, timeout: float | None = None) -> bool:
         """Waits (at most ``timeout`` s) for the checkpoint being written, if any; True when none is left.
@@ -153,12 +206,13 @@ class ElasticState(ObjectState):
                     f"{where}: variable {i} ({var.name}) is {value.dtype}{list(value.shape)} there and "
                     f"{tf.as_dtype(var.dtype).name}{list(want[0])} here (the model or optimizer differs)"
                 )
-        missing = sorted(set(self._saved_state) - set(checkpoint.attrs))
+        # A checkpoint written before batch settings existed has none: the script's own batch.
+        missing = sorted(set(self._saved_state) - set(checkpoint.attrs) - {BATCH})
         if missing:
             raise CheckpointReadError(f"{where}: it lacks the attributes {missing} of this state")
         for var, value in zip(self.variables, checkpoint.values, strict=True):
             var.assign(value)
         self._values = [v.numpy() for v in self.variables]
-        self._saved_state = {name: checkpoint.attrs[name] for name in self._saved_state}
+        self._saved_state = {name: checkpoint.attrs.get(name) for name in self._saved_state}
         self._set_attrs()
         self.resumed_from = checkpoint
