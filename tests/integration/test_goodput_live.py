@@ -1,0 +1,95 @@
+"""A running job's batch size changed live by a controller decision, on the real pseudo-cluster: the controller
+sends a policy's batch setting to the job's driver, the workers of examples/train_elastic.py take it at one
+commit with no restart (the ring stays as it is), every sample of each epoch is trained on exactly once
+across the change, the ranks end with the same weights, and `job show` gives the change with its reason."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.daemon import process
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.policy import Decision, JobPolicy, JobView, Snapshot
+from submarine_elastic.yarn import YarnServiceClient
+from tests.integration import jobcheck
+from tests.integration.conftest import committed_steps, eventually, submarine
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NEW_BATCH, NEW_ACCUM = 96, 1
+REASON = f"live test: batch {NEW_BATCH} in {NEW_ACCUM + 1} micro-batches"
+
+
+class SetBatchOnce(JobPolicy):
+    """Keeps the job's size; once it has trained 20 steps, asks for a global batch of 96 in two micro-batches
+    (the engine stops asking once the job reports that batch)."""
+
+    name = "set-batch-once"
+
+    def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
+        if (job.metrics.step or 0) < 20:
+            return None
+        return Decision(job.job_id, job.holding, REASON, batch_size=NEW_BATCH, accum_steps=NEW_ACCUM)
+
+
+@pytest.fixture()
+def controller_dir(
+    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    directory = tmp_path / "controller"
+    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(directory))
+    monkeypatch.setenv("SUBMARINE_RM_URL", cluster_spec.rm_url)
+    # The controller process loads this module's policy.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    yield directory
+    process.stop(directory)
+
+
+def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_once(
+    controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
+) -> None:
+    rm = cluster_spec.rm_url
+    submarine(rm, "controller", "start", "--policy", "static", "--interval", "1")
+    work = tmp_path / "job"
+    work.mkdir()
+    name = "live-batch"
+    with YarnServiceClient(rm, poll_interval=0.5) as yarn:
+        try:
+            jobcheck.start_job(rm, name, work, 2, None, "--policy", f"{__name__}:SetBatchOnce")
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                status = eventually(
+                    lambda: (s := job.status()).batch.version >= 1 and s, "the driver taking the batch setting", 180
+                )
+                assert (status.batch.batch_size, status.batch.accum_steps, status.batch.reason) == (
+                    NEW_BATCH,
+                    NEW_ACCUM,
+                    REASON,
+                )
+                eventually(
+                    lambda: any(r[0]["global_batch"] == NEW_BATCH for r in committed_steps(work / "log").values()),
+                    "the workers training on the new batch",
+                    120,
+                )
+                assert [b.version for b in job.status().batch_timeline] == [1], "the setting was sent twice"
+                shown = submarine(rm, "job", "show", name)
+                assert REASON in shown, shown
+                resizes = list(job.status().timeline)
+            jobcheck.finish(yarn, name, work)
+        finally:
+            yarn.destroy(name, missing_ok=True)
+    # Exactly-once data across the change, no committed step lost or repeated, the same weights on each rank.
+    steps = jobcheck.check_training(work / "log")
+    first = [steps[s][0] for s in sorted(steps)]
+    assert {r["size"] for r in first} == {2}, "the ring changed"
+    switch = next(r["step"] for r in first if r["global_batch"] == NEW_BATCH)
+    assert switch % 4 == 0, f"the batch changed at step {switch}, not at a commit (every 4 steps)"
+    assert {(r["global_batch"], r["accum_steps"]) for r in first if r["step"] < switch} == {(64, 0)}
+    assert {(r["global_batch"], r["accum_steps"]) for r in first if r["step"] >= switch} == {(NEW_BATCH, NEW_ACCUM)}
+    assert all(len(r["batch"]) <= NEW_BATCH for r in first)
+    assert len(resizes) <= 1, f"the job was resized or re-formed: {resizes}"
