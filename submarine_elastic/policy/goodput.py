@@ -17,9 +17,17 @@ cost being ``resize_cost_s`` when given, else the job's measured ``resize_cost_s
 run long is expected to run long), and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice is exact:
 dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
 of its best configuration at the count it gets. Jobs in their cooldown, and jobs that are not elastic,
-keep what they hold. A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
+keep what they hold, except that a waiting job may start with workers taken from a job in its cooldown
+that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
+a waiting job starts). A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
 times past the most workers it was measured at; before its first measurement, to the count it was
-submitted with or ``initial_workers`` (one node's slots by default), whichever is more.
+submitted with, or ``initial_workers`` (one node's slots by default) when that is not known.
+
+Each job's inverse speedup is weighted by its remaining time, shortest-remaining-first in flavour:
+``(remaining / REMAINING_REFERENCE_S) ** -remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the
+remaining time being the job's ``remaining_samples`` over its modelled goodput at what it holds, at least
+:data:`MIN_REMAINING_S`. A job near its end gets workers before one far from it; a job that reports no
+remaining work weighs 1.
 
 A job without step times per configuration (a controller that reports only throughput by world size)
 is modelled as before: throughput interpolated between the measured world sizes, with its per-worker
@@ -57,7 +65,11 @@ from .goodput_model import BestConfigs, GoodputModel, worker_cap
 __all__ = [
     "DEFAULT_RESIZE_COST_S",
     "MAX_CONFIGURATIONS",
+    "MAX_REMAINING_EXPONENT",
     "MIN_HORIZON_S",
+    "MIN_REMAINING_S",
+    "REMAINING_EXPONENT",
+    "REMAINING_REFERENCE_S",
     "RESIZE_HYSTERESIS",
     "WAITING_PENALTY",
     "GoodputArbiter",
@@ -78,6 +90,16 @@ MIN_HORIZON_S = 600.0
 RESIZE_HYSTERESIS = 0.15
 #: What a job waiting at no workers adds to the sum of inverse speedups (plus one per second of age).
 WAITING_PENALTY = 1e6
+#: Default of how strongly a job's remaining time weighs in the arbiter's objective: each job's inverse
+#: speedup is multiplied by ``(remaining_s / REMAINING_REFERENCE_S) ** -REMAINING_EXPONENT`` (0: the plain
+#: power mean), so that jobs near their end get workers first, as shortest-remaining-first would.
+REMAINING_EXPONENT = 1.0
+#: The largest ``remaining_exponent`` accepted (a larger one orders jobs strictly, starving long ones).
+MAX_REMAINING_EXPONENT = 4.0
+#: The remaining time at which a job's weight is 1 (seconds).
+REMAINING_REFERENCE_S = 3600.0
+#: Remaining times below this count as this (a job about to finish is not weighted without bound).
+MIN_REMAINING_S = 60.0
 _STATE_VERSION = 1
 
 
@@ -196,6 +218,7 @@ class _Table:
     batch: np.ndarray | None
     accum: np.ndarray | None
     cap: int
+    goodput: np.ndarray | None = None
 
 
 #: Best configurations already computed, by everything they depend on (a round asks for each job's twice,
@@ -222,7 +245,7 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     cap = worker_cap(job, measured, initial)
     if measured:
         best = _best(job, tuple(measured), slots, cap)
-        return _Table(best.speedup(), best.batch, best.accum, cap)
+        return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput)
     if job.metrics.throughput:
         cap = job.max_workers
     goodput = np.array([estimated_throughput(job, k) * statistical_efficiency(job, k) for k in range(cap + 1)])
@@ -314,10 +337,12 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         hysteresis: the fraction of speedup a resize must gain beyond its cost, in [0, 1)
             (default :data:`RESIZE_HYSTERESIS`).
         initial_workers: as for :class:`GoodputPolicy`.
+        remaining_exponent: how strongly a job's remaining time weighs, in [0, :data:`MAX_REMAINING_EXPONENT`]
+            (default :data:`REMAINING_EXPONENT`; 0: the plain power mean).
 
     Raises:
-        PolicyConfigError: a parameter is negative or not finite, ``hysteresis`` is 1 or more, or
-            ``initial_workers`` is below 1.
+        PolicyConfigError: a parameter is negative or not finite, ``hysteresis`` is 1 or more,
+            ``remaining_exponent`` is above :data:`MAX_REMAINING_EXPONENT`, or ``initial_workers`` is below 1.
     """
 
     name = "goodput"
@@ -328,6 +353,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         min_horizon_s: float = MIN_HORIZON_S,
         hysteresis: float = RESIZE_HYSTERESIS,
         initial_workers: int | None = None,
+        remaining_exponent: float = REMAINING_EXPONENT,
     ) -> None:
         super().__init__(initial_workers)
         owner = type(self).__name__
@@ -338,6 +364,11 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         self.hysteresis = check_number(owner, "hysteresis", hysteresis, low=0.0)
         if self.hysteresis >= 1.0:
             raise PolicyConfigError(f"{owner}: hysteresis must be < 1.0, got {hysteresis!r}")
+        self.remaining_exponent = check_number(owner, "remaining_exponent", remaining_exponent, low=0.0)
+        if self.remaining_exponent > MAX_REMAINING_EXPONENT:
+            raise PolicyConfigError(
+                f"{owner}: remaining_exponent must be <= {MAX_REMAINING_EXPONENT}, got {remaining_exponent!r}"
+            )
 
     def _cost(self, job: JobView) -> float:
         if self.resize_cost_s is not None:
@@ -346,20 +377,37 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             return job.metrics.resize_cost_s
         return DEFAULT_RESIZE_COST_S
 
-    def _options(self, request: Request, table: _Table, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """The counts a job may end at and the value of each (its inverse speedup; lower is better)."""
+    def _weight(self, job: JobView, table: _Table) -> float:
+        """How much the job's inverse speedup counts: ``(remaining / REMAINING_REFERENCE_S) ** -exponent``, the
+        remaining time at the goodput of what it holds (at least one worker), at least
+        :data:`MIN_REMAINING_S`; 1.0 when the job reports no remaining work or has no goodput model."""
+        remaining = job.metrics.remaining_samples
+        if not self.remaining_exponent or remaining is None or table.goodput is None or len(table.goodput) < 2:
+            return 1.0
+        rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
+        if rate <= 0:
+            return 1.0
+        seconds = max(remaining / rate, MIN_REMAINING_S)
+        return float((seconds / REMAINING_REFERENCE_S) ** -self.remaining_exponent)
+
+    def _options(
+        self, request: Request, table: _Table, now: float, preempt: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The counts a job may end at and the value of each (its weighted inverse speedup; lower is better).
+        With ``preempt``, a job in its cooldown may also shrink (for a waiting job)."""
         job = request.job
         holding = job.holding
         if not job.elastic:
             ks = [holding, job.min_workers] if job.waiting else [holding]
         elif request.settled and not job.waiting:
-            ks = [holding]
+            ks = list(range(job.min_workers, holding + 1)) if preempt and self._preemptible(request) else [holding]
         else:
             top = max(job.min_workers, min(request.desired, table.cap))
             ks = ([holding] if job.waiting else []) + list(range(job.min_workers, top + 1))
         horizon = max(now - job.submitted_at, self.min_horizon_s)
         keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
         values = []
+        weight = self._weight(job, table)
         for k in ks:
             if k < job.min_workers:  # stays waiting with what it holds
                 values.append(WAITING_PENALTY + max(0.0, now - job.submitted_at))
@@ -367,7 +415,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             s = float(table.speedup[min(k, len(table.speedup) - 1)])
             if holding and k != holding:
                 s *= keep
-            values.append(1.0 / s if s > 0 else WAITING_PENALTY / 2)
+            values.append(weight / s if s > 0 else WAITING_PENALTY / 2)
         return np.array(ks, dtype=np.int64), np.array(values, dtype=float)
 
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
@@ -379,25 +427,12 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             for r in requests
         ]
         capacity = max(snapshot.available, sum(r.holding for r in requests if not r.job.elastic or r.settled))
-        dp = np.zeros(capacity + 1)
-        choices = []
-        slots = np.arange(capacity + 1)[:, None]
-        for request, table in zip(requests, tables, strict=True):
-            ks, values = self._options(request, table, snapshot.now)
-            idx = slots - ks[None, :]
-            cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
-            pick = np.argmin(cand, axis=1)
-            dp = cand[np.arange(capacity + 1), pick]
-            choices.append((ks, pick))
-        if not math.isfinite(dp[capacity]):
+        preempt = any(r.job.waiting for r in requests) and any(self._preemptible(r) for r in requests)
+        counts = self._solve(requests, tables, snapshot.now, capacity, preempt)
+        if counts is not None and preempt and not self._admits(requests, counts):
+            counts = self._solve(requests, tables, snapshot.now, capacity, False)
+        if counts is None:
             return []
-        counts = []
-        left = capacity
-        for ks, pick in reversed(choices):
-            k = int(ks[pick[left]])
-            counts.append(k)
-            left -= k
-        counts.reverse()
         out = []
         for request, table, k in zip(requests, tables, counts, strict=True):
             job = request.job
@@ -408,6 +443,44 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
                 continue
             out.append(Allocation(job.job_id, k, self._reason(job, table, k, batch, accum), batch, accum))
         return out
+
+    @staticmethod
+    def _preemptible(request: Request) -> bool:
+        """A job in its cooldown that may still give workers to a waiting job."""
+        job = request.job
+        return job.elastic and request.settled and request.preemptible and not job.waiting and job.holding > 0
+
+    @staticmethod
+    def _admits(requests: Sequence[Request], counts: Sequence[int]) -> bool:
+        """Whether a job in its cooldown shrinks only where a waiting job starts."""
+        shrinks = any(r.settled and k < r.holding for r, k in zip(requests, counts, strict=True))
+        starts = any(r.job.waiting and k >= max(1, r.job.min_workers) for r, k in zip(requests, counts, strict=True))
+        return starts or not shrinks
+
+    def _solve(
+        self, requests: Sequence[Request], tables: Sequence[_Table], now: float, capacity: int, preempt: bool
+    ) -> list[int] | None:
+        """Every job's count, by dynamic programming over the jobs and the slots; None if nothing fits."""
+        dp = np.zeros(capacity + 1)
+        choices = []
+        slots = np.arange(capacity + 1)[:, None]
+        for request, table in zip(requests, tables, strict=True):
+            ks, values = self._options(request, table, now, preempt)
+            idx = slots - ks[None, :]
+            cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
+            pick = np.argmin(cand, axis=1)
+            dp = cand[np.arange(capacity + 1), pick]
+            choices.append((ks, pick))
+        if not math.isfinite(dp[capacity]):
+            return None
+        counts = []
+        left = capacity
+        for ks, pick in reversed(choices):
+            k = int(ks[pick[left]])
+            counts.append(k)
+            left -= k
+        counts.reverse()
+        return counts
 
     @staticmethod
     def _reason(job: JobView, table: _Table, k: int, batch: int | None, accum: int | None) -> str:

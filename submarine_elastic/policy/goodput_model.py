@@ -268,9 +268,10 @@ class GoodputModel:
 
 def worker_cap(job: JobView, measured: Iterable[StepTime], initial: int) -> int:
     """The most workers a job may have now: :data:`EXPLORE_FACTOR` times the most it was measured at,
-    and at least ``initial`` and the count it was submitted with; within its limits, never below what
-    it holds."""
+    and at least the count it was submitted with (``initial`` when it gives none); within its limits,
+    never below what it holds. Before its first measurement, exactly that count: a job submitted with one
+    worker is not spread over a node before anything shows it gains from it."""
     most = max((m.workers for m in measured), default=0)
-    initial = max(initial, job.requested_workers or 0)
+    initial = job.requested_workers or initial
     cap = initial if most == 0 else max(initial, math.floor(most * EXPLORE_FACTOR))
     return max(job.min_workers, min(job.max_workers, max(cap, job.holding)))
