@@ -39,6 +39,7 @@ from pathlib import Path
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import JobClient, submit
+from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
 from submarine_elastic.yarn import YarnServiceClient
 
@@ -86,12 +87,15 @@ def epoch_losses(log_dir: Path) -> dict[int, float]:
     return {e: statistics.fmean(v) for e, v in sorted(by_epoch.items())}
 
 
-def run_plan(rm_url: str, req: JobRequest, rounds: int, stop_file: Path, label: str) -> list[tuple[float, int, int]]:
-    """Submits ``req`` (one worker) and resizes it through :data:`PLAN` ``rounds`` times, waiting for each
-    ring; then creates ``stop_file`` and waits for the job to end. Returns (request time, from, to) per resize."""
+def run_plan(
+    rm_url: str, req: JobRequest, rounds: int, stop_file: Path, label: str, files: HdfsJobFiles | None = None
+) -> list[tuple[float, int, int]]:
+    """Submits ``req`` (one worker; its container files on HDFS with ``files``) and resizes it through
+    :data:`PLAN` ``rounds`` times, waiting for each ring; then creates ``stop_file`` and waits for the job to end.
+    Returns (request time, from, to) per resize."""
     resizes = []
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
-        submit(yarn, req, replace=True)
+        submit(yarn, req, replace=True, files=files)
         try:
             with JobClient(req.name, yarn, locate_timeout=120) as job:
                 job.wait_for_size(1, timeout=300)
