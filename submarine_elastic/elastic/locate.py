@@ -33,7 +33,8 @@ def driver_address(
     service's own ``SUBMARINE_DRIVER_PORT`` setting, read from its spec).
 
     Raises:
-        DriverUnreachableError: no job name, no port, no ResourceManager, or no driver in time.
+        DriverUnreachableError: no job name, no port, no ResourceManager, no driver in time, or the job's
+            service has ended (at once, not after ``timeout``).
     """
     job = job or env.job_id()
     if not job:
@@ -54,6 +55,11 @@ def driver_address(
         except YarnError as exc:
             last = str(exc)
             return ""
+        if status.is_terminal:
+            raise DriverUnreachableError(
+                f"job {job!r} has ended (service state {status.state}): it has no driver any more; "
+                f"`submarine job show {job}` says how it ended"
+            )
         host = driver_host(status)
         if port is None:
             port = env.driver_port() or _spec_port(status)

@@ -237,3 +237,21 @@ def test_job_run_under_a_running_jobs_name_is_refused_before_anything_is_submitt
     assert code == 1 and "--name big: a job of that name is running (YARN state STABLE)" in out
     assert [c.request.method for c in responses.calls] == ["GET"]  # no POST, no DELETE
     assert not job_dir("big").exists()
+
+
+def test_a_job_that_has_ended_is_said_to_have_ended_at_once_not_after_the_locate_timeout() -> None:
+    from submarine_elastic.elastic.api import DriverUnreachableError
+    from submarine_elastic.elastic.locate import driver_address
+
+    asked: list[str] = []
+
+    class Ended:
+        def status(self, name: str) -> object:
+            asked.append(name)
+            status = _Yarn("STOPPED").status(name)
+            status.component = lambda _name: None  # type: ignore[attr-defined]
+            return status
+
+    with pytest.raises(DriverUnreachableError, match="job 'mnist' has ended .*STOPPED.*submarine job show mnist"):
+        driver_address("mnist", client=Ended(), port=1234, timeout=60)  # type: ignore[arg-type]
+    assert asked == ["mnist"]  # asked once: no polling for a driver that cannot come back
