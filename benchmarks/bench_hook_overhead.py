@@ -28,6 +28,11 @@ happens once per fit, not per step.
 
 2 + 3, as a share of the median step, is the overhead held against the target (at most 1%); 1 is the
 direct comparison it must agree with. Checks that the service received every reported step.
+
+4. The gradient noise measurement (``tf_hooks.noise``, which ``ElasticKerasTrainer`` runs by default): the same
+   model in a ``tf.GradientTape`` step, interleaved as in part 1: no measurement (twice, an A/A control),
+   measured on every step, and every ``DEFAULT_NOISE_EVERY`` steps (the default). A measured step computes
+   both square norms and updates the averages; the three-number allreduce a ring adds is not in it.
 Writes ``benchmarks/results/hook_overhead.json`` and ``hook_overhead.md``.
 
 Run: ``.venv/bin/python benchmarks/bench_hook_overhead.py [--rounds 30] [--steps 1000] [--pairs 30000]``
@@ -78,6 +83,7 @@ TOKEN = "bench-token"
 BATCH = 32
 SKIP = 50  # steps of each fit left out of its timing (the first calls of a fit are slower)
 CONFIGS = ("none", "none again", "live", "live over TLS", "dead")
+NOISE_CONFIGS = ("none", "none again", "every step", "every 10 steps (the default)")
 
 
 class Clock(tf.keras.callbacks.Callback):
@@ -242,6 +248,58 @@ def alternating(model: Any, dataset: Any, callback: Any, pairs: int) -> dict[str
     }
 
 
+def noise_steps(rounds: int, steps: int) -> dict[str, list[float]]:
+    """Part 4: seconds per step of a GradientTape step of the benchmark's model, per noise configuration and
+    round (shuffled order per round, as part 1)."""
+    from tf_hooks.noise import DEFAULT_NOISE_EVERY, GradientNoiseScale
+
+    model, dataset = build_model(steps)
+    optimizer = tf.keras.optimizers.SGD(0.01)
+    optimizer.build(model.trainable_variables)
+    loss_fn = tf.keras.losses.MeanSquaredError()
+
+    def make(every: int | None) -> Any:
+        noise = None
+        if every is not None:
+            noise = GradientNoiseScale(every=every)
+            noise.set_batch(BATCH // 4, BATCH)  # one rank's part of a ring of four, as far as the cost goes
+
+        @tf.function
+        def step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            if noise is not None:
+                noise.observe(grads, grads, step=optimizer.iterations)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return step
+
+    everies = (None, None, 1, DEFAULT_NOISE_EVERY)
+    configs = {name: make(every) for name, every in zip(NOISE_CONFIGS, everies, strict=True)}
+    batches = list(dataset)
+    for fn in configs.values():
+        for x, y in batches[:SKIP]:
+            fn(x, y)
+    seconds: dict[str, list[float]] = {name: [] for name in configs}
+    order = list(configs)
+    rng = random.Random(0)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for name in order:
+            fn = configs[name]
+            for x, y in batches[:SKIP]:
+                loss = fn(x, y)
+            float(loss)
+            t0 = time.perf_counter()
+            for x, y in batches[SKIP:]:
+                loss = fn(x, y)
+            float(loss)
+            seconds[name].append((time.perf_counter() - t0) / (len(batches) - SKIP))
+    return seconds
+
+
 def ratio_summary(per_round: list[float]) -> dict[str, float]:
     """Geometric mean of per-round ratios and its 95% confidence interval (normal on the logs)."""
     logs = [math.log(r) for r in per_round]
@@ -322,6 +380,9 @@ def main() -> None:
         part2 = alternating(model, dataset, alternate_cb, args.pairs)
         alternate_stats = alternate_cb.close(timeout=10)
         alternate_received = points_received(address, transport, "bench-alternate")
+
+        print(f"part 4: {args.rounds} rounds x {len(NOISE_CONFIGS)} runs of {args.steps} steps ...", flush=True)
+        part4 = noise_steps(args.rounds, args.steps)
     finally:
         dead_socket.close()
         for process in (service, tls_service):
@@ -385,6 +446,13 @@ def main() -> None:
             "target": 0.01,
             "met": overhead <= 0.01,
         },
+        "gradient_noise": {
+            "step_seconds_median": {name: statistics.median(v) for name, v in part4.items()},
+            "steps_per_second_ratio_to_none": {
+                name: ratio_summary([n / s for s, n in zip(part4[name], part4[NOISE_CONFIGS[0]], strict=True)])
+                for name in NOISE_CONFIGS[1:]
+            },
+        },
         "delivery": {
             "live": {"reported": live_stats.recorded, "acked": live_stats.acked, "received": received},
             "live over TLS": {"reported": tls_stats.recorded, "acked": tls_stats.acked, "received": tls_received},
@@ -440,6 +508,17 @@ def render(result: dict[str, Any], step: float) -> str:
         f"| {result['exited_threads_cpu_seconds_per_step'][name] * 1e6:.2f} |"
         for name in CONFIGS
     ]
+    noise = result["gradient_noise"]
+
+    def noise_ratio(name: str) -> str:
+        r = noise["steps_per_second_ratio_to_none"][name]
+        return f"{r['geometric_mean']:.4f} [{r['ci95_low']:.4f}, {r['ci95_high']:.4f}]"
+
+    noise_rows = [
+        f"| {name} | {noise['step_seconds_median'][name] * 1e3:.3f} | "
+        f"{'1' if name == NOISE_CONFIGS[0] else noise_ratio(name)} |"
+        for name in NOISE_CONFIGS
+    ]
     timed = s["timed_steps_per_fit"]
     return "\n".join(
         [
@@ -490,6 +569,17 @@ def render(result: dict[str, Any], step: float) -> str:
             f"{result['delivery']['live over TLS']['received']} held; part 2 reported {alt['reported']}, "
             f"the service holds {alt['received']}; "
             f"dead fits reported {dead['reported']}, all dropped by the bounded queue.",
+            "",
+            "## 4. The gradient noise measurement",
+            "",
+            f"The same model in a `tf.GradientTape` step, {s['rounds']} interleaved rounds of "
+            f"{s['timed_steps_per_fit']} timed steps; a measured step computes the two square norms of the "
+            "gradients and updates the averages (`tf_hooks.noise`; in a ring, one more allreduce of three numbers, "
+            "fused with the gradients', is not in it).",
+            "",
+            "| noise measurement | median step ms | steps/s ratio to none, geometric mean [95% CI] |",
+            "|---|---|---|",
+            *noise_rows,
             "",
         ]
     )

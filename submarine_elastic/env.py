@@ -37,7 +37,7 @@ container; the user sets the cluster-side ones in their shell.
 | ``SUBMARINE_DRIVER_TLS_NAME`` | job | the name the driver's certificate carries, which its clients check instead of the host they dial |
 | ``SUBMARINE_AGENT_TLS_CERT_FILE`` / ``..._KEY_FILE`` | job | the agents' client certificate and key (PEM) for the driver |
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
-| ``SUBMARINE_MIN_BATCH_SIZE`` / ``..._MAX_BATCH_SIZE`` | job | the global batch sizes a policy or an operator may set the job's batch to (``job run --min_batch_size``/``--max_batch_size``, or ``--batch_size`` for both); unset: no limits |
+| ``SUBMARINE_MIN_BATCH_SIZE`` / ``..._MAX_BATCH_SIZE`` | job | the global batch sizes a policy or an operator may set the job's batch to (read by the job's driver, which refuses a batch outside them and reports them to the controller); unset: no limits |
 | ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_HUNG_AFTER_S`` | job | a training process in a ring that sends its agent no heartbeat for this long is killed as hung (default 10) |

@@ -663,6 +663,11 @@ class JobBackend(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot set a job's batch")
 
+    def batch_limits(self, job_id: str) -> tuple[int, int] | None:
+        """The global batch sizes ``(min, max)`` the job lets a policy set its batch to (its driver's
+        ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none, or not known. Does not block."""
+        return None
+
     def instances(self, job_id: str) -> tuple[str, ...]:
         """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
         return ()

@@ -59,6 +59,7 @@ class YarnJobBackend(JobBackend):
         self.rm_url = rm_url.rstrip("/")
         self.yarn = YarnServiceClient(rm_url, timeout=RM_TIMEOUT)
         self._clients: dict[str, JobClient] = {}
+        self._batch_limits: dict[str, tuple[int, int]] = {}  # job id -> its batch limits, as its driver reported
         self._driver, self._worker = _template_sizes()
         self._am: Resources | None = None
 
@@ -141,7 +142,15 @@ class YarnJobBackend(JobBackend):
         except ElasticError:
             self._clients.pop(job_id, None)
             return None
+        if status.max_batch_size > 0:
+            self._batch_limits[job_id] = (int(status.min_batch_size), int(status.max_batch_size))
+        else:
+            self._batch_limits.pop(job_id, None)
         return int(status.world_size) if status.phase == "running" else None
+
+    def batch_limits(self, job_id: str) -> tuple[int, int] | None:
+        """The job's batch limits as its driver reported them in the last :meth:`ring_size` (no call of its own)."""
+        return self._batch_limits.get(job_id)
 
     def instances(self, job_id: str) -> tuple[str, ...]:
         client = self._client(job_id)
@@ -222,4 +231,5 @@ class YarnJobBackend(JobBackend):
         client = self._clients.pop(job_id, None)
         if client is not None:
             client.close()
+        self._batch_limits.pop(job_id, None)
         forget_job(job_id)

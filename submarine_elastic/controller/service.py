@@ -311,6 +311,7 @@ class ControllerService(Controller):
         for job in managed:
             current, pending = room.holding[job.job_id]
             self._use_policy(job)
+            batch_limits = self.backend.batch_limits(job.job_id)
             views.append(
                 JobView(
                     job_id=job.job_id,
@@ -323,6 +324,8 @@ class ControllerService(Controller):
                     last_resize_at=job.last_resize_at,
                     instances=self.backend.instances(job.job_id) if sizes[job.job_id] is not None else (),
                     metrics=self._metrics(job.job_id),
+                    min_batch_size=batch_limits[0] if batch_limits else None,
+                    max_batch_size=batch_limits[1] if batch_limits else None,
                 )
             )
         self.store.record_throughputs(self._history_updates)

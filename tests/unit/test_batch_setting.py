@@ -281,8 +281,10 @@ class BatchPolicy(JobPolicy):
     """Keeps the job's size and asks for a batch of 128 (accumulation 1) until the job reports it."""
 
     name = "batch-128"
+    limits_seen: list[tuple[int | None, int | None]] = []
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
+        self.limits_seen.append((job.min_batch_size, job.max_batch_size))
         return Decision(job.job_id, job.holding, "goodput: batch 128", batch_size=128, accum_steps=1)
 
 
@@ -309,13 +311,17 @@ class BatchCluster(JobBackend):
     ) -> None:
         self.sent.append(("batch", job_id, workers, batch_size, accum_steps, learning_rate, reason))
 
+    def batch_limits(self, job_id: str) -> tuple[int, int] | None:
+        return (32, 512)
+
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return None
 
 
-def test_the_controller_sends_a_decisions_batch_to_the_jobs_driver_once(tmp_path: Path) -> None:
+def test_the_controller_shows_the_policy_the_batch_limits_and_sends_a_batch_to_the_driver_once(tmp_path: Path) -> None:
     cluster = BatchCluster()
-    engine = PolicyEngine(BatchPolicy(), load_arbiter("fair-share"))
+    policy = BatchPolicy()
+    engine = PolicyEngine(policy, load_arbiter("fair-share"))
     service = ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, interval=1, capacity=4)
     service.job_submitted("job", 1, 2, 2)
     [record] = service.tick()
@@ -326,3 +332,5 @@ def test_the_controller_sends_a_decisions_batch_to_the_jobs_driver_once(tmp_path
     service.tick()
     assert service.wait_idle(10)
     assert cluster.sent == [("batch", "job", 2, 128, 1, 0.0, "goodput: batch 128")]
+    # The policy saw the job's batch limits as its driver reports them.
+    assert set(policy.limits_seen) == {(32, 512)}
