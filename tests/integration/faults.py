@@ -65,6 +65,8 @@ class FaultRun:
     """What a scenario acts on: the cluster, the running job, and where to note what happened.
 
     ``yarn`` answers within seconds and does not retry, so a scenario can read YARN while a daemon is down.
+    ``job`` asks the driver at the address it had when the job started; a scenario whose fault moves the
+    driver to another host (a new address) puts a client of the new one there.
     """
 
     cluster: LocalCluster
@@ -124,6 +126,8 @@ class Scenario:
     #: wraps the job's submission (given the cluster, a YARN client and the job's name) to place its
     #: containers where the fault needs them; None: wherever YARN puts them
     placing: Callable[[LocalCluster, YarnServiceClient, str], contextlib.AbstractContextManager[object]] | None = None
+    #: more ``job run`` flags (they win over :func:`~tests.integration.conftest.run_job`'s own)
+    job_flags: tuple[str, ...] = ()
 
 
 @dataclass
@@ -187,9 +191,10 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
     yarn = YarnServiceClient(spec.rm_url, poll_interval=0.5, timeout=(5.0, 20.0), retries=0)
     try:
         with scenario.placing(cluster, yarn, name) if scenario.placing else contextlib.nullcontext():
-            start_job(spec.rm_url, name, work, scenario.workers, metrics_env)
+            start_job(spec.rm_url, name, work, scenario.workers, metrics_env, *scenario.job_flags)
         try:
-            with JobClient(name, yarn, locate_timeout=120) as job:
+            with contextlib.ExitStack() as clients:
+                job = clients.enter_context(JobClient(name, yarn, locate_timeout=120))
                 job.wait_for_size(scenario.workers, timeout=240)
                 run = FaultRun(cluster, spec, yarn, job, name, work, scenario.workers)
                 run.wait_steps(STEPS, size=scenario.workers)
@@ -198,7 +203,10 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
                     full = scenario.inject(run)
                 finally:
                     restore(cluster)
-                job.wait_for_size(full, timeout=180)
+                    if run.job is not job:
+                        # The fault moved the driver to another host; the scenario found it there.
+                        clients.enter_context(run.job)
+                run.job.wait_for_size(full, timeout=180)
                 after = agreed(run, full)
                 yarn_agrees_s = round(time.time() - run.injected_at, 2)
                 hold(run, full, scenario.hold_s)
