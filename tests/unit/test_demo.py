@@ -1,0 +1,50 @@
+"""The demo's picture: a job's series from its ranks' step logs, and the PNG of every job with its decisions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.demo import Series, draw, main, read_steps
+
+
+def write_log(directory: Path, rank: int, records: list[dict]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"rank": rank, **r}) for r in records]
+    (directory / f"steps-{rank}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_step_counts_once_at_its_last_ranks_time_with_rank_0s_loss(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    write_log(log, 0, [
+        {"step": 0, "size": 1, "global_batch": 64, "loss": 2.0, "time": 10.0},
+        {"step": 1, "size": 2, "global_batch": 64, "loss": 1.5, "time": 11.0},
+        {"step": 2, "size": 2, "global_batch": 96, "loss": 1.2, "time": 12.0},
+    ])  # fmt: skip
+    write_log(log, 1, [
+        {"step": 1, "size": 2, "global_batch": 64, "loss": 1.6, "time": 11.4},
+        {"step": 2, "size": 2, "global_batch": 96, "loss": 1.3, "time": 12.2},
+    ])  # fmt: skip
+    with (log / "steps-1.jsonl").open("a") as f:
+        f.write('{"step": 3, "rank": 1, "si')  # a line cut short by a killed writer
+    s = read_steps(log)
+    assert s.times == [10.0, 11.4, 12.2]
+    assert s.sizes == [1, 2, 2] and s.batches == [64, 64, 96] and s.losses == [2.0, 1.5, 1.2]
+
+
+def test_the_picture_is_a_png_of_every_job(tmp_path: Path) -> None:
+    series = {
+        "a": Series([100.0, 101.0, 102.0], [2, 3, 3], [64, 64, 128], [2.0, 1.0, 0.5]),
+        "b": Series([100.5, 103.0], [1, 1], [64, 64], [2.2, 1.9]),
+    }
+    decisions = {"a": [(100.8, 2, 3, "goodput: 3 workers")]}
+    out = draw(series, decisions, 100.0, tmp_path / "pic" / "demo.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_bad_arguments_are_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--epochs", "0"])
+    assert "--epochs must be at least 1, got 0" in capsys.readouterr().err
