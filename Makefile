@@ -20,7 +20,7 @@ demo: install
 ## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs),
 ## then the unit, TensorFlow and Keras elastic job tests again with TensorFlow 2.18.
 test: install install-tf2.18 lint wheel-smoke
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 	$(VENV_TF218)/bin/python -m pytest $(TF218_TESTS)
 
 ## The unit, TensorFlow and Keras elastic job tests with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
