@@ -14,7 +14,13 @@ from rich.console import Console
 from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.elastic.api import DriverUnreachableError, ElasticError, FlexRefusedError, Limits
+from submarine_elastic.elastic.api import (
+    BatchLimits,
+    DriverUnreachableError,
+    ElasticError,
+    FlexRefusedError,
+    Limits,
+)
 from submarine_elastic.elastic.client import (
     JobClient,
     JobOutcome,
@@ -139,6 +145,22 @@ def job() -> None:
     metavar="N",
     help="Checkpoint every N commits (SUBMARINE_CHECKPOINT_EVERY) [default: 50]. Needs --checkpoint_path.",
 )
+@click.option(
+    "--min_batch_size",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Smallest global batch a policy or an operator may set the job's batch to (SUBMARINE_MIN_BATCH_SIZE) "
+    "[default: 1]. Needs --max_batch_size.",
+)
+@click.option(
+    "--max_batch_size",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Largest global batch the job's batch may be set to (SUBMARINE_MAX_BATCH_SIZE). Without it and "
+    "--min_batch_size the driver takes any batch.",
+)
 @click.option("--queue", default=None, help="YARN queue.")
 @click.option("--docker_image", default=None, help="Worker image (needs a Docker-enabled NodeManager).")
 @click.option(
@@ -187,6 +209,8 @@ def run(
     input_path: str | None,
     checkpoint_path: str | None,
     checkpoint_every: int | None,
+    min_batch_size: int | None,
+    max_batch_size: int | None,
     queue: str | None,
     docker_image: str | None,
     workdir: Path | None,
@@ -213,6 +237,7 @@ def run(
         raise _fail(exc) from exc
     if insecure and tls_cert is not None:
         raise click.BadParameter("--insecure and --tls_cert exclude each other", param_hint="--insecure")
+    batch_limits = _batch_limits(min_batch_size, max_batch_size)
     rm_url = _rm_url()
     files = _job_files(rm_url)
     try:
@@ -230,6 +255,7 @@ def run(
             input_path=input_path,
             checkpoint_path=checkpoint_path,
             checkpoint_every=checkpoint_every,
+            batch_limits=batch_limits,
             queue=queue,
             docker_image=docker_image,
             workdir=(workdir or Path.cwd()).resolve(),
@@ -270,6 +296,22 @@ def run(
         console.print(f"watch it: submarine job show {name}   resize: submarine job flex {name} --workers N")
         if wait_job_finish:
             _follow(yarn, name, timeout)
+
+
+def _batch_limits(min_batch_size: int | None, max_batch_size: int | None) -> BatchLimits | None:
+    """The job's batch limits from ``--min_batch_size``/``--max_batch_size`` (None: neither given). A minimum
+    alone is refused: the largest batch is what a job's memory and its learning-rate rule must hold."""
+    if max_batch_size is None:
+        if min_batch_size is not None:
+            raise click.BadParameter(
+                "--min_batch_size needs --max_batch_size (the largest global batch the job may be set to)",
+                param_hint="--min_batch_size",
+            )
+        return None
+    try:
+        return BatchLimits(1 if min_batch_size is None else min_batch_size, max_batch_size)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClient | None, JobRequest]:

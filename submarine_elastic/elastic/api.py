@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from submarine_elastic.limits import MAX_BATCH_SIZE
+
 DRIVER_COMPONENT = "driver"
 WORKER_COMPONENT = "worker"
 
@@ -184,7 +186,8 @@ class BatchLimits:
     and ``--max_batch_size``, or ``--batch_size`` for both: a fixed batch).
 
     Raises:
-        ValueError: a size below 1, or ``min`` above ``max`` (naming the flag).
+        ValueError: a size below 1 or above :data:`~submarine_elastic.limits.MAX_BATCH_SIZE` (the largest batch
+            a worker may report), or ``min`` above ``max`` (naming the flag).
     """
 
     min: int
@@ -194,6 +197,10 @@ class BatchLimits:
         for flag, value in (("--min_batch_size", self.min), ("--max_batch_size", self.max)):
             if value < 1:
                 raise ValueError(f"{flag} must be at least 1, got {value}")
+            if value > MAX_BATCH_SIZE:
+                raise ValueError(
+                    f"{flag} {value} is above {MAX_BATCH_SIZE}, the largest batch a job's workers may report"
+                )
         if self.min > self.max:
             raise ValueError(f"--min_batch_size {self.min} is above --max_batch_size {self.max}")
 

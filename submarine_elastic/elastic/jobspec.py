@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from submarine_elastic import resources
-from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Limits
+from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.yarn import InvalidSpecError
@@ -184,6 +184,8 @@ class JobRequest:
     input_path: str | None = None
     checkpoint_path: str | None = None
     checkpoint_every: int | None = None
+    #: the global batch sizes the job's batch may be set to (``--min_batch_size``/``--max_batch_size``); None: any
+    batch_limits: BatchLimits | None = None
     queue: str | None = None
     docker_image: str | None = None
     workdir: Path = field(default_factory=Path.cwd)
@@ -556,6 +558,9 @@ def build_service(req: JobRequest) -> Service:
         common["SUBMARINE_CHECKPOINT_PATH"] = req.checkpoint_path
     if req.checkpoint_every is not None:
         common["SUBMARINE_CHECKPOINT_EVERY"] = str(req.checkpoint_every)
+    if req.batch_limits is not None:
+        common["SUBMARINE_MIN_BATCH_SIZE"] = str(req.batch_limits.min)
+        common["SUBMARINE_MAX_BATCH_SIZE"] = str(req.batch_limits.max)
     common.update(req.env)
     # Secrets travel as files YARN localizes into each container, never as values in the spec.
     secret_files = job_secrets(req)
