@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
@@ -553,8 +554,10 @@ def _print_failures(error: str, failures: Iterable[pb.WorkerFailure]) -> None:
 
 
 def _print_driver_view(st: pb.JobStatus) -> None:
+    batch_limits = f", batch limits {st.min_batch_size}..{st.max_batch_size}" if st.max_batch_size else ""
     console.print(
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
+        + batch_limits
     )
     if len(st.incarnations) > 1:
         now = st.incarnations[-1]
@@ -582,6 +585,37 @@ def _print_driver_view(st: pb.JobStatus) -> None:
                 time.strftime("%H:%M:%S", time.localtime(e.time)), str(e.from_workers), str(e.to_workers), e.reason
             )
         console.print(tl)
+    _print_batch(st)
+
+
+def _learning_rate(setting: pb.BatchSetting) -> str:
+    return f"{setting.learning_rate:g}" if setting.learning_rate else "the job's rule"
+
+
+def _print_batch(st: pb.JobStatus) -> None:
+    """The job's batch setting and every one before it with its reason, as its driver keeps them (at most
+    ``driver.MAX_BATCH_TIMELINE``); nothing for a job whose batch was never set."""
+    if not st.HasField("batch"):
+        return
+    now = st.batch
+    console.print(
+        f"batch: global batch {now.batch_size}, accumulation steps {now.accum_steps} ({now.accum_steps + 1} "
+        f"micro-batches a step), learning rate {_learning_rate(now)}; setting {now.version} since "
+        f"{time.strftime('%H:%M:%S', time.localtime(now.time))}",
+        markup=False,
+        highlight=False,
+    )
+    history = _table("batch settings", "time", "setting", "global batch", "accumulation", "learning rate", "reason")
+    for s in st.batch_timeline:
+        history.add_row(
+            time.strftime("%H:%M:%S", time.localtime(s.time)),
+            str(s.version),
+            str(s.batch_size),
+            str(s.accum_steps),
+            _learning_rate(s),
+            Text(s.reason),
+        )
+    console.print(history)
 
 
 def _print_decisions(name: str, all_runs: bool = False) -> bool:
