@@ -17,6 +17,11 @@ The job's batch may be set while it runs (its controller's goodput policy, or `s
 that global batch, in accum_steps + 1 micro-batches whose gradients are summed before one allreduce, and the
 learning rate ramps to the one the setting gives (or the batch rule's: BatchRule.lr_for_batch).
 
+Each step also measures the gradient noise scale (tf_hooks.noise: this rank's gradient before the sum over
+the ring and the summed one, every SUBMARINE_NOISE_EVERY steps) and reports it with the step's record, so a
+controller running `--policy goodput` sees it and can choose the job's batch. Nothing is measured with one
+worker: a step's gradient is then its only one.
+
 Run it on the pseudo-cluster:
     submarine job run --name demo --elastic --num_workers 2 --min_workers 1 --max_workers 3 \\
         --worker_launch_cmd 'python examples/train_elastic.py --epochs 20'
@@ -37,6 +42,7 @@ from tf_hooks.api import StepRecord
 from tf_hooks.config import MetricsConfig
 from tf_hooks.elastic import data as edata
 from tf_hooks.elastic import rules
+from tf_hooks.elastic.optimizer import NOISE_OP_NAME
 from tf_hooks.elastic.ring import init_horovod
 from tf_hooks.sender import make_sink
 
@@ -94,6 +100,20 @@ def main() -> None:
     import horovod.tensorflow as hvd
 
     from tf_hooks.elastic.state import ElasticState
+    from tf_hooks.noise import GradientNoiseScale
+
+    # This rank's gradient is its samples' summed gradient over the step's length: local/step_len times the
+    # mean gradient of its part (the scale set_batch is told); the sum over the ranks is the step's mean.
+    noise = GradientNoiseScale()
+
+    def observe_noise(local: list[tf.Tensor], summed: list[tf.Tensor]) -> tf.Tensor:
+        # Every rank runs the noise allreduce on every step, measured or not (see tf_hooks.noise).
+        return noise.observe(
+            local,
+            summed,
+            step=opt.iterations,
+            average=lambda v: hvd.allreduce(v, op=hvd.Average, name=NOISE_OP_NAME),
+        )
 
     @tf.function(
         input_signature=[
@@ -102,15 +122,16 @@ def main() -> None:
             tf.TensorSpec([], tf.float32),
         ]
     )
-    def train_step(x: tf.Tensor, y: tf.Tensor, step_len: tf.Tensor) -> tf.Tensor:
+    def train_step(x: tf.Tensor, y: tf.Tensor, step_len: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.GradientTape() as tape:
             # Sum over this rank's part, divided by the whole step's length: summing over ranks
             # gives the exact mean over the global batch, however unevenly it was split.
             loss = tf.reduce_sum(loss_fn(y, model(x, training=True))) / step_len
-        grads = tape.gradient(loss, model.trainable_variables)
-        grads = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
+        local = tape.gradient(loss, model.trainable_variables)
+        grads = [hvd.allreduce(g, op=hvd.Sum) for g in local]
+        measured = observe_noise(local, grads)
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return hvd.allreduce(loss, op=hvd.Sum)
+        return hvd.allreduce(loss, op=hvd.Sum), measured
 
     # With gradient accumulation (a batch setting with accum_steps > 0): the micro-batches' gradients of this
     # rank are summed, then allreduced and applied once.
@@ -126,7 +147,7 @@ def main() -> None:
             loss = tf.reduce_sum(loss_fn(y, model(x, training=True))) / step_len
         return tape.gradient(loss, model.trainable_variables), loss
 
-    def accumulated_step(parts: list[np.ndarray], step_len: float) -> float:
+    def accumulated_step(parts: list[np.ndarray], step_len: float) -> tuple[float, bool]:
         length = tf.constant(step_len, tf.float32)
         total_grads, total_loss = micro_step(x_all[parts[0]], y_all[parts[0]], length)
         total_loss = float(total_loss)
@@ -135,8 +156,9 @@ def main() -> None:
             total_grads = [a + b for a, b in zip(total_grads, grads, strict=True)]
             total_loss += float(loss)
         summed = [hvd.allreduce(g, op=hvd.Sum) for g in total_grads]
+        measured = bool(observe_noise(total_grads, summed))
         opt.apply_gradients(zip(summed, model.trainable_variables, strict=True))
-        return float(hvd.allreduce(tf.constant(total_loss, tf.float32), op=hvd.Sum))
+        return float(hvd.allreduce(tf.constant(total_loss, tf.float32), op=hvd.Sum)), measured
 
     if os.environ.get("HOROVOD_ELASTIC") == "1":
         # Elastic Horovod reads the ring size at run time, so the step can be traced before the
@@ -188,11 +210,14 @@ def main() -> None:
                 started = time.perf_counter()
                 if micro == 1:
                     ids = edata.shard(perm, state.cursor, global_batch, rank, size)
-                    loss = float(train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32)))
+                    noise.set_batch(len(ids), step_len, len(ids) / step_len if len(ids) else 1.0)
+                    step_loss, step_measured = train_step(x_all[ids], y_all[ids], tf.constant(step_len, tf.float32))
+                    loss, measured = float(step_loss), bool(step_measured)
                 else:
                     parts = edata.micro_shards(perm, state.cursor, global_batch, micro, rank, size)
                     ids = np.concatenate(parts)
-                    loss = accumulated_step(parts, float(step_len))
+                    noise.set_batch(len(ids), step_len, len(ids) / step_len if len(ids) else 1.0)
+                    loss, measured = accumulated_step(parts, float(step_len))
                 took = time.perf_counter() - started
                 # To the metrics service when the job names one (SUBMARINE_METRICS_ENDPOINT); else a no-op.
                 metrics.record(
@@ -206,6 +231,8 @@ def main() -> None:
                         step_time_seconds=took,
                         batch_size=max(1, len(ids)),
                         learning_rate=lr,
+                        # The smoothed estimate, on the steps that measured once there is one.
+                        **(noise.record_fields() if measured else {}),
                     )
                 )
                 if log is not None:
@@ -224,6 +251,8 @@ def main() -> None:
                         "loss": loss,
                         "time": time.time(),
                     }
+                    if measured:
+                        record["noise"] = noise.record_fields()
                     pending.append(json.dumps(record) + "\n")
                 state.cursor += step_len
                 state.step += 1

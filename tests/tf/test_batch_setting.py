@@ -3,7 +3,8 @@ commit, with no re-form: examples/train_elastic.py under ``horovodrun -np 2``, w
 has relayed the setting (each agent relays it at its own moment; rank 0's is what counts). From that commit
 each step takes the new global batch in accum_steps + 1 micro-batches, the learning rate ramps to the
 setting's, every sample of each epoch is trained on exactly once across the change, and the ranks end with
-the same weights.
+the same weights. Every SUBMARINE_NOISE_EVERY-th step (10 by default) both ranks measure the same gradient
+noise scale, before and after the change, and report it in the step's StepRecord.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ class Relayed:
         return None
 
 ring._channel = Relayed()
+
+class Recorded:
+    # The metrics sink the example reports its StepRecords to: one JSON line a record.
+    def __init__(self):
+        self.out = None
+    def record(self, r):
+        if self.out is None:
+            self.out = open(f"{{sys.argv[-1]}}/records-rank{{r.rank}}.jsonl", "w")
+        self.out.write(json.dumps(r._asdict()) + "\\n")
+    def close(self, timeout=None):
+        if self.out is not None:
+            self.out.close()
+
+import json
+import tf_hooks.sender
+tf_hooks.sender.make_sink = lambda config: Recorded()
 sys.argv = ["train_elastic.py"] + sys.argv[1:]
 runpy.run_path("examples/train_elastic.py", run_name="__main__")
 """
@@ -103,6 +120,26 @@ def test_every_rank_takes_rank_0s_batch_setting_at_one_commit_and_keeps_data_exa
         assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}"
     for a, b in zip(by_rank[0], by_rank[1], strict=True):
         assert sorted(a["ids"] + b["ids"]) == sorted(a["batch"])
+
+    # The gradient noise scale: measured on the same steps by both ranks, with the same estimate, before and
+    # after the change (gradients accumulated over micro-batches too), and reported with those steps.
+    noise = {r: {x["step"]: x["noise"] for x in steps if "noise" in x} for r, steps in by_rank.items()}
+    assert noise[0].keys() == noise[1].keys()
+    assert min(noise[0]) < switch[0] < max(noise[0]), (sorted(noise[0]), switch)
+    assert all(step % 10 == 0 for step in noise[0])
+    for step, fields in noise[0].items():
+        assert fields["gradient_noise_scale"] == pytest.approx(noise[1][step]["gradient_noise_scale"], rel=1e-6)
+        assert 0 < fields["gradient_noise_scale"] < 1e6 and fields["grad_sq_norm"] > 0
+    reported = {
+        r: {
+            x["step"]: x["gradient_noise_scale"]
+            for x in map(json.loads, (tmp_path / "log" / f"records-rank{r}.jsonl").read_text().splitlines())
+            if x["gradient_noise_scale"] is not None
+        }
+        for r in (0, 1)
+    }
+    for r in (0, 1):
+        assert reported[r] == pytest.approx({step: f["gradient_noise_scale"] for step, f in noise[r].items()})
 
     weights = [np.load(tmp_path / "log" / f"weights-rank{r}.npz") for r in (0, 1)]
     for name in weights[0].files:
