@@ -34,7 +34,7 @@ if not console.is_terminal:
     console = Console(width=160)  # a pipe or a file: do not squeeze the table into 80 columns
 err = Console(stderr=True)
 
-DEFAULT_POLICIES = ("fifo", "greedy+goodput")
+DEFAULT_POLICIES = ("fifo", "goodput+goodput")
 
 
 def slug(spec: str) -> str:
@@ -117,7 +117,8 @@ def sim() -> None:
     "policies",
     multiple=True,
     help="Scheduler, repeatable: fifo, backfill, tiresias, or JOB_POLICY[+ARBITER] as the controller takes "
-    "them (greedy+goodput, scaling-efficiency+fair-share, my.module:MyPolicy, utility(deadline_s=7200)). "
+    "them (goodput+goodput, greedy+fair-share, scaling-efficiency+fair-share, my.module:MyPolicy, "
+    "utility(deadline_s=7200)). "
     f"[default: {', '.join(DEFAULT_POLICIES)}]",
 )
 @click.option(

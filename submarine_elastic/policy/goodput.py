@@ -8,14 +8,15 @@ for each worker count the batch and accumulation of the most goodput. A job's *s
 workers is its best goodput at ``k`` over its best goodput at one worker.
 
 :class:`GoodputArbiter` chooses every job's worker count at once to maximise the power mean with
-``p = -1`` of the jobs' speedups (minimise ``sum(1 / speedup)``), which favours giving each job a
+``p = -1`` of the jobs' speedups (minimise ``sum(weight / speedup)``, the weight below), which favours giving each job a
 share before giving any job more: a job waiting at no workers counts :data:`WAITING_PENALTY` (older
 jobs a little more), so as many jobs run as fit. A change of a running job's workers is charged its
 cost: its speedup at any other count is multiplied by ``(1 - cost / horizon) * (1 - hysteresis)``, the
 cost being ``resize_cost_s`` when given, else the job's measured ``resize_cost_s``, else
-:data:`DEFAULT_RESIZE_COST_S`, the horizon the job's age, at least :data:`MIN_HORIZON_S` (a job that has
-run long is expected to run long), and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice is exact:
-dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
+:data:`DEFAULT_RESIZE_COST_S`; the horizon the job's remaining time when it reports its remaining work
+(see below: a resize costs a job near its end most), else its age, at least :data:`MIN_HORIZON_S` (a
+job that has run long is expected to run long); and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice
+is exact: dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
 of its best configuration at the count it gets. Jobs in their cooldown, and jobs that are not elastic,
 keep what they hold, except that a waiting job may start with workers taken from a job in its cooldown
 that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
@@ -254,6 +255,18 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     return _Table(speedup, None, None, cap)
 
 
+def _remaining_s(job: JobView, table: _Table) -> float | None:
+    """The job's remaining time at the modelled goodput of what it holds (at least one worker), at least
+    :data:`MIN_REMAINING_S`; None without ``remaining_samples`` or a goodput model."""
+    remaining = job.metrics.remaining_samples
+    if remaining is None or table.goodput is None or len(table.goodput) < 2:
+        return None
+    rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
+    if rate <= 0:
+        return None
+    return max(remaining / rate, MIN_REMAINING_S)
+
+
 def _batch_changes(job: JobView, table: _Table, k: int) -> tuple[int | None, int | None]:
     if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
         return None, None
@@ -333,7 +346,8 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
     Args:
         resize_cost_s: seconds every resize costs (``30`` for a checkpoint-restart system); None: the
             job's measured cost, else :data:`DEFAULT_RESIZE_COST_S`.
-        min_horizon_s: the shortest horizon a resize's cost is spread over (default :data:`MIN_HORIZON_S`).
+        min_horizon_s: the shortest horizon a resize's cost is spread over, for a job that reports no
+            remaining work (default :data:`MIN_HORIZON_S`).
         hysteresis: the fraction of speedup a resize must gain beyond its cost, in [0, 1)
             (default :data:`RESIZE_HYSTERESIS`).
         initial_workers: as for :class:`GoodputPolicy`.
@@ -381,13 +395,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         """How much the job's inverse speedup counts: ``(remaining / REMAINING_REFERENCE_S) ** -exponent``, the
         remaining time at the goodput of what it holds (at least one worker), at least
         :data:`MIN_REMAINING_S`; 1.0 when the job reports no remaining work or has no goodput model."""
-        remaining = job.metrics.remaining_samples
-        if not self.remaining_exponent or remaining is None or table.goodput is None or len(table.goodput) < 2:
+        seconds = _remaining_s(job, table)
+        if not self.remaining_exponent or seconds is None:
             return 1.0
-        rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
-        if rate <= 0:
-            return 1.0
-        seconds = max(remaining / rate, MIN_REMAINING_S)
         return float((seconds / REMAINING_REFERENCE_S) ** -self.remaining_exponent)
 
     def _options(
@@ -404,7 +414,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         else:
             top = max(job.min_workers, min(request.desired, table.cap))
             ks = ([holding] if job.waiting else []) + list(range(job.min_workers, top + 1))
-        horizon = max(now - job.submitted_at, self.min_horizon_s)
+        horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
         keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
         values = []
         weight = self._weight(job, table)

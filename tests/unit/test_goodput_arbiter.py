@@ -73,3 +73,16 @@ def test_before_its_first_measurement_a_job_gets_the_count_it_was_submitted_with
     assert counts["job-a"][0] == 1  # not a whole node: a one-worker job may be slower on four
     wide = replace(goodput_job(current=0, measured=()), requested_workers=12)
     assert allocate(GoodputArbiter(), snap(wide, capacity=64, slots=4))["job-a"][0] == 12
+
+
+def test_a_resize_is_charged_against_the_time_the_job_has_left() -> None:
+    arbiter = GoodputArbiter(resize_cost_s=30, hysteresis=0, remaining_exponent=0)
+
+    def counts(samples: float) -> dict[str, int]:
+        a = remaining(goodput_job("job-a", current=12, submitted_at=0.0, measured=FAST, noise=1e5), samples)
+        b = remaining(goodput_job("job-b", current=4, submitted_at=0.0, measured=FAST, noise=1e5), samples)
+        return {job_id: workers for job_id, (workers, _) in allocate(arbiter, snap(a, b)).items()}
+
+    assert counts(1e9)["job-a"] < 12  # hours left: 30 s is worth moving to an even split
+    # a minute or two left: the same 30 s is most of it, and both keep what they hold
+    assert counts(2e5).get("job-a", 12) == 12 and counts(2e5).get("job-b", 4) == 4

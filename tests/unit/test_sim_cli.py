@@ -36,6 +36,17 @@ def test_run_writes_results_and_plots_for_each_policy(tmp_path: Path):
         assert (out / name).stat().st_size > 0, name
 
 
+def test_without_a_policy_it_runs_fifo_and_the_goodput_policy(tmp_path: Path):
+    data, workload = setup(tmp_path, f"a,0,{TOY},4,4\nb,0,{TOY},4,4\nlate,10,{TOY},1,1\n")
+    out = tmp_path / "out"
+    args = ["sim", "run", "--data", str(data), "-w", str(workload), "-c", "1x4", "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["scheduler"] for s in summary] == ["fifo", "goodput+goodput"]
+    assert all(s["finished"] == 3 for s in summary)
+
+
 def test_bad_workload_row_is_named(tmp_path: Path):
     data, workload = setup(tmp_path, f"a,0,{TOY},4,4\nb,-5,{TOY},1,1\n")
     result = CliRunner().invoke(cli, ["sim", "run", "--data", str(data), "-w", str(workload), "-o", str(tmp_path)])
