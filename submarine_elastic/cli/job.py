@@ -600,7 +600,8 @@ def _print_batch(st: pb.JobStatus) -> None:
     now = st.batch
     console.print(
         f"batch: global batch {now.batch_size}, accumulation steps {now.accum_steps} ({now.accum_steps + 1} "
-        f"micro-batches a step), learning rate {_learning_rate(now)}; setting {now.version} since "
+        f"micro-batch{'es' if now.accum_steps else ''} a step), learning rate {_learning_rate(now)}; setting "
+        f"{now.version} since "
         f"{time.strftime('%H:%M:%S', time.localtime(now.time))}",
         markup=False,
         highlight=False,
