@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import click
 import pytest
 import responses
 from click.testing import CliRunner
@@ -285,3 +286,39 @@ def test_submit_refuses_files_the_spec_does_not_name():
         submit(RecordingYarn(), request(), files=files)
     with pytest.raises(JobSpecError, match="must match|job name|name"):
         files.path("../etc")
+
+
+def _rm_conf(rsps: Any, values: dict[str, str]) -> None:
+    """The RM's ``/conf`` answers: each of ``values``, 404 for a property not set."""
+    from responses import matchers
+
+    for name in ("fs.defaultFS", "dfs.namenode.http-address"):
+        match = [matchers.query_param_matcher({"name": name}, strict_match=False)]
+        if name in values:
+            body = {"property": {"key": name, "value": values[name], "resource": "x-site.xml"}}
+            rsps.get("http://rm.test:8088/conf", json=body, match=match)
+        else:
+            rsps.get("http://rm.test:8088/conf", status=404, match=match)
+
+
+def test_without_a_recorded_cluster_job_run_finds_hdfs_in_the_resourcemanagers_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster this machine did not start (no SUBMARINE_CLUSTER_DIR, no HADOOP_CONF_DIR): its RM's own
+    configuration says its file system is HDFS and where the NameNode's web address is; before, the job's files
+    stayed local and the RM refused the spec ("Wrong FS")."""
+    from submarine_elastic.cli.job import _job_files
+
+    monkeypatch.setenv("SUBMARINE_CLUSTER_DIR", str(tmp_path / "none"))
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    with responses.RequestsMock() as rsps:
+        _rm_conf(rsps, {"fs.defaultFS": "hdfs://nn.test:8020", "dfs.namenode.http-address": "nn.test:9870"})
+        files = _job_files("http://rm.test:8088")
+    assert files is not None and files.uri("mnist") == f"hdfs://nn.test:8020/submarine-jobs/{files.hdfs.user}/mnist"
+    assert files.hdfs.url == "http://nn.test:9870"
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        _rm_conf(rsps, {"fs.defaultFS": "file:///"})
+        assert _job_files("http://rm.test:8088") is None  # local files, as on a cluster without HDFS
+    with responses.RequestsMock() as rsps, pytest.raises(click.ClickException, match="names no NameNode web address"):
+        _rm_conf(rsps, {"fs.defaultFS": "hdfs://nn.test:8020"})
+        _job_files("http://rm.test:8088")
