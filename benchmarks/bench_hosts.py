@@ -155,6 +155,14 @@ def run_stock_on_hosts(network: HostNetwork, work: Path, rounds: int) -> list[tu
     return resizes
 
 
+NOTE = (
+    "Request -> capacity on scale-out includes the joiner's warm-up (its process starts, imports TensorFlow, builds "
+    "the model and traces its step; the driver logs `worker-K warm after N s`), which here shares the machine's "
+    "two CPUs with the ring that trains on meanwhile; stock horovodrun stops its ring while a joiner starts (its "
+    "pause), so its joiner has the CPUs to itself. Training time lost to a resize is the pause."
+)
+
+
 def table(rows: dict[str, dict[str, dict[str, float]]], key: str) -> list[str]:
     out = []
     for resize in [f"1->{PLAN[0]}", *[f"{a}->{b}" for a, b in zip(PLAN, PLAN[1:], strict=False)]]:
@@ -221,6 +229,8 @@ def main() -> None:
         f"| resize | {labels} |",
         "|---|" + "---|" * len(rows),
         *table(rows, "decision_to_capacity_median_s"),
+        "",
+        NOTE,
     ]
     (RESULTS / "hosts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
