@@ -58,6 +58,10 @@ __all__ = [
 EXPLORE_FACTOR = 4.0
 #: Global batch sizes tried per worker count (a geometric grid across the job's allowed range).
 BATCH_CANDIDATES = 24
+#: At a worker count, a job keeps its current global batch unless another batch's modelled goodput is at least
+#: this fraction higher: a noise scale measured anew every few steps moves a flat optimum back and forth, and
+#: each batch change costs a commit and a learning-rate ramp.
+BATCH_HYSTERESIS = 0.1
 
 Floats = NDArray[np.float64]
 
@@ -245,6 +249,13 @@ class GoodputModel:
         pick = np.argmax(goodput, axis=1)
         rows = np.arange(size)
         best = goodput[rows, pick]
+        current = self.job.metrics.batch_size
+        if current is not None and batch.shape[1] > 1 and float(current) in batch[0]:
+            # keep the current batch wherever the best is not BATCH_HYSTERESIS better
+            at = int(np.flatnonzero(batch[0] == float(current))[0])
+            keep = np.isfinite(goodput[:, at]) & (goodput[:, at] * (1.0 + BATCH_HYSTERESIS) >= best)
+            pick = np.where(keep, at, pick)
+            best = goodput[rows, pick]
         # no trusted batch at some count: the one closest to what was measured, at its goodput
         fallback = np.argmin(np.abs(np.log(local / self._measured_local_mid())), axis=1)
         untrusted = ~np.isfinite(best)

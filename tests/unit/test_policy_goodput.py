@@ -26,7 +26,7 @@ from submarine_elastic.policy import (
     StepTime,
 )
 from submarine_elastic.policy.goodput import MAX_CONFIGURATIONS, estimated_throughput, statistical_efficiency
-from submarine_elastic.policy.goodput_model import EXPLORE_FACTOR, GoodputModel, ThroughputModel
+from submarine_elastic.policy.goodput_model import BATCH_HYSTERESIS, EXPLORE_FACTOR, GoodputModel, ThroughputModel
 
 from ._policy_support import job, snapshot
 
@@ -126,6 +126,38 @@ def test_the_best_batch_follows_the_noise_scale() -> None:
     assert small.batch[4] <= 256
     # with a huge noise scale every sample counts: the largest batch the measurements let it try
     assert large.batch[4] >= 1024
+
+
+def test_the_current_batch_is_kept_unless_another_is_clearly_better() -> None:
+    """A noise scale measured anew every few steps must not swing the batch back and forth: at a worker
+    count, a batch change needs BATCH_HYSTERESIS more modelled goodput than keeping the current batch."""
+    model = GoodputModel(goodput_job(noise=600.0), MEASURED, 4)
+    grid = [int(b) for b in model._candidates()]
+    rates = {b: _goodput_at(model, b, 4) for b in grid}
+    top = max(rates, key=lambda b: rates[b])
+    near = [b for b in grid if b != top and rates[b] * (1 + BATCH_HYSTERESIS) >= rates[top]]
+    far = [b for b in grid if 0 < rates[b] and rates[b] * (1 + BATCH_HYSTERESIS) < rates[top]]
+    assert near and far
+    for current in near:
+        kept = GoodputModel(goodput_job(noise=600.0, batch=current), MEASURED, 4).best(4)
+        assert int(kept.batch[4]) == current
+    for current in far:
+        moved = GoodputModel(goodput_job(noise=600.0, batch=current), MEASURED, 4).best(4)
+        assert int(moved.batch[4]) == top
+
+
+def _goodput_at(model: GoodputModel, batch: int, k: int) -> float:
+    """The model's goodput of global batch ``batch`` at ``k`` workers (0 where it does not trust it)."""
+    per_worker = batch / k
+    accum = max(np.ceil(per_worker / 512 - 1e-9) - 1, 0.0)  # goodput_job's max_local
+    local = np.array([[per_worker / (accum + 1)]])
+    if not model._trusted(local).all():
+        return 0.0
+    assert model.throughput is not None
+    seconds = model.throughput.step_seconds(
+        np.array([[float(k)]]), model.nodes_for(np.array([[float(k)]])), local, np.array([[accum]])
+    )
+    return float(batch / seconds[0, 0] * model.efficiency(np.array([float(batch)]))[0])
 
 
 def test_accumulation_reaches_a_batch_beyond_what_a_worker_fits() -> None:
