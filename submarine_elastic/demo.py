@@ -1,12 +1,12 @@
 """The README's first command: elastic TensorFlow jobs on the local pseudo-cluster, resized by the policy.
 
 Starts the pseudo-cluster (unless one is up) and the controller with the goodput job policy and arbiter,
-submits two elastic jobs of ``examples/train_elastic.py`` with ``submarine job run --elastic`` and, while they
-train, a third that arrives. Nothing is flexed by hand: the controller sizes each job from what its workers
-report (throughput, step time, loss) and from the jobs arriving and leaving; each decision is printed with its
-reason as it is taken. When the jobs have finished it draws their workers, global batch and loss over time,
-each decision marked, into a PNG and prints its path. The controller is stopped at the end; the cluster stays
-up (``submarine cluster down`` stops it).
+submits two elastic jobs of ``examples/train_elastic.py`` with ``submarine job run --elastic`` (global batch
+32..512) and, while they train, a third that arrives. Nothing is flexed by hand: the controller sizes each job,
+workers and batch, from what its workers report (step times, gradient noise scale, loss) and from the jobs
+arriving and leaving; each decision is printed with its reason as it is taken. When the jobs have finished it
+draws their workers, global batch and loss over time, each decision marked, into a PNG and prints its path.
+The controller is stopped at the end; the cluster stays up (``submarine cluster down`` stops it).
 
 Run: ``python -m submarine_elastic.demo [--epochs N] [--arrival-s S] [--out DIR]``
 """
@@ -197,7 +197,8 @@ def _submit(job: DemoJob, epochs: int, out: Path, env: dict[str, str]) -> None:
     args = [
         "job", "run", "--name", job.name, "--elastic",
         "--num_workers", str(job.workers), "--min_workers", str(job.min_workers), "--max_workers", str(job.max_workers),
-        "--worker_resources", "memory-mb=1024,vcores=1", "--worker_launch_cmd", command,
+        "--worker_resources", "memory-mb=1024,vcores=1", "--min_batch_size", "32", "--max_batch_size", "512",
+        "--worker_launch_cmd", command,
     ]  # fmt: skip
     console.print(f"[bold]{job.name}[/bold] arrives: submarine {' '.join(args[:-1])} '{command}'", soft_wrap=True)
     _submarine(*args, env=env)
@@ -241,7 +242,8 @@ def _print_new_decisions(
                 for d in timeline[len(seen) :]:
                     seen.append((d.time, d.from_workers, d.to_workers, d.reason))
                     console.print(
-                        f"  +{d.time - t0:5.0f} s  {job.name}: {d.from_workers} -> {d.to_workers} workers: {d.reason}"
+                        f"  +{d.time - t0:5.0f} s  {job.name}: {d.from_workers} -> {d.to_workers} workers: {d.reason}",
+                        soft_wrap=True,
                     )
     except ControllerError as exc:
         console.print(f"  (the controller did not answer: {exc})")
