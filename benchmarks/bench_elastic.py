@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
@@ -211,26 +212,41 @@ def run_stock(work: Path, rounds: int) -> list[tuple[float, int, int]]:
     env = {**os.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
     with (work / "horovodrun.out").open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        resizes = []
         try:
-            deadline = time.monotonic() + 300
-            while not list((work / "log").glob("steps-*.jsonl")) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            current = 1
-            for _ in range(rounds):
-                for n in PLAN:
-                    time.sleep(SETTLE_S)
-                    t = time.time()
-                    hosts.write_text(f"localhost:{n}\n")
-                    resizes.append((t, current, n))
-                    _wait_size(work / "log", n, t, timeout=300)
-                    print(f"  stock {current}->{n} done", flush=True)
-                    current = n
-            (work / "stop").touch()
-            proc.wait(timeout=900)
+            return drive_stock(proc, work, rounds, lambda n: hosts.write_text(f"localhost:{n}\n"), "stock")
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def drive_stock(
+    proc: subprocess.Popen, work: Path, rounds: int, resize: Callable[[int], None], label: str
+) -> list[tuple[float, int, int]]:
+    """Takes a running stock ``horovodrun`` (``proc``, its script logging to ``work/log``) through :data:`PLAN`
+    ``rounds`` times, ``resize(n)`` changing what its discovery script says; then creates ``work/stop`` and waits
+    for it to end. Returns (request time, from, to) per resize.
+
+    Raises:
+        RuntimeError: it did not start training within 300 s, or ended first.
+    """
+    deadline = time.monotonic() + 300
+    while not list((work / "log").glob("steps-*.jsonl")):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"stock horovodrun did not train: see {work / 'horovodrun.out'}")
+        time.sleep(0.5)
+    resizes = []
+    current = 1
+    for _ in range(rounds):
+        for n in PLAN:
+            time.sleep(SETTLE_S)
+            t = time.time()
+            resize(n)
+            resizes.append((t, current, n))
+            _wait_size(work / "log", n, t, timeout=300)
+            print(f"  {label} {current}->{n} done", flush=True)
+            current = n
+    (work / "stop").touch()
+    proc.wait(timeout=900)
     return resizes
 
 

@@ -29,10 +29,9 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_elastic import PLAN, SCRIPT_ARGS, SETTLE_S, _wait_size, pauses, run_plan, summarise
+from bench_elastic import PLAN, SCRIPT_ARGS, drive_stock, pauses, run_plan, summarise
 
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterSpec, HostNetwork, LocalCluster
@@ -128,31 +127,13 @@ def run_stock_on_hosts(network: HostNetwork, work: Path, rounds: int) -> list[tu
     cmd = network.host(0).command(horovodrun)
     with (work / "horovodrun.out").open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-        resizes = []
         try:
-            deadline = time.monotonic() + 300
-            while not list((work / "log").glob("steps-*.jsonl")):
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"stock horovodrun did not train: see {work / 'horovodrun.out'}")
-                time.sleep(0.5)
-            current = 1
-            for _ in range(rounds):
-                for n in PLAN:
-                    time.sleep(SETTLE_S)
-                    t = time.time()
-                    discover(n)
-                    resizes.append((t, current, n))
-                    _wait_size(work / "log", n, t, timeout=300)
-                    print(f"  stock-hosts {current}->{n} done", flush=True)
-                    current = n
-            (work / "stop").touch()
-            proc.wait(timeout=600)
+            return drive_stock(proc, work, rounds, discover, "stock-hosts")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, 9)
             # Workers Horovod left behind on a host, if any.
             subprocess.run(["pkill", "-9", "-f", "--", f"--log-dir {work / 'log'}"], check=False)
-    return resizes
 
 
 NOTE = (

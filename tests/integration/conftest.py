@@ -61,6 +61,21 @@ def yarn(yarn_cluster: LocalCluster, cluster_spec: ClusterSpec) -> Iterator[Yarn
         yield client
 
 
+@pytest.fixture()
+def controller_dir(
+    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A controller directory of the test's own, named by SUBMARINE_CONTROLLER_DIR (with the session cluster's
+    SUBMARINE_RM_URL) for the controller the test starts; the controller is stopped afterwards."""
+    from submarine_elastic.daemon import process
+
+    directory = tmp_path / "controller"
+    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(directory))
+    monkeypatch.setenv("SUBMARINE_RM_URL", cluster_spec.rm_url)
+    yield directory
+    process.stop(directory)
+
+
 def submarine(rm_url: str, *args: str) -> str:
     """Run the ``submarine`` command in-process against ``rm_url``; a non-zero exit fails the test."""
     result = CliRunner().invoke(cli, list(args), env={"SUBMARINE_RM_URL": rm_url}, catch_exceptions=False)

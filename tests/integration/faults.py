@@ -560,6 +560,21 @@ def hang_worker(run: FaultRun) -> int:
     return run.workers
 
 
+def wait_relaunched(run: FaultRun, lost: dict[str, str]) -> dict[str, str]:
+    """Blocks (at most 120 s) until YARN runs every instance of ``lost`` (instance -> its old container) READY
+    in a new container; marks ``relaunched_s`` and returns instance -> new container."""
+
+    def relaunched() -> dict[str, str]:
+        worker = run.yarn.status(run.name).component("worker")
+        ready = {c.component_instance_name: c.id for c in worker.ready_containers} if worker else {}
+        moved = {i: ready.get(i, c) for i, c in lost.items()}
+        return moved if all(moved[i] != c for i, c in lost.items()) else {}
+
+    moved = eventually(relaunched, f"YARN to relaunch {sorted(lost)} READY in new containers", 120)
+    run.mark("relaunched_s")
+    return moved
+
+
 def node_of(spec: ClusterSpec, node_id: str) -> str:
     """The NodeManager (``nm-<i>``) of a ResourceManager node id (``host:port``) on this pseudo-cluster: on
     loopback its port names it, on hosts (every NodeManager on the same port) its host, ``host-<i>``."""
@@ -681,14 +696,7 @@ def lose_node_manager(run: FaultRun) -> int:
     latest = bound * 4 / 3 + 5
     assert bound <= lost_s <= latest, f"{victim} was declared LOST {lost_s} s after the kill, bound {bound} s"
 
-    def relaunched() -> dict[str, str]:
-        worker = run.yarn.status(run.name).component("worker")
-        ready = {c.component_instance_name: c.id for c in worker.ready_containers} if worker else {}
-        moved = {i: ready.get(i, c) for i, c in lost.items()}
-        return moved if all(moved[i] != c for i, c in lost.items()) else {}
-
-    moved = eventually(relaunched, f"YARN to relaunch {sorted(lost)} READY in new containers", 120)
-    run.mark("relaunched_s")
+    moved = wait_relaunched(run, lost)
     placed = container_nodes(run)
     assert {placed[c] for c in moved.values()} == {home}, f"YARN relaunched {moved} elsewhere than {home}: {placed}"
     run.notes["relaunched"] = moved

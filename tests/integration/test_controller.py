@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec, LocalCluster
+from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import ControllerError, JobSource, JobState
 from submarine_elastic.controller.client import ControllerClient
@@ -27,17 +26,6 @@ from tests.integration.conftest import eventually
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture()
-def controller_dir(
-    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    directory = tmp_path / "controller"
-    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(directory))
-    monkeypatch.setenv("SUBMARINE_RM_URL", cluster_spec.rm_url)
-    yield directory
-    process.stop(directory)
 
 
 def submarine(*args: str) -> str:

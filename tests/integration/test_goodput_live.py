@@ -6,13 +6,11 @@ across the change, the ranks end with the same weights, and `job show` gives the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.daemon import process
+from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.policy import Decision, JobPolicy, JobView, Snapshot
 from submarine_elastic.yarn import YarnServiceClient
@@ -39,20 +37,14 @@ class SetBatchOnce(JobPolicy):
 
 
 @pytest.fixture()
-def controller_dir(
-    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    directory = tmp_path / "controller"
-    monkeypatch.setenv("SUBMARINE_CONTROLLER_DIR", str(directory))
-    monkeypatch.setenv("SUBMARINE_RM_URL", cluster_spec.rm_url)
-    # The controller process loads this module's policy.
+def policy_controller_dir(controller_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's controller directory, its controller able to load this module's policy."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    yield directory
-    process.stop(directory)
+    return controller_dir
 
 
 def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_once(
-    controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
+    policy_controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
 ) -> None:
     rm = cluster_spec.rm_url
     submarine(rm, "controller", "start", "--policy", "static", "--interval", "1")

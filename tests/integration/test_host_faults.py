@@ -47,6 +47,7 @@ from tests.integration.faults import (
     ring,
     run_fault,
     set_node_size,
+    wait_relaunched,
 )
 from tests.integration.hosts import HostsCluster
 from tests.integration.jobcheck import step_times
@@ -197,15 +198,7 @@ def declared_lost(run: FaultRun, node: str) -> float:
 def relaunched_elsewhere(run: FaultRun, lost: dict[str, str], node: str) -> dict[str, str]:
     """Blocks until YARN runs every instance of ``lost`` (instance -> its old container) READY in a new
     container, on another host than ``node``; marks it and returns instance -> new container."""
-
-    def relaunched() -> dict[str, str]:
-        worker = run.yarn.status(run.name).component("worker")
-        ready = {c.component_instance_name: c.id for c in worker.ready_containers} if worker else {}
-        moved = {i: ready.get(i, c) for i, c in lost.items()}
-        return moved if all(moved[i] != c for i, c in lost.items()) else {}
-
-    moved = eventually(relaunched, f"YARN to relaunch {sorted(lost)} READY in new containers", 120)
-    run.mark("relaunched_s")
+    moved = wait_relaunched(run, lost)
     where = container_nodes(run)
     assert node not in {where[c] for c in moved.values()}, f"YARN relaunched {moved} on {node}, the faulted host"
     run.notes["relaunched_on"] = sorted(where[c] for c in moved.values())

@@ -72,25 +72,20 @@ def test_a_maximum_alone_lets_the_batch_go_down_to_one_and_the_driver_reads_both
 ) -> None:
     assert job_cli._batch_limits(None, 256) == BatchLimits(1, 256)
     assert job_cli._batch_limits(None, None) is None
-    req = JobRequest(
-        name="mnist",
-        launch_cmd="python train.py",
-        limits=Limits(2, 1, 4),
-        resources=WorkerResources(2048, 1),
-        rm_url="http://127.0.0.1:18088",
-        driver_port=31000,
-        token="t0ken",
-        insecure=True,
-        batch_limits=BatchLimits(1, 256),
-    )
-    spec_env = build_service(req).to_dict()["configuration"]["env"]
+    spec_env = build_service(request(BatchLimits(1, 256))).to_dict()["configuration"]["env"]
     for name in ("SUBMARINE_MIN_BATCH_SIZE", "SUBMARINE_MAX_BATCH_SIZE"):
         monkeypatch.setenv(name, spec_env[name])
     assert env.batch_limits() == (1, 256)  # what the driver reads at its start
 
 
 def test_a_job_without_batch_flags_has_no_batch_limits_in_its_environment() -> None:
-    req = JobRequest(
+    spec_env = build_service(request(None)).to_dict()["configuration"]["env"]
+    assert "SUBMARINE_MIN_BATCH_SIZE" not in spec_env and "SUBMARINE_MAX_BATCH_SIZE" not in spec_env
+
+
+def request(batch_limits: BatchLimits | None) -> JobRequest:
+    """A job request as `job run` builds it, with ``batch_limits``."""
+    return JobRequest(
         name="mnist",
         launch_cmd="python train.py",
         limits=Limits(2, 1, 4),
@@ -99,6 +94,5 @@ def test_a_job_without_batch_flags_has_no_batch_limits_in_its_environment() -> N
         driver_port=31000,
         token="t0ken",
         insecure=True,
+        batch_limits=batch_limits,
     )
-    spec_env = build_service(req).to_dict()["configuration"]["env"]
-    assert "SUBMARINE_MIN_BATCH_SIZE" not in spec_env and "SUBMARINE_MAX_BATCH_SIZE" not in spec_env
