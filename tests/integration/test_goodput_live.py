@@ -85,3 +85,50 @@ def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_o
     assert {(r["global_batch"], r["accum_steps"]) for r in first if r["step"] >= switch} == {(NEW_BATCH, NEW_ACCUM)}
     assert all(len(r["batch"]) <= NEW_BATCH for r in first)
     assert len(resizes) <= 1, f"the job was resized or re-formed: {resizes}"
+
+
+def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_another_arrives(
+    controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
+) -> None:
+    """The controller's own goodput policy and arbiter, nothing injected: two jobs with batch limits report their
+    step times and gradient noise scale, a third arrives; the first job's worker count and batch both change by
+    the policy's decisions, applied at commits, and every job trains each sample once per epoch with the same
+    weights on every rank."""
+    rm = cluster_spec.rm_url
+    submarine(rm, "controller", "start", "--policy", "goodput", "--arbiter", "goodput", "--interval", "1",
+              "--cooldown", "5")  # fmt: skip
+    flags = ("--min_batch_size", "32", "--max_batch_size", "512")
+    names = ["goodput-a", "goodput-b", "goodput-c"]
+    work = {name: tmp_path / name for name in names}
+    for directory in work.values():
+        directory.mkdir()
+    with YarnServiceClient(rm, poll_interval=0.5) as yarn:
+        try:
+            jobcheck.start_job(rm, names[0], work[names[0]], 2, None, *flags)
+            jobcheck.start_job(rm, names[1], work[names[1]], 1, None, *flags)
+            with JobClient(names[0], yarn, locate_timeout=120) as job:
+                status = eventually(
+                    lambda: (s := job.status()).batch.version >= 1 and s, "the policy setting job a's batch", 240
+                )
+                assert status.batch.batch_size != 64 and "goodput" in status.batch.reason, status.batch
+                jobcheck.start_job(rm, names[2], work[names[2]], 1, None, *flags)  # arrives
+                eventually(
+                    lambda: len({r[0]["size"] for r in committed_steps(work[names[0]] / "log").values()}) > 1,
+                    "job a's ring resized by the policy",
+                    240,
+                )
+                shown = submarine(rm, "job", "show", names[0])
+                # the setting and its reason (a table cell, wrapped to the terminal's width)
+                assert f"global batch {status.batch.batch_size}" in shown and "goodput:" in shown, shown
+            eventually(lambda: committed_steps(work[names[2]] / "log"), "the arrived job training", 240)
+            decided = submarine(rm, "controller", "history", names[0])
+            assert "goodput" in decided and "batch" in decided, decided
+            for name in names:
+                jobcheck.finish(yarn, name, work[name])
+        finally:
+            for name in names:
+                yarn.destroy(name, missing_ok=True)
+    for name in names:
+        jobcheck.check_training(work[name] / "log")
+    first = [s[0] for _, s in sorted(committed_steps(work[names[0]] / "log").items())]
+    assert len({r["global_batch"] for r in first}) > 1 and len({r["size"] for r in first}) > 1
