@@ -384,7 +384,12 @@ class NodeReport:
 
     ``total_*`` is what the node offers to containers (its ``totalResource``; used plus available where
     the RM does not report it), ``free_*`` what no container holds (``availMemoryMB``,
-    ``availableVirtualCores``). A reservation the scheduler holds on the node counts against neither.
+    ``availableVirtualCores``), ``used_*`` what its containers hold (``usedMemoryMB``,
+    ``usedVirtualCores``). A reservation the scheduler holds on the node counts against none of them.
+
+    ``free_*`` and ``used_*`` come from the scheduler, ``total_*`` from the node's record: just after a
+    resize (``updateNodeResource``) the total is new while free is not yet, so ``total - free`` is not what
+    the containers hold; read ``used_*`` for that.
     """
 
     node_id: str
@@ -393,12 +398,16 @@ class NodeReport:
     total_vcores: int
     free_memory_mb: int
     free_vcores: int
+    used_memory_mb: int = 0
+    used_vcores: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NodeReport:
         """Build from one element of ``nodes.node[]``."""
         free_mb = _opt_int(data.get("availMemoryMB")) or 0
         free_vcores = _opt_int(data.get("availableVirtualCores")) or 0
+        used_mb = _opt_int(data.get("usedMemoryMB")) or 0
+        used_vcores = _opt_int(data.get("usedVirtualCores")) or 0
         total = data.get("totalResource")
         total = total if isinstance(total, Mapping) else {}
         total_mb = _opt_int(total.get("memory"))
@@ -406,12 +415,12 @@ class NodeReport:
         return cls(
             node_id=str(data.get("id", "")),
             state=str(data.get("state", "")),
-            total_memory_mb=total_mb if total_mb is not None else free_mb + (_opt_int(data.get("usedMemoryMB")) or 0),
-            total_vcores=total_vcores
-            if total_vcores is not None
-            else free_vcores + (_opt_int(data.get("usedVirtualCores")) or 0),
+            total_memory_mb=total_mb if total_mb is not None else free_mb + used_mb,
+            total_vcores=total_vcores if total_vcores is not None else free_vcores + used_vcores,
             free_memory_mb=free_mb,
             free_vcores=free_vcores,
+            used_memory_mb=used_mb,
+            used_vcores=used_vcores,
         )
 
 

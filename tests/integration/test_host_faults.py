@@ -87,9 +87,7 @@ def make_room(run_or_spec: FaultRun | LocalCluster, yarn: YarnServiceClient, nod
     places there exactly what fits in that room, and nothing once it is taken (0: nothing more)."""
     spec = run_or_spec.spec if isinstance(run_or_spec, FaultRun) else run_or_spec.spec()
     (report,) = [n for n in yarn.nodes() if node_of(spec, n.node_id) == node]
-    used_mb = report.total_memory_mb - report.free_memory_mb
-    used_vcores = report.total_vcores - report.free_vcores
-    set_node_size(spec, yarn, node, used_mb + mb, used_vcores + vcores)
+    set_node_size(spec, yarn, node, report.used_memory_mb + mb, report.used_vcores + vcores)
 
 
 def placed(
@@ -104,6 +102,11 @@ def placed(
     def placing(cluster: LocalCluster, yarn: YarnServiceClient, name: str) -> Iterator[None]:
         spec = cluster.spec()
         nodes = [f"nm-{i}" for i in range(spec.nodes)]
+        # An earlier job's containers still stopping would free their room after it was measured, and the
+        # scheduler would place a second container where one was meant to go.
+        eventually(
+            lambda: not [n for n in yarn.nodes() if n.used_memory_mb], "no container left of an earlier job", 120
+        )
         try:
             for node in nodes:
                 set_node_size(spec, yarn, node, 0, 0)

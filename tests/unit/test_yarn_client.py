@@ -420,6 +420,7 @@ def test_nodes_reads_total_and_free_room_per_running_node(
         ("nm0:45454", 4096, 4, 3584, 3),
         ("nm1:45454", 4096, 4, 1536, 2),
     ]
+    assert [(n.used_memory_mb, n.used_vcores) for n in nodes] == [(512, 1), (2560, 2)]
 
 
 def test_config_value_reads_one_property_and_none_when_unset(
