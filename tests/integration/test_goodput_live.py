@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec
+from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.policy import Decision, JobPolicy, JobView, Snapshot
 from submarine_elastic.yarn import YarnServiceClient
@@ -85,3 +86,60 @@ def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_o
     assert {(r["global_batch"], r["accum_steps"]) for r in first if r["step"] >= switch} == {(NEW_BATCH, NEW_ACCUM)}
     assert all(len(r["batch"]) <= NEW_BATCH for r in first)
     assert len(resizes) <= 1, f"the job was resized or re-formed: {resizes}"
+
+
+def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_another_arrives(
+    controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
+) -> None:
+    """The controller's own goodput policy and arbiter, nothing injected: two jobs with batch limits report their
+    step times and gradient noise scale, and the first job's batch is set from them; a third arrives into a
+    cluster of three worker slots (``--capacity 3``), so the first job, the only one above its minimum, is
+    resized: by its own measurements if they show one worker is worth as much as two (as on a small machine),
+    else by the arbiter for the arrival. Every change is applied at a commit, `job show` and the controller's
+    history give its reason, and every job trains each sample once per epoch with the same weights on every
+    rank."""
+    rm = cluster_spec.rm_url
+    submarine(rm, "controller", "start", "--policy", "goodput", "--arbiter", "goodput", "--interval", "1",
+              "--cooldown", "5", "--capacity", "3")  # fmt: skip
+    flags = ("--min_batch_size", "32", "--max_batch_size", "512")
+    names = ["goodput-a", "goodput-b", "goodput-c"]
+    work = {name: tmp_path / name for name in names}
+    for directory in work.values():
+        directory.mkdir()
+
+    def sizes(name: str) -> set[int]:
+        return {r[0]["size"] for r in committed_steps(work[name] / "log").values()}
+
+    ctl = ControllerClient.connect(controller_dir)
+    assert ctl is not None, "no controller runs"
+    with YarnServiceClient(rm, poll_interval=0.5) as yarn, ctl:
+        try:
+            jobcheck.start_job(rm, names[0], work[names[0]], 2, None, *flags)
+            jobcheck.start_job(rm, names[1], work[names[1]], 1, None, *flags)
+            with JobClient(names[0], yarn, locate_timeout=120) as job:
+                status = eventually(
+                    lambda: (s := job.status()).batch.version >= 1 and s, "the policy setting job a's batch", 240
+                )
+                assert status.batch.batch_size != 64 and status.batch.reason.startswith("goodput"), status.batch
+                jobcheck.start_job(rm, names[2], work[names[2]], 1, None, *flags)  # arrives
+                eventually(lambda: len(sizes(names[0])) > 1, "job a's ring resized by the policy", 240)
+                shown = submarine(rm, "job", "show", names[0])
+                settings = job.status().batch_timeline
+                assert "batch settings" in shown and "goodput:" in shown, shown
+                assert any(f"global batch {b.batch_size}," in shown for b in settings), (settings, shown)
+            eventually(lambda: committed_steps(work[names[2]] / "log"), "the arrived job training", 240)
+            resized = eventually(
+                lambda: [d for d in ctl.timeline(names[0]) if d.applied and d.from_workers != d.to_workers],
+                "job a's resize applied in YARN and the ring",
+                120,
+            )
+            assert all(d.reason.startswith("goodput") for d in resized), ctl.timeline(names[0])
+            for name in names:
+                jobcheck.finish(yarn, name, work[name])
+        finally:
+            for name in names:
+                yarn.destroy(name, missing_ok=True)
+    for name in names:
+        jobcheck.check_training(work[name] / "log")
+    first = [s[0] for _, s in sorted(committed_steps(work[names[0]] / "log").items())]
+    assert len({r["global_batch"] for r in first}) > 1 and len({r["size"] for r in first}) > 1
