@@ -9,9 +9,6 @@ example (or a few lines) in a fresh Python.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,28 +17,10 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 
+from tests.tf.conftest import KERAS, horovodrun, run  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_keras_elastic.py"
-#: TF_USE_LEGACY_KERAS for each Keras, and the major version the trainer must then report.
-KERAS = {"keras3": ("0", 3), "keras2": ("1", 2)}
-
-
-def run(
-    args: list[str], legacy: str | None, timeout: float = 300, **extra_env: str
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "SUBMARINE_", "KERAS_BACKEND"))}
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    if legacy is not None:
-        env["TF_USE_LEGACY_KERAS"] = legacy
-    env.update(extra_env)
-    return subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def horovodrun(np_: int = 2) -> list[str]:
-    found = shutil.which("horovodrun", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.skip("horovodrun is not installed (pip install -e '.[horovod]')")
-    return [found, "-np", str(np_), "--gloo", "--network-interface", "lo", sys.executable]
 
 
 def final_of(log: Path) -> tuple[list[dict], list[dict], list[np.lib.npyio.NpzFile]]:

@@ -19,7 +19,9 @@ fail and its ``DistributedOptimizer`` silently skips the allreduce in ``fit``, s
 - exactly-once data within an epoch (:mod:`tf_hooks.elastic.data`), each rank's loss weighted so that
   a step optimises the exact mean over the global batch, however it is split;
 - the :class:`~tf_hooks.MetricsCallback`;
-- a check at every epoch end that all ranks hold the same weights (fails loudly otherwise).
+- a check at every epoch end that all ranks hold the same weights (fails loudly otherwise);
+- a batch set while the job runs (:class:`~tf_hooks.elastic.rules.BatchSetting`), applied from the commit
+  at which the state takes it (see :class:`ElasticKerasTrainer`).
 
 Keras 3 must run on its TensorFlow backend (the default; ``KERAS_BACKEND``), where Horovod's ops are.
 A script (the three elastic lines are marked)::
@@ -27,8 +29,7 @@ A script (the three elastic lines are marked)::
     import tensorflow as tf
     from tf_hooks.elastic.keras import ElasticKerasTrainer
     from tf_hooks.elastic.ring import init_horovod
-    from tf_hooks.elastic.optimizer import allreduce_gradients
-from tf_hooks.elastic.rules import BatchRule
+    from tf_hooks.elastic.rules import BatchRule
 
     model = tf.keras.Sequential([...])
     trainer = ElasticKerasTrainer(                         # 1. state, callbacks, traced step
@@ -60,7 +61,7 @@ from tf_hooks.api import TfHooksError
 from tf_hooks.elastic import data as edata
 from tf_hooks.elastic.checkpoint import Checkpointer
 from tf_hooks.elastic.optimizer import allreduce_gradients, is_allreducing
-from tf_hooks.elastic.rules import BatchRule
+from tf_hooks.elastic.rules import BatchRule, BatchSetting, ramp_lr
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,20 @@ class ElasticKerasTrainer:
     Build it before :func:`tf_hooks.elastic.ring.init_horovod` (a joiner then does this work while
     the ring keeps training), then call :meth:`fit` after.
 
+    A batch set for the running job (:class:`~tf_hooks.elastic.rules.BatchSetting`, by its controller or
+    ``submarine job flex --batch_size``) is applied from the commit at which the state takes it, on every
+    rank at once: the ``model.fit`` running then ends after that batch, and the next one goes on from the
+    committed cursor with the setting's global batch (split over the ranks, whatever their number, until a
+    newer setting); a joiner gets it with the state. An epoch cut short this way is still one epoch: its
+    end (epoch count, history, metrics average, commit) comes when its data is exhausted. The learning rate
+    ramps (momentum compensation) from the rate in effect to the setting's, or to
+    :meth:`~tf_hooks.elastic.rules.BatchRule.lr_for_batch` of its batch with rank 0's gradient noise scale
+    when there is one. Gradient accumulation (``accum_steps`` > 0) is not available in ``fit``, which
+    applies one update per batch: each rank trains its whole part of a step as one batch. The update is the
+    same (the mean gradient over the step's global batch), but it takes the memory of the whole part, not
+    of a micro-batch; a warning says so once. The metrics report the batch each rank trains (its whole
+    part), so the global batch the controller reads is the setting's.
+
     Args:
         model: a built Keras model (Keras 3 on TensorFlow, or ``tf_keras``); compiled here.
         optimizer: an optimizer of the model's Keras with a float learning rate (the rule sets it), that
@@ -284,10 +299,14 @@ class ElasticKerasTrainer:
             workers=0,
             ramp_from_lr=0.0,
             resized_at=0,
+            lr_target=None,  # the rate a batch setting ramps to; None: the rule's for the ring size
             history=[],
             checkpoint=checkpoint,
+            optional=("lr_target",),
         )
         self.state.register_reset_callbacks([self._on_reset])
+        self.state.register_batch_callbacks([self._on_batch_setting])
+        self._warned_accumulation = False
 
         types = _callback_types(keras)
         self.metrics_callback: Any = None
@@ -297,10 +316,10 @@ class ElasticKerasTrainer:
             self.metrics_callback = callback_class(keras)(batch_size=self._local_batch, gradient_noise=self.noise)
         elif metrics_callback is not False:
             self.metrics_callback = metrics_callback
-        self._before_user = [types.MetricAverage(hvd), types.Progress(self)]
+        self._before_user = [types.MetricAverage(hvd, self._epoch_cut_short), types.Progress(self)]
         if self.metrics_callback is not None:
             self._before_user.append(self.metrics_callback)
-        self._commit = types.Commit(self.state, batches_per_commit)
+        self._commit = types.Commit(self.state, batches_per_commit, self._epoch_cut_short)
         self._element_spec = (
             tf.TensorSpec((None, *x.shape[1:]), tf.as_dtype(x.dtype)),
             tf.TensorSpec((None, *y.shape[1:]), tf.as_dtype(y.dtype)),
@@ -323,10 +342,11 @@ class ElasticKerasTrainer:
     ) -> list[dict[str, Any]]:
         """Trains until the committed epoch count reaches ``epochs``, through any number of resizes.
 
-        Blocks until then. One ``model.fit`` per epoch (or rest of an epoch, after a resize), on
-        this rank's share of the data from the committed cursor. ``callbacks`` run after the
-        trainer's and before the commit. ``stop``, asked on rank 0 after each epoch, ends training
-        early on every rank when it returns True.
+        Blocks until then. One ``model.fit`` per epoch (or rest of an epoch, after a resize or a
+        batch setting), on this rank's share of the data from the committed cursor. ``callbacks`` run
+        after the trainer's and before the commit (their ``on_epoch_end`` also runs at the end of a
+        ``fit`` that a batch setting cut short). ``stop``, asked on rank 0 after each epoch, ends
+        training early on every rank when it returns True.
 
         Returns the per-epoch history (committed with the state, so a joiner has it too): the
         epoch, ring size, global batch, learning rate, wall time and the rank-averaged logs.
@@ -348,6 +368,7 @@ class ElasticKerasTrainer:
         @hvd.elastic.run
         def train(state: Any) -> list[dict[str, Any]]:
             while state.epoch < epochs:
+                epoch = state.epoch
                 try:
                     dataset, steps = self._epoch_dataset()
                     # shuffle=False: the data is this epoch's permutation already.
@@ -366,7 +387,7 @@ class ElasticKerasTrainer:
                         raise ElasticKerasError(f"model.fit failed: {exc.message}") from exc
                     self.resets.append(ResetTiming(type(exc).__name__, size_before=hvd.size(), left_fit=left))
                     raise
-                if stop is not None:
+                if stop is not None and state.epoch > epoch:
                     verdict = bool(stop()) if hvd.rank() == 0 else False
                     if hvd.broadcast_object(verdict, root_rank=0, name="elastic_keras_stop"):
                         break
@@ -385,16 +406,62 @@ class ElasticKerasTrainer:
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _global_batch(self, size: int) -> int:
+        """The global batch now: the batch setting's if one is in force, else the rule's for ``size`` ranks."""
+        setting = self.state.batch_setting
+        return setting.batch_size if setting is not None else self.rule.global_batch(size)
+
     def _local_batch(self) -> int:
+        """This rank's part of a whole step, as :func:`~tf_hooks.elastic.data.shard` splits it."""
         hvd = self._hvd
-        return self.rule.local_batch(hvd.size(), hvd.rank())
+        size, rank = hvd.size(), hvd.rank()
+        base, extra = divmod(self._global_batch(size), size)
+        return base + (1 if rank < extra else 0)
+
+    def _lr_at(self, step: int) -> float:
+        """The learning rate at ``step``: on the ramp from the last resize or batch setting to its target."""
+        state = self.state
+        target = state.lr_target if state.lr_target is not None else self.rule.target_lr(state.workers)
+        return ramp_lr(step, state.resized_at, state.ramp_from_lr, target, self.rule.ramp_steps)
+
+    def _epoch_cut_short(self) -> bool:
+        """Whether the epoch has data left: at the end of a ``fit`` that a batch setting ended early (the
+        cursor is the same on every rank). At a whole epoch's end it is the epoch's length before the
+        epoch's bookkeeping and 0 after."""
+        return 0 < self.state.cursor < len(self.x)
+
+    def _on_batch_setting(self, _old: BatchSetting | None, new: BatchSetting) -> None:
+        """On every rank at the same commit (or right after a re-form's sync): the learning rate ramps from
+        the one in effect to the setting's, and the running ``fit`` ends after this batch."""
+        state = self.state
+        step = int(self.optimizer.iterations.numpy())
+        from_lr = self._lr_at(step) if state.workers else 0.0
+        target = new.learning_rate
+        if target is None:
+            estimate = self.noise.estimate() if self.noise is not None else None
+            target = self.rule.lr_for_batch(new.batch_size, estimate.gradient_noise_scale if estimate else None)
+            # Rank 0's: a joiner's noise estimate has seen fewer steps than the ring's.
+            target = float(self._hvd.broadcast_object(target, root_rank=0, name="elastic_keras_setting_lr"))
+        state.ramp_from_lr, state.resized_at, state.lr_target = from_lr, step, target
+        self.model.stop_training = True
 
     def _epoch_dataset(self) -> tuple[Any, int]:
         """This rank's share of the rest of the committed epoch, one element per step; and the steps."""
         hvd, tf = self._hvd, self._tf
         size, rank = hvd.size(), hvd.rank()
         n = len(self.x)
-        global_batch = self.rule.global_batch(size)
+        global_batch = self._global_batch(size)
+        setting = self.state.batch_setting
+        if setting is not None and setting.accum_steps and not self._warned_accumulation:
+            self._warned_accumulation = True
+            logger.warning(
+                "batch setting %d asks for %d micro-batches a step; Keras fit applies one update per batch, so "
+                "each rank trains its whole part of a step (up to %d samples) as one batch: the same update, "
+                "with the memory of the whole part",
+                setting.version,
+                setting.micro_batches,
+                -(-global_batch // size),
+            )
         perm = edata.epoch_permutation(n, self.state.epoch, self.seed)
         start = self.state.cursor
         x, y = self.x, self.y
@@ -488,14 +555,16 @@ class _CallbackTypes:
 
     def __init__(self, keras: ModuleType) -> None:
         class MetricAverage(keras.callbacks.Callback):  # type: ignore[name-defined]
-            """Every numeric log of the epoch averaged over the ranks (one allreduce), in place."""
+            """Every numeric log of the epoch averaged over the ranks (one allreduce), in place; not at the
+            end of a ``fit`` that a batch setting cut short."""
 
-            def __init__(self, hvd: ModuleType) -> None:
+            def __init__(self, hvd: ModuleType, cut_short: Callable[[], bool]) -> None:
                 super().__init__()
                 self.hvd = hvd
+                self.cut_short = cut_short
 
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-                if not logs:
+                if not logs or self.cut_short():
                     return
                 names = sorted(logs)
                 values = np.array([float(logs[name]) for name in names], np.float64)
@@ -507,13 +576,15 @@ class _CallbackTypes:
 
             The last batch of an epoch is committed at the epoch end only: a resize noticed there leaves
             ``fit`` at once, which would skip the epoch's end (epoch count, history) and commit an epoch
-            with no batch left in it.
+            with no batch left in it. The end of a ``fit`` that a batch setting cut short commits nothing:
+            the setting was taken at the commit of its last batch.
             """
 
-            def __init__(self, state: Any, batches_per_commit: int) -> None:
+            def __init__(self, state: Any, batches_per_commit: int, cut_short: Callable[[], bool]) -> None:
                 super().__init__()
                 self.state = state
                 self.batches_per_commit = batches_per_commit
+                self.cut_short = cut_short
                 self._left = batches_per_commit
 
             def on_train_begin(self, logs: Any = None) -> None:
@@ -528,7 +599,8 @@ class _CallbackTypes:
                     self.state.commit()
 
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-                self.state.commit()
+                if not self.cut_short():
+                    self.state.commit()
 
         class Progress(keras.callbacks.Callback):  # type: ignore[name-defined]
             """Epoch, batch, cursor, learning rate, history and the weights check; runs before the commit."""
@@ -546,17 +618,15 @@ class _CallbackTypes:
                 trainer, state = self.trainer, self.trainer.state
                 size = trainer._hvd.size()
                 self._ring = (trainer._hvd.rank(), size)
-                self._global_batch = trainer.rule.global_batch(size)
+                self._global_batch = trainer._global_batch(size)
                 self._step = int(trainer.optimizer.iterations.numpy())
                 self._first_batch = state.batch
                 if state.workers != size:
-                    # Ramp from the rate in effect now, even in the middle of the last resize's ramp.
-                    state.ramp_from_lr = (
-                        trainer.rule.lr_at(self._step, state.resized_at, state.ramp_from_lr, state.workers)
-                        if state.workers
-                        else 0.0
-                    )
-                    state.resized_at = self._step
+                    if state.batch_setting is None:
+                        # Ramp from the rate in effect now, even in the middle of the last resize's ramp.
+                        state.ramp_from_lr = trainer._lr_at(self._step) if state.workers else 0.0
+                        state.resized_at = self._step
+                    # (under a batch setting the global batch and its rate stay whatever the ring size)
                     state.workers = size
                 self._lr = None
                 self._set_lr()
@@ -578,6 +648,8 @@ class _CallbackTypes:
 
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
                 trainer, state = self.trainer, self.trainer.state
+                if trainer._epoch_cut_short():
+                    return  # a batch setting ended this fit: the epoch goes on in the next one
                 if trainer.check_sync:
                     self._check_sync()
                 record = {
@@ -605,8 +677,7 @@ class _CallbackTypes:
                 )
 
             def _set_lr(self) -> None:
-                rule, state = self.trainer.rule, self.trainer.state
-                lr = rule.lr_at(self._step, state.resized_at, state.ramp_from_lr, state.workers)
+                lr = self.trainer._lr_at(self._step)
                 if lr != self._lr:
                     self.trainer.optimizer.learning_rate = lr
                     self._lr = lr

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import horovod.tensorflow as hvd
@@ -57,12 +57,15 @@ class ElasticState(ObjectState):
             ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
             :class:`~tf_hooks.elastic.checkpoint.Checkpointer`. It must be the same on every rank: with
             it, every sync runs one more small allreduce (and a whole job's first, a broadcast).
+        optional: names among ``attrs`` that a checkpoint may lack (written before they existed): resuming
+            from one, they take None.
         **attrs: plain values (epoch, cursor, step, ...) exposed as attributes and committed with
             the variables. ``commits`` (the number of commits the job has made) and ``batch_setting`` (the
             batch set for the job, or None) are the state's own.
 
     Raises:
-        ValueError: no variables, or an attribute named ``commits`` or ``batch_setting``.
+        ValueError: no variables, an attribute named ``commits`` or ``batch_setting``, or an optional name
+            that is not among ``attrs``.
         CheckpointConfigError: an unusable checkpoint setting (named).
     """
 
@@ -73,6 +76,7 @@ class ElasticState(ObjectState):
         variables: Sequence[tf.Variable],
         *,
         checkpoint: Checkpointer | str | os.PathLike[str] | bool | None = None,
+        optional: Collection[str] = (),
         **attrs: Any,
     ) -> None:
         if not variables:
@@ -80,6 +84,11 @@ class ElasticState(ObjectState):
         for own in (COMMITS, BATCH):
             if own in attrs:
                 raise ValueError(f"{own!r} is the state's own attribute: use another name")
+        unknown = sorted(set(optional) - set(attrs))
+        if unknown:
+            raise ValueError(f"optional attributes {unknown} are not among the state's attributes {sorted(attrs)}")
+        # A checkpoint written before batch settings existed has none: the script's own batch.
+        self._optional = {BATCH, *optional}
         # Keras 3 variables wrap a tf.Variable (``.value``); Horovod broadcasts tf.Variables.
         self.variables = [v if isinstance(v, tf.Variable) else v.value for v in variables]
         self._values = [v.numpy() for v in self.variables]
@@ -206,8 +215,7 @@ class ElasticState(ObjectState):
                     f"{where}: variable {i} ({var.name}) is {value.dtype}{list(value.shape)} there and "
                     f"{tf.as_dtype(var.dtype).name}{list(want[0])} here (the model or optimizer differs)"
                 )
-        # A checkpoint written before batch settings existed has none: the script's own batch.
-        missing = sorted(set(self._saved_state) - set(checkpoint.attrs) - {BATCH})
+        missing = sorted(set(self._saved_state) - set(checkpoint.attrs) - self._optional)
         if missing:
             raise CheckpointReadError(f"{where}: it lacks the attributes {missing} of this state")
         for var, value in zip(self.variables, checkpoint.values, strict=True):
