@@ -790,7 +790,7 @@ class ControllerService(Controller):
         losses = tuple(self.store.get(f"loss/{job_id}") or ())
         step = 0
         step_times: dict[str, list[float]] = {}
-        noise_scale = batch_size = None
+        noise_scale = batch_size = resize_cost = None
         configurations: tuple[StepTime, ...] = ()
         if self.metrics is not None:
             try:
@@ -814,6 +814,7 @@ class ControllerService(Controller):
                 if summary.noise is not None:
                     noise_scale = summary.noise.gradient_noise_scale
                 batch_size = _global_batch(points, summary.world_size)
+                resize_cost = summary.resize_pause_s
                 # Nodes are not in the points: every configuration counts as one node until they are.
                 configurations = tuple(
                     StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
@@ -828,6 +829,7 @@ class ControllerService(Controller):
             gradient_noise_scale=noise_scale,
             batch_size=batch_size,
             configurations=configurations,
+            resize_cost_s=resize_cost,
         )
 
 

@@ -35,6 +35,11 @@ MAX_THROUGHPUT_SIZES = 32
 MAX_CONFIGURATIONS = 32
 #: ... and the most recent step times each keeps for its median.
 STEP_TIME_SAMPLES = 64
+#: Resize pauses a job keeps (the most recent), whose median its summary gives...
+RESIZE_PAUSES = 8
+#: ... each at most this long: a longer gap between rank 0's steps at two ring sizes is not a resize's pause
+#: (the job was lost whole and resumed, or stopped) and is not kept.
+MAX_RESIZE_PAUSE_S = 600.0
 #: Characters of the reason a job's summary gives for its last rejected batch.
 MAX_REJECTION_CHARS = 256
 #: A seq may run this far ahead of the highest one held for its key at once (a sender's queue keeps
@@ -149,6 +154,11 @@ class JobSummary:
     noise: NoiseEstimate | None = None
     #: Step times per configuration, by world size then batch size.
     configurations: tuple[ConfigurationStat, ...] = ()
+    #: The training time a change of the ring's size cost, in seconds: the median over the job's recent
+    #: resizes of rank 0's gap between its last step at the old size and its first at the new one, less that
+    #: step's own time, plus the steps trained again (a lost peer's uncommitted ones) at the old step time.
+    #: None before the first resize.
+    resize_pause_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ def summary_to_proto(summary: JobSummary) -> metrics_pb2.JobSummary:
             message.grad_sq_norm = summary.noise.grad_sq_norm
         if summary.noise.grad_variance is not None:
             message.grad_variance = summary.noise.grad_variance
+    if summary.resize_pause_s is not None:
+        message.resize_pause_seconds = summary.resize_pause_s
     if summary.last_loss is not None:
         message.last_loss = summary.last_loss
     if summary.loss_ema is not None:

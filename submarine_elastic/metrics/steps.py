@@ -47,6 +47,10 @@ class Steps(Protocol):
         ``name`` (None for an other the step leaves out); None when no step carries it."""
         ...
 
+    def edge(self, *, last: bool) -> tuple[int, float, float | None]:
+        """``(step, wall time, step time or None)`` of the first step, or of the last with ``last``."""
+        ...
+
     def step_times(self) -> dict[int, np.ndarray]:
         """The step times the steps carry, by their batch size (0: none reported), in step order."""
         ...
@@ -155,6 +159,12 @@ class ColumnSteps:
             values = self.optional.get(other)
             found.append(None if values is None or np.isnan(values[i]) else float(values[i]))
         return int(self.step[i]), float(column[i]), tuple(found)
+
+    def edge(self, *, last: bool) -> tuple[int, float, float | None]:
+        i = -1 if last else 0
+        times = self.optional.get("step_time_seconds")
+        time = None if times is None or np.isnan(times[i]) else float(times[i])
+        return int(self.step[i]), float(self.wall_time[i]), time
 
     def step_times(self) -> dict[int, np.ndarray]:
         times = self.optional.get("step_time_seconds")

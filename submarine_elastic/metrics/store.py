@@ -15,8 +15,10 @@ from submarine_elastic.metrics.api import (
     MAX_CONFIGURATIONS,
     MAX_JOBS,
     MAX_REJECTION_CHARS,
+    MAX_RESIZE_PAUSE_S,
     MAX_STEPS_PER_SECOND,
     MAX_THROUGHPUT_SIZES,
+    RESIZE_PAUSES,
     SEQ_WINDOW,
     STEP_TIME_SAMPLES,
     WATCH_BUFFER_BYTES,
@@ -119,6 +121,9 @@ class _Job:
         # (world size, batch size) -> recent step times; least recently reported first.
         self.configurations: OrderedDict[tuple[int, int], _Configuration] = OrderedDict()
         self.noise: NoiseEstimate | None = None
+        # rank 0's newest step: (world size, step, wall time); and the pauses of the recent resizes
+        self.rank0: tuple[int, int, float] | None = None
+        self.resize_pauses: deque[float] = deque(maxlen=RESIZE_PAUSES)
         self.losses: deque[tuple[int, float]] = deque(maxlen=trend_window)
         self.world_size = 0
         self.last_step = 0
@@ -323,6 +328,8 @@ class InMemoryStore(MetricsStore):
                 last = accepted.last_seq
                 chunk = _Chunk(header, accepted, now)
                 self._keep(job, chunk)
+                if header.rank == 0:
+                    self._track_resizes(job, header.world_size, accepted)
                 self._aggregate(job, header.world_size, accepted, self._alpha)
                 job.received += count
                 job.last_update = now
@@ -417,6 +424,26 @@ class InMemoryStore(MetricsStore):
             step, scale, (sq_norm, variance) = found
             job.noise = NoiseEstimate(step, scale, sq_norm, variance)
 
+    @staticmethod
+    def _track_resizes(job: _Job, world_size: int, steps: Steps) -> None:
+        """Keeps the pause of a resize when rank 0's steps arrive at another ring size than its newest ones
+        (:attr:`JobSummary.resize_pause_s`). Called before :meth:`_aggregate`, so the old size's step time is
+        the one it ran at. A late batch of an earlier rank 0 (older than the newest steps) changes nothing."""
+        first_step, first_wall, first_time = steps.edge(last=False)
+        before = job.rank0
+        if before is not None and world_size != before[0] and first_wall > before[2]:
+            old_size, last_step, last_wall = before
+            pause = first_wall - (first_time or 0.0) - last_wall
+            redone = last_step - first_step + 1
+            stat = job.throughput.get(old_size)
+            if redone > 0 and stat is not None and stat.step_time is not None:
+                pause += redone * stat.step_time
+            if 0.0 <= pause <= MAX_RESIZE_PAUSE_S:
+                job.resize_pauses.append(pause)
+        last_step, last_wall, _ = steps.edge(last=True)
+        if before is None or last_wall >= before[2]:
+            job.rank0 = (world_size, last_step, last_wall)
+
     def _count_rejected(self, batch: metrics_pb2.ReportBatch, reason: str) -> None:
         count = max(1, len(batch.points) or len(batch.columns.seq))
         with self._lock:
@@ -478,6 +505,7 @@ class InMemoryStore(MetricsStore):
                     ConfigurationStat(size, batch, float(np.median(c.times)), c.steps)
                     for (size, batch), c in sorted(job.configurations.items())
                 ),
+                resize_pause_s=float(np.median(job.resize_pauses)) if job.resize_pauses else None,
             )
 
     def series(self, job_id: str, max_points: int) -> list[metrics_pb2.RecordedPoint]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.proto import metrics_pb2
@@ -94,3 +96,12 @@ def test_a_job_that_reports_no_noise_or_batch_has_none_in_the_snapshot(tmp_path:
     )
     [job] = snapshot_of(tmp_path, metrics, workers=1).jobs
     assert (job.metrics.gradient_noise_scale, job.metrics.batch_size, job.metrics.configurations) == (None, None, ())
+
+
+def test_the_snapshot_carries_the_measured_resize_cost(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    # rank 0's step 4 at two workers ends at 1.7e9 + 4 s; step 10 at three ends 6 s later and took 0.3 s: 5.7 s lost
+    report(metrics, rank=0, world_size=2, batch=32, step_times=[0.5] * 5, first_step=0)
+    report(metrics, rank=0, world_size=3, batch=21, step_times=[0.3] * 4, first_step=10)
+    [job] = snapshot_of(tmp_path, metrics, workers=3).jobs
+    assert job.metrics.resize_cost_s == pytest.approx(5.7)

@@ -276,3 +276,39 @@ def test_configurations_per_job_are_bounded() -> None:
     configurations = store.summary("job-a").configurations
     assert [c.world_size for c in configurations] == list(range(3, MAX_CONFIGURATIONS + 3))
     assert all(c.steps == STEP_TIME_SAMPLES + 9 for c in configurations)
+
+
+def timed(
+    rank: int, world_size: int, rows: list[tuple[int, float, float]], *, instance: str = ""
+) -> metrics_pb2.ReportBatch:
+    """One worker's steps ``(step, wall time, step time)`` at ``world_size``, seqs from 1 in its own incarnation."""
+    return metrics_pb2.ReportBatch(
+        job_id="job-a",
+        worker=metrics_pb2.WorkerRef(instance=instance or f"worker-{rank}", rank=rank),
+        incarnation=f"ring-of-{world_size}",
+        world_size=world_size,
+        points=[
+            metrics_pb2.StepPoint(seq=i + 1, step=step, wall_time=1.7e9 + wall, step_time_seconds=took)
+            for i, (step, wall, took) in enumerate(rows)
+        ],
+    )
+
+
+def test_a_resize_pause_is_rank_0s_gap_between_sizes_less_the_steps_own_time() -> None:
+    store = InMemoryStore()
+    store.ingest(timed(0, 2, [(s, 0.5 * s, 0.5) for s in range(1, 11)]))  # last step 10 ends at 5.0
+    store.ingest(timed(1, 2, [(s, 0.5 * s, 0.5) for s in range(1, 11)]))
+    assert store.summary("job-a").resize_pause_s is None  # no resize yet
+    # Step 11 at three workers takes 0.4 s and ends at 7.4: the ring stood still for 2.0 s.
+    store.ingest(timed(0, 3, [(11, 7.4, 0.4), (12, 7.8, 0.4)]))
+    # another rank's steps at the new size, and a late batch of the old size, change nothing
+    store.ingest(timed(2, 3, [(11, 9.0, 0.4)]))
+    store.ingest(timed(0, 2, [(10, 5.0, 0.5)], instance="worker-old"))
+    assert store.summary("job-a").resize_pause_s == pytest.approx(2.0)
+    # A lost peer: back to two workers from the commit at step 11, so step 12 is trained again; the pause
+    # is 1.0 s of standing still plus one step of 0.4 s redone. The median of 2.0 and 1.4 is 1.7.
+    store.ingest(timed(0, 2, [(12, 7.8 + 1.0 + 0.5, 0.5)], instance="worker-0b"))
+    assert store.summary("job-a").resize_pause_s == pytest.approx(1.7)
+    # A job lost whole and resumed from a checkpoint long after is no resize pause.
+    store.ingest(timed(0, 1, [(8, 4000.0, 0.9)]))
+    assert store.summary("job-a").resize_pause_s == pytest.approx(1.7)

@@ -132,7 +132,7 @@ class ThroughputStat(_message.Message):
     def __init__(self, world_size: _Optional[int] = ..., per_worker_examples_per_second: _Optional[float] = ..., aggregate_examples_per_second: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., points: _Optional[int] = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update", "last_rejection", "gradient_noise_scale", "grad_sq_norm", "grad_variance", "noise_step", "configurations")
+    __slots__ = ("job_id", "world_size", "active_workers", "last_step", "last_loss", "loss_ema", "loss_slope_per_step", "throughput", "points_received", "points_duplicate", "points_rejected", "points_missing", "last_update", "last_rejection", "gradient_noise_scale", "grad_sq_norm", "grad_variance", "noise_step", "configurations", "resize_pause_seconds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class JobSummary(_message.Message):
     GRAD_VARIANCE_FIELD_NUMBER: _ClassVar[int]
     NOISE_STEP_FIELD_NUMBER: _ClassVar[int]
     CONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_PAUSE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     world_size: int
     active_workers: int
@@ -171,7 +172,8 @@ class JobSummary(_message.Message):
     grad_variance: float
     noise_step: int
     configurations: _containers.RepeatedCompositeFieldContainer[ConfigurationStat]
-    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ..., last_rejection: _Optional[str] = ..., gradient_noise_scale: _Optional[float] = ..., grad_sq_norm: _Optional[float] = ..., grad_variance: _Optional[float] = ..., noise_step: _Optional[int] = ..., configurations: _Optional[_Iterable[_Union[ConfigurationStat, _Mapping]]] = ...) -> None: ...
+    resize_pause_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., world_size: _Optional[int] = ..., active_workers: _Optional[int] = ..., last_step: _Optional[int] = ..., last_loss: _Optional[float] = ..., loss_ema: _Optional[float] = ..., loss_slope_per_step: _Optional[float] = ..., throughput: _Optional[_Iterable[_Union[ThroughputStat, _Mapping]]] = ..., points_received: _Optional[int] = ..., points_duplicate: _Optional[int] = ..., points_rejected: _Optional[int] = ..., points_missing: _Optional[int] = ..., last_update: _Optional[float] = ..., last_rejection: _Optional[str] = ..., gradient_noise_scale: _Optional[float] = ..., grad_sq_norm: _Optional[float] = ..., grad_variance: _Optional[float] = ..., noise_step: _Optional[int] = ..., configurations: _Optional[_Iterable[_Union[ConfigurationStat, _Mapping]]] = ..., resize_pause_seconds: _Optional[float] = ...) -> None: ...
 
 class ConfigurationStat(_message.Message):
     __slots__ = ("world_size", "batch_size", "median_step_time_seconds", "steps")
