@@ -7,24 +7,20 @@ servicer on an in-process gRPC server bound to port 0.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import time
 from collections.abc import Iterator
-from concurrent import futures
 
-import grpc
 import pytest
 import responses
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import Limits
-from submarine_elastic.elastic.client import remember_driver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir, outcome_path
+from submarine_elastic.elastic.jobspec import job_dir, outcome_path
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from tests.unit._driver_support import serving
 
 TOKEN = "job-token"
 
@@ -46,18 +42,8 @@ def rm_down(monkeypatch: pytest.MonkeyPatch) -> str:
 def driver() -> Iterator[JobDriver]:
     """The job ``mnist``'s driver, serving its control plane; the CLI knows its token and address."""
     servicer = JobDriver("mnist", Limits(2, 1, 3), yarn=None, token=TOKEN, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_ElasticDriverServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    directory = job_dir("mnist")
-    directory.mkdir(parents=True)
-    (directory / SECRET_ENV["SUBMARINE_JOB_TOKEN"]).write_text(TOKEN)
-    (directory / INSECURE_MARK).write_text("")  # a job run --insecure: its driver speaks plaintext
-    remember_driver("mnist", f"127.0.0.1:{port}")
-    yield servicer
-    server.stop(0)
-    shutil.rmtree(directory)
+    with serving(servicer, "mnist", TOKEN):
+        yield servicer
 
 
 def run(*args: str) -> tuple[int, str, float]:

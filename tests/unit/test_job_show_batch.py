@@ -4,10 +4,8 @@ driver at its last known address)."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
@@ -15,11 +13,10 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import BatchLimits, Limits
-from submarine_elastic.elastic.client import remember_driver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from tests.unit._driver_support import serving
 
 TOKEN = "job-token"
 
@@ -39,18 +36,8 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[JobDriver]:
         elastic_timeout=60,
         batch_limits=BatchLimits(32, 512),
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_ElasticDriverServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    directory = job_dir("mnist")
-    directory.mkdir(parents=True)
-    (directory / SECRET_ENV["SUBMARINE_JOB_TOKEN"]).write_text(TOKEN)
-    (directory / INSECURE_MARK).write_text("")
-    remember_driver("mnist", f"127.0.0.1:{port}")
-    yield servicer
-    server.stop(0)
-    shutil.rmtree(directory)
+    with serving(servicer, "mnist", TOKEN):
+        yield servicer
 
 
 @pytest.fixture(autouse=True)
