@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, ClusterSpec, LocalCluster
+from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parent.parent
 console = Console()
@@ -148,19 +149,20 @@ def run(epochs: int, arrival_s: float, out: Path) -> int:
     t0 = time.time()
     try:
         deadline = time.monotonic() + FINISH_TIMEOUT_S
-        while True:
-            now = time.time()
-            for job in jobs:
-                if job.name not in submitted and now - t0 >= job.submit_after_s:
-                    submitted[job.name] = now
-                    _submit(job, epochs, out, env)
-            _print_new_decisions(jobs, submitted, decisions, t0, env)
-            if len(submitted) == len(jobs) and all(_ended(job.name, env) for job in jobs):
-                break
-            if time.monotonic() > deadline:
-                console.print(f"[red]the jobs did not finish within {FINISH_TIMEOUT_S:.0f} s[/red]")
-                return 1
-            time.sleep(POLL_S)
+        with YarnServiceClient(rm_url) as yarn:
+            while True:
+                now = time.time()
+                for job in jobs:
+                    if job.name not in submitted and now - t0 >= job.submit_after_s:
+                        submitted[job.name] = now
+                        _submit(job, epochs, out, env)
+                _print_new_decisions(jobs, submitted, decisions, t0, env)
+                if len(submitted) == len(jobs) and all(_ended(job.name, yarn) for job in jobs):
+                    break
+                if time.monotonic() > deadline:
+                    console.print(f"[red]the jobs did not finish within {FINISH_TIMEOUT_S:.0f} s[/red]")
+                    return 1
+                time.sleep(POLL_S)
         _print_new_decisions(jobs, submitted, decisions, t0, env)
     finally:
         for job in jobs:
@@ -204,13 +206,10 @@ def _submit(job: DemoJob, epochs: int, out: Path, env: dict[str, str]) -> None:
     _submarine(*args, env=env)
 
 
-def _ended(name: str, env: dict[str, str]) -> bool:
+def _ended(name: str, yarn: YarnServiceClient) -> bool:
     """The job's service has stopped (finished, failed or killed) or is gone."""
-    from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
-
     try:
-        with YarnServiceClient(env["SUBMARINE_RM_URL"]) as yarn:
-            return yarn.status(name).is_terminal
+        return yarn.status(name).is_terminal
     except ServiceNotFoundError:
         return True
     except YarnError:
