@@ -557,6 +557,8 @@ def _print_outcome(name: str, outcome: JobOutcome | None, final: str | None, yar
         console.print("its driver left no record of how it ended (see the driver container's stderr.txt)")
         return True
     _print_failures(outcome.error, outcome.failures)
+    if outcome.batch_timeline:
+        _print_batch_settings(outcome.batch_timeline[-1], outcome.batch_timeline)
     return True
 
 
@@ -627,9 +629,12 @@ def _learning_rate(setting: pb.BatchSetting) -> str:
 def _print_batch(st: pb.JobStatus) -> None:
     """The job's batch setting and every one before it with its reason, as its driver keeps them (at most
     ``driver.MAX_BATCH_TIMELINE``); nothing for a job whose batch was never set."""
-    if not st.HasField("batch"):
-        return
-    now = st.batch
+    if st.HasField("batch"):
+        _print_batch_settings(st.batch, st.batch_timeline)
+
+
+def _print_batch_settings(now: pb.BatchSetting, timeline: Iterable[pb.BatchSetting]) -> None:
+    """The setting in effect (at the end, for an ended job) and the table of every setting with its reason."""
     console.print(
         f"batch: global batch {now.batch_size}, accumulation steps {now.accum_steps} ({now.accum_steps + 1} "
         f"micro-batch{'es' if now.accum_steps else ''} a step), learning rate {_learning_rate(now)}; setting "
@@ -639,7 +644,7 @@ def _print_batch(st: pb.JobStatus) -> None:
         highlight=False,
     )
     history = _table("batch settings", "time", "setting", "global batch", "accumulation", "learning rate", "reason")
-    for s in st.batch_timeline:
+    for s in timeline:
         history.add_row(
             time.strftime("%H:%M:%S", time.localtime(s.time)),
             str(s.version),

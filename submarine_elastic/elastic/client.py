@@ -108,12 +108,14 @@ def forget_job(job: str, files: HdfsJobFiles | None = None) -> None:
 @dataclass(frozen=True)
 class JobOutcome:
     """How a job ended, as its driver recorded it: ``phase`` finished or failed, the reason, the first
-    failed training processes."""
+    failed training processes, and the batch settings it took (oldest first; empty when its batch was never
+    set)."""
 
     phase: str
     error: str
     time: float
     failures: list[pb.WorkerFailure] = field(default_factory=list)
+    batch_timeline: list[pb.BatchSetting] = field(default_factory=list)
 
 
 def load_outcome(job: str) -> JobOutcome | None:
@@ -129,7 +131,8 @@ def load_outcome(job: str) -> JobOutcome | None:
 
     try:
         failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
-        return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures)
+        batches = [json_format.ParseDict(b, pb.BatchSetting()) for b in raw.get("batch_timeline", [])]
+        return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures, batches)
     except (ValueError, KeyError, TypeError, AttributeError, json_format.ParseError):
         return None
 

@@ -1114,6 +1114,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             "error": self.error,
             "time": time.time(),
             "failures": [json_format.MessageToDict(f, preserving_proto_field_name=True) for f in self.failures],
+            "batch_timeline": [
+                json_format.MessageToDict(b, preserving_proto_field_name=True) for b in self.batch_timeline
+            ],
         }
         tmp = path.with_name(f"{path.name}.tmp")
         try:

@@ -87,7 +87,12 @@ def test_flex_with_the_rm_down_and_no_known_driver_refuses_and_changes_nothing(r
 
 
 @responses.activate
-def test_show_of_an_ended_job_gives_the_reason_and_the_failed_workers_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_show_of_an_ended_job_gives_the_reason_the_failed_workers_stderr_and_its_batch_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from submarine_elastic.cli import job as job_cli
+
+    monkeypatch.setattr(job_cli.console, "_width", 200)  # a wide terminal: one table row a line
     rm = "http://rm.example:8088"
     monkeypatch.setenv("SUBMARINE_RM_URL", rm)
     responses.get(f"{rm}/app/v1/services/mnist", json={"name": "mnist", "state": "STOPPED", "components": []})
@@ -118,6 +123,10 @@ def test_show_of_an_ended_job_gives_the_reason_and_the_failed_workers_stderr(mon
                 "error": "worker-1's training process exited with status 1: ValueError: bad batch size",
                 "time": time.time(),
                 "failures": [json.loads(pb_json(failure))],
+                "batch_timeline": [
+                    json.loads(pb_json(pb.BatchSetting(batch_size=b, version=v, reason=r, time=time.time())))
+                    for b, v, r in ((128, 1, "goodput: batch 64 -> 128"), (256, 2, "goodput: batch 128 -> 256"))
+                ],
             }
         )
     )
@@ -127,6 +136,9 @@ def test_show_of_an_ended_job_gives_the_reason_and_the_failed_workers_stderr(mon
     assert "job mnist ended: FAILED (YARN state STOPPED)" in out
     assert "reason: worker-1's training process exited with status 1: ValueError: bad batch size" in out
     assert 'File "train.py", line 3' in out and "full log: /logs/training-1.log" in out
+    # the batch it ended with, and each setting with its reason (the driver's record outlives its service)
+    assert "batch: global batch 256, accumulation steps 0" in out and "setting 2 since" in out
+    assert "goodput: batch 64 -> 128" in out and "goodput: batch 128 -> 256" in out
 
 
 @responses.activate
@@ -138,7 +150,7 @@ def test_show_of_a_job_nobody_knows_fails_naming_it(monkeypatch: pytest.MonkeyPa
     assert code == 1 and "nope" in out
 
 
-def pb_json(message: pb.WorkerFailure) -> str:
+def pb_json(message: pb.WorkerFailure | pb.BatchSetting) -> str:
     from google.protobuf import json_format
 
     return json_format.MessageToJson(message, preserving_proto_field_name=True)
