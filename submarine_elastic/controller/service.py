@@ -834,17 +834,18 @@ class ControllerService(Controller):
 
 
 def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
-    """The job's global batch now: the sum of each rank's last reported batch at ``world_size``, or the
-    last one reported times ``world_size`` while not every rank's is among ``points``; None without one."""
-    by_rank: dict[int, int] = {}
+    """The job's global batch now: the sum of the ranks' batches of the newest step every rank at
+    ``world_size`` reported among ``points``; else (not every rank's report of one step is there yet) the
+    newest step's batch times ``world_size``; None without one. One step's batches, never one rank's older
+    batch beside another's newer one: a step just after a batch change would otherwise add up to neither."""
+    by_step: dict[int, dict[int, int]] = {}
+    newest: tuple[int, int] | None = None  # (step, batch) of the newest report
     for p in points:
         if p.world_size == world_size and p.point.HasField("batch_size"):
-            by_rank[p.worker.rank] = p.point.batch_size
-    if not by_rank:
-        return None
-    if len(by_rank) == world_size:
-        return sum(by_rank.values())
-    last = next(
-        p.point.batch_size for p in reversed(points) if p.world_size == world_size and p.point.HasField("batch_size")
-    )
-    return last * world_size
+            by_step.setdefault(p.point.step, {})[p.worker.rank] = p.point.batch_size
+            if newest is None or p.point.step >= newest[0]:
+                newest = (p.point.step, p.point.batch_size)
+    whole = [step for step, ranks in by_step.items() if len(ranks) == world_size]
+    if whole:
+        return sum(by_step[max(whole)].values())
+    return newest[1] * world_size if newest is not None else None

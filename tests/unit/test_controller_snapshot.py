@@ -26,7 +26,7 @@ def report(
             world_size=world_size,
             points=[
                 metrics_pb2.StepPoint(
-                    seq=i + 1,
+                    seq=first_step + i + 1,  # a worker's seq rises with its steps
                     step=first_step + i,
                     step_time_seconds=t,
                     batch_size=batch,
@@ -105,3 +105,20 @@ def test_the_snapshot_carries_the_measured_resize_cost(tmp_path: Path) -> None:
     report(metrics, rank=0, world_size=3, batch=21, step_times=[0.3] * 4, first_step=10)
     [job] = snapshot_of(tmp_path, metrics, workers=3).jobs
     assert job.metrics.resize_cost_s == pytest.approx(5.7)
+
+
+def test_the_global_batch_is_one_steps_across_a_batch_change(tmp_path: Path) -> None:
+    """Rank 0 has reported steps at the new batch (3 x 134) that rank 1 and 2 have not sent yet: the snapshot's
+    batch is the newest step all three reported (the old 3 x 21 + 1), never one rank's new batch beside the
+    others' old ones."""
+    metrics = InMemoryStore()
+    report(metrics, rank=0, world_size=3, batch=22, step_times=[0.3] * 4, first_step=0)
+    report(metrics, rank=0, world_size=3, batch=134, step_times=[0.3] * 4, first_step=4)
+    for rank in (1, 2):
+        report(metrics, rank=rank, world_size=3, batch=21, step_times=[0.3] * 4, first_step=0)
+    [job] = snapshot_of(tmp_path, metrics, workers=3).jobs
+    assert job.metrics.batch_size == 64
+    for rank in (1, 2):
+        report(metrics, rank=rank, world_size=3, batch=134, step_times=[0.3] * 2, first_step=4)
+    [job] = snapshot_of(tmp_path / "again", metrics, workers=3).jobs
+    assert job.metrics.batch_size == 402
