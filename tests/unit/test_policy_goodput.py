@@ -249,6 +249,20 @@ def test_a_batch_change_alone_is_a_decision() -> None:
     assert decision.batch_size is not None and decision.batch_size > 64
 
 
+def test_a_job_that_keeps_its_count_keeps_the_batch_of_that_count() -> None:
+    """The job policy's batch is chosen for the count it asks for; where the arbiter keeps the count, the batch
+    of that count stays (the job policy's batch would be applied, then undone the next round)."""
+    probe = goodput_job("job-a", current=4)
+    kept = int(GoodputModel(probe, MEASURED, 4).best(16).batch[4])
+    a = goodput_job("job-a", current=4, batch=kept)
+    s = snap(a, capacity=4)
+    wish = GoodputPolicy().propose(a, s)
+    assert wish is not None and wish.target_workers > 4 and wish.batch_size not in (None, kept)
+    engine = PolicyEngine(GoodputPolicy(), GoodputArbiter(), cooldown_s=0)
+    assert list(engine.decide(s)) == []
+    assert engine.last_refusals == ()
+
+
 def test_without_step_times_it_falls_back_to_throughput_by_world_size() -> None:
     a = job("job-a", current=2, throughput={1: 100.0, 2: 200.0})
     b = job("job-b", min_workers=2, current=2, throughput={1: 100.0, 2: 110.0})
