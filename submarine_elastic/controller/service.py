@@ -29,6 +29,7 @@ followed to its end, one it never took is recorded as failed, and nothing is sen
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -834,10 +835,12 @@ class ControllerService(Controller):
 
 
 def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
-    """The job's global batch now: the sum of the ranks' batches of the newest step every rank at
-    ``world_size`` reported among ``points``; else (not every rank's report of one step is there yet) the
-    newest step's batch times ``world_size``; None without one. One step's batches, never one rank's older
-    batch beside another's newer one: a step just after a batch change would otherwise add up to neither."""
+    """The job's global batch now, from the steps every rank at ``world_size`` reported among ``points``: the
+    sum of the ranks' batches that most of those steps add up to (the newest such sum on a tie); else (no step
+    has every rank's report yet) the newest step's batch times ``world_size``; None without one.
+
+    One step's batches, never one rank's older batch beside another's newer one (a step just after a batch
+    change would otherwise add up to neither); and the usual sum, not a short last step of an epoch."""
     by_step: dict[int, dict[int, int]] = {}
     newest: tuple[int, int] | None = None  # (step, batch) of the newest report
     for p in points:
@@ -845,7 +848,9 @@ def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
             by_step.setdefault(p.point.step, {})[p.worker.rank] = p.point.batch_size
             if newest is None or p.point.step >= newest[0]:
                 newest = (p.point.step, p.point.batch_size)
-    whole = [step for step, ranks in by_step.items() if len(ranks) == world_size]
-    if whole:
-        return sum(by_step[max(whole)].values())
+    sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
+    if sums:
+        counts = collections.Counter(sums)
+        most = max(counts.values())
+        return next(total for total in reversed(sums) if counts[total] == most)
     return newest[1] * world_size if newest is not None else None

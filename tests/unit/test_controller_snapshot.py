@@ -107,10 +107,13 @@ def test_the_snapshot_carries_the_measured_resize_cost(tmp_path: Path) -> None:
     assert job.metrics.resize_cost_s == pytest.approx(5.7)
 
 
-def test_the_global_batch_is_one_steps_across_a_batch_change(tmp_path: Path) -> None:
-    """Rank 0 has reported steps at the new batch (3 x 134) that rank 1 and 2 have not sent yet: the snapshot's
-    batch is the newest step all three reported (the old 3 x 21 + 1), never one rank's new batch beside the
-    others' old ones."""
+def test_the_global_batch_is_one_steps_across_a_batch_change_and_not_an_epochs_short_last_step(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 has reported steps at the new batch (3 x 134) that ranks 1 and 2 have not sent yet: the snapshot's
+    batch is what the steps all three reported add up to (the old 22 + 21 + 21), never one rank's new batch
+    beside the others' old ones. Once as many steps at the new batch are in, it is the new one; an epoch's
+    shorter last step does not change it."""
     metrics = InMemoryStore()
     report(metrics, rank=0, world_size=3, batch=22, step_times=[0.3] * 4, first_step=0)
     report(metrics, rank=0, world_size=3, batch=134, step_times=[0.3] * 4, first_step=4)
@@ -119,6 +122,10 @@ def test_the_global_batch_is_one_steps_across_a_batch_change(tmp_path: Path) -> 
     [job] = snapshot_of(tmp_path, metrics, workers=3).jobs
     assert job.metrics.batch_size == 64
     for rank in (1, 2):
-        report(metrics, rank=rank, world_size=3, batch=134, step_times=[0.3] * 2, first_step=4)
+        report(metrics, rank=rank, world_size=3, batch=134, step_times=[0.3] * 4, first_step=4)
     [job] = snapshot_of(tmp_path / "again", metrics, workers=3).jobs
+    assert job.metrics.batch_size == 402
+    for rank in range(3):  # the epoch's last step: 100 samples left, 34 + 33 + 33
+        report(metrics, rank=rank, world_size=3, batch=34 if rank == 0 else 33, step_times=[0.1], first_step=8)
+    [job] = snapshot_of(tmp_path / "short", metrics, workers=3).jobs
     assert job.metrics.batch_size == 402
