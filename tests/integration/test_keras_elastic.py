@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +19,10 @@ import pytest
 
 from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.metrics.api import UnknownJobError
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import submarine, wait_finished
+from tests.integration.conftest import eventually, submarine, wait_finished
 from tests.tls import cluster_metrics_tls
 
 pytestmark = pytest.mark.integration
@@ -38,6 +38,19 @@ def metrics() -> Iterator[MetricsServer]:
     server = MetricsServer(token=TOKEN, tls=cluster_metrics_tls()).start()
     yield server
     server.stop(grace=0)
+
+
+#: Steps of an epoch: SAMPLES at the example's global batch of 64.
+EPOCH_STEPS = SAMPLES // 64
+
+
+def reported(metrics: MetricsServer, job: str, size: int) -> int | None:
+    """The newest step the job reported while its ring had ``size`` workers (None: not at that size now)."""
+    try:
+        summary = metrics.store.summary(job)
+    except UnknownJobError:
+        return None
+    return summary.last_step if summary.world_size == size else None
 
 
 #: TF_USE_LEGACY_KERAS of the job for each Keras, and the major version its ranks must then train with.
@@ -76,7 +89,13 @@ def test_keras_fit_flexes_2_3_1_2_and_every_rank_ends_identical(
             for n in (3, 1, 2):
                 out = submarine(cluster_spec.rm_url, "job", "flex", name, "--workers", str(n), "--timeout", "240")
                 assert f"ring has {n} workers" in out
-                time.sleep(3)  # train a few batches at this size
+                # More than an epoch's steps at this size, as the job reports them: an epoch ends at it.
+                since = eventually(lambda n=n: reported(metrics, name, n), f"steps reported at {n} workers", 120)
+                eventually(
+                    lambda n=n, since=since: (reported(metrics, name, n) or 0) > since + EPOCH_STEPS,
+                    f"an epoch's steps at {n} workers",
+                    240,
+                )
             assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
         (tmp_path / "stop").touch()
         wait_finished(yarn, name)
