@@ -18,7 +18,8 @@ A round, per job in snapshot order:
    :meth:`ClusterArbiter.allocate`) is refused, and if the total still exceeds the capacity the
    growths of the latest-submitted jobs are refused until it fits;
 5. a batch size (and accumulation) an arbiter gives with an accepted allocation is chosen for the count
-   it gives, and takes the place of the job policy's; otherwise the job policy's batch size applies.
+   it gives, and takes the place of the job policy's; otherwise the job policy's batch size applies, but
+   only at the count the job policy asked for it with (at another count it was not chosen for it).
 
 The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
 may start by taking workers from a job inside its cooldown, unless that job already gave workers
@@ -479,7 +480,11 @@ class PolicyEngine:
         batch_size = learning_rate = accum_steps = None
         if extra is not None:
             replace = extra.replace if not job.waiting else ()
-            if extra.batch_size is not None and extra.batch_size != job.metrics.batch_size:
+            if (
+                extra.batch_size is not None
+                and extra.batch_size != job.metrics.batch_size
+                and target == extra.target_workers
+            ):
                 batch_size, accum_steps = extra.batch_size, extra.accum_steps
             if extra.learning_rate is not None and extra.learning_rate != job.metrics.learning_rate:
                 learning_rate = extra.learning_rate

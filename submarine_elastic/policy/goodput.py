@@ -17,8 +17,8 @@ cost being ``resize_cost_s`` when given, else the job's measured ``resize_cost_s
 (see below: a resize costs a job near its end most), else its age, at least :data:`MIN_HORIZON_S` (a
 job that has run long is expected to run long); and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice
 is exact: dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
-of its best configuration at the count it gets, also when it keeps its count (the job policy's batch, chosen for
-the count the job asked for, would otherwise apply). Jobs in their cooldown, and jobs that are not elastic,
+of its best configuration at the count it gets (a job policy's batch applies only at the count it asked for
+it with: the engine's rule). Jobs in their cooldown, and jobs that are not elastic,
 keep what they hold, except that a waiting job may start with workers taken from a job in its cooldown
 that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
 a waiting job starts). A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
@@ -268,18 +268,10 @@ def _remaining_s(job: JobView, table: _Table) -> float | None:
     return max(remaining / rate, MIN_REMAINING_S)
 
 
-def _batch_at(table: _Table, k: int) -> tuple[int, int] | None:
-    """The batch and accumulation of the job's best configuration at ``k`` workers; None without a model."""
-    if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
-        return None
-    return int(table.batch[k]), int(table.accum[k])
-
-
 def _batch_changes(job: JobView, table: _Table, k: int) -> tuple[int | None, int | None]:
-    best = _batch_at(table, k)
-    if best is None:
+    if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
         return None, None
-    batch, accum = best
+    batch, accum = int(table.batch[k]), int(table.accum[k])
     if batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
         return None, None
     return batch, accum
@@ -459,12 +451,6 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
                 continue
             batch, accum = _batch_changes(job, table, k) if k >= job.min_workers else (None, None)
             if k == job.holding and batch is None:
-                kept = _batch_at(table, k) if k >= job.min_workers else None
-                if kept is not None:
-                    # The batch it has, the best at the count it keeps: it takes the place of the job policy's,
-                    # chosen for the count the job asked for, which would be applied here and undone next round.
-                    accum = kept[1] if job.metrics.accum_steps is not None else None
-                    out.append(Allocation(job.job_id, k, self._reason(job, table, k, None, None), kept[0], accum))
                 continue
             out.append(Allocation(job.job_id, k, self._reason(job, table, k, batch, accum), batch, accum))
         return out

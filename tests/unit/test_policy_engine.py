@@ -368,3 +368,11 @@ def test_a_job_submitted_again_under_its_id_is_a_new_job() -> None:
         ("before_train", "job-a"),
         ("after_step", "job-a"),
     ]
+
+
+def test_a_job_policys_batch_applies_only_at_the_count_it_asked_for_it_with() -> None:
+    """The batch was chosen for 4 workers; the cluster has room for the 2 the job holds, so it stays at 2 and
+    its batch with it (applied at 2 it would be undone the next round)."""
+    policy = Scripted(lambda j, s: Decision(j.job_id, 4, "wants 4 with a larger batch", batch_size=512))
+    engine = PolicyEngine(policy, FairShareArbiter(), cooldown_s=0)
+    assert engine.decide(snapshot(job(current=2, max_workers=4, batch_size=128), capacity=2)) == []
