@@ -171,7 +171,7 @@ def probe_process(port: int, n: int, out: Any, done: Any) -> None:
         out.put((latencies, size, listed))
         for _, workers in flex_plan(n):
             sent = time.monotonic()
-            stub.Flex(pb.FlexRequest(workers=workers, reason="bench"), timeout=30)
+            stub.SetTarget(pb.Target(workers=workers, reason="bench"), timeout=30)
             out.put((sent, time.monotonic() - sent))
             done.get(timeout=120)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
@@ -47,7 +48,8 @@ class InstantCluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        workers = target.workers
         self.sent.append(time.perf_counter())
         self.sizes[job_id] = workers
 

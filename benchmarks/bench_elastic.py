@@ -42,6 +42,7 @@ from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.client import JobClient, submit
 from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def run_plan(
                     for n in PLAN:
                         time.sleep(SETTLE_S)
                         t = time.time()
-                        job.flex(n, reason="benchmark")
+                        job.set_target(pb.Target(workers=n, reason="benchmark"))
                         job.wait_for_size(n, timeout=300)
                         resizes.append((t, current, n))
                         print(f"  {label} {current}->{n} done", flush=True)

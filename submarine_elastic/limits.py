@@ -7,6 +7,7 @@ here imports more than ``re``: a training process pays nothing for it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -113,3 +114,50 @@ STEP_FLOAT_BOUNDS: tuple[tuple[str, float, bool, float], ...] = (
 MAX_REPORT_MESSAGE_BYTES = 1024 * 1024
 #: Most (job, worker, incarnation) keys one ``Report`` stream may touch: its acknowledgement lists each once.
 MAX_ACK_KEYS = 64
+
+
+#: The most gradient-accumulation steps a batch setting may ask for (each is one more micro-batch per step).
+MAX_ACCUM_STEPS = 1024
+
+
+def batch_setting_problem(
+    batch_size: int | None,
+    accum_steps: int = 0,
+    learning_rate: float | None = None,
+    *,
+    min_batch_size: int | None = None,
+    max_batch_size: int | None = None,
+) -> str | None:
+    """None when a batch setting is one every side takes; else a sentence naming the value out of bounds.
+
+    The one rule for a job's batch: a policy's decision (:class:`submarine_elastic.policy.Decision` and the
+    engine, against the job's limits), the driver taking a target, and the training process applying it all
+    ask this, so nothing one side proposes is refused by the next. ``batch_size``: the global batch, 1 to
+    :data:`MAX_BATCH_SIZE` and within ``[min_batch_size, max_batch_size]`` when given (None: the batch is left
+    as it is, only the rest is checked); ``accum_steps``: 0 to :data:`MAX_ACCUM_STEPS`; ``learning_rate``: None
+    (the job's rule) or a finite number above 0.
+    """
+    for name, value in (("batch size", 1 if batch_size is None else batch_size), ("accumulation steps", accum_steps)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{name} must be a whole number, got {value!r}"
+    if batch_size is None:
+        pass
+    elif not 1 <= batch_size <= MAX_BATCH_SIZE:
+        return f"batch size must lie in [1, {MAX_BATCH_SIZE}], got {batch_size}"
+    elif (min_batch_size is not None and batch_size < min_batch_size) or (
+        max_batch_size is not None and batch_size > max_batch_size
+    ):
+        return (
+            f"batch size {batch_size} is outside the job's [--min_batch_size {min_batch_size}, --max_batch_size "
+            f"{max_batch_size}]"
+        )
+    if not 0 <= accum_steps <= MAX_ACCUM_STEPS:
+        return f"accumulation steps must lie in [0, {MAX_ACCUM_STEPS}], got {accum_steps}"
+    if learning_rate is not None and (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, int | float)
+        or not math.isfinite(learning_rate)
+        or learning_rate <= 0
+    ):
+        return f"learning rate must be a finite number > 0 (or none: the job's rule), got {learning_rate!r}"
+    return None

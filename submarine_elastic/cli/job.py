@@ -593,6 +593,9 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
         + batch_limits
     )
+    if st.phase == "running":
+        state = "converged" if st.converged else f"converging: {st.lag}"
+        console.print(f"target {st.version}: {state}", markup=False, highlight=False)
     if len(st.incarnations) > 1:
         now = st.incarnations[-1]
         adopted = (
@@ -622,8 +625,8 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     _print_batch(st)
 
 
-def _learning_rate(setting: pb.BatchSetting) -> str:
-    return f"{setting.learning_rate:g}" if setting.learning_rate else "the job's rule"
+def _learning_rate(setting: pb.Target) -> str:
+    return f"{setting.learning_rate:g}" if setting.HasField("learning_rate") else "the job's rule"
 
 
 def _print_batch(st: pb.JobStatus) -> None:
@@ -633,7 +636,7 @@ def _print_batch(st: pb.JobStatus) -> None:
         _print_batch_settings(st.batch, st.batch_timeline)
 
 
-def _print_batch_settings(now: pb.BatchSetting, timeline: Iterable[pb.BatchSetting]) -> None:
+def _print_batch_settings(now: pb.Target, timeline: Iterable[pb.Target]) -> None:
     """The setting in effect (at the end, for an ended job) and the table of every setting with its reason."""
     console.print(
         f"batch: global batch {now.batch_size}, accumulation steps {now.accum_steps} ({now.accum_steps + 1} "
@@ -721,8 +724,11 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
         try:
             with JobClient(name, None if address else yarn, address=address) as client:
                 t0 = time.monotonic()
-                reply = client.flex(workers, list(remove), reason="submarine job flex")
-                console.print(f"job {name}: {reply.previous} -> {reply.target} workers")
+                from submarine_elastic.elastic.proto import elastic_pb2  # gRPC's stubs only once a driver is asked
+
+                target = elastic_pb2.Target(workers=workers, remove=remove, reason="submarine job flex")
+                reply = client.set_target(target)
+                console.print(f"job {name}: {reply.previous} -> {reply.target} workers (target {reply.version})")
                 if wait:
                     client.wait_for_size(workers, timeout)
                     console.print(f"ring has {workers} workers after {time.monotonic() - t0:.1f} s")

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.reconcile import verdict
 from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE
 
 #: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).
@@ -582,31 +584,29 @@ class ClusterApp:
 
 @dataclass(frozen=True)
 class JobSize:
-    """A job's size as its driver and YARN report it, read together.
+    """A job's size as its driver reports it.
 
     Attributes:
         target: the worker count the job's driver holds as its target (it reconciles YARN and the ring
             toward it).
         ring: the world size of its ring (0 while the ring has not formed).
-        yarn_ready: READY containers of its worker component; None when YARN did not answer.
+        yarn_ready: READY containers of its worker component as the driver last read them; None when not known.
+        leaving: workers the driver is taking out of the ring.
     """
 
     target: int
     ring: int
     yarn_ready: int | None
+    leaving: tuple[str, ...] = ()
 
     def lag(self, workers: int) -> str | None:
-        """Why the job does not have ``workers`` yet (``YARN has 3 of 1; ring has 2 of 1``); None when the
-        driver's target, YARN's READY workers and the ring all equal it."""
-        why = []
-        if self.target != workers:
-            why.append(f"the driver's target is {self.target}")
-        if self.yarn_ready is None:
-            why.append("YARN's workers unknown (the ResourceManager did not answer)")
-        elif self.yarn_ready != workers:
-            why.append(f"YARN has {self.yarn_ready} of {workers}")
-        if self.ring != workers:
-            why.append(f"ring has {self.ring} of {workers}")
+        """Why the job does not have ``workers`` yet (``the driver's target is 2; YARN has 3 of 1; ring has 2
+        of 1``); None when the driver's target is ``workers`` and its verdict
+        (:func:`submarine_elastic.elastic.reconcile.verdict`, the one the driver reports) says converged."""
+        why = [] if self.target == workers else [f"the driver's target is {self.target}"]
+        judged = verdict(workers, self.ring, self.leaving, self.yarn_ready)
+        if not judged.converged:
+            why.append(judged.lag)
         return "; ".join(why) or None
 
 
@@ -642,26 +642,16 @@ class JobBackend(ABC):
         return None if ring is None else JobSize(target=ring, ring=ring, yarn_ready=ring)
 
     @abstractmethod
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
-        """Give the job's driver the target ``workers``; returns once the driver has accepted it (it takes it
-        as its target when its resizer gets to it, at once unless a resize of its own is still running). The
-        resize itself runs in the driver: the controller follows it with :meth:`size`.
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        """Give the job's driver ``target`` (the worker count, and optionally the batch: global batch,
+        accumulation steps, learning rate); returns once the driver has taken it (it applies the count when its
+        resizer gets to it, at once unless a resize of its own is still running; its workers take the batch at
+        their next commit, with no restart). The resize itself runs in the driver: the controller follows it
+        with :meth:`size`.
 
         Raises:
             Exception: the driver refused the target or did not answer; the controller records the message.
         """
-
-    def set_batch(
-        self, job_id: str, workers: int, batch_size: int, accum_steps: int, learning_rate: float, reason: str
-    ) -> None:
-        """Give the job's driver the target ``workers`` and the batch setting (global batch, accumulation steps,
-        learning rate; 0: the job's rule) in one request; returns once the driver has taken them (its workers
-        apply the batch at their next commit, with no restart).
-
-        Raises:
-            Exception: the driver refused or did not answer (the default: this backend cannot set a batch).
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot set a job's batch")
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         """The global batch sizes ``(min, max)`` the job lets a policy set its batch to (its driver's

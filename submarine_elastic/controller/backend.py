@@ -16,8 +16,9 @@ from submarine_elastic.controller.api import (
     NodeResources,
     Resources,
 )
-from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError
+from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
 from submarine_elastic.elastic.client import JobClient, forget_job
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class YarnJobBackend(JobBackend):
             self._batch_limits[job_id] = (int(status.min_batch_size), int(status.max_batch_size))
         else:
             self._batch_limits.pop(job_id, None)
-        return int(status.world_size) if status.phase == "running" else None
+        return int(status.world_size) if status.phase == JobPhase.RUNNING else None
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         """The job's batch limits as its driver reported them in the last :meth:`ring_size` (no call of its own)."""
@@ -174,28 +175,18 @@ class YarnJobBackend(JobBackend):
         if size + n > status.max_workers:
             steps = [(size - n, list(instances), f"replace {why}"), (size, [], f"replacements for {why}")]
         for workers, remove, reason in steps:
-            client.flex(workers, remove=remove, reason=reason)
+            client.set_target(pb.Target(workers=workers, remove=remove, reason=reason))
             client.wait_for_size(workers, timeout)
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: pb.Target) -> None:
         client = self._client(job_id)
         if client is None:
             raise ElasticError(f"the driver of job {job_id} is not reachable")
-        client.flex(workers, reason=reason)
-
-    def set_batch(
-        self, job_id: str, workers: int, batch_size: int, accum_steps: int, learning_rate: float, reason: str
-    ) -> None:
-        client = self._client(job_id)
-        if client is None:
-            raise ElasticError(f"the driver of job {job_id} is not reachable")
-        client.flex(
-            workers, reason=reason, batch_size=batch_size, accum_steps=accum_steps, learning_rate=learning_rate
-        )
+        client.set_target(target)
 
     def size(self, job_id: str) -> JobSize | None:
-        """The driver's target and world size, and the READY containers of the job's worker component
-        (one Status call to the driver, one service read from the RM)."""
+        """The driver's target, world size, workers leaving and YARN's READY workers as it last read them (one
+        Status call to the driver)."""
         client = self._client(job_id)
         if client is None:
             return None
@@ -204,14 +195,12 @@ class YarnJobBackend(JobBackend):
         except ElasticError:
             self._clients.pop(job_id, None)
             return None
-        ready: int | None
-        try:
-            worker = self.yarn.status(job_id).component(WORKER_COMPONENT)
-            ready = 0 if worker is None else worker.ready_count
-        except (YarnError, ValueError) as exc:
-            log.warning("cannot read job %s's workers from the RM: %s", job_id, exc)
-            ready = None
-        return JobSize(target=int(status.target), ring=int(status.world_size), yarn_ready=ready)
+        return JobSize(
+            target=int(status.target),
+            ring=int(status.world_size),
+            yarn_ready=int(status.yarn_ready) if status.HasField("yarn_ready") else None,
+            leaving=tuple(w.instance for w in status.workers if w.state == WorkerState.LEAVING),
+        )
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         try:

@@ -54,6 +54,7 @@ from submarine_elastic.controller.api import (
 )
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, fit, slot_unit
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.metrics.api import MetricsStore, RecordedPoint
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
@@ -163,8 +164,8 @@ class ControllerService(Controller):
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, tuple[int, str | None]] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
-        # job id -> the batch setting (batch, accumulation, learning rate) its driver last took from us
-        self._batch_sent: dict[str, tuple[int, int, float]] = {}
+        # job id -> the batch part of the target its driver last took from us
+        self._batch_sent: dict[str, pb.Target] = {}
         self.settle = max(interval, SETTLE_S)
         self._capacity_filter = CapacityFilter(self.settle)
         self._footprints: dict[tuple[str, int], JobFootprint] = {}
@@ -557,12 +558,12 @@ class ControllerService(Controller):
         replace: tuple[str, ...] = (),
         *,
         restarts_cooldown: bool = True,
-        batch: tuple[int, int, float] | None = None,
+        batch: pb.Target | None = None,
     ) -> None:
         """Send a recorded decision to the job's driver in the background, then follow it (:meth:`_check`).
         If the driver does not take it, it fails and the job's target goes back to ``previous_target``
-        until the driver's is read again. ``batch``: the batch setting (global batch, accumulation steps,
-        learning rate; 0: the job's rule) sent with the target, in one request."""
+        until the driver's is read again. ``batch``: the batch part of the target (global batch, accumulation
+        steps, learning rate; unset: the job's rule), sent with the worker count as one target."""
         job_id = record.job_id
         run = self.store.job(job_id).run
         with self._lock:
@@ -572,12 +573,14 @@ class ControllerService(Controller):
             try:
                 if replace:
                     self.backend.replace(job_id, replace, self.stall_after)
-                elif batch is not None:
-                    self.backend.set_batch(job_id, record.to_workers, *batch, record.reason)
-                    with self._lock:
-                        self._batch_sent[job_id] = batch
                 else:
-                    self.backend.resize(job_id, record.to_workers, record.reason)
+                    target = pb.Target(workers=record.to_workers, reason=record.reason)
+                    if batch is not None:
+                        target.MergeFrom(batch)
+                    self.backend.set_target(job_id, target)
+                    if batch is not None:
+                        with self._lock:
+                            self._batch_sent[job_id] = batch
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
                 log.warning("resize of %s to %d failed: %s", job_id, record.to_workers, exc)
                 with self._lock:
@@ -600,22 +603,24 @@ class ControllerService(Controller):
             self._in_flight[job_id] = thread
         thread.start()
 
-    def _batch_change(self, decision: Decision, metrics: JobMetrics | None) -> tuple[int, int, float] | None:
-        """The batch setting ``decision`` asks of its job's driver, or None when it asks none or the same one
-        its driver last took from this controller. A learning rate alone keeps the batch the job reports."""
+    def _batch_change(self, decision: Decision, metrics: JobMetrics | None) -> pb.Target | None:
+        """The batch part of the target ``decision`` asks of its job's driver, or None when it asks none or the
+        same one its driver last took from this controller. A learning rate alone keeps the batch the job
+        reports."""
         if decision.batch_size is None and decision.learning_rate is None:
             return None
         with self._lock:
             sent = self._batch_sent.get(decision.job_id)
         batch_size = decision.batch_size
         if batch_size is None:
-            batch_size = sent[0] if sent is not None else (metrics.batch_size if metrics is not None else None)
+            batch_size = sent.batch_size if sent is not None else (metrics.batch_size if metrics is not None else None)
         if batch_size is None:
             log.warning("%s: a learning rate without a known batch size is not sent", decision.job_id)
             return None
-        accum = decision.accum_steps if decision.accum_steps is not None else 0
-        setting = (batch_size, accum, decision.learning_rate or 0.0)
-        return None if setting == sent else setting
+        batch = pb.Target(batch_size=batch_size, accum_steps=decision.accum_steps or 0)
+        if decision.learning_rate is not None:
+            batch.learning_rate = decision.learning_rate
+        return None if batch == sent else batch
 
     # ------------------------------------------------------------------ following decisions
 

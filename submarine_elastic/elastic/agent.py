@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import json
 import logging
 import os
 import queue
@@ -61,7 +60,9 @@ from typing import IO
 import grpc
 
 from submarine_elastic import env
+from submarine_elastic.elastic import channel
 from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
+from submarine_elastic.elastic.channel import ChannelError, FrameReader
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -177,8 +178,9 @@ class Agent:
         #: the Horovod environment of the slot the process trains in (Start or Reform), and who placed it
         self.slot_env: dict[str, str] = {}
         self.placed_by = 0
-        #: the job's batch setting as the driver last sent it (relayed to the process once it is in a ring)
-        self.batch: dict[str, object] | None = None
+        #: the job's latest target that set its batch, as the driver sent it (relayed to the process once it is
+        #: in a ring)
+        self.batch: pb.Target | None = None
         #: the last heartbeat of the training process (monotonic), once it is in a ring
         self.last_beat: float | None = None
         #: when the training process said it is exiting (None: it did not)
@@ -239,9 +241,10 @@ class Agent:
         threading.Thread(target=self._read_child, daemon=True, name="child-channel").start()
 
     def _read_child(self) -> None:
-        """Reads the training process's messages: warm (once), heartbeats, and pings it wants answered."""
+        """Reads the training process's messages: ready (once), heartbeats, pings it wants answered, and that it
+        is exiting. A broken frame ends the reading (the process's heartbeats then stop counting)."""
         assert self.channel_end is not None
-        buf = b""
+        reader = FrameReader(pb.FromTraining)
         while True:
             try:
                 chunk = self.channel_end.recv(65536)
@@ -249,37 +252,32 @@ class Agent:
                 return
             if not chunk:
                 return
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    log.error("%s: unreadable message from the training process: %r", self.instance, line[:200])
-                    continue
-                if isinstance(message, dict):
-                    self._on_child(message)
+            try:
+                messages = reader.feed(chunk)
+            except ChannelError as exc:
+                log.error("%s: the training process broke its channel: %s", self.instance, exc)
+                return
+            for message in messages:
+                self._on_child(message)
 
-    def _on_child(self, message: dict[str, object]) -> None:
-        if "beat" in message:
+    def _on_child(self, message: pb.FromTraining) -> None:
+        kind = message.WhichOneof("message")
+        if kind == "beat":
             self.last_beat = time.monotonic()
-        elif message.get("event") == "exiting":
+        elif kind == "exiting":
             self.exiting_at = time.monotonic()
-        elif "ping" in message:
-            self._tell_child({"pong": message["ping"]})
-        elif message.get("event") == "warm":
+        elif kind == "ping":
+            self._tell_child(pb.ToTraining(pong=message.ping))
+        elif kind == "ready":
             with self._state_lock:
                 if self._state is not AgentState.STARTING:
-                    log.warning("%s: 'warm' from the training process while %s; ignored", self.instance, self._state)
+                    log.warning("%s: 'ready' from the training process while %s; ignored", self.instance, self._state)
                     return
                 self._move(AgentState.WARM)
                 self.joined = True
             warmup = time.monotonic() - self.started_at
             log.info("%s: training process warm after %.1f s", self.instance, warmup)
-            pid = message.get("pid", 0)
-            self.send(
-                pb.AgentEvent(warm=pb.Warm(pid=int(pid) if isinstance(pid, int | str) else 0, warmup_seconds=warmup))
-            )
+            self.send(pb.AgentEvent(warm=pb.Warm(pid=message.ready.pid, warmup_seconds=warmup)))
 
     def watch_heartbeats(self) -> None:
         """Kills the training process when it is in a ring and sent no heartbeat for ``hung_after`` s, or, once
@@ -344,15 +342,17 @@ class Agent:
         )
 
     def send_slot_env(self, slot_env: dict[str, str]) -> None:
-        self._tell_child({"env": slot_env})
+        self._tell_child(pb.ToTraining(start=pb.Start(env=slot_env)))
 
-    def _tell_child(self, message: dict[str, object]) -> None:
+    def _tell_child(self, message: pb.ToTraining) -> None:
         if self.channel_end is None:
             return
         try:
-            self.channel_end.sendall(json.dumps(message).encode() + b"\n")
+            channel.send(self.channel_end, message)
         except OSError as exc:
-            log.warning("%s: could not tell the training process %s: %s", self.instance, sorted(message), exc)
+            log.warning(
+                "%s: could not tell the training process %s: %s", self.instance, message.WhichOneof("message"), exc
+            )
 
     def stop_training(self, grace: float) -> None:
         """SIGTERM the training process's group, SIGKILL it after ``grace`` seconds; blocks until then."""
@@ -432,10 +432,10 @@ class Agent:
                 self._place(dict(command.start.env))
                 self.send_slot_env(self.slot_env)
                 if self.batch is not None:
-                    self._tell_child({"batch": self.batch})
+                    self._tell_child(pb.ToTraining(target=self.batch))
             else:
                 log.info("%s: leaving the ring (scale-in)", self.instance)
-                self._tell_child({"leave": True})
+                self._tell_child(pb.ToTraining(leave=pb.Leave()))
         elif kind == "reform":
             if self._state is not AgentState.RUNNING:
                 log.error("%s: a Reform while %s; ignored", self.instance, self._state)
@@ -446,29 +446,24 @@ class Agent:
                 self.instance,
                 self.placed_by,
             )
-            self._tell_child({"reform": self.slot_env})
-        elif kind == "batch":
-            self._relay_batch(command.batch)
+            self._tell_child(pb.ToTraining(reform=pb.Reform(env=self.slot_env)))
+        elif kind == "target":
+            self._relay_target(command.target)
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 
-    def _relay_batch(self, setting: pb.BatchSetting) -> None:
-        """Keeps the job's latest batch setting and passes it to the training process when that is in a ring
-        (before, the process waits for its slot's environment only: it gets the setting right after it)."""
-        if self.batch is not None and int(self.batch["version"]) >= setting.version:  # type: ignore[call-overload]
+    def _relay_target(self, target: pb.Target) -> None:
+        """Keeps the job's latest target that sets its batch and hands it to the training process when that is in
+        a ring (before, the process waits for its slot's environment only: it gets the target right after it).
+        A target without a batch, or older than the one kept, changes nothing here."""
+        if not target.HasField("batch_size") or (self.batch is not None and self.batch.version >= target.version):
             return
-        self.batch = {
-            "batch_size": setting.batch_size,
-            "accum_steps": setting.accum_steps,
-            "learning_rate": setting.learning_rate,
-            "version": setting.version,
-            "reason": setting.reason,
-        }
+        self.batch = target
         with self._state_lock:
             running = self._state is AgentState.RUNNING
         if running:
-            log.info("%s: batch setting %d: batch %d", self.instance, setting.version, setting.batch_size)
-            self._tell_child({"batch": self.batch})
+            log.info("%s: target %d: batch %d", self.instance, target.version, target.batch_size)
+            self._tell_child(pb.ToTraining(target=target))
 
     def _place(self, slot_env: dict[str, str]) -> None:
         self.slot_env = slot_env
@@ -579,7 +574,7 @@ class Agent:
                     ended.code(),
                     grace,
                 )
-                self._tell_child({"driver": "lost"})
+                self._tell_child(pb.ToTraining(driver_lost=True))
             time.sleep(REATTACH_PAUSE_S)
             target = self._relocate(target, locate)
 

@@ -11,7 +11,6 @@ and enforced by :func:`advance` (an illegal one raises :class:`IllegalTransition
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -176,10 +175,6 @@ def advance(what: str, current: _S, requested: _S) -> _S:
     return requested
 
 
-#: The most gradient-accumulation steps a batch setting may ask for (each is one more micro-batch per step).
-MAX_ACCUM_STEPS = 1024
-
-
 @dataclass(frozen=True)
 class BatchLimits:
     """The global batch sizes a job lets its batch be set to, ``[min, max]`` (``job run --min_batch_size``
@@ -203,25 +198,6 @@ class BatchLimits:
                 )
         if self.min > self.max:
             raise ValueError(f"--min_batch_size {self.min} is above --max_batch_size {self.max}")
-
-
-def check_batch(batch_size: int, accum_steps: int, learning_rate: float, limits: BatchLimits | None) -> None:
-    """Checks a batch setting (global batch, accumulation steps, learning rate; 0: the job's rule).
-
-    Raises:
-        FlexRefusedError: naming the value that is out of bounds.
-    """
-    if batch_size < 1:
-        raise FlexRefusedError(f"a batch setting needs a batch size of at least 1, got {batch_size}")
-    if limits is not None and not limits.min <= batch_size <= limits.max:
-        raise FlexRefusedError(
-            f"batch size {batch_size} is outside the job's [--min_batch_size {limits.min}, --max_batch_size "
-            f"{limits.max}]"
-        )
-    if not 0 <= accum_steps <= MAX_ACCUM_STEPS:
-        raise FlexRefusedError(f"accumulation steps must lie in [0, {MAX_ACCUM_STEPS}], got {accum_steps}")
-    if not math.isfinite(learning_rate) or learning_rate < 0:
-        raise FlexRefusedError(f"learning rate must be a finite number >= 0 (0: the job's rule), got {learning_rate}")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase, WorkerState
+from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase
 from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import (
     CLIENT_CERT,
@@ -115,7 +115,7 @@ class JobOutcome:
     error: str
     time: float
     failures: list[pb.WorkerFailure] = field(default_factory=list)
-    batch_timeline: list[pb.BatchSetting] = field(default_factory=list)
+    batch_timeline: list[pb.Target] = field(default_factory=list)
 
 
 def load_outcome(job: str) -> JobOutcome | None:
@@ -131,7 +131,7 @@ def load_outcome(job: str) -> JobOutcome | None:
 
     try:
         failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
-        batches = [json_format.ParseDict(b, pb.BatchSetting()) for b in raw.get("batch_timeline", [])]
+        batches = [json_format.ParseDict(b, pb.Target()) for b in raw.get("batch_timeline", [])]
         return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures, batches)
     except (ValueError, KeyError, TypeError, AttributeError, json_format.ParseError):
         return None
@@ -275,19 +275,11 @@ class JobClient:
         except grpc.RpcError as exc:
             raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
 
-    def flex(
-        self,
-        workers: int,
-        remove: list[str] | None = None,
-        reason: str = "",
-        *,
-        batch_size: int = 0,
-        accum_steps: int = 0,
-        learning_rate: float = 0.0,
-    ) -> pb.FlexReply:
-        """Ask the driver to resize; returns at once (the resize runs in the driver). With ``batch_size``, also
-        set the job's batch (global batch, accumulation steps, learning rate; 0: the job's rule), which the
-        workers take at their next commit.
+    def set_target(self, target: pb.Target) -> pb.FlexReply:
+        """Give the job's driver a new target (worker count, instances to remove, and optionally a batch: global
+        batch, accumulation steps, learning rate); returns at once with the version the driver gave it (the
+        resize runs in the driver; its workers take a batch at their next commit). The one way every writer
+        (``job flex``, the controller, a replacement) changes a running job.
 
         Raises:
             FlexRefusedError: outside the job's limits (workers or batch), or unknown instances to remove.
@@ -295,22 +287,8 @@ class JobClient:
         """
         import grpc
 
-        from submarine_elastic.elastic.proto import elastic_pb2 as pb
-
         try:
-            return self._stub.Flex(
-                pb.FlexRequest(
-                    workers=workers,
-                    remove=remove or [],
-                    reason=reason,
-                    batch_size=batch_size,
-                    accum_steps=accum_steps,
-                    learning_rate=learning_rate,
-                ),
-                metadata=self._metadata,
-                timeout=self.timeout,
-                wait_for_ready=True,
-            )
+            return self._stub.SetTarget(target, metadata=self._metadata, timeout=self.timeout, wait_for_ready=True)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise FlexRefusedError(exc.details()) from exc
@@ -319,40 +297,41 @@ class JobClient:
     def wait_for_size(
         self, workers: int, timeout: float, poll: float = 0.5, *, sleep: Callable[[float], None] = time.sleep
     ) -> pb.JobStatus:
-        """Block until the ring has ``workers`` ranks and nobody is leaving (at most ``timeout`` s, one
-        status read every ``poll`` s).
+        """Block until the driver's target is ``workers`` and it says the ring is at it (that many ranks, nobody
+        leaving: ``JobStatus.ring_at_target``; YARN may still catch up, ``JobStatus.converged`` says when it
+        has); at most ``timeout`` s, one status read every ``poll`` s.
 
         Raises:
-            TimeoutError: naming the last status seen (and why the ring has not formed, or why YARN has
-                not taken the resize yet, if so).
+            TimeoutError: naming the last status seen (the driver's ``lag``, and why the ring has not formed, or
+                why YARN has not taken the resize yet, if so).
             FlexRefusedError: the job failed meanwhile (with its reason).
             DriverUnreachableError: as the class.
         """
         from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-        def leaving(st: pb.JobStatus) -> list[str]:
-            return [w.instance for w in st.workers if w.state == WorkerState.LEAVING]
+        def settled(st: pb.JobStatus) -> bool:
+            return st.target == workers and st.ring_at_target
 
         def read() -> pb.JobStatus:
             st = self.status()
-            settled = st.world_size == workers and st.target == workers and not leaving(st)
-            if not settled and st.phase == JobPhase.FAILED:
+            if not settled(st) and st.phase == JobPhase.FAILED:
                 raise FlexRefusedError(f"job {self.job} failed: {st.error or 'see submarine job show'}")
             return st
 
         def timed_out(state: RetryCallState) -> pb.JobStatus:
             assert state.outcome is not None  # tenacity calls this after an attempt
             st: pb.JobStatus = state.outcome.result()
+            lag = st.lag if st.target == workers else f"the driver's target is {st.target}"
             why = f"; {st.error}" if st.error else ""
             raise TimeoutError(
                 f"job {self.job} did not reach {workers} workers within {timeout:.0f} s "
-                f"(world size {st.world_size}, target {st.target}, leaving {leaving(st)}){why}"
+                f"(world size {st.world_size}, target {st.target}: {lag or 'converging'}){why}"
             )
 
         retrying = Retrying(
             stop=stop_after_delay(timeout),
             wait=wait_fixed(poll),
-            retry=retry_if_result(lambda st: st.world_size != workers or st.target != workers or bool(leaving(st))),
+            retry=retry_if_result(lambda st: not settled(st)),
             retry_error_callback=timed_out,
             sleep=sleep,
         )

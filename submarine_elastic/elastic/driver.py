@@ -12,7 +12,9 @@ spawn, no call to the ResourceManager): a worker is offered to Horovod only once
 process is warm, so a joiner never stalls the ring, and is withdrawn before YARN is asked to remove
 it, so scale-in happens at a commit boundary.
 
-Resizes (``Flex``) run one at a time on a background thread:
+Targets (``SetTarget``: a worker count and, optionally, a batch; one message from every writer) are checked,
+numbered and queued by :class:`~submarine_elastic.elastic.reconcile.TargetBook`, safe under concurrent calls;
+the resizes they ask run one at a time, in version order, on a background thread:
 - out: YARN is flexed up; the new containers' agents attach and warm up while the ring trains; the
   ring re-forms with them at its next commit;
 - in: the leaving workers (those not yet in the ring, then the highest ranks, so rank 0 stays; or
@@ -86,10 +88,10 @@ from submarine_elastic.elastic.api import (
     Limits,
     WorkerState,
     advance,
-    check_batch,
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.elastic.reconcile import MAX_BATCH_TIMELINE, TargetBook, verdict
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
@@ -111,8 +113,7 @@ log = logging.getLogger("submarine_elastic.driver")
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
-#: Batch settings kept in a job's batch timeline (the latest ones; the current one is always among them).
-MAX_BATCH_TIMELINE = 64
+__all__ = ["MAX_BATCH_TIMELINE", "JobDriver", "main"]
 #: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
 RECONCILE_SLICE_S = 10.0
 #: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
@@ -126,7 +127,7 @@ ADOPT_WAIT_S = 20.0
 ADOPT_RING_S = 120.0
 #: How often the driver's state file is brought up to date.
 PERSIST_EVERY_S = 1.0
-#: gRPC threads of the control plane beyond the agents' streams: Flex, Status and their retries.
+#: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
 CONTROL_CALL_THREADS = 16
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
@@ -140,7 +141,7 @@ def control_plane_threads(limits: Limits) -> int:
     Every attached agent's ``Attach`` stream holds one thread for its whole life. A worker instance can
     have two agents attached at a time: the one YARN relaunched and the old incarnation the driver has
     not yet seen go (up to :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`), or a leaver that
-    stays until YARN stops its container while its replacement attaches. The rest serves Flex and Status.
+    stays until YARN stops its container while its replacement attaches. The rest serves SetTarget and Status.
     """
     return 2 * limits.max + CONTROL_CALL_THREADS
 
@@ -262,7 +263,8 @@ class DriverState:
     changes), read back by the next incarnation of the same YARN application.
 
     ``target`` is the worker count the driver last applied, ``requested`` the latest one a client asked
-    for (a resize queued when the driver died is taken up again), ``world_size`` the ring's size then.
+    for (a resize queued when the driver died is taken up again), ``world_size`` the ring's size then,
+    ``version`` the last target version it gave (the next incarnation's targets go on from it).
     """
 
     app: str = ""
@@ -275,6 +277,7 @@ class DriverState:
     incarnations: list[dict[str, object]] = field(default_factory=list)
     error: str = ""
     batch_timeline: list[dict[str, object]] = field(default_factory=list)
+    version: int = 0
 
     @classmethod
     def load(cls, path: Path | None, app: str) -> DriverState | None:
@@ -331,23 +334,22 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.job = job
         self.limits = limits
         self.batch_limits = batch_limits
-        #: every batch setting taken, oldest first (at most MAX_BATCH_TIMELINE); the last is the job's batch
-        self.batch_timeline: list[pb.BatchSetting] = []
         self.yarn = yarn
         self.token = token
         self.iface = iface
         self.registry = AgentRegistry()
-        self.target = limits.num
-        self.timeline: list[pb.ResizeEvent] = []
         self._phase = JobPhase.WAITING
         self._ring_formed = False
-        #: the last reconciliation with YARN (read by Status); reconciling while YARN may lack the target
+        #: the last reconciliation with YARN (read by Status), and when it ended (monotonic); reconciling while
+        #: YARN may lack the target
         self.yarn_sync: ReconcileResult | None = None
+        self._synced_at = 0.0
+        #: READY workers of YARN's worker component at the container watch's last read, and when (monotonic)
+        self._watched_ready: tuple[int, float] | None = None
         self._reconciling = False
         self._reconcile_misses = 0
         #: instances a scale-in removes by name that YARN has not confirmed gone yet
         self._removing: tuple[str, ...] = ()
-        self._resizes: queue.Queue[tuple[int, list[str], str]] = queue.Queue()
         self._hvd: ElasticDriver | None = None
         self._rendezvous = BoundRendezvousServer(verbose=0)
         self._elastic_timeout = elastic_timeout
@@ -356,7 +358,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.failures: list[pb.WorkerFailure] = []
         self.error = ""
         self._fatal = threading.Event()
-        self.requested = limits.num
         self._state_file = state_file
         self._app = app
         #: this driver's own YARN container ('' outside YARN): when YARN counts it out, the driver steps down
@@ -373,13 +374,18 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.incarnations.append(
             pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
         )
+        #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
+        self.targets = TargetBook(limits.num)
         if previous is not None:
-            self.target = previous.target or limits.num
-            self.requested = previous.requested or self.target
+            self.targets = TargetBook(
+                previous.target or limits.num,
+                requested=previous.requested or previous.target or limits.num,
+                version=previous.version,
+                batch_timeline=[json_format.ParseDict(b, pb.Target()) for b in previous.batch_timeline],
+                timeline=[json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline],
+            )
             self._removing = tuple(previous.removing)
-            self.timeline = [json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline]
             self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
-            self.batch_timeline = [json_format.ParseDict(b, pb.BatchSetting()) for b in previous.batch_timeline]
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 self.incarnation,
@@ -398,6 +404,25 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """Raises IllegalTransitionError for a transition :class:`JobPhase` does not have."""
         self._phase = advance(f"job {self.job}", self._phase, JobPhase(to))
         self._ring_formed = self._ring_formed or self._phase is JobPhase.RUNNING
+
+    @property
+    def target(self) -> int:
+        """The worker count the resizer applies now."""
+        return self.targets.workers
+
+    @property
+    def requested(self) -> int:
+        """The worker count of the newest target taken."""
+        return self.targets.requested
+
+    @property
+    def timeline(self) -> list[pb.ResizeEvent]:
+        return self.targets.timeline
+
+    @property
+    def batch_timeline(self) -> list[pb.Target]:
+        """Every target that set the job's batch, oldest first (at most MAX_BATCH_TIMELINE)."""
+        return self.targets.batch_timeline
 
     @property
     def ring_formed(self) -> bool:
@@ -433,8 +458,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
             return
         self.registry.add(agent)
-        if self.batch_timeline:
-            agent.commands.put(pb.AgentCommand(batch=self.batch_timeline[-1]))
+        batch = self.targets.batch
+        if batch is not None:
+            agent.commands.put(pb.AgentCommand(target=batch))
         log.info(
             "agent attached: %s (%s)%s",
             agent.instance,
@@ -551,55 +577,34 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 ranks[host] = slots[0].rank if slots else -1
         return ranks
 
-    def Flex(self, request: pb.FlexRequest, context: grpc.ServicerContext) -> pb.FlexReply:
-        changes_batch = bool(request.batch_size or request.accum_steps or request.learning_rate)
+    def SetTarget(self, request: pb.Target, context: grpc.ServicerContext) -> pb.FlexReply:
         try:
-            self.limits.check_target(request.workers)
-            if changes_batch:
-                check_batch(request.batch_size, request.accum_steps, request.learning_rate, self.batch_limits)
+            taken, previous = self.targets.take(
+                request,
+                self.limits,
+                self.batch_limits,
+                (a.instance for a in self.registry.snapshot()),
+                on_batch=self._relay_batch,
+            )
         except FlexRefusedError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        known = {a.instance for a in self.registry.snapshot()}
-        unknown = [name for name in request.remove if name not in known]
-        if unknown:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown worker instances: {', '.join(unknown)}")
-        previous = self.target
-        if changes_batch:
-            self._set_batch(request)
-        self.requested = request.workers
-        self._resizes.put((request.workers, list(request.remove), request.reason or "requested"))
-        return pb.FlexReply(previous=previous, target=request.workers, message="resize queued")
+        return pb.FlexReply(previous=previous, target=taken.workers, message="resize queued", version=taken.version)
 
-    def _set_batch(self, request: pb.FlexRequest) -> None:
-        """Takes a checked batch setting as the job's: kept in its timeline (and the state file) and sent to
-        every attached agent, which relays it to its training process once that is in a ring; the ranks take
-        rank 0's at their next commit (an agent that attaches later gets it first thing). The setting in effect,
-        asked again (a controller that restarted, a retried request), is no new setting."""
-        last = self.batch_timeline[-1] if self.batch_timeline else None
-        asked = (request.batch_size, request.accum_steps, request.learning_rate)
-        if last is not None and (last.batch_size, last.accum_steps, last.learning_rate) == asked:
-            return
-        version = last.version + 1 if last is not None else 1
-        setting = pb.BatchSetting(
-            batch_size=request.batch_size,
-            accum_steps=request.accum_steps,
-            learning_rate=request.learning_rate,
-            version=version,
-            reason=request.reason or "requested",
-            time=time.time(),
-        )
-        self.batch_timeline = [*self.batch_timeline, setting][-MAX_BATCH_TIMELINE:]
+    def _relay_batch(self, target: pb.Target) -> None:
+        """A target that changes the job's batch (called in version order): sent to every attached agent, which
+        hands it to its training process once that is in a ring; the ranks take rank 0's at their next commit
+        (an agent that attaches later gets it first thing)."""
         log.info(
-            "batch %d, accumulation %d%s (setting %d): %s",
-            setting.batch_size,
-            setting.accum_steps,
-            f", learning rate {setting.learning_rate:g}" if setting.learning_rate else "",
-            version,
-            setting.reason,
+            "batch %d, accumulation %d%s (target %d): %s",
+            target.batch_size,
+            target.accum_steps,
+            f", learning rate {target.learning_rate:g}" if target.HasField("learning_rate") else "",
+            target.version,
+            target.reason,
         )
         for agent in self.registry.snapshot():
             if agent.connected and not agent.state.ended:
-                agent.commands.put(pb.AgentCommand(batch=setting))
+                agent.commands.put(pb.AgentCommand(target=target))
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
         ranks = self._ranks()
@@ -613,23 +618,43 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]
+        target, version = self.targets.workers, self.targets.version
+        world_size = self._hvd.world_size() if self._hvd is not None else 0
+        leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING]
+        yarn_lag = self._yarn_lag()
+        yarn_ready = self._yarn_ready()
+        judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag)
+        batch_timeline = self.targets.batch_timeline
         return pb.JobStatus(
             job=self.job,
             phase=self.phase,
-            target=self.target,
-            world_size=self._hvd.world_size() if self._hvd is not None else 0,
+            target=target,
+            world_size=world_size,
             min_workers=self.limits.min,
             max_workers=self.limits.max,
             workers=workers,
-            timeline=self.timeline,
-            error=self.error or "; ".join(why for why in (self._waiting_reason(), self._yarn_lag()) if why),
+            timeline=self.targets.timeline,
+            error=self.error or "; ".join(why for why in (self._waiting_reason(), yarn_lag) if why),
             failures=self.failures,
             incarnations=self.incarnations,
-            batch=self.batch_timeline[-1] if self.batch_timeline else None,
-            batch_timeline=self.batch_timeline,
+            batch=batch_timeline[-1] if batch_timeline else None,
+            batch_timeline=batch_timeline,
             min_batch_size=self.batch_limits.min if self.batch_limits else 0,
             max_batch_size=self.batch_limits.max if self.batch_limits else 0,
+            ring_at_target=judged.ring_at_target,
+            yarn_ready=yarn_ready,
+            converged=judged.converged,
+            lag=judged.lag,
+            version=version,
         )
+
+    def _yarn_ready(self) -> int | None:
+        """YARN's READY workers as the driver last read them: its latest reconciliation while it reconciles (or
+        when that is newer), else the container watch's read; None before either."""
+        result, watched = self.yarn_sync, self._watched_ready
+        if result is not None and (self._reconciling or watched is None or self._synced_at >= watched[1]):
+            return result.ready
+        return watched[0] if watched is not None else None
 
     def _waiting_reason(self) -> str:
         """Why the ring has not formed yet ('' once it has, or when nothing is wrong)."""
@@ -658,15 +683,13 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     # ------------------------------------------------------------------ resizing
 
     def _resize_loop(self) -> None:
-        """Takes resizes one at a time; between them, reconciles YARN with the target until it has it."""
+        """Takes targets one at a time, in version order; between them, reconciles YARN with the target until it
+        has it."""
         while True:
             pause = min(RECONCILE_PAUSE_MAX_S, RECONCILE_PAUSE_S * 2**self._reconcile_misses)
-            try:
-                request = self._resizes.get(timeout=pause if self._reconciling else None)
-            except queue.Empty:
-                request = None
-            if request is not None:
-                self._resize(*request)
+            target = self.targets.next(pause if self._reconciling else None)
+            if target is not None:
+                self._resize(target.workers, list(target.remove), target.reason)
             if self._reconciling:
                 self._reconcile()
 
@@ -676,9 +699,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if workers == current and not remove:
             return
         log.info("resize %d -> %d (%s)", current, workers, reason)
-        self.timeline.append(pb.ResizeEvent(time=time.time(), from_workers=current, to_workers=workers, reason=reason))
         if workers > current:
-            self.target = workers
+            self.targets.applied(workers, reason)
             self._set_yarn_target(workers)
             return
         live = [a for a in self.registry.available()]
@@ -686,7 +708,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             leavers = [a for a in live if a.instance in remove]
         else:
             leavers = choose_leavers(live, self._ranks(), len(live) - workers)
-        self.target = workers
+        self.targets.applied(workers, reason)
         # Leave first, then withdraw: Horovod polls discovery once a second and only then interrupts the
         # ring, so the leavers know before their re-form that they go; their hvd.init() then finds no slot
         # and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
@@ -716,7 +738,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _reconcile(self) -> None:
         """One slice of reconciliation (at most RECONCILE_SLICE_S); its result is kept for Status."""
         result = self.yarn.reconcile(self.job, WORKER_COMPONENT, timeout=RECONCILE_SLICE_S)
-        self.yarn_sync = result
+        self.yarn_sync, self._synced_at = result, time.monotonic()
         if result.converged:
             log.info("YARN has the target: %d workers (%s)", result.target, ", ".join(result.ready_instances))
             self._reconciling = False
@@ -748,6 +770,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 self._step_down(why)
                 return
             if worker is not None:
+                self._watched_ready = (worker.ready_count, time.monotonic())
                 self._evict_orphans(worker.containers)
 
     def replaced_by_yarn(self, containers: tuple[ContainerStatus, ...]) -> str:
@@ -888,7 +911,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         when it names a client CA). Every call needs the job token when the driver has one. Returns the
         server and its port, or None when the port cannot be bound.
 
-        It serves :func:`control_plane_threads` calls at once, every agent's stream and Flex and Status
+        It serves :func:`control_plane_threads` calls at once, every agent's stream and SetTarget and Status
         beside them; a call beyond that is refused with ``RESOURCE_EXHAUSTED`` rather than queued behind
         streams that do not end. Both ends of a stream ping each other
         (:data:`~submarine_elastic.rpc.STREAM_KEEPALIVE_SERVER_OPTIONS`), so an agent cut off without a word
@@ -951,8 +974,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._server_ip = rendezvous_address(self.iface, host)
         self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver), host=self._server_ip)
         adopting = self._await_adoption()
-        if not adopting and self.requested != self.target:
-            self._resizes.put((self.requested, [], "asked for before the driver was relaunched"))
+        if not adopting:
+            self.targets.requeue_requested("asked for before the driver was relaunched")
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         started = time.monotonic()
 
@@ -1047,8 +1070,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         else:
             log.warning("the adopted ring did not register with this driver within %.0f s", ADOPT_RING_S)
         self.registry.end_adoption()
-        if self.requested != self.target:
-            self._resizes.put((self.requested, [], "asked for before the driver was relaunched"))
+        self.targets.requeue_requested("asked for before the driver was relaunched")
 
     def _persist_loop(self) -> None:
         while True:
@@ -1073,7 +1095,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             failures=[plain(f) for f in self.failures],
             incarnations=[plain(i) for i in self.incarnations],
             error=self.error,
-            batch_timeline=[plain(b) for b in self.batch_timeline],
+            batch_timeline=[plain(b) for b in self.targets.batch_timeline],
+            version=self.targets.version,
         )
         text = json.dumps(asdict(state))
         if text == self._persisted:

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from submarine_elastic.limits import INSTANCE
+from submarine_elastic.limits import INSTANCE, batch_setting_problem
 
 __all__ = [
     "Allocation",
@@ -498,10 +498,9 @@ class Decision:
             raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
         _check_count(InvalidDecisionError, f"{self.job_id}: target_workers", self.target_workers)
         _check_reason(InvalidDecisionError, self.reason)
-        if self.batch_size is not None:
-            _check_count(InvalidDecisionError, f"{self.job_id}: batch_size", self.batch_size, minimum=1)
-        if self.learning_rate is not None:
-            _check_finite(InvalidDecisionError, f"{self.job_id}: learning_rate", self.learning_rate, positive=True)
+        problem = batch_setting_problem(self.batch_size, self.accum_steps or 0, self.learning_rate)
+        if problem is not None:
+            raise InvalidDecisionError(f"{self.job_id}: {problem}")
         if isinstance(self.replace, str) or not isinstance(self.replace, Sequence):
             raise InvalidDecisionError(f"{self.job_id}: replace must be a sequence of names, got {self.replace!r}")
         for name in self.replace:
@@ -510,8 +509,6 @@ class Decision:
         if len(set(self.replace)) != len(self.replace):
             raise InvalidDecisionError(f"{self.job_id}: replace names an instance twice: {self.replace!r}")
         object.__setattr__(self, "replace", tuple(self.replace))
-        if self.accum_steps is not None:
-            _check_count(InvalidDecisionError, f"{self.job_id}: accum_steps", self.accum_steps)
 
 
 @dataclass(frozen=True)
@@ -590,10 +587,9 @@ class Allocation:
             raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
         _check_count(InvalidDecisionError, f"{self.job_id}: workers", self.workers)
         _check_reason(InvalidDecisionError, self.reason)
-        if self.batch_size is not None:
-            _check_count(InvalidDecisionError, f"{self.job_id}: batch_size", self.batch_size, minimum=1)
-        if self.accum_steps is not None:
-            _check_count(InvalidDecisionError, f"{self.job_id}: accum_steps", self.accum_steps)
+        problem = batch_setting_problem(self.batch_size, self.accum_steps or 0)
+        if problem is not None:
+            raise InvalidDecisionError(f"{self.job_id}: {problem}")
 
 
 # ---------------------------------------------------------------------------------------- interfaces

@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from submarine_elastic.limits import batch_setting_problem
+
 from .api import (
     Allocation,
     ClusterArbiter,
@@ -79,6 +81,14 @@ class _Seen:
             "shrunk_at": self.shrunk_at,
             "submitted_at": self.submitted_at,
         }
+
+
+def _batch_problem(job: JobView, batch_size: int, accum_steps: int | None) -> str | None:
+    """Why the job's driver would refuse this batch (the shared rule, against the job's batch limits when it has
+    them); None if it takes it."""
+    return batch_setting_problem(
+        batch_size, accum_steps or 0, min_batch_size=job.min_batch_size, max_batch_size=job.max_batch_size
+    )
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -361,6 +371,10 @@ class PolicyEngine:
             return (
                 f"target {proposal.target_workers} is outside the job's limits [{job.min_workers}, {job.max_workers}]"
             )
+        if proposal.batch_size is not None and (
+            problem := _batch_problem(job, proposal.batch_size, proposal.accum_steps)
+        ):
+            return problem
         if proposal.replace:
             if job.waiting:
                 return f"cannot replace {', '.join(proposal.replace)} of a job that has not started"
@@ -452,6 +466,10 @@ class PolicyEngine:
         if allocation.job_id in accepted:
             return "second allocation for the same job"
         job = request.job
+        if allocation.batch_size is not None and (
+            problem := _batch_problem(job, allocation.batch_size, allocation.accum_steps)
+        ):
+            return problem
         if allocation.workers == request.holding:
             return None
         if not job.min_workers <= allocation.workers <= job.max_workers:

@@ -458,7 +458,7 @@ def freeze_resource_manager(run: FaultRun) -> int:
     run.inject()
     os.kill(rm.pid, signal.SIGSTOP)
     try:
-        run.job.flex(1, reason="flex while the ResourceManager is frozen")
+        run.job.set_target(pb.Target(workers=1, reason="flex while the ResourceManager is frozen"))
         run.job.wait_for_size(1, timeout=120)
         run.mark("ring_shrunk_s")
         kept = ring(run.job)
@@ -661,7 +661,7 @@ def lose_node_manager(run: FaultRun) -> int:
     (victim,) = {f"nm-{i}" for i in range(run.spec.nodes)} - {home}
     size = run.workers + 1
     with only_on(run.cluster, run.yarn, victim):
-        run.job.flex(size, reason=f"a worker on {victim}, the node to lose")
+        run.job.set_target(pb.Target(workers=size, reason=f"a worker on {victim}, the node to lose"))
 
         def flexed() -> bool:
             worker = run.yarn.status(run.name).component("worker")

@@ -69,7 +69,7 @@ def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_o
                     "the workers training on the new batch",
                     120,
                 )
-                assert [b.version for b in job.status().batch_timeline] == [1], "the setting was sent twice"
+                assert len(job.status().batch_timeline) == 1, "the setting was sent twice"
                 shown = submarine(rm, "job", "show", name)
                 assert REASON in shown, shown
                 resizes = list(job.status().timeline)

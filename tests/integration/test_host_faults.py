@@ -279,7 +279,9 @@ def flex_onto_cut_host(run: FaultRun) -> int:
     """After :func:`cut_host`: the job flexed to one worker less and back, while only the host that was cut off
     offers room: the new worker runs there, in the ring."""
     host = str(run.notes["host"])
-    out = run.job.flex(run.workers - 1, reason="make room for a worker on the host that came back")
+    out = run.job.set_target(
+        pb.Target(workers=run.workers - 1, reason="make room for a worker on the host that came back")
+    )
     assert out is not None
     run.job.wait_for_size(run.workers - 1, timeout=120)
     eventually(
@@ -291,7 +293,7 @@ def flex_onto_cut_host(run: FaultRun) -> int:
     )
     flexed = time.time()
     with only_on(run.cluster, run.yarn, host):
-        run.job.flex(run.workers, reason=f"a worker on {host}, which was cut off")
+        run.job.set_target(pb.Target(workers=run.workers, reason=f"a worker on {host}, which was cut off"))
         run.job.wait_for_size(run.workers, timeout=180)
     run.timings["flex_onto_the_host_after_s"] = round(time.time() - flexed, 2)
     where = container_nodes(run)

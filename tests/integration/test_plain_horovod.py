@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.client import JobClient, load_outcome
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 from tests.integration.conftest import committed_steps, eventually, run_job, wait_finished
 
@@ -61,7 +62,7 @@ def test_a_plain_horovod_script_trains_in_the_ring_through_2_3_1_2(
             client.wait_for_size(2, timeout=180)
             checkpoints_before = len(list((tmp_path / "ckpt").glob("*.h5")))
             for size in (3, 1, 2):
-                client.flex(size, reason="test")
+                client.set_target(pb.Target(workers=size, reason="test"))
                 client.wait_for_size(size, timeout=120)
                 wait_for_steps_at(log_dir, size, count=10)  # train at this size before the next resize
             status = client.status()

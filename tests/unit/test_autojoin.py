@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic.agent import site_dir
+from submarine_elastic.elastic.channel import FrameReader, encode
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from tf_hooks.elastic import autojoin
 
 FAKE_BASICS = '''
@@ -61,14 +63,15 @@ def start_script(script: str, fake: Path, tmp_path: Path, agent_end: socket.sock
     )
 
 
-def read_message(sock: socket.socket) -> dict:
+def read_message(sock: socket.socket) -> pb.FromTraining:
     sock.settimeout(30)
-    buf = b""
-    while not buf.endswith(b"\n"):
+    reader = FrameReader(pb.FromTraining)
+    while True:
         chunk = sock.recv(4096)
         assert chunk, "the training process closed the channel"
-        buf += chunk
-    return json.loads(buf)
+        messages = reader.feed(chunk)
+        if messages:
+            return messages[0]
 
 
 def init_calls(tmp_path: Path) -> list[dict]:
@@ -93,9 +96,9 @@ def test_the_first_hvd_init_waits_for_the_slot_and_joins_with_its_environment(
     proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
     theirs.close()
     warm = read_message(ours)
-    assert warm["event"] == "warm" and warm["pid"] == proc.pid
+    assert warm.WhichOneof("message") == "ready" and warm.ready.pid == proc.pid
     assert init_calls(tmp_path) == []  # Horovod's own init has not run yet: the process waits for its slot
-    ours.sendall(json.dumps({"env": {"HOROVOD_RANK": "2", "HOROVOD_SIZE": "3"}}).encode() + b"\n")
+    ours.sendall(encode(pb.ToTraining(start=pb.Start(env={"HOROVOD_RANK": "2", "HOROVOD_SIZE": "3"}))))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.splitlines() == ["initialised", "re-initialised"]
@@ -137,7 +140,7 @@ def test_a_worker_asked_to_leave_exits_at_the_next_reset_without_horovods_init(
     ours, theirs = socket.socketpair()
     proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
     theirs.close()
-    assert read_message(ours)["event"] == "warm"
+    assert read_message(ours).WhichOneof("message") == "ready"
     slot = {
         "HOROVOD_RANK": "1",
         "HOROVOD_HOSTNAME": "container_1-a7",
@@ -145,8 +148,8 @@ def test_a_worker_asked_to_leave_exits_at_the_next_reset_without_horovods_init(
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1]),
     }
-    ours.sendall(json.dumps({"env": slot}).encode() + b"\n")
-    ours.sendall(json.dumps({"leave": True}).encode() + b"\n")  # the agent's Leave, before the reset
+    ours.sendall(encode(pb.ToTraining(start=pb.Start(env=slot))))
+    ours.sendall(encode(pb.ToTraining(leave=pb.Leave())))  # the agent's Leave, before the reset
     out, err = proc.communicate(timeout=60)
     server.shutdown()
     assert proc.returncode == code, err

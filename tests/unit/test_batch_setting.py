@@ -1,6 +1,7 @@
-"""A batch set for a running job: the driver takes it in Flex (within the job's batch limits), keeps it in
-its state file, reports it in Status and sends it to every agent; an agent relays it to its training
-process once that is in a ring; the training process keeps the newest. The pure parts of the training side:
+"""A batch set for a running job: the driver takes it as part of a target (SetTarget, within the job's batch
+limits), keeps it in its state file, reports it in Status and sends the target to every agent; an agent hands
+it to its training process once that is in a ring; the training process keeps the newest. The pure parts of
+the training side:
 the learning rate a set batch gets (AdaScale's gain, or the rule's scaling) and the micro-batches of a step."""
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprin
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import MAX_ACCUM_STEPS, AgentState, BatchLimits, Limits
+from submarine_elastic.elastic.api import AgentState, BatchLimits, Limits
+from submarine_elastic.elastic.channel import FrameReader, encode
 from submarine_elastic.elastic.driver import MAX_BATCH_TIMELINE, AgentHandle, JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.limits import MAX_ACCUM_STEPS
 from submarine_elastic.policy import Decision, JobPolicy, JobView, PolicyEngine, Snapshot, load_arbiter
 from tf_hooks.elastic import data, ring
 from tf_hooks.elastic.rules import BatchRule, BatchSetting, adascale_gain, ramp_lr
@@ -37,7 +40,7 @@ class Aborted(Exception):
 
 
 class Context:
-    """The part of a gRPC servicer context Flex uses: abort raises, as gRPC's does."""
+    """The part of a gRPC servicer context SetTarget uses: abort raises, as gRPC's does."""
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
@@ -76,7 +79,7 @@ def commands(agent: AgentHandle) -> list[pb.AgentCommand]:
 
 
 def flex(driver: JobDriver, **fields: object) -> pb.FlexReply:
-    return driver.Flex(pb.FlexRequest(**fields), Context())  # type: ignore[arg-type]
+    return driver.SetTarget(pb.Target(**fields), Context())  # type: ignore[arg-type]
 
 
 def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent() -> None:
@@ -89,7 +92,7 @@ def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent
     assert (status.min_batch_size, status.max_batch_size) == (32, 512)
     for agent in agents:
         [command] = commands(agent)
-        assert command.WhichOneof("command") == "batch" and command.batch.batch_size == 128
+        assert command.WhichOneof("command") == "target" and command.target.batch_size == 128
 
     flex(driver, workers=2, batch_size=256, learning_rate=0.2, reason="operator")
     status = driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
@@ -100,8 +103,8 @@ def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent
     assert status.batch.learning_rate == 0.2
     # An agent that attaches later is sent the setting in effect first thing (the driver's Attach does it).
     late = attach(driver, 2)
-    late.commands.put(pb.AgentCommand(batch=driver.batch_timeline[-1]))
-    assert commands(late)[0].batch.version == 2
+    late.commands.put(pb.AgentCommand(target=driver.batch_timeline[-1]))
+    assert commands(late)[0].target.version == 2
     # A resize alone leaves the batch as it is.
     flex(driver, workers=3)
     assert driver.Status(pb.StatusRequest(), None).batch.version == 2  # type: ignore[arg-type]
@@ -112,13 +115,13 @@ def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent
     [
         ({"batch_size": 16}, "batch size 16 is outside the job's [--min_batch_size 32, --max_batch_size 512]"),
         ({"batch_size": 1024}, "batch size 1024 is outside"),
-        ({"accum_steps": 2}, "needs a batch size of at least 1, got 0"),
+        ({"accum_steps": 2}, "accumulation steps and a learning rate come with a batch size"),
         (
             {"batch_size": 64, "accum_steps": MAX_ACCUM_STEPS + 1},
             f"accumulation steps must lie in [0, {MAX_ACCUM_STEPS}]",
         ),
-        ({"batch_size": 64, "learning_rate": math.nan}, "learning rate must be a finite number >= 0"),
-        ({"batch_size": 64, "learning_rate": -0.1}, "learning rate must be a finite number >= 0"),
+        ({"batch_size": 64, "learning_rate": math.nan}, "learning rate must be a finite number > 0"),
+        ({"batch_size": 64, "learning_rate": -0.1}, "learning rate must be a finite number > 0"),
     ],
 )
 def test_a_batch_setting_out_of_bounds_is_refused_naming_the_value(fields: dict[str, object], says: str) -> None:
@@ -157,52 +160,50 @@ def test_a_relaunched_driver_keeps_the_batch_setting_and_its_timeline(tmp_path: 
     assert second.batch_timeline[-1].version == 2  # versions go on from the predecessor's
 
 
-def relayed(ours: socket.socket) -> list[dict[str, object]]:
+def relayed(ours: socket.socket) -> list[pb.ToTraining]:
     ours.settimeout(0.2)
-    buf = b""
+    reader = FrameReader(pb.ToTraining)
+    out: list[pb.ToTraining] = []
     try:
         while chunk := ours.recv(65536):
-            buf += chunk
+            out += reader.feed(chunk)
     except TimeoutError:
         pass
-    return [json.loads(line) for line in buf.splitlines()]
+    return out
 
 
 def test_the_agent_holds_a_setting_until_its_process_is_in_a_ring_then_relays_each_new_one() -> None:
     worker = agent_mod.Agent("true", "worker-0", "container_0", "127.0.0.1")
     ours, worker.channel_end = socket.socketpair()
-    setting = pb.BatchSetting(batch_size=128, accum_steps=1, version=1, reason="goodput")
-    worker._handle(pb.AgentCommand(batch=setting))
+    setting = pb.Target(workers=2, batch_size=128, accum_steps=1, version=1, reason="goodput")
+    worker._handle(pb.AgentCommand(target=setting))
     assert relayed(ours) == []  # the process waits for its slot's environment first
     worker._state = AgentState.WARM
     worker._handle(pb.AgentCommand(start=pb.Start(env={"HOROVOD_RANK": "0"})))
-    env_line, batch_line = relayed(ours)
-    assert env_line == {"env": {"HOROVOD_RANK": "0"}}
-    assert batch_line["batch"] == {
-        "batch_size": 128,
-        "accum_steps": 1,
-        "learning_rate": 0.0,
-        "version": 1,
-        "reason": "goodput",
-    }
-    worker._handle(pb.AgentCommand(batch=pb.BatchSetting(batch_size=256, version=2)))
-    worker._handle(pb.AgentCommand(batch=setting))  # an older one sent again (a re-attach): not relayed
-    assert [m["batch"]["version"] for m in relayed(ours)] == [2]
+    start, target = relayed(ours)
+    assert start == pb.ToTraining(start=pb.Start(env={"HOROVOD_RANK": "0"}))
+    assert target == pb.ToTraining(target=setting)  # the same message the driver sent, to the end
+    worker._handle(pb.AgentCommand(target=pb.Target(workers=3)))  # a count alone: nothing for the process
+    worker._handle(pb.AgentCommand(target=pb.Target(workers=2, batch_size=256, version=3)))
+    worker._handle(pb.AgentCommand(target=setting))  # an older one sent again (a re-attach): not relayed
+    assert [m.target.version for m in relayed(ours)] == [3]
 
 
 def test_the_training_process_keeps_the_newest_setting_its_agent_relayed() -> None:
     ours, theirs = socket.socketpair()
     channel = ring.AgentChannel(theirs)
     for version, size in ((2, 256), (1, 128)):
-        message = {"batch": {"batch_size": size, "accum_steps": 0, "learning_rate": 0.0, "version": version}}
-        ours.sendall(json.dumps(message).encode() + b"\n")
-    ours.sendall(b'{"batch": {"batch_size": -1, "version": 3}}\n')  # a bad one is ignored
-    replies = ours.makefile("rb")
+        ours.sendall(encode(pb.ToTraining(target=pb.Target(workers=2, batch_size=size, version=version))))
+    ours.sendall(encode(pb.ToTraining(target=pb.Target(workers=2, batch_size=-1, version=3))))  # bad: ignored
+    ours.sendall(encode(pb.ToTraining(target=pb.Target(workers=3, version=4))))  # no batch: nothing to take
+    replies = FrameReader(pb.FromTraining)
 
     def answer_ping() -> None:
-        while "ping" not in json.loads(replies.readline()):
-            pass  # heartbeats
-        ours.sendall(b'{"pong": 1}\n')
+        while True:
+            for message in replies.feed(ours.recv(65536)):
+                if message.WhichOneof("message") == "ping":  # else heartbeats
+                    ours.sendall(encode(pb.ToTraining(pong=message.ping)))
+                    return
 
     threading.Thread(target=answer_ping, daemon=True).start()
     assert channel.sync()  # everything sent before it has been read
@@ -229,16 +230,16 @@ def test_the_learning_rate_of_a_set_batch_follows_adascales_gain_or_the_rules_sc
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"batch_size": 0}, "batch_size must be an int >= 1"),
-        ({"batch_size": 8, "accum_steps": -1}, "accum_steps must be an int >= 0"),
-        ({"batch_size": 8, "learning_rate": math.inf}, "learning_rate must be a finite number > 0"),
+        ({"batch_size": 0}, "batch size must lie in \\[1, 16777216\\], got 0"),
+        ({"batch_size": 8, "accum_steps": -1}, "accumulation steps must lie in \\[0, 1024\\], got -1"),
+        ({"batch_size": 8, "learning_rate": math.inf}, "learning rate must be a finite number > 0"),
     ],
 )
 def test_a_bad_batch_setting_names_the_value(fields: dict[str, object], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         BatchSetting(**fields)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not a batch setting"):
-        BatchSetting.from_message({"accum_steps": 1})
+    with pytest.raises(ValueError, match="target 7 sets no batch"):
+        BatchSetting.from_target(pb.Target(workers=2, accum_steps=1, version=7))
 
 
 def test_the_micro_batches_of_a_step_cover_its_samples_once_over_every_rank() -> None:
@@ -303,13 +304,8 @@ class BatchCluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return 2
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
-        self.sent.append(("resize", job_id, workers))
-
-    def set_batch(
-        self, job_id: str, workers: int, batch_size: int, accum_steps: int, learning_rate: float, reason: str
-    ) -> None:
-        self.sent.append(("batch", job_id, workers, batch_size, accum_steps, learning_rate, reason))
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        self.sent.append((job_id, target))
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         return (32, 512)
@@ -327,10 +323,11 @@ def test_the_controller_shows_the_policy_the_batch_limits_and_sends_a_batch_to_t
     [record] = service.tick()
     assert service.wait_idle(10)
     assert (record.from_workers, record.to_workers, record.reason) == (2, 2, "goodput: batch 128")
-    assert cluster.sent == [("batch", "job", 2, 128, 1, 0.0, "goodput: batch 128")]
+    sent = [("job", pb.Target(workers=2, batch_size=128, accum_steps=1, reason="goodput: batch 128"))]
+    assert cluster.sent == sent
     # The job has not reported the new batch yet, so the policy asks again: nothing is sent twice.
     service.tick()
     assert service.wait_idle(10)
-    assert cluster.sent == [("batch", "job", 2, 128, 1, 0.0, "goodput: batch 128")]
+    assert cluster.sent == sent
     # The policy saw the job's batch limits as its driver reports them.
     assert set(policy.limits_seen) == {(32, 512)}

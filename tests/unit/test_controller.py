@@ -23,6 +23,7 @@ from submarine_elastic.controller.api import (
 )
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
 
@@ -46,7 +47,8 @@ class FakeCluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        workers = target.workers
         with self.lock:
             self.resizes.append((job_id, workers))
         if job_id in self.fail:
@@ -370,9 +372,9 @@ def test_ring_sizes_are_read_every_round_even_while_a_resize_runs(tmp_path: Path
             super().__init__(capacity=8)
             self.release = threading.Event()
 
-        def resize(self, job_id: str, workers: int, reason: str) -> None:
+        def set_target(self, job_id: str, target: pb.Target) -> None:
             self.release.wait(10)
-            super().resize(job_id, workers, reason)
+            super().set_target(job_id, target)
 
     cluster, clock = Slow(), Clock()
     c = controller(tmp_path, cluster, clock)

@@ -49,6 +49,7 @@ from submarine_elastic.controller.server import MAX_REQUEST_BYTES, SERVICE_NAME,
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.jobspec import SECRET_ENV, job_dir
+from submarine_elastic.elastic.proto import elastic_pb2
 from submarine_elastic.metrics.auth import job_credential
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
@@ -72,7 +73,8 @@ class Cluster(JobBackend):
     def ring_size(self, job_id: str) -> int | None:
         return self.sizes.get(job_id)
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: elastic_pb2.Target) -> None:
+        workers = target.workers
         self.sizes[job_id] = workers
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:

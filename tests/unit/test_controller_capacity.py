@@ -18,6 +18,7 @@ from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprin
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, place, slot_unit
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 
 MB2048 = Resources(2048, 1)
@@ -178,7 +179,8 @@ class MiniYarn(JobBackend):
         job = self.jobs.get(job_id)
         return len(job.workers) if job is not None and len(job.workers) >= job.min_ring else None
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        workers = target.workers
         self.resizes.append((job_id, workers))
         job = self.jobs[job_id]
         job.target = workers

@@ -20,6 +20,7 @@ from submarine_elastic.controller.api import (
 )
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 from tests.unit.test_controller import Clock, FakeCluster
 
@@ -40,7 +41,8 @@ class Driving(FakeCluster):
         """The job runs with ``workers``: its driver, YARN and its ring agree."""
         self.targets[job_id] = self.ready[job_id] = self.sizes[job_id] = workers
 
-    def resize(self, job_id: str, workers: int, reason: str) -> None:
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        workers = target.workers
         with self.lock:
             self.resizes.append((job_id, workers))
         if job_id in self.fail or job_id not in self.targets:
@@ -323,10 +325,10 @@ RM = "http://rm.test:8088"
 
 
 class Driver:
-    """A job's driver as the backend's JobClient sees it: a status to return and the flexes it was given."""
+    """A job's driver as the backend's JobClient sees it: a status to return and the targets it was given."""
 
     def __init__(self, job: str, yarn: object, **_: object) -> None:
-        self.flexes: list[tuple[int, str]] = []
+        self.targets: list[tuple[int, str]] = []
         self.reply: object = None
         DRIVERS[job] = self
 
@@ -335,8 +337,8 @@ class Driver:
             raise self.reply
         return self.reply
 
-    def flex(self, workers: int, remove: list[str] | None = None, reason: str = "") -> None:
-        self.flexes.append((workers, reason))
+    def set_target(self, target: object) -> None:
+        self.targets.append((target.workers, target.reason))  # type: ignore[attr-defined]
 
     def close(self) -> None:
         pass
@@ -345,37 +347,38 @@ class Driver:
 DRIVERS: dict[str, Driver] = {}
 
 
-def test_the_backend_reads_the_drivers_target_and_ring_and_yarns_ready_workers(monkeypatch: pytest.MonkeyPatch):
-    import responses
-
+def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from submarine_elastic.controller import backend as backend_module
     from submarine_elastic.elastic.api import DriverUnreachableError
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
 
     monkeypatch.setattr(backend_module, "JobClient", Driver)
     backend = backend_module.YarnJobBackend(RM)
-    backend.resize("big", 3, "probe")
+    backend.set_target("big", pb.Target(workers=3, reason="probe"))
     driver = DRIVERS["big"]
-    assert driver.flexes == [(3, "probe")], "one flex, no waiting for the ring"
-    driver.reply = pb.JobStatus(job="big", phase="running", target=3, world_size=2)
-    worker = {
-        "name": "worker",
-        "number_of_containers": 3,
-        "containers": [
-            {"id": "c0", "state": "READY", "component_instance_name": "worker-0"},
-            {"id": "c1", "state": "READY", "component_instance_name": "worker-1"},
-            {"id": "c2", "state": "RUNNING_BUT_UNREADY", "component_instance_name": "worker-2"},
-        ],
-    }
-    with responses.RequestsMock() as rsps:
-        rsps.get(f"{RM}/app/v1/services/big", json={"name": "big", "state": "FLEX", "components": [worker]})
+    assert driver.targets == [(3, "probe")], "one target, no waiting for the ring"
+    # No call to the RM: YARN's READY workers are the driver's (it reconciles them), so a responses mock with
+    # no route would fail any RM read.
+    import responses
+
+    with responses.RequestsMock():
+        driver.reply = pb.JobStatus(job="big", phase="running", target=3, world_size=2, yarn_ready=2)
         seen = backend.size("big")
         assert seen == JobSize(target=3, ring=2, yarn_ready=2)
         assert seen.lag(3) == "YARN has 2 of 3; ring has 2 of 3"
-        rsps.get(f"{RM}/app/v1/services/big", status=500, body="RM restarting")
+        assert seen.lag(2) == "the driver's target is 3"  # YARN and the ring have 2: only the driver differs
+        driver.reply = pb.JobStatus(
+            job="big",
+            phase="running",
+            target=1,
+            world_size=3,
+            workers=[pb.WorkerStatus(instance="worker-2", state="leaving", rank=2)],
+        )
         seen = backend.size("big")
-        assert seen is not None and seen.yarn_ready is None
-        assert seen.lag(3) == "YARN's workers unknown (the ResourceManager did not answer); ring has 2 of 3"
+        assert seen is not None and seen.yarn_ready is None and seen.leaving == ("worker-2",)
+        assert seen.lag(1) == "YARN's workers unknown; leaving: worker-2; ring has 3 of 1"
     driver.reply = DriverUnreachableError("driver of big: UNAVAILABLE")
     assert backend.size("big") is None
     backend.close()

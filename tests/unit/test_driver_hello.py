@@ -127,7 +127,7 @@ def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_wor
             await until(both_listed_warm, "Status lists worker-0 and worker-1 warm, and no one else")
 
             # A scale-in orders the workers by their number: the resize thread takes it and tells YARN.
-            reply = await stub.Flex(pb.FlexRequest(workers=1, reason="test"), timeout=ANSWER_WITHIN_S)
+            reply = await stub.SetTarget(pb.Target(workers=1, reason="test"), timeout=ANSWER_WITHIN_S)
             assert (reply.previous, reply.target) == (2, 1)
 
             async def yarn_told() -> bool:

@@ -18,6 +18,7 @@ import pytest
 from submarine_elastic import env
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import Limits, WorkerState
+from submarine_elastic.elastic.channel import FrameReader, encode
 from submarine_elastic.elastic.driver import AgentHandle, JobDriver, application_of
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from tf_hooks.elastic import ring
@@ -49,14 +50,15 @@ def test_a_relaunched_driver_takes_over_its_predecessors_target_timeline_and_inc
     state_file = tmp_path / "job.driver.json"
     first = make_driver(state_file)
     assert first.previous is None and first.incarnation == 1
-    first.target, first.requested = 3, 1  # a scale-in was asked for and not done when it died
-    first.timeline.append(pb.ResizeEvent(time=1.0, from_workers=2, to_workers=3, reason="requested"))
+    first.targets.applied(3, "requested")  # its timeline: 2 -> 3
+    # a scale-in was asked for and not done when it died
+    first.targets.take(pb.Target(workers=1, reason="shrink"), first.limits, None, ())
     first.failures.append(pb.WorkerFailure(instance="worker-1", exit_code=-9, reason="killed"))
     first._persist()
 
     second = make_driver(state_file)
     assert second.incarnation == 2 and second.previous is not None
-    assert (second.target, second.requested) == (3, 1)
+    assert (second.target, second.requested, second.targets.version) == (3, 1, 1)
     assert [e.to_workers for e in second.timeline] == [3]
     assert [f.instance for f in second.failures] == ["worker-1"]
     status = second.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
@@ -184,7 +186,7 @@ def test_a_process_that_beats_is_not_hung(tmp_path: Path) -> None:
 
     def beat() -> None:
         while worker.proc is not None and worker.proc.poll() is None:
-            worker._on_child({"beat": 1})
+            worker._on_child(pb.FromTraining(beat=1))
             time.sleep(0.1)
 
     threading.Thread(target=beat, daemon=True).start()
@@ -192,29 +194,31 @@ def test_a_process_that_beats_is_not_hung(tmp_path: Path) -> None:
     assert worker.wait_training() == 0 and worker.hung_seconds == 0
 
 
+def answer_ping(ours: socket.socket, replies: FrameReader[pb.FromTraining]) -> None:
+    """The agent's side of one :meth:`ring.AgentChannel.sync`: skips heartbeats, answers the first ping."""
+    while True:
+        for message in replies.feed(ours.recv(4096)):
+            if message.WhichOneof("message") == "ping":
+                ours.sendall(encode(pb.ToTraining(pong=message.ping)))
+                return
+
+
 def test_the_training_process_beats_reads_leave_lost_reform_and_waits_while_the_driver_is_lost() -> None:
     ours, theirs = socket.socketpair()
     channel = ring.AgentChannel(theirs)
     ours.settimeout(5)
-    assert b'"beat"' in ours.recv(4096)  # the first heartbeat at once
-    ours.sendall(b'{"leave": true}\n{"driver": "lost"}\n')
-    replies = ours.makefile("rb")
+    replies = FrameReader(pb.FromTraining)
+    assert replies.feed(ours.recv(4096))[0].WhichOneof("message") == "beat"  # the first heartbeat at once
+    ours.sendall(encode(pb.ToTraining(leave=pb.Leave())) + encode(pb.ToTraining(driver_lost=True)))
 
-    def answer_pings(count: int) -> None:
-        for _ in range(count):
-            while True:
-                message = json.loads(replies.readline())
-                if "ping" in message:
-                    ours.sendall(json.dumps({"pong": message["ping"]}).encode() + b"\n")
-                    break
-
-    threading.Thread(target=answer_pings, args=(1,), daemon=True).start()
+    threading.Thread(target=answer_ping, args=(ours, replies), daemon=True).start()
     assert channel.sync()
     assert channel.leave and channel.driver_lost
     with pytest.raises(ring.RingJoinError, match="driver is gone"):
         channel.take_reform(timeout=0.3)
     new_env = {"HOROVOD_GLOO_RENDEZVOUS_PORT": "4242", "SUBMARINE_DRIVER_INCARNATION": "2"}
-    threading.Timer(0.2, lambda: ours.sendall(json.dumps({"reform": new_env}).encode() + b"\n")).start()
+    reform = encode(pb.ToTraining(reform=pb.Reform(env=new_env)))
+    threading.Timer(0.2, lambda: ours.sendall(reform)).start()
     assert channel.take_reform(timeout=5) == new_env  # waited for the new driver
     assert not channel.driver_lost and channel.take_reform(timeout=0) is None  # taken once
     ours.close()
@@ -224,17 +228,8 @@ def test_a_re_init_takes_the_new_drivers_environment(monkeypatch: pytest.MonkeyP
     ours, theirs = socket.socketpair()
     monkeypatch.setattr(ring, "_channel", ring.AgentChannel(theirs))
     monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "1111")
-    ours.sendall(json.dumps({"reform": {"HOROVOD_GLOO_RENDEZVOUS_PORT": "2222"}}).encode() + b"\n")
-    replies = ours.makefile("rb")
-
-    def answer() -> None:
-        while True:
-            message = json.loads(replies.readline())
-            if "ping" in message:
-                ours.sendall(json.dumps({"pong": message["ping"]}).encode() + b"\n")
-                return
-
-    threading.Thread(target=answer, daemon=True).start()
+    ours.sendall(encode(pb.ToTraining(reform=pb.Reform(env={"HOROVOD_GLOO_RENDEZVOUS_PORT": "2222"}))))
+    threading.Thread(target=answer_ping, args=(ours, FrameReader(pb.FromTraining)), daemon=True).start()
     ring.prepare_reinit(timeout=5)
     assert os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "2222"
     ours.close()
@@ -260,8 +255,8 @@ def exiting_worker(command: str, grace: float, tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("LOG_DIRS", str(tmp_path))
     worker.start_training()
     worker._state = agent_mod.AgentState.RUNNING
-    worker._on_child({"beat": 1})
-    worker._on_child({"event": "exiting"})
+    worker._on_child(pb.FromTraining(beat=1))
+    worker._on_child(pb.FromTraining(exiting=True))
     return worker
 
 
@@ -303,5 +298,5 @@ def test_the_training_process_says_exiting_at_interpreter_exit(tmp_path: Path) -
     received = b""
     while chunk := ours.recv(4096):
         received += chunk
-    messages = [json.loads(line) for line in received.splitlines()]
-    assert child.returncode == 0 and messages[-1] == {"event": "exiting"}
+    messages = FrameReader(pb.FromTraining).feed(received)
+    assert child.returncode == 0 and messages[-1] == pb.FromTraining(exiting=True)

@@ -142,7 +142,7 @@ def test_the_resizer_keeps_the_target_through_a_refused_flex_and_converges_on_it
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     refused = rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
     threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
-    driver._resizes.put((3, [], "test"))
+    driver.targets.take(pb.Target(workers=3, reason="test"), driver.limits, None, ())
     until(lambda: refused.call_count > 0 and driver.yarn_sync is not None, "a refused flex")
     assert "HTTP 503" in status(driver).error
 
@@ -164,7 +164,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
     driver: JobDriver, rsps: responses.RequestsMock
 ) -> None:
     agents = [warm(driver, f"worker-{i}") for i in range(3)]
-    driver.target = 3
+    driver.targets.applied(3, "three workers")
     resize = threading.Thread(target=driver._resize, args=(2, ["worker-0"], "test"))
     resize.start()
     leave = agents[0].commands.get(timeout=10)

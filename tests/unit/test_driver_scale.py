@@ -119,7 +119,7 @@ def test_300_attached_agents_leave_status_and_flex_answering(
             assert sorted(seen) == sorted(f"worker-{i}" for i in range(AGENTS))
 
             # Every stream is open: flex answers, and the scale-in reaches the one agent that goes.
-            reply = await stub.Flex(pb.FlexRequest(workers=AGENTS - 1, reason="test"), timeout=ANSWER_WITHIN_S)
+            reply = await stub.SetTarget(pb.Target(workers=AGENTS - 1, reason="test"), timeout=ANSWER_WITHIN_S)
             assert (reply.previous, reply.target) == (AGENTS, AGENTS - 1)
             last = f"worker-{AGENTS - 1}"
 

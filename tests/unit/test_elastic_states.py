@@ -86,11 +86,15 @@ def test_a_left_worker_reads_exited_on_the_wire() -> None:
 
 # A training process as tf_hooks.elastic.autojoin makes it: says it is warm, then does what the agent tells.
 CHILD = """
-import json, os, socket, sys
+import os, socket, sys
+from submarine_elastic.elastic.channel import FrameReader, send
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 s = socket.socket(fileno=int(os.environ["SUBMARINE_AGENT_FD"]))
-s.sendall(json.dumps({"event": "warm", "pid": os.getpid()}).encode() + b"\\n")
-message = json.loads(s.makefile().readline())
-sys.exit(0 if message.get("leave") else 5)
+send(s, pb.FromTraining(ready=pb.Ready(pid=os.getpid())))
+reader, messages = FrameReader(pb.ToTraining), []
+while not messages:
+    messages = reader.feed(s.recv(4096))
+sys.exit(0 if messages[0].WhichOneof("message") == "leave" else 5)
 """
 
 

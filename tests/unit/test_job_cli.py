@@ -73,8 +73,9 @@ def test_flex_with_the_rm_down_goes_to_the_driver_which_holds_the_target_for_yar
     code, out, took = run("job", "flex", "mnist", "--workers", "3", "--no-wait")
     assert code == 0, out
     assert "the ResourceManager is unreachable" in out and "last known address" in out
-    assert "job mnist: 2 -> 3 workers" in out
-    assert driver._resizes.get_nowait() == (3, [], "submarine job flex") and driver.requested == 3
+    assert "job mnist: 2 -> 3 workers (target 1)" in out
+    taken = driver.targets.next(0)
+    assert taken is not None and (taken.workers, taken.reason) == (3, "submarine job flex") and driver.requested == 3
     assert took < 20
 
 
@@ -124,7 +125,7 @@ def test_show_of_an_ended_job_gives_the_reason_the_failed_workers_stderr_and_its
                 "time": time.time(),
                 "failures": [json.loads(pb_json(failure))],
                 "batch_timeline": [
-                    json.loads(pb_json(pb.BatchSetting(batch_size=b, version=v, reason=r, time=time.time())))
+                    json.loads(pb_json(pb.Target(workers=2, batch_size=b, version=v, reason=r, time=time.time())))
                     for b, v, r in ((128, 1, "goodput: batch 64 -> 128"), (256, 2, "goodput: batch 128 -> 256"))
                 ],
             }
@@ -150,7 +151,7 @@ def test_show_of_a_job_nobody_knows_fails_naming_it(monkeypatch: pytest.MonkeyPa
     assert code == 1 and "nope" in out
 
 
-def pb_json(message: pb.WorkerFailure | pb.BatchSetting) -> str:
+def pb_json(message: pb.WorkerFailure | pb.Target) -> str:
     from google.protobuf import json_format
 
     return json_format.MessageToJson(message, preserving_proto_field_name=True)

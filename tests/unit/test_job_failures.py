@@ -120,7 +120,12 @@ def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("SUBMARINE_JOB_OUTCOME_FILE", str(outcome_path("job")))
     driver = make_driver()
     driver._note_exit(handle("worker-1"), pb.Exited(exit_code=1, joined=False, stderr_tail=TRACEBACK))
-    driver._set_batch(pb.FlexRequest(batch_size=128, accum_steps=1, reason="goodput: batch 64 -> 128"))
+    driver.targets.take(
+        pb.Target(workers=2, batch_size=128, accum_steps=1, reason="goodput: batch 64 -> 128"),
+        driver.limits,
+        None,
+        (),
+    )
     driver.phase = JobPhase.FAILED
     driver._record_outcome()
     outcome = load_outcome("job")

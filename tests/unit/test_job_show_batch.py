@@ -54,11 +54,11 @@ def show() -> str:
     return result.output
 
 
-def flex_batch(batch: int, accum: int, lr: float, reason: str) -> None:
+def flex_batch(batch: int, accum: int, lr: float | None, reason: str) -> None:
     channel = grpc.insecure_channel(remember_address())
     with channel:
-        pb_grpc.ElasticDriverStub(channel).Flex(
-            pb.FlexRequest(workers=2, batch_size=batch, accum_steps=accum, learning_rate=lr, reason=reason),
+        pb_grpc.ElasticDriverStub(channel).SetTarget(
+            pb.Target(workers=2, batch_size=batch, accum_steps=accum, learning_rate=lr, reason=reason),
             metadata=(("authorization", f"Bearer {TOKEN}"),),
             timeout=5,
         )
@@ -73,7 +73,7 @@ def remember_address() -> str:
 
 
 def test_show_gives_the_batch_setting_and_its_history_with_each_reason(driver: JobDriver) -> None:
-    flex_batch(64, 0, 0.0, "goodput: noise scale 300 samples, batch 64 best")
+    flex_batch(64, 0, None, "goodput: noise scale 300 samples, batch 64 best")
     flex_batch(256, 1, 0.05, "goodput: noise scale 2100 [samples], batch 256 best")
     out = show()
     words = " ".join(out.split())

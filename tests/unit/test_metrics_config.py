@@ -92,13 +92,17 @@ def test_bad_settings_name_themselves(
         MetricsConfig.from_env(**kwargs)  # type: ignore[arg-type]
 
 
-def test_training_side_imports_only_env_limits_and_stubs_of_the_controller() -> None:
+def test_training_side_imports_only_env_limits_and_the_wires_it_speaks() -> None:
+    """The metrics service's stubs and the agent's channel (the job's own wire: its messages and framing); never
+    the controller, the driver or the agent themselves."""
     allowed = (
         "submarine_elastic.env",
         "submarine_elastic.limits",
         "submarine_elastic.resources",
         "submarine_elastic.rpc",
         "submarine_elastic.metrics.proto",
+        "submarine_elastic.elastic.proto",
+        "submarine_elastic.elastic.channel",
     )
     offenders = []
     for path in sorted((ROOT / "tf_hooks").rglob("*.py")):

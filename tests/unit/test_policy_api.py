@@ -75,8 +75,11 @@ def test_snapshot_types_reject_bad_values(build: object, message: str) -> None:
         ),
         (lambda: Decision("a", 2, "  "), "reason must be a non-empty string"),
         (lambda: Decision("a", 2, "two\nlines"), "reason must be one line"),
-        (lambda: Decision("a", 2, "x", batch_size=0), "a: batch_size must be an int >= 1, got 0"),
-        (lambda: Decision("a", 2, "x", learning_rate=-0.1), "a: learning_rate must be > 0, got -0.1"),
+        (lambda: Decision("a", 2, "x", batch_size=0), "a: batch size must lie in \\[1, 16777216\\], got 0"),
+        (
+            lambda: Decision("a", 2, "x", learning_rate=-0.1),
+            "a: learning rate must be a finite number > 0 \\(or none: the job's rule\\), got -0.1",
+        ),
         (
             lambda: Decision("a", 2, "x", replace="worker-0"),  # type: ignore[arg-type]
             "a: replace must be a sequence of names",

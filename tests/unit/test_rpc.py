@@ -31,7 +31,7 @@ def driver_stub() -> Iterator[pb_grpc.ElasticDriverStub]:
 
 @pytest.mark.parametrize("token", [None, "wrong-token-1234567890", TOKEN[:-1], TOKEN + "0"])
 def test_the_driver_refuses_a_call_without_its_token(driver_stub: pb_grpc.ElasticDriverStub, token: str | None) -> None:
-    for call, request in ((driver_stub.Status, pb.StatusRequest()), (driver_stub.Flex, pb.FlexRequest(workers=3))):
+    for call, request in ((driver_stub.Status, pb.StatusRequest()), (driver_stub.SetTarget, pb.Target(workers=3))):
         with pytest.raises(grpc.RpcError) as caught:
             call(request, metadata=bearer(token), timeout=5)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED

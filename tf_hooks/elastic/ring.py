@@ -14,12 +14,14 @@ Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns th
   beating (stopped, or stuck holding the interpreter) so its ring can re-form without it. When the
   interpreter exits it says ``exiting``: the exit handlers and the teardown after them (Horovod's shutdown,
   TensorFlow's, where no thread beats any more) then get the agent's exit grace instead of the hung bound;
-- it reads what the agent sends: ``leave`` (scale-in: :func:`leave_requested`), ``driver: lost`` (the
-  job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
+- it reads what the agent sends (``ToTraining`` of ``elastic.proto``, framed by
+  :mod:`submarine_elastic.elastic.channel`): ``leave`` (scale-in: :func:`leave_requested`), ``driver_lost``
+  (the job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
   this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
-  through Horovod's own host-update notification), ``batch`` (the job's batch setting, decided by its
-  controller or an operator: :func:`batch_setting`; the ranks take rank 0's at their next commit,
-  :class:`tf_hooks.elastic.state.ElasticState`) and ``pong`` (the answer to :meth:`AgentChannel.sync`).
+  through Horovod's own host-update notification), ``target`` (the job's target as its driver numbered it,
+  decided by its controller or an operator; its batch is :func:`batch_setting`, and the ranks take rank 0's
+  at their next commit, :class:`tf_hooks.elastic.state.ElasticState`) and ``pong`` (the answer to
+  :meth:`AgentChannel.sync`).
 
 Every re-initialisation after the first (Horovod's elastic reset) first calls :func:`prepare_reinit`.
 """
@@ -27,16 +29,18 @@ Every re-initialisation after the first (Horovod's elastic reset) first calls :f
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from submarine_elastic import env
+from submarine_elastic.elastic.channel import ChannelError, FrameReader, send
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from tf_hooks.elastic.rules import BatchSetting
 
 logger = logging.getLogger(__name__)
@@ -61,9 +65,15 @@ class AgentChannel:
     under its condition; readers wait on it.
     """
 
-    def __init__(self, sock: socket.socket, unread: bytes = b"") -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        reader: FrameReader[pb.ToTraining] | None = None,
+        unread: Sequence[pb.ToTraining] = (),
+    ) -> None:
         self._sock = sock
-        self._unread = unread
+        self._reader = reader if reader is not None else FrameReader(pb.ToTraining)
+        self._unread = list(unread)
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
         self.leave = False
@@ -80,70 +90,67 @@ class AgentChannel:
 
     def say_exiting(self) -> None:
         """Tells the agent the interpreter is shutting down (no heartbeat follows)."""
-        self.send({"event": "exiting"})
+        self.send(pb.FromTraining(exiting=True))
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: pb.FromTraining) -> bool:
         try:
             with self._send_lock:
-                self._sock.sendall(json.dumps(message).encode() + b"\n")
+                send(self._sock, message)
             return True
         except OSError:
             return False
 
     def _run(self) -> None:
         self._sock.settimeout(HEARTBEAT_S)
-        buf, self._unread = self._unread, b""
+        pending, self._unread = self._unread, []
         next_beat = 0.0
         while True:
             now = time.monotonic()
             if now >= next_beat:
-                self.send({"beat": now})
+                self.send(pb.FromTraining(beat=now))
                 next_beat = now + HEARTBEAT_S
-            lines = buf.split(b"\n")
-            buf = lines.pop()
-            for line in lines:
-                self._dispatch(line)
+            for message in pending:
+                self._dispatch(message)
             try:
                 chunk = self._sock.recv(65536)
             except TimeoutError:
+                pending = []
                 continue
             except OSError:
                 break
             if not chunk:
                 break
-            buf += chunk
+            try:
+                pending = self._reader.feed(chunk)
+            except ChannelError as exc:
+                logger.error("the worker agent broke its channel: %s", exc)
+                break
         with self._cond:
             self.closed = True
             self._cond.notify_all()
 
-    def _dispatch(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            logger.warning("unreadable message from the worker agent: %r", line[:200])
-            return
-        if not isinstance(message, dict):
-            return
+    def _dispatch(self, message: pb.ToTraining) -> None:
+        kind = message.WhichOneof("message")
         reform = None
         with self._cond:
-            if message.get("leave"):
+            if kind == "leave":
                 self.leave = True
-            if message.get("driver") == "lost":
+            elif kind == "driver_lost":
                 self.driver_lost = True
-            if isinstance(message.get("reform"), dict):
-                reform = {str(k): str(v) for k, v in message["reform"].items()}
+            elif kind == "reform":
+                reform = dict(message.reform.env)
                 self._reform = reform
                 self.driver_lost = False
-            if isinstance(message.get("batch"), dict):
+            elif kind == "target" and message.target.HasField("batch_size"):
                 try:
-                    batch = BatchSetting.from_message(message["batch"])
+                    batch = BatchSetting.from_target(message.target)
                 except ValueError as exc:
-                    logger.warning("ignoring a batch setting from the worker agent: %s", exc)
+                    logger.warning("ignoring a target from the worker agent: %s", exc)
                 else:
                     if self.batch is None or batch.version > self.batch.version:
                         self.batch = batch
-            if "pong" in message:
-                self._pongs = max(self._pongs, int(message["pong"]))
+            elif kind == "pong":
+                self._pongs = max(self._pongs, message.pong)
             self._cond.notify_all()
         if reform is not None:
             _interrupt_ring()
@@ -153,7 +160,7 @@ class AgentChannel:
         with self._cond:
             self._pings += 1
             n = self._pings
-        if not self.send({"ping": n}):
+        if not self.send(pb.FromTraining(ping=n)):
             return False
         with self._cond:
             return self._cond.wait_for(lambda: self._pongs >= n or self.closed, timeout) and self._pongs >= n
@@ -201,32 +208,33 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     if fd is None:
         return {}
     sock = socket.socket(fileno=fd)
+    reader = FrameReader(pb.ToTraining)
     placed = False
     try:
         sock.settimeout(timeout)
-        sock.sendall(json.dumps({"event": "warm", "pid": os.getpid(), "time": time.time()}).encode() + b"\n")
-        buf = b""
-        while b"\n" not in buf:
+        send(sock, pb.FromTraining(ready=pb.Ready(pid=os.getpid(), time=time.time())))
+        first: list[pb.ToTraining] = []
+        while not first:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError as exc:
                 raise TimeoutError(f"not placed in a ring within {timeout} s") from exc
             if not chunk:
                 raise RingJoinError("the worker agent closed the channel before the ring formed")
-            buf += chunk
-        line, _, unread = buf.partition(b"\n")
-        try:
-            message = json.loads(line)
-            slot_env = {str(k): str(v) for k, v in message["env"].items()}
-        except (ValueError, KeyError, AttributeError) as exc:
-            raise RingJoinError(f"unreadable message from the worker agent: {line[:200]!r}") from exc
+            try:
+                first = reader.feed(chunk)
+            except ChannelError as exc:
+                raise RingJoinError(f"unreadable message from the worker agent: {exc}") from exc
+        if first[0].WhichOneof("message") != "start":
+            raise RingJoinError(f"the worker agent sent {first[0].WhichOneof('message')} before the slot's environment")
+        slot_env = dict(first[0].start.env)
         placed = True
     finally:
         if not placed:
             sock.close()
     os.environ.pop("SUBMARINE_AGENT_FD", None)
     os.environ.update(slot_env)
-    _channel = AgentChannel(sock, unread)
+    _channel = AgentChannel(sock, reader, first[1:])
     return slot_env
 
 

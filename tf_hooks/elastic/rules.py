@@ -22,9 +22,10 @@ scale is known, else the rule's scaling, reached through the same momentum ramp.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from submarine_elastic.limits import batch_setting_problem
 
 BatchMode = Literal["fixed_global", "fixed_local"]
 LrScaling = Literal["linear", "sqrt", "none"]
@@ -84,7 +85,7 @@ class BatchSetting:
         batch_size: the global batch, samples per optimizer step (>= 1).
         accum_steps: micro-batches per step beyond the first (>= 0).
         learning_rate: the learning rate to use, or None for the job's rule (:meth:`BatchRule.lr_for_batch`).
-        version: 1 for the job's first setting, one more for each later one (the newest wins).
+        version: the version its job's driver gave the target that set it (the newest wins).
         reason: why it was chosen.
 
     Raises:
@@ -98,11 +99,9 @@ class BatchSetting:
     reason: str = ""
 
     def __post_init__(self) -> None:
-        for name, value, least in (("batch_size", self.batch_size, 1), ("accum_steps", self.accum_steps, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        if self.learning_rate is not None and not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be a finite number > 0 or None, got {self.learning_rate!r}")
+        problem = batch_setting_problem(self.batch_size, self.accum_steps, self.learning_rate)
+        if problem is not None:
+            raise ValueError(problem)
         if not isinstance(self.version, int) or self.version < 0:
             raise ValueError(f"version must be an int >= 0, got {self.version!r}")
 
@@ -112,23 +111,22 @@ class BatchSetting:
         return self.accum_steps + 1
 
     @classmethod
-    def from_message(cls, message: Mapping[str, Any]) -> BatchSetting:
-        """The setting an agent relayed (``learning_rate`` 0: the rule's).
+    def from_target(cls, target: Any) -> BatchSetting:
+        """The batch part of a job's target (``elastic.proto``'s ``Target``, as the agent hands it over); an
+        unset accumulation is 0 and an unset learning rate the rule's.
 
         Raises:
-            ValueError: a field missing or out of range.
+            ValueError: the target sets no batch, or a value is out of range (naming it).
         """
-        try:
-            lr = float(message.get("learning_rate") or 0.0)
-            return cls(
-                batch_size=int(message["batch_size"]),
-                accum_steps=int(message.get("accum_steps") or 0),
-                learning_rate=lr if lr > 0 else None,
-                version=int(message.get("version") or 0),
-                reason=str(message.get("reason") or ""),
-            )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a batch setting: {dict(message)!r}") from exc
+        if not target.HasField("batch_size"):
+            raise ValueError(f"target {target.version} sets no batch")
+        return cls(
+            batch_size=target.batch_size,
+            accum_steps=target.accum_steps,
+            learning_rate=target.learning_rate if target.HasField("learning_rate") else None,
+            version=target.version,
+            reason=target.reason,
+        )
 
 
 @dataclass(frozen=True)

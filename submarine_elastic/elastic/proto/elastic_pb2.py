@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/elastic/proto/elastic.proto\x12\x1csubmarine_elastic.elastic.v1\"\xb7\x01\n\nAgentEvent\x12\x34\n\x05hello\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.HelloH\x00\x12\x32\n\x04warm\x18\x02 \x01(\x0b\x32\".submarine_elastic.elastic.v1.WarmH\x00\x12\x36\n\x06\x65xited\x18\x03 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"\x85\x01\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x34\n\x06resume\x18\x05 \x01(\x0b\x32$.submarine_elastic.elastic.v1.Resume\"A\n\x06Resume\x12\r\n\x05state\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x1a\n\x12\x64river_incarnation\x18\x03 \x01(\x05\"+\n\x04Warm\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x16\n\x0ewarmup_seconds\x18\x02 \x01(\x01\"y\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0f\n\x07leaving\x18\x02 \x01(\x08\x12\x0e\n\x06joined\x18\x03 \x01(\x08\x12\x13\n\x0bstderr_tail\x18\x04 \x01(\t\x12\x10\n\x08log_path\x18\x05 \x01(\t\x12\x14\n\x0chung_seconds\x18\x06 \x01(\x01\"\xae\x02\n\x0c\x41gentCommand\x12\x34\n\x05start\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.StartH\x00\x12\x34\n\x05leave\x18\x02 \x01(\x0b\x32#.submarine_elastic.elastic.v1.LeaveH\x00\x12\x32\n\x04stop\x18\x03 \x01(\x0b\x32\".submarine_elastic.elastic.v1.StopH\x00\x12\x36\n\x06reform\x18\x04 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ReformH\x00\x12;\n\x05\x62\x61tch\x18\x05 \x01(\x0b\x32*.submarine_elastic.elastic.v1.BatchSettingH\x00\x42\t\n\x07\x63ommand\"}\n\x0c\x42\x61tchSetting\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12\x13\n\x0b\x61\x63\x63um_steps\x18\x02 \x01(\x05\x12\x15\n\rlearning_rate\x18\x03 \x01(\x01\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0c\n\x04time\x18\x06 \x01(\x01\"n\n\x05Start\x12\x39\n\x03\x65nv\x18\x01 \x03(\x0b\x32,.submarine_elastic.elastic.v1.Start.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"p\n\x06Reform\x12:\n\x03\x65nv\x18\x01 \x03(\x0b\x32-.submarine_elastic.elastic.v1.Reform.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x07\n\x05Leave\"\x1d\n\x04Stop\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\"~\n\x0b\x46lexRequest\x12\x0f\n\x07workers\x18\x01 \x01(\x05\x12\x0e\n\x06remove\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x13\n\x0b\x61\x63\x63um_steps\x18\x05 \x01(\x05\x12\x15\n\rlearning_rate\x18\x06 \x01(\x01\">\n\tFlexReply\x12\x10\n\x08previous\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"y\n\x0cWorkerStatus\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_exit_code\"U\n\x0bResizeEvent\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x02 \x01(\x05\x12\x12\n\nto_workers\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9d\x01\n\rWorkerFailure\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x13\n\x0bstderr_tail\x18\x07 \x01(\t\x12\x10\n\x08log_path\x18\x08 \x01(\t\"\xb3\x04\n\tJobStatus\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x05 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x06 \x01(\x05\x12;\n\x07workers\x18\x07 \x03(\x0b\x32*.submarine_elastic.elastic.v1.WorkerStatus\x12;\n\x08timeline\x18\x08 \x03(\x0b\x32).submarine_elastic.elastic.v1.ResizeEvent\x12\r\n\x05\x65rror\x18\t \x01(\t\x12=\n\x08\x66\x61ilures\x18\n \x03(\x0b\x32+.submarine_elastic.elastic.v1.WorkerFailure\x12\x45\n\x0cincarnations\x18\x0b \x03(\x0b\x32/.submarine_elastic.elastic.v1.DriverIncarnation\x12\x39\n\x05\x62\x61tch\x18\x0c \x01(\x0b\x32*.submarine_elastic.elastic.v1.BatchSetting\x12\x42\n\x0e\x62\x61tch_timeline\x18\r \x03(\x0b\x32*.submarine_elastic.elastic.v1.BatchSetting\x12\x16\n\x0emin_batch_size\x18\x0e \x01(\x05\x12\x16\n\x0emax_batch_size\x18\x0f \x01(\x05\"t\n\x11\x44riverIncarnation\x12\x0e\n\x06number\x18\x01 \x01(\x05\x12\x0f\n\x07started\x18\x02 \x01(\x01\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x64opted_workers\x18\x04 \x01(\x05\x12\x17\n\x0frecovered_after\x18\x05 \x01(\x01\x32\xaf\x02\n\rElasticDriver\x12\x62\n\x06\x41ttach\x12(.submarine_elastic.elastic.v1.AgentEvent\x1a*.submarine_elastic.elastic.v1.AgentCommand(\x01\x30\x01\x12Z\n\x04\x46lex\x12).submarine_elastic.elastic.v1.FlexRequest\x1a\'.submarine_elastic.elastic.v1.FlexReply\x12^\n\x06Status\x12+.submarine_elastic.elastic.v1.StatusRequest\x1a\'.submarine_elastic.elastic.v1.JobStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-submarine_elastic/elastic/proto/elastic.proto\x12\x1csubmarine_elastic.elastic.v1\"\xb7\x01\n\nAgentEvent\x12\x34\n\x05hello\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.HelloH\x00\x12\x32\n\x04warm\x18\x02 \x01(\x0b\x32\".submarine_elastic.elastic.v1.WarmH\x00\x12\x36\n\x06\x65xited\x18\x03 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"\x85\x01\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x34\n\x06resume\x18\x05 \x01(\x0b\x32$.submarine_elastic.elastic.v1.Resume\"A\n\x06Resume\x12\r\n\x05state\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x1a\n\x12\x64river_incarnation\x18\x03 \x01(\x05\"+\n\x04Warm\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x16\n\x0ewarmup_seconds\x18\x02 \x01(\x01\"y\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0f\n\x07leaving\x18\x02 \x01(\x08\x12\x0e\n\x06joined\x18\x03 \x01(\x08\x12\x13\n\x0bstderr_tail\x18\x04 \x01(\t\x12\x10\n\x08log_path\x18\x05 \x01(\t\x12\x14\n\x0chung_seconds\x18\x06 \x01(\x01\"\xa9\x02\n\x0c\x41gentCommand\x12\x34\n\x05start\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.StartH\x00\x12\x34\n\x05leave\x18\x02 \x01(\x0b\x32#.submarine_elastic.elastic.v1.LeaveH\x00\x12\x32\n\x04stop\x18\x03 \x01(\x0b\x32\".submarine_elastic.elastic.v1.StopH\x00\x12\x36\n\x06reform\x18\x04 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ReformH\x00\x12\x36\n\x06target\x18\x05 \x01(\x0b\x32$.submarine_elastic.elastic.v1.TargetH\x00\x42\t\n\x07\x63ommand\"n\n\x05Start\x12\x39\n\x03\x65nv\x18\x01 \x03(\x0b\x32,.submarine_elastic.elastic.v1.Start.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"p\n\x06Reform\x12:\n\x03\x65nv\x18\x01 \x03(\x0b\x32-.submarine_elastic.elastic.v1.Reform.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x07\n\x05Leave\"\x1d\n\x04Stop\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\"\x82\x01\n\x0c\x46romTraining\x12\x34\n\x05ready\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.ReadyH\x00\x12\x0e\n\x04\x62\x65\x61t\x18\x02 \x01(\x01H\x00\x12\x0e\n\x04ping\x18\x03 \x01(\x03H\x00\x12\x11\n\x07\x65xiting\x18\x04 \x01(\x08H\x00\x42\t\n\x07message\"\"\n\x05Ready\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0c\n\x04time\x18\x02 \x01(\x01\"\x9a\x02\n\nToTraining\x12\x34\n\x05start\x18\x01 \x01(\x0b\x32#.submarine_elastic.elastic.v1.StartH\x00\x12\x34\n\x05leave\x18\x02 \x01(\x0b\x32#.submarine_elastic.elastic.v1.LeaveH\x00\x12\x15\n\x0b\x64river_lost\x18\x03 \x01(\x08H\x00\x12\x36\n\x06reform\x18\x04 \x01(\x0b\x32$.submarine_elastic.elastic.v1.ReformH\x00\x12\x36\n\x06target\x18\x05 \x01(\x0b\x32$.submarine_elastic.elastic.v1.TargetH\x00\x12\x0e\n\x04pong\x18\x06 \x01(\x03H\x00\x42\t\n\x07message\"\xd8\x01\n\x06Target\x12\x0f\n\x07workers\x18\x01 \x01(\x05\x12\x0e\n\x06remove\x18\x02 \x03(\t\x12\x17\n\nbatch_size\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0b\x61\x63\x63um_steps\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x1a\n\rlearning_rate\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07version\x18\x07 \x01(\x03\x12\x0c\n\x04time\x18\x08 \x01(\x01\x42\r\n\x0b_batch_sizeB\x0e\n\x0c_accum_stepsB\x10\n\x0e_learning_rate\"O\n\tFlexReply\x12\x10\n\x08previous\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\"\x0f\n\rStatusRequest\"y\n\x0cWorkerStatus\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_exit_code\"U\n\x0bResizeEvent\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x02 \x01(\x05\x12\x12\n\nto_workers\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x9d\x01\n\rWorkerFailure\x12\x0c\n\x04time\x18\x01 \x01(\x01\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x13\n\x0bstderr_tail\x18\x07 \x01(\t\x12\x10\n\x08log_path\x18\x08 \x01(\t\"\x98\x05\n\tJobStatus\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x05 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x06 \x01(\x05\x12;\n\x07workers\x18\x07 \x03(\x0b\x32*.submarine_elastic.elastic.v1.WorkerStatus\x12;\n\x08timeline\x18\x08 \x03(\x0b\x32).submarine_elastic.elastic.v1.ResizeEvent\x12\r\n\x05\x65rror\x18\t \x01(\t\x12=\n\x08\x66\x61ilures\x18\n \x03(\x0b\x32+.submarine_elastic.elastic.v1.WorkerFailure\x12\x45\n\x0cincarnations\x18\x0b \x03(\x0b\x32/.submarine_elastic.elastic.v1.DriverIncarnation\x12\x33\n\x05\x62\x61tch\x18\x0c \x01(\x0b\x32$.submarine_elastic.elastic.v1.Target\x12<\n\x0e\x62\x61tch_timeline\x18\r \x03(\x0b\x32$.submarine_elastic.elastic.v1.Target\x12\x16\n\x0emin_batch_size\x18\x0e \x01(\x05\x12\x16\n\x0emax_batch_size\x18\x0f \x01(\x05\x12\x11\n\tconverged\x18\x10 \x01(\x08\x12\x0b\n\x03lag\x18\x11 \x01(\t\x12\x0f\n\x07version\x18\x12 \x01(\x03\x12\x16\n\x0ering_at_target\x18\x13 \x01(\x08\x12\x17\n\nyarn_ready\x18\x14 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_yarn_ready\"t\n\x11\x44riverIncarnation\x12\x0e\n\x06number\x18\x01 \x01(\x05\x12\x0f\n\x07started\x18\x02 \x01(\x01\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x64opted_workers\x18\x04 \x01(\x05\x12\x17\n\x0frecovered_after\x18\x05 \x01(\x01\x32\xaf\x02\n\rElasticDriver\x12\x62\n\x06\x41ttach\x12(.submarine_elastic.elastic.v1.AgentEvent\x1a*.submarine_elastic.elastic.v1.AgentCommand(\x01\x30\x01\x12Z\n\tSetTarget\x12$.submarine_elastic.elastic.v1.Target\x1a\'.submarine_elastic.elastic.v1.FlexReply\x12^\n\x06Status\x12+.submarine_elastic.elastic.v1.StatusRequest\x1a\'.submarine_elastic.elastic.v1.JobStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,37 +46,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXITED']._serialized_start=513
   _globals['_EXITED']._serialized_end=634
   _globals['_AGENTCOMMAND']._serialized_start=637
-  _globals['_AGENTCOMMAND']._serialized_end=939
-  _globals['_BATCHSETTING']._serialized_start=941
-  _globals['_BATCHSETTING']._serialized_end=1066
-  _globals['_START']._serialized_start=1068
-  _globals['_START']._serialized_end=1178
-  _globals['_START_ENVENTRY']._serialized_start=1136
-  _globals['_START_ENVENTRY']._serialized_end=1178
-  _globals['_REFORM']._serialized_start=1180
-  _globals['_REFORM']._serialized_end=1292
-  _globals['_REFORM_ENVENTRY']._serialized_start=1136
-  _globals['_REFORM_ENVENTRY']._serialized_end=1178
-  _globals['_LEAVE']._serialized_start=1294
-  _globals['_LEAVE']._serialized_end=1301
-  _globals['_STOP']._serialized_start=1303
-  _globals['_STOP']._serialized_end=1332
-  _globals['_FLEXREQUEST']._serialized_start=1334
-  _globals['_FLEXREQUEST']._serialized_end=1460
-  _globals['_FLEXREPLY']._serialized_start=1462
-  _globals['_FLEXREPLY']._serialized_end=1524
-  _globals['_STATUSREQUEST']._serialized_start=1526
-  _globals['_STATUSREQUEST']._serialized_end=1541
-  _globals['_WORKERSTATUS']._serialized_start=1543
-  _globals['_WORKERSTATUS']._serialized_end=1664
-  _globals['_RESIZEEVENT']._serialized_start=1666
-  _globals['_RESIZEEVENT']._serialized_end=1751
-  _globals['_WORKERFAILURE']._serialized_start=1754
-  _globals['_WORKERFAILURE']._serialized_end=1911
-  _globals['_JOBSTATUS']._serialized_start=1914
-  _globals['_JOBSTATUS']._serialized_end=2477
-  _globals['_DRIVERINCARNATION']._serialized_start=2479
-  _globals['_DRIVERINCARNATION']._serialized_end=2595
-  _globals['_ELASTICDRIVER']._serialized_start=2598
-  _globals['_ELASTICDRIVER']._serialized_end=2901
+  _globals['_AGENTCOMMAND']._serialized_end=934
+  _globals['_START']._serialized_start=936
+  _globals['_START']._serialized_end=1046
+  _globals['_START_ENVENTRY']._serialized_start=1004
+  _globals['_START_ENVENTRY']._serialized_end=1046
+  _globals['_REFORM']._serialized_start=1048
+  _globals['_REFORM']._serialized_end=1160
+  _globals['_REFORM_ENVENTRY']._serialized_start=1004
+  _globals['_REFORM_ENVENTRY']._serialized_end=1046
+  _globals['_LEAVE']._serialized_start=1162
+  _globals['_LEAVE']._serialized_end=1169
+  _globals['_STOP']._serialized_start=1171
+  _globals['_STOP']._serialized_end=1200
+  _globals['_FROMTRAINING']._serialized_start=1203
+  _globals['_FROMTRAINING']._serialized_end=1333
+  _globals['_READY']._serialized_start=1335
+  _globals['_READY']._serialized_end=1369
+  _globals['_TOTRAINING']._serialized_start=1372
+  _globals['_TOTRAINING']._serialized_end=1654
+  _globals['_TARGET']._serialized_start=1657
+  _globals['_TARGET']._serialized_end=1873
+  _globals['_FLEXREPLY']._serialized_start=1875
+  _globals['_FLEXREPLY']._serialized_end=1954
+  _globals['_STATUSREQUEST']._serialized_start=1956
+  _globals['_STATUSREQUEST']._serialized_end=1971
+  _globals['_WORKERSTATUS']._serialized_start=1973
+  _globals['_WORKERSTATUS']._serialized_end=2094
+  _globals['_RESIZEEVENT']._serialized_start=2096
+  _globals['_RESIZEEVENT']._serialized_end=2181
+  _globals['_WORKERFAILURE']._serialized_start=2184
+  _globals['_WORKERFAILURE']._serialized_end=2341
+  _globals['_JOBSTATUS']._serialized_start=2344
+  _globals['_JOBSTATUS']._serialized_end=3008
+  _globals['_DRIVERINCARNATION']._serialized_start=3010
+  _globals['_DRIVERINCARNATION']._serialized_end=3126
+  _globals['_ELASTICDRIVER']._serialized_start=3129
+  _globals['_ELASTICDRIVER']._serialized_end=3432
 # @@protoc_insertion_point(module_scope)

@@ -64,34 +64,18 @@ class Exited(_message.Message):
     def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ..., hung_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("start", "leave", "stop", "reform", "batch")
+    __slots__ = ("start", "leave", "stop", "reform", "target")
     START_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     REFORM_FIELD_NUMBER: _ClassVar[int]
-    BATCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     start: Start
     leave: Leave
     stop: Stop
     reform: Reform
-    batch: BatchSetting
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., batch: _Optional[_Union[BatchSetting, _Mapping]] = ...) -> None: ...
-
-class BatchSetting(_message.Message):
-    __slots__ = ("batch_size", "accum_steps", "learning_rate", "version", "reason", "time")
-    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
-    ACCUM_STEPS_FIELD_NUMBER: _ClassVar[int]
-    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
-    VERSION_FIELD_NUMBER: _ClassVar[int]
-    REASON_FIELD_NUMBER: _ClassVar[int]
-    TIME_FIELD_NUMBER: _ClassVar[int]
-    batch_size: int
-    accum_steps: int
-    learning_rate: float
-    version: int
-    reason: str
-    time: float
-    def __init__(self, batch_size: _Optional[int] = ..., accum_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., version: _Optional[int] = ..., reason: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+    target: Target
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., target: _Optional[_Union[Target, _Mapping]] = ...) -> None: ...
 
 class Start(_message.Message):
     __slots__ = ("env",)
@@ -129,31 +113,73 @@ class Stop(_message.Message):
     grace_seconds: float
     def __init__(self, grace_seconds: _Optional[float] = ...) -> None: ...
 
-class FlexRequest(_message.Message):
-    __slots__ = ("workers", "remove", "reason", "batch_size", "accum_steps", "learning_rate")
+class FromTraining(_message.Message):
+    __slots__ = ("ready", "beat", "ping", "exiting")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    BEAT_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
+    EXITING_FIELD_NUMBER: _ClassVar[int]
+    ready: Ready
+    beat: float
+    ping: int
+    exiting: bool
+    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., beat: _Optional[float] = ..., ping: _Optional[int] = ..., exiting: bool = ...) -> None: ...
+
+class Ready(_message.Message):
+    __slots__ = ("pid", "time")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    time: float
+    def __init__(self, pid: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
+
+class ToTraining(_message.Message):
+    __slots__ = ("start", "leave", "driver_lost", "reform", "target", "pong")
+    START_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_LOST_FIELD_NUMBER: _ClassVar[int]
+    REFORM_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
+    start: Start
+    leave: Leave
+    driver_lost: bool
+    reform: Reform
+    target: Target
+    pong: int
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., driver_lost: bool = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., pong: _Optional[int] = ...) -> None: ...
+
+class Target(_message.Message):
+    __slots__ = ("workers", "remove", "batch_size", "accum_steps", "learning_rate", "reason", "version", "time")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
-    REASON_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     ACCUM_STEPS_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
     workers: int
     remove: _containers.RepeatedScalarFieldContainer[str]
-    reason: str
     batch_size: int
     accum_steps: int
     learning_rate: float
-    def __init__(self, workers: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., batch_size: _Optional[int] = ..., accum_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+    reason: str
+    version: int
+    time: float
+    def __init__(self, workers: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., accum_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reason: _Optional[str] = ..., version: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
 
 class FlexReply(_message.Message):
-    __slots__ = ("previous", "target", "message")
+    __slots__ = ("previous", "target", "message", "version")
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     previous: int
     target: int
     message: str
-    def __init__(self, previous: _Optional[int] = ..., target: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    version: int
+    def __init__(self, previous: _Optional[int] = ..., target: _Optional[int] = ..., message: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()
@@ -206,7 +232,7 @@ class WorkerFailure(_message.Message):
     def __init__(self, time: _Optional[float] = ..., instance: _Optional[str] = ..., container_id: _Optional[str] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures", "incarnations", "batch", "batch_timeline", "min_batch_size", "max_batch_size")
+    __slots__ = ("job", "phase", "target", "world_size", "min_workers", "max_workers", "workers", "timeline", "error", "failures", "incarnations", "batch", "batch_timeline", "min_batch_size", "max_batch_size", "converged", "lag", "version", "ring_at_target", "yarn_ready")
     JOB_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +248,11 @@ class JobStatus(_message.Message):
     BATCH_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONVERGED_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RING_AT_TARGET_FIELD_NUMBER: _ClassVar[int]
+    YARN_READY_FIELD_NUMBER: _ClassVar[int]
     job: str
     phase: str
     target: int
@@ -233,11 +264,16 @@ class JobStatus(_message.Message):
     error: str
     failures: _containers.RepeatedCompositeFieldContainer[WorkerFailure]
     incarnations: _containers.RepeatedCompositeFieldContainer[DriverIncarnation]
-    batch: BatchSetting
-    batch_timeline: _containers.RepeatedCompositeFieldContainer[BatchSetting]
+    batch: Target
+    batch_timeline: _containers.RepeatedCompositeFieldContainer[Target]
     min_batch_size: int
     max_batch_size: int
-    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ..., batch: _Optional[_Union[BatchSetting, _Mapping]] = ..., batch_timeline: _Optional[_Iterable[_Union[BatchSetting, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
+    converged: bool
+    lag: str
+    version: int
+    ring_at_target: bool
+    yarn_ready: int
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ..., batch: _Optional[_Union[Target, _Mapping]] = ..., batch_timeline: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., converged: bool = ..., lag: _Optional[str] = ..., version: _Optional[int] = ..., ring_at_target: bool = ..., yarn_ready: _Optional[int] = ...) -> None: ...
 
 class DriverIncarnation(_message.Message):
     __slots__ = ("number", "started", "host", "adopted_workers", "recovered_after")

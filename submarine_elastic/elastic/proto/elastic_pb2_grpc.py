@@ -39,9 +39,9 @@ class ElasticDriverStub(object):
                 request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentEvent.SerializeToString,
                 response_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentCommand.FromString,
                 _registered_method=True)
-        self.Flex = channel.unary_unary(
-                '/submarine_elastic.elastic.v1.ElasticDriver/Flex',
-                request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexRequest.SerializeToString,
+        self.SetTarget = channel.unary_unary(
+                '/submarine_elastic.elastic.v1.ElasticDriver/SetTarget',
+                request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.SerializeToString,
                 response_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
@@ -60,7 +60,7 @@ class ElasticDriverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Flex(self, request, context):
+    def SetTarget(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,9 +80,9 @@ def add_ElasticDriverServicer_to_server(servicer, server):
                     request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentEvent.FromString,
                     response_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentCommand.SerializeToString,
             ),
-            'Flex': grpc.unary_unary_rpc_method_handler(
-                    servicer.Flex,
-                    request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexRequest.FromString,
+            'SetTarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTarget,
+                    request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.FromString,
                     response_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
@@ -129,7 +129,7 @@ class ElasticDriver(object):
             _registered_method=True)
 
     @staticmethod
-    def Flex(request,
+    def SetTarget(request,
             target,
             options=(),
             channel_credentials=None,
@@ -142,8 +142,8 @@ class ElasticDriver(object):
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/submarine_elastic.elastic.v1.ElasticDriver/Flex',
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexRequest.SerializeToString,
+            '/submarine_elastic.elastic.v1.ElasticDriver/SetTarget',
+            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.SerializeToString,
             submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.FromString,
             options,
             channel_credentials,

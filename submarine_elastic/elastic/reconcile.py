@@ -1,0 +1,219 @@
+"""The job's target and the driver's verdict on it, apart from the ring host that carries them out.
+
+1. :class:`TargetBook` takes every :class:`pb.Target` a client sends (``job flex``, the controller, a
+   replacement): it checks it against the job's limits and the one batch rule
+   (:func:`submarine_elastic.limits.batch_setting_problem`), numbers it (``version``, unique and increasing
+   under concurrent calls), stamps it, keeps the batch timeline, and hands the targets to the resizer in
+   version order, so the last target taken is the one the job ends at.
+2. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
+   leaving and YARN's last reconciliation, whether the job has converged and, if not, why (``lag``). The
+   driver puts it in ``JobStatus``; the controller and ``submarine job flex --wait`` read it there.
+Nothing here talks to YARN, Horovod or gRPC: each piece is a function of its inputs, tested as such.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.limits import batch_setting_problem
+
+#: Targets that set a batch kept in a job's batch timeline (the latest ones; the one in force is among them).
+MAX_BATCH_TIMELINE = 64
+
+
+def target_problem(
+    target: pb.Target, limits: Limits, batch_limits: BatchLimits | None, known: Iterable[str]
+) -> str | None:
+    """Why the job's driver refuses ``target`` (naming the value), or None when it takes it.
+
+    ``known``: the worker instances the driver knows (``remove`` may name only those). A learning rate or
+    accumulation without a batch size is refused: they are a batch setting's parts.
+    """
+    if target.workers > limits.max:
+        return f"{target.workers} workers is above the job's --max_workers {limits.max}"
+    if target.workers < limits.min:
+        return f"{target.workers} workers is below the job's --min_workers {limits.min}"
+    if not target.HasField("batch_size"):
+        if target.HasField("accum_steps") or target.HasField("learning_rate"):
+            return "accumulation steps and a learning rate come with a batch size"
+    else:
+        problem = batch_setting_problem(
+            target.batch_size,
+            target.accum_steps,
+            target.learning_rate if target.HasField("learning_rate") else None,
+            min_batch_size=batch_limits.min if batch_limits else None,
+            max_batch_size=batch_limits.max if batch_limits else None,
+        )
+        if problem is not None:
+            return problem
+    unknown = [name for name in target.remove if name not in set(known)]
+    if unknown:
+        return f"unknown worker instances: {', '.join(unknown)}"
+    return None
+
+
+def same_batch(a: pb.Target | None, b: pb.Target) -> bool:
+    """Whether ``b`` asks the batch ``a`` set (batch, accumulation and learning rate alike)."""
+    return (
+        a is not None
+        and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate"))
+        == (b.batch_size, b.accum_steps, b.learning_rate, b.HasField("learning_rate"))
+    )
+
+
+class TargetBook:
+    """The targets a job's driver took, numbered; every method is safe under concurrent calls (the driver's
+    gRPC threads) and none blocks beyond its lock.
+
+    ``workers`` is the worker count the resizer last applied, ``requested`` the newest one taken; they differ
+    while a resize is queued or running. ``on_batch`` is called, under the book's lock (so in version order),
+    with each target that changes the job's batch.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        requested: int | None = None,
+        version: int = 0,
+        batch_timeline: Sequence[pb.Target] = (),
+        timeline: Sequence[pb.ResizeEvent] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._workers = workers
+        self._requested = workers if requested is None else requested
+        self._version = max([version, *(b.version for b in batch_timeline)])
+        self._batch_timeline = list(batch_timeline)[-MAX_BATCH_TIMELINE:]
+        self._timeline = list(timeline)
+        self._pending: queue.Queue[pb.Target] = queue.Queue()
+
+    def take(
+        self,
+        target: pb.Target,
+        limits: Limits,
+        batch_limits: BatchLimits | None,
+        known: Iterable[str],
+        on_batch: Callable[[pb.Target], None] = lambda _: None,
+    ) -> tuple[pb.Target, int]:
+        """Checks ``target``, numbers and stamps it, and queues it for the resizer; returns the target as taken
+        and the worker target before it.
+
+        Raises:
+            FlexRefusedError: :func:`target_problem` names what is wrong (nothing is taken).
+        """
+        problem = target_problem(target, limits, batch_limits, known)
+        if problem is not None:
+            raise FlexRefusedError(problem)
+        taken = pb.Target()
+        taken.CopyFrom(target)
+        if not taken.reason:
+            taken.reason = "requested"
+        with self._lock:
+            self._version += 1
+            taken.version = self._version
+            taken.time = self._clock()
+            previous = self._workers
+            self._requested = taken.workers
+            if taken.HasField("batch_size") and not same_batch(self.batch, taken):
+                self._batch_timeline = [*self._batch_timeline, taken][-MAX_BATCH_TIMELINE:]
+                on_batch(taken)
+            self._pending.put(taken)
+        return taken, previous
+
+    def next(self, timeout: float | None) -> pb.Target | None:
+        """The oldest target the resizer has not applied yet, waiting up to ``timeout`` s (None: for ever)."""
+        try:
+            return self._pending.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def applied(self, workers: int, reason: str) -> int:
+        """The resizer now applies ``workers`` (a new count, or named workers replaced at the same one): kept,
+        with its timeline entry; returns the previous count."""
+        with self._lock:
+            previous, self._workers = self._workers, workers
+            self._timeline.append(
+                pb.ResizeEvent(time=self._clock(), from_workers=previous, to_workers=workers, reason=reason)
+            )
+            return previous
+
+    def requeue_requested(self, reason: str) -> None:
+        """Queues the newest count taken again (a driver relaunched while a resize was pending takes it up)."""
+        with self._lock:
+            if self._requested != self._workers:
+                self._pending.put(pb.Target(workers=self._requested, reason=reason, version=self._version))
+
+    @property
+    def pending(self) -> int:
+        """Targets taken that the resizer has not picked up yet."""
+        return self._pending.qsize()
+
+    @property
+    def workers(self) -> int:
+        with self._lock:
+            return self._workers
+
+    @property
+    def requested(self) -> int:
+        with self._lock:
+            return self._requested
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    @property
+    def batch(self) -> pb.Target | None:
+        """The target that set the batch in force (None: the job's own, never set). Callers hold no lock."""
+        timeline = self._batch_timeline
+        return timeline[-1] if timeline else None
+
+    @property
+    def batch_timeline(self) -> list[pb.Target]:
+        with self._lock:
+            return list(self._batch_timeline)
+
+    @property
+    def timeline(self) -> list[pb.ResizeEvent]:
+        with self._lock:
+            return list(self._timeline)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a job is at its target: its ring (``ring_at_target``: the target's ranks, nobody leaving) and
+    also YARN (``converged``); ``lag`` says why not ('' when converged)."""
+
+    ring_at_target: bool
+    converged: bool
+    lag: str
+
+
+def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | None, yarn_error: str = "") -> Verdict:
+    """The reconcile step's answer. The ring is at the target when it has ``target`` ranks and nobody is
+    leaving; the job has converged when, besides, YARN's READY workers (``yarn_ready``, as the driver last read
+    them; None: not known) equal ``target``. ``yarn_error``: why YARN does not have the target yet, when the
+    driver knows."""
+    ring_why = []
+    if leaving:
+        ring_why.append(f"leaving: {', '.join(leaving)}")
+    if ring != target:
+        ring_why.append(f"ring has {ring} of {target}")
+    yarn_why = []
+    if yarn_ready is None:
+        yarn_why.append("YARN's workers unknown")
+    elif yarn_ready != target:
+        yarn_why.append(f"YARN has {yarn_ready} of {target}")
+    why = yarn_why + ring_why
+    if why and yarn_error:
+        why.append(yarn_error)
+    return Verdict(ring_at_target=not ring_why, converged=not why, lag="; ".join(why))
