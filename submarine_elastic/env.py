@@ -4,6 +4,9 @@ This module imports nothing from the rest of the project but ``resources`` (the 
 import it without pulling in the controller. The job spec sets the training-side variables in each
 container; the user sets the cluster-side ones in their shell.
 
+Every count below (steps, commits, workers, batch sizes) is read by one rule, :func:`positive_int`: ASCII
+digits >= 1, blanks around them allowed; anything else is an error naming the variable and the value.
+
 | variable | side | meaning |
 |---|---|---|
 | ``SUBMARINE_CLUSTER_DIR`` | cluster | where ``submarine cluster up`` keeps configs, logs, pids (default ``~/.submarine-elastic/cluster``) |
@@ -84,6 +87,24 @@ def read_secret(path: Path, what: str) -> str:
 def _get(name: str) -> str | None:
     value = os.environ.get(name)
     return value if value else None
+
+
+def positive_int(name: str, default: int | None = None, *, unit: str | None = None) -> int:
+    """The whole number >= 1 in the variable ``name``: ASCII digits, blanks around them allowed (no sign, no
+    ``_``, no other script's digits); ``default`` when it is unset or empty.
+
+    Raises:
+        ValueError: it is unset and there is no ``default``, or it is not such a number; the message names
+            the variable, the value and ``unit`` when given.
+    """
+    value = _get(name)
+    if value is None:
+        if default is not None:
+            return default
+    elif (text := value.strip()).isascii() and text.isdigit() and int(text) >= 1:
+        return int(text)
+    what = f"a positive integer ({unit})" if unit else "a positive integer"
+    raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 def cluster_dir() -> Path:
@@ -181,16 +202,7 @@ def metrics_every_n() -> int:
     Raises:
         ValueError: the variable is set but is not a positive integer.
     """
-    value = _get("SUBMARINE_METRICS_EVERY_N")
-    if value is None:
-        return 1
-    try:
-        every_n = int(value)
-    except ValueError:
-        raise ValueError(f"SUBMARINE_METRICS_EVERY_N must be a positive integer, got {value!r}") from None
-    if every_n < 1:
-        raise ValueError(f"SUBMARINE_METRICS_EVERY_N must be a positive integer, got {value!r}")
-    return every_n
+    return positive_int("SUBMARINE_METRICS_EVERY_N", 1)
 
 
 def noise_every(default: int) -> int:
@@ -199,12 +211,7 @@ def noise_every(default: int) -> int:
     Raises:
         ValueError: the variable is set but is not a positive integer.
     """
-    value = _get("SUBMARINE_NOISE_EVERY")
-    if value is None:
-        return default
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"SUBMARINE_NOISE_EVERY must be a positive integer, got {value!r}")
-    return int(value)
+    return positive_int("SUBMARINE_NOISE_EVERY", default)
 
 
 def positive_seconds(name: str, default: float) -> float:
@@ -250,12 +257,7 @@ def checkpoint_every() -> int:
     Raises:
         ValueError: the variable is set but is not a positive integer.
     """
-    value = _get("SUBMARINE_CHECKPOINT_EVERY")
-    if value is None:
-        return CHECKPOINT_EVERY_DEFAULT
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"SUBMARINE_CHECKPOINT_EVERY must be a positive integer (commits), got {value!r}")
-    return int(value)
+    return positive_int("SUBMARINE_CHECKPOINT_EVERY", CHECKPOINT_EVERY_DEFAULT, unit="commits")
 
 
 def pollux_data_dir() -> Path:
@@ -376,13 +378,11 @@ def worker_limits() -> tuple[int, int, int]:
     Raises:
         ValueError: a value is missing or not a positive integer.
     """
-    values = []
-    for name in ("SUBMARINE_NUM_WORKERS", "SUBMARINE_MIN_WORKERS", "SUBMARINE_MAX_WORKERS"):
-        value = _get(name)
-        if value is None or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        values.append(int(value))
-    return values[0], values[1], values[2]
+    return (
+        positive_int("SUBMARINE_NUM_WORKERS"),
+        positive_int("SUBMARINE_MIN_WORKERS"),
+        positive_int("SUBMARINE_MAX_WORKERS"),
+    )
 
 
 def batch_limits() -> tuple[int, int] | None:
@@ -391,16 +391,9 @@ def batch_limits() -> tuple[int, int] | None:
     Raises:
         ValueError: one is set without the other, or a value is not a positive integer.
     """
-    names = ("SUBMARINE_MIN_BATCH_SIZE", "SUBMARINE_MAX_BATCH_SIZE")
-    raw = [_get(name) for name in names]
-    if raw == [None, None]:
+    if _get("SUBMARINE_MIN_BATCH_SIZE") is None and _get("SUBMARINE_MAX_BATCH_SIZE") is None:
         return None
-    values = []
-    for name, value in zip(names, raw, strict=True):
-        if value is None or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        values.append(int(value))
-    return values[0], values[1]
+    return positive_int("SUBMARINE_MIN_BATCH_SIZE"), positive_int("SUBMARINE_MAX_BATCH_SIZE")
 
 
 def job_outcome_file() -> Path | None:

@@ -1,4 +1,5 @@
-"""Which network interface carries traffic to a peer: what Horovod's rendezvous and Gloo are told to use.
+"""Which network interface carries traffic to a peer: what Horovod's rendezvous and Gloo are told to use; and
+whether an address is loopback, the one rule of every service that serves plaintext (:func:`is_loopback`).
 
 On one host every process reaches every other over loopback; across hosts the ranks must use the interface
 that routes to the driver (the container's own address is on it). These functions ask the kernel, never a
@@ -10,10 +11,16 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from urllib.parse import urlsplit
 
-import psutil
-
-__all__ = ["interface_for_address", "interface_towards", "gloo_interface", "service_addresses", "WILDCARDS"]
+__all__ = [
+    "interface_for_address",
+    "interface_towards",
+    "gloo_interface",
+    "is_loopback",
+    "service_addresses",
+    "WILDCARDS",
+]
 
 #: The interface of loopback traffic, and its address.
 LOOPBACK = "lo"
@@ -24,12 +31,39 @@ WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 _PROBE_PORT = 9
 
 
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` names this machine's loopback: an IPv4 address in 127.0.0.0/8, ``::1`` or the name
+    ``localhost`` (any case), given as a host, ``host:port``, ``[v6]:port`` or a URL (``http://127.0.0.1:8088``).
+
+    Whether a service may serve plaintext, and whether a cluster runs on this machine, is decided by this
+    one rule. It reads the address as written and resolves no name: a resolver's answer (``/etc/hosts``
+    maps a Debian host's own name to 127.0.1.1) may differ between the check and the bind, or on the
+    machine that dials, and a check must not wait on DNS. So any other name, a wildcard bind (``0.0.0.0``)
+    and what is not an address count as not loopback: the safe side, where TLS is needed.
+    """
+    text = address.strip()
+    try:
+        if "://" in text:
+            host = urlsplit(text).hostname or ""
+        elif text.startswith("["):
+            host = text[1:].partition("]")[0]
+        elif text.count(":") == 1:
+            host = text.partition(":")[0]
+        else:
+            host = text
+        return host.lower() == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # not an address (or a URL with a broken [v6] host)
+        return False
+
+
 def interface_for_address(address: str) -> str | None:
     """The interface holding the IPv4 ``address``, or None when none does (not an address of this host).
 
     Raises:
         ValueError: ``address`` is not an IP address.
     """
+    import psutil  # here, not at the top: the job CLI imports this module for is_loopback alone
+
     wanted = ipaddress.ip_address(address)
     if wanted.is_loopback:
         return LOOPBACK
@@ -83,9 +117,9 @@ def service_addresses(rm_host: str, bind: str | None = None, advertise: str | No
     Raises:
         OSError: ``rm_host`` does not resolve, or no route leads to it, while a default needs the route.
         LookupError: a wildcard bind on a machine whose only address is loopback, and no ``advertise``.
-        ValueError: ``advertise`` is loopback while ``bind`` is not.
+        ValueError: ``advertise`` is loopback while ``bind`` is not (as written: see :func:`is_loopback`).
     """
-    if advertise is not None and bind is not None and not _is_loopback(bind) and _is_loopback(advertise):
+    if advertise is not None and bind is not None and not is_loopback(bind) and is_loopback(advertise):
         raise ValueError(
             f"advertise {advertise} is loopback while the service listens on {bind}: containers on other hosts "
             "could not reach it"
@@ -104,18 +138,10 @@ def service_addresses(rm_host: str, bind: str | None = None, advertise: str | No
 
 
 def _first_routable_address() -> str:
+    import psutil
+
     for addresses in psutil.net_if_addrs().values():
         for entry in addresses:
             if entry.family == socket.AF_INET and not ipaddress.ip_address(entry.address).is_loopback:
                 return str(entry.address)
     raise LookupError("this machine has no IPv4 address but loopback to advertise a wildcard bind at")
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is loopback; a name that does not resolve is not."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-    except (OSError, ValueError):
-        return False

@@ -96,14 +96,6 @@ class WebHdfs:
         """
         return bool(self._call("DELETE", path, "DELETE", recursive=str(recursive).lower()).json().get("boolean"))
 
-    def set_owner(self, path: str, owner: str) -> None:
-        """Give ``path`` to ``owner`` (HDFS allows it to its superuser only).
-
-        Raises:
-            WebHdfsError: refused, or no answer.
-        """
-        self._call("PUT", path, "SETOWNER", owner=owner)
-
     def set_permission(self, path: str, permission: int) -> None:
         """Set ``path``'s mode (octal bits).
 

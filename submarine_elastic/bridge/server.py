@@ -12,7 +12,6 @@ or with ``submarine bridge serve``. The JVM side builds its own ``ClientServer``
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 from pathlib import Path
@@ -36,6 +35,7 @@ from submarine_elastic.bridge.api import (
 from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
 from submarine_elastic.bridge.wire import Guard, GuardedClientServer
 from submarine_elastic.controller.api import Controller
+from submarine_elastic.netif import is_loopback
 from submarine_elastic.tls import CertificateAuthority, CertificateRequestError, loopback_hosts, write_private
 
 _log = logging.getLogger(__name__)
@@ -44,16 +44,6 @@ _log = logging.getLogger(__name__)
 _PY4J_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
 #: Seconds py4j's accept thread may take to start listening.
 _LISTEN_TIMEOUT = 10.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is this machine's loopback."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 #: The files :func:`write_tls_files` writes: the bridge's certificate and key, the JVM's, and the CA's certificate.

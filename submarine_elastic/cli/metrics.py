@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 import threading
 from pathlib import Path
@@ -15,18 +14,10 @@ from submarine_elastic.metrics.api import DEFAULT_PORT, MAX_JOBS, MetricsError
 from submarine_elastic.metrics.auth import CredentialError, job_credential
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.netif import is_loopback
 from submarine_elastic.tls import TlsError
 
 _file = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -63,7 +54,7 @@ def _server_tls(
     if plaintext:
         if cert is not None or client_ca is not None:
             raise click.UsageError("--insecure serves plaintext: it takes no --tls-cert or --tls-client-ca")
-        if not _is_loopback(host):
+        if not is_loopback(host):
             raise click.UsageError(
                 f"--insecure on {host}: plaintext is served on loopback only (tokens would cross the network "
                 "in the clear); drop --insecure to serve TLS"
@@ -168,7 +159,7 @@ def serve(
         raise click.UsageError("--tls-cert and --tls-key go together")
     token = _token(token_file)
     key = _key(job_key_file) if job_key_file else None
-    if token is None and key is None and not _is_loopback(host) and not allow_unauthenticated:
+    if token is None and key is None and not is_loopback(host) and not allow_unauthenticated:
         raise click.UsageError(
             f"no token for a service on {host}: set SUBMARINE_METRICS_TOKEN, pass --token-file or --job-key-file, "
             "or pass --allow-unauthenticated on a trusted network"

@@ -39,6 +39,7 @@ from submarine_elastic.controller.wire import (
     source_from_proto,
     status_to_proto,
 )
+from submarine_elastic.netif import is_loopback
 from submarine_elastic.rpc import BearerTokenInterceptor, ServerTls, dial_address
 
 _log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class ControllerServer:
         for name, value in (("max_workers", max_workers), ("max_concurrent_rpcs", max_concurrent_rpcs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if tls is None and host not in ("127.0.0.1", "localhost", "::1"):
+        if tls is None and not is_loopback(host):
             raise ValueError(f"the controller's API on {host} needs TLS: plaintext is served on loopback only")
         self._tls = tls
         self._auth = BearerTokenInterceptor(token)  # refuses a token gRPC metadata cannot carry

@@ -5,8 +5,9 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
 1. syncs the jobs it knows with the cluster (a job whose application is gone has ended: it leaves and
    the secrets kept for it are removed; yarn-service applications started by someone else join as
    fixed-size jobs; a name submitted again is a new run of the job);
-2. reads each job's ring size from its driver and its metrics from the metrics service, and keeps
-   the throughput per world size in SQLite (history that survives a restart);
+2. reads each job's ring size from its driver and its metrics from the metrics store (what the training
+   processes stream, and what :meth:`ControllerService.report_metrics` is given, are kept there alike), and
+   keeps the throughput per world size in SQLite (history that survives a restart);
 3. counts the cluster in worker slots as YARN places containers (:mod:`.capacity`: memory and vcores
    per node, each job's container sizes, the ApplicationMasters and drivers still to be placed), or
    takes ``capacity`` slots when one is given;
@@ -56,9 +57,12 @@ from submarine_elastic.controller.capacity import CapacityFilter, count_slots, f
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.metrics.api import MetricsStore, RecordedPoint
+from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, RecordedPoint
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
+from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import (
+    LOSS_WINDOW,
     Decision,
     JobMetrics,
     JobView,
@@ -68,12 +72,17 @@ from submarine_elastic.policy import (
     StepTime,
     Throughput,
     load_job_policy_spec,
+    loss_window,
 )
 
 log = logging.getLogger(__name__)
 
-LOSS_WINDOW = 20  # the convergence policy looks at 20 points by default
-SERIES_WINDOW = 40  # recent points read per job per round: the loss window, step times per worker
+SERIES_WINDOW = 40  # recent points per job per round that give the step times per worker and the global batch
+#: Most points read per job per round for its loss window (every rank reports each step): LOSS_WINDOW steps of up
+#: to 8 ranks, about 1 ms; a larger ring's window spans fewer steps.
+LOSS_POINTS = 8 * LOSS_WINDOW
+#: The worker name of the points :meth:`ControllerService.report_metrics` keeps in the metrics store.
+REPORTED = "controller-api"
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
 CLOCK_SKEW_S = 30.0  # an application started this much before its run was registered still belongs to it
 #: YARN's view of a job settles within this: a container allocated shows in its service's status a heartbeat
@@ -117,7 +126,8 @@ class ControllerService(Controller):
         store: the SQLite state.
         engine: the policy engine (job policy + arbiter).
         backend: the cluster's jobs.
-        metrics: the metrics service's store, or None.
+        metrics: the metrics service's store; None: one of its own, which holds what :meth:`report_metrics`
+            is given.
         interval: seconds between rounds.
         stall_after: seconds a decision may take to converge (YARN's READY workers and the ring both at
             its size) before it is recorded as stalled; also the bound of a replacement's steps.
@@ -150,7 +160,7 @@ class ControllerService(Controller):
         self.store = store
         self.engine = engine
         self.backend = backend
-        self.metrics = metrics
+        self.metrics: MetricsStore = metrics if metrics is not None else InMemoryStore()
         self.interval = interval
         self.stall_after = stall_after
         self.capacity = capacity
@@ -161,6 +171,8 @@ class ControllerService(Controller):
         self._converging: dict[str, _Converging] = {}  # job id -> its pending or stalled decision
         self._unadopted: set[str] = set()  # jobs whose driver's target is to be read before any resize
         self._lock = threading.Lock()
+        self._reports: dict[str, int] = {}  # job id -> seq of the last point report_metrics kept
+        self._reports_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._job_policies: dict[str, tuple[int, str | None]] = {}
         self._history_updates: list[tuple[str, int, float, int]] = []
@@ -222,6 +234,10 @@ class ControllerService(Controller):
             policy=job.policy,
         )
         run = self.store.upsert_job(record)
+        if run > 1:  # what the metrics store holds of the name is the last run's, as the history dropped
+            with self._reports_lock:
+                self.metrics.forget(job.job_id)
+                self._reports.pop(job.job_id, None)
         self._unadopted.discard(job.job_id)  # this run's target is the one just submitted
         log.info(
             "job %s arrived (%s%s): %d workers in [%d, %d]",
@@ -243,13 +259,18 @@ class ControllerService(Controller):
     def report_metrics(
         self, job_id: str, world_size: int, step: int, samples_per_second: float, loss: float | None = None
     ) -> None:
+        """Kept in the metrics store as a point of the job (worker :data:`REPORTED`), where the controller reads
+        the metrics of every job; the throughput the store now has at ``world_size`` is saved at once."""
         self.store.job(job_id)
         report = MetricsReport(job_id, world_size, step, samples_per_second, loss)
-        old = self.store.throughput(job_id).get(report.world_size, (0.0, 0))
-        self.store.record_throughput(job_id, report.world_size, report.samples_per_second, old[1] + 1)
-        if report.loss is not None:
-            losses = (self.store.get(f"loss/{job_id}") or [])[-(LOSS_WINDOW - 1) :] + [report.loss]
-            self.store.put(f"loss/{job_id}", losses)
+        with self._reports_lock:  # seqs reach the store in order, or a later one would drop an earlier one
+            seq = self._reports[job_id] = self._reports.get(job_id, 0) + 1
+            try:
+                self.metrics.ingest(_report_batch(report, seq, self.clock()))
+            except InvalidPointError as exc:
+                raise InvalidJobError(f"job {job_id!r}: {exc}") from exc
+            [stat] = [t for t in self.metrics.summary(job_id).throughput if t.world_size == report.world_size]
+        self.store.record_throughput(job_id, stat.world_size, stat.aggregate_examples_per_second, stat.points)
 
     def jobs(self) -> list[JobRecord]:
         return self.store.jobs()
@@ -793,40 +814,38 @@ class ControllerService(Controller):
 
     def _metrics(self, job_id: str) -> JobMetrics:
         history = self.store.throughput(job_id)
-        losses = tuple(self.store.get(f"loss/{job_id}") or ())
+        losses: tuple[float, ...] = ()
         step = 0
         step_times: dict[str, list[float]] = {}
         noise_scale = batch_size = resize_cost = None
         configurations: tuple[StepTime, ...] = ()
-        if self.metrics is not None:
-            try:
-                summary = self.metrics.summary(job_id)
-            except NoMetricsError:
-                summary = None
-            if summary is not None:
-                step = summary.last_step
-                for stat in summary.throughput:
-                    measured = (stat.aggregate_examples_per_second, stat.points)
-                    if history.get(stat.world_size) != measured:
-                        history[stat.world_size] = measured
-                        self._history_updates.append((job_id, stat.world_size, *measured))
-                points = self.metrics.series(job_id, SERIES_WINDOW)
-                window = [p.point.loss for p in points if p.point.HasField("loss")][-LOSS_WINDOW:]
-                if window:
-                    losses = tuple(window)
-                for p in points:
-                    if p.point.HasField("step_time_seconds") and p.worker.instance:
-                        step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
-                if summary.noise is not None:
-                    noise_scale = summary.noise.gradient_noise_scale
-                batch_size = _global_batch(points, summary.world_size)
-                resize_cost = summary.resize_pause_s
-                # Nodes are not in the points: every configuration counts as one node until they are.
-                configurations = tuple(
-                    StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
-                    for c in summary.configurations
-                    if c.batch_size > 0 and c.median_step_time_seconds > 0
-                )
+        try:
+            summary = self.metrics.summary(job_id)
+        except NoMetricsError:
+            summary = None
+        if summary is not None:
+            step = summary.last_step
+            for stat in summary.throughput:
+                measured = (stat.aggregate_examples_per_second, stat.points)
+                if history.get(stat.world_size) != measured:
+                    history[stat.world_size] = measured
+                    self._history_updates.append((job_id, stat.world_size, *measured))
+            points = self.metrics.series(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
+            losses = loss_window((p.point.step, p.point.loss) for p in points if p.point.HasField("loss"))
+            points = points[-SERIES_WINDOW:]
+            for p in points:
+                if p.point.HasField("step_time_seconds") and p.worker.instance:
+                    step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
+            if summary.noise is not None:
+                noise_scale = summary.noise.gradient_noise_scale
+            batch_size = _global_batch(points, summary.world_size)
+            resize_cost = summary.resize_pause_s
+            # Nodes are not in the points: every configuration counts as one node until they are.
+            configurations = tuple(
+                StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
+                for c in summary.configurations
+                if c.batch_size > 0 and c.median_step_time_seconds > 0
+            )
         return JobMetrics(
             step=step,
             throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
@@ -837,6 +856,23 @@ class ControllerService(Controller):
             configurations=configurations,
             resize_cost_s=resize_cost,
         )
+
+
+def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
+    """``report`` as the point a training process would stream: the job's throughput split evenly over its
+    ``world_size`` workers (the store keeps examples per second per worker)."""
+    point = metrics_pb2.StepPoint(
+        seq=seq, step=report.step, examples_per_second=report.samples_per_second / report.world_size, wall_time=now
+    )
+    if report.loss is not None:
+        point.loss = report.loss
+    return metrics_pb2.ReportBatch(
+        job_id=report.job_id,
+        worker=metrics_pb2.WorkerRef(instance=REPORTED, rank=0),
+        incarnation=REPORTED,
+        world_size=report.world_size,
+        points=[point],
+    )
 
 
 def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:

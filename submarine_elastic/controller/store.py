@@ -121,11 +121,13 @@ class ControllerStore:
         self._migrate()
 
     def _migrate(self) -> None:
-        """Add the columns a database written by an earlier version lacks."""
+        """Add the columns a database written by an earlier version lacks, and drop the loss windows it kept
+        (the metrics store holds every job's losses now)."""
         for table, column, decl in _ADDED_COLUMNS:
             present = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in present:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        self._db.execute("DELETE FROM kv WHERE key LIKE 'loss/%'")
 
     def close(self) -> None:
         with self._lock:
@@ -146,14 +148,13 @@ class ControllerStore:
 
     def upsert_job(self, job: JobRecord) -> int:
         """Start a run of ``job``: a new job, or a new run of a name seen before (its row is reset:
-        limits, state, submission time, policy, application id, last resize; its throughput history and
-        loss window are dropped). ``job.run`` is not read. Returns the run number."""
+        limits, state, submission time, policy, application id, last resize; its throughput history is
+        dropped). ``job.run`` is not read. Returns the run number."""
         with self._tx() as db:
             row = db.execute("SELECT run FROM jobs WHERE job_id=?", (job.job_id,)).fetchone()
             run = 1 if row is None else int(row["run"]) + 1
             db.execute("DELETE FROM jobs WHERE job_id=?", (job.job_id,))
             db.execute("DELETE FROM throughput WHERE job_id=?", (job.job_id,))
-            db.execute("DELETE FROM kv WHERE key=?", (f"loss/{job.job_id}",))
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
                 " source, policy, run, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -580,10 +580,6 @@ def _describe(point: Point) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.values.items())
 
 
-def _shell(value: Value) -> str:
-    return shlex.quote(value) if isinstance(value, str) else str(value)
-
-
 def _int(s: Mapping[str, Value], key: str, default: int) -> int:
     value = s.get(key, default)
     if isinstance(value, bool):

@@ -23,6 +23,7 @@ from submarine_elastic import resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME
+from submarine_elastic.netif import is_loopback
 from submarine_elastic.yarn import InvalidSpecError
 
 if TYPE_CHECKING:
@@ -546,7 +547,7 @@ def build_service(req: JobRequest) -> Service:
         # Empty: the driver tells its ranks the interface holding its own address (driver.gloo_endpoint), the
         # one that routes to its workers' hosts. A loopback cluster runs every container on this machine, where
         # the host's name may resolve to an address the containers were not given: lo, as its NodeManagers.
-        "SUBMARINE_GLOO_IFACE": "lo" if _is_loopback(req.rm_url) else "",
+        "SUBMARINE_GLOO_IFACE": "lo" if is_loopback(req.rm_url) else "",
         # Set before the ring forms so a warm process can trace its step (the ring size is read at run time).
         "HOROVOD_ELASTIC": "1",
         # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
@@ -612,7 +613,3 @@ def build_service(req: JobRequest) -> Service:
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
-
-
-def _is_loopback(url: str) -> bool:
-    return "://127." in url or "://localhost" in url

@@ -239,6 +239,11 @@ class MetricsStore(ABC):
         """
 
     @abstractmethod
+    def forget(self, job_id: str) -> None:
+        """Drops the job's points and aggregates (a new run of its name starts afresh); nothing when none are
+        held. Its subscribers stay subscribed."""
+
+    @abstractmethod
     def subscribe(self, job_id: str | None = None, capacity: int = 1024) -> Subscription:
         """Events for ``job_id`` (None: every job) from now on; buffers up to ``capacity`` events.
 

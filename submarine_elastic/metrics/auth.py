@@ -42,10 +42,6 @@ class Identity:
 
     job_id: str | None = None
 
-    @property
-    def is_operator(self) -> bool:
-        return self.job_id is None
-
     def may_use(self, job_id: str) -> bool:
         """Whether this caller may report or read ``job_id``."""
         return self.job_id is None or self.job_id == job_id
@@ -102,10 +98,6 @@ class Authenticator:
     def open(self) -> bool:
         """True when the service checks no credential."""
         return self._operator is None and self._key is None
-
-    @property
-    def issues_job_credentials(self) -> bool:
-        return self._key is not None
 
     def identify(self, metadata: Sequence[tuple[str, Any]] | None) -> Identity | None:
         """The caller's identity, or None when its credential is missing or wrong. Constant time in the

@@ -524,6 +524,10 @@ class InMemoryStore(MetricsStore):
         # Chunks never change once kept, so the messages are built outside the lock.
         return [recorded for chunk in reversed(chunks) for recorded in _recorded(chunk)]
 
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
     def rejected_unattributed(self) -> int:
         with self._lock:
             return self._rejected_unattributed

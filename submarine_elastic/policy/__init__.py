@@ -45,6 +45,7 @@ from .loader import (
     load_policy_class,
     policy_names,
 )
+from .losses import LOSS_WINDOW, loss_window
 from .scaling_efficiency import ScalingEfficiencyPolicy
 from .straggler import StragglerPolicy
 from .utility import UtilityPolicy
@@ -67,6 +68,7 @@ __all__ = [
     "JobMetrics",
     "JobPolicy",
     "JobView",
+    "LOSS_WINDOW",
     "NotAPolicyError",
     "PolicyAttributeError",
     "PolicyBase",
@@ -88,6 +90,7 @@ __all__ = [
     "load_arbiter",
     "load_job_policy",
     "load_job_policy_spec",
+    "loss_window",
     "load_arbiter_spec",
     "load_policy",
     "load_policy_class",

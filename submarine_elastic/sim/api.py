@@ -190,10 +190,10 @@ class JobView:
     (progress per example relative to the job's initial batch size, in (0, 1]) and ``noise_scale`` the
     gradient noise scale in examples. ``progress`` is the fraction of the job's work done, in [0, 1];
     ``remaining_examples`` what is left of it in examples at the initial batch size. ``metric_history``
-    holds the validation metric after each of the last (up to 32) epochs, oldest first. ``min_batch_size``
-    and ``max_batch_size`` are the application's validated range of global batch sizes, ``max_local_batch``
-    the largest per-GPU micro-batch measured (more per worker takes gradient accumulation), and
-    ``configurations`` the iteration time of each configuration it ran in, most recent last.
+    holds the validation metric after each of the last (up to ``policy.LOSS_WINDOW``) epochs, oldest first.
+    ``min_batch_size`` and ``max_batch_size`` are the application's validated range of global batch sizes,
+    ``max_local_batch`` the largest per-GPU micro-batch measured (more per worker takes gradient accumulation),
+    and ``configurations`` the iteration time of each configuration it ran in, most recent last.
     """
 
     name: str

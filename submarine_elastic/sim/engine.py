@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from submarine_elastic.policy.losses import LOSS_WINDOW
 from submarine_elastic.sim.api import (
     Allocation,
     AllocationChange,
@@ -408,7 +409,7 @@ class Simulator:
             last_resize_s=job.last_resize_s,
             steps=int(job.steps),
             steps_at=MappingProxyType({k: int(v) for k, v in job.steps_at.items()}),
-            metric_history=tuple(float(m) for m in app.metrics(job.batch)[max(0, job.epoch - 32) : job.epoch]),
+            metric_history=tuple(float(m) for m in app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch]),
             metric_higher_is_better=app.metric_higher_is_better,
             noise_scale=app.noise_scale(job.batch, job.epoch),
             remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,

@@ -11,8 +11,9 @@ becomes a target :class:`~submarine_elastic.sim.api.Allocation`. What the snapsh
 - ``submitted_at`` / ``last_resize_at``: its arrival, and the last change of its workers.
 - ``metrics.step`` / ``metrics.throughput``: iterations run; examples/s and iterations at every world
   size it ran at.
-- ``metrics.loss_window``: the validation metric after each of the last 32 epochs, negated where higher is
-  better (so that lower is better, like a loss).
+- ``metrics.loss_window``: the validation metric after each of the last
+  :data:`~submarine_elastic.policy.LOSS_WINDOW` epochs, negated where higher is better (so that lower is better,
+  like a loss): :func:`~submarine_elastic.policy.loss_window`, as the controller builds it from steps.
 - ``metrics.gradient_noise_scale``: ``B0 * var / sqr`` of the current epoch (see
   :mod:`~submarine_elastic.sim.physics`).
 - ``metrics.batch_size`` / ``metrics.remaining_samples``: the current global batch; the remaining work
@@ -38,14 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, StepTime, Throughput
+from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, StepTime, Throughput, loss_window
 from submarine_elastic.policy import JobView as PolicyJobView
 from submarine_elastic.policy.engine import PolicyEngine
 from submarine_elastic.sim.api import Allocation, ClusterView, JobView, MeasuredStep, Scheduler, SchedulerError
-
-#: Epochs of validation metric handed to policies as their loss window.
-LOSS_WINDOW = 32
-
 
 #: StepTime already built per simulated measurement (a cache: most do not change between rounds).
 _step_times: dict[MeasuredStep, StepTime] = {}
@@ -85,14 +82,11 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
         low, high = job.min_replicas, job.max_replicas
     else:
         low = high = min(job.requested_replicas, view.cluster.total_gpus, job.max_replicas)
-    window = job.metric_history[-LOSS_WINDOW:]
-    if job.metric_higher_is_better:
-        window = tuple(-m for m in window)
     configurations = tuple(_step_time(m) for m in job.configurations)
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
-        loss_window=window,
+        loss_window=loss_window(enumerate(job.metric_history), higher_is_better=job.metric_higher_is_better),
         gradient_noise_scale=job.noise_scale,
         batch_size=max(1, round(job.batch_size)),
         remaining_samples=max(0.0, job.remaining_examples),

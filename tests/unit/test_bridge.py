@@ -30,11 +30,12 @@ from submarine_elastic.bridge.api import (
     java_sources,
     py4j_jar,
 )
-from submarine_elastic.bridge.server import _PY4J_LOGGERS, TLS_FILES, BridgeServer, _Py4JLogFilter, is_loopback
+from submarine_elastic.bridge.server import _PY4J_LOGGERS, TLS_FILES, BridgeServer, _Py4JLogFilter
 from submarine_elastic.bridge.service import ElasticSchedulerService, JavaExceptionRaised, Py4JJavaSide
 from submarine_elastic.cli.bridge import bridge
 from submarine_elastic.controller.api import ControllerError, DecisionRecord, JobRecord
 from submarine_elastic.controller.memory import InMemoryController
+from submarine_elastic.netif import is_loopback
 
 TOKEN = "unit-test-token-0123456789abcdef"
 CLOCK = 1_700_000_000.0
@@ -510,3 +511,11 @@ def test_a_bridge_beyond_loopback_needs_tls_or_insecure(fake_jvm: socket.socket)
         assert f"host {host!r} is not loopback" in str(raised.value) and "--insecure" in str(raised.value)
         BridgeServer(InMemoryController(), token=TOKEN, host=host, java_port=java_port, insecure=True)
     BridgeServer(InMemoryController(), token=TOKEN, host="::1", java_port=java_port)
+
+
+def test_the_bridge_serves_plaintext_where_the_projects_loopback_rule_says(fake_jvm: socket.socket) -> None:
+    java_port = fake_jvm.getsockname()[1]
+    for host in ("127.0.0.2", "LOCALHOST"):  # 127.0.0.0/8; a host name's case does not matter
+        BridgeServer(InMemoryController(), token=TOKEN, host=host, java_port=java_port)
+    with pytest.raises(BridgeConfigError, match="'localhost.example.com' is not loopback"):
+        BridgeServer(InMemoryController(), token=TOKEN, host="localhost.example.com", java_port=java_port)

@@ -538,3 +538,12 @@ def test_a_stopped_controllers_state_is_read_without_writing_it(tmp_path: Path):
     assert (tmp_path / "c.db").read_bytes() == before
     with pytest.raises(sqlite3.OperationalError):
         SavedState(tmp_path / "missing.db")
+
+
+def test_the_loss_windows_an_earlier_version_kept_in_the_database_are_dropped(tmp_path: Path):
+    store = ControllerStore(tmp_path / "c.db")
+    store.put("loss/job", [0.5, 0.4])  # where an earlier version kept a reported loss window
+    store.put("policy_engine", {"kept": True})
+    store.close()
+    store = ControllerStore(tmp_path / "c.db")
+    assert store.get("loss/job") is None and store.get("policy_engine") == {"kept": True}

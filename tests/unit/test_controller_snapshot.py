@@ -1,5 +1,5 @@
 """What the controller puts in the snapshot from the metrics store: the gradient noise scale, the global
-batch and the measured step time of every configuration (a real store, a scripted cluster)."""
+batch, the measured step time of every configuration and the loss window (a real store, a scripted cluster)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.service import LOSS_POINTS, ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.policy import PolicyEngine, Snapshot, StepTime, load_arbiter, load_job_policy
+from submarine_elastic.policy import LOSS_WINDOW, PolicyEngine, Snapshot, StepTime, load_arbiter, load_job_policy
+from submarine_elastic.sim import ClusterConfig, ClusterView
+from submarine_elastic.sim.policy_adapter import to_snapshot
 from tests.unit.test_controller import Clock, ReplacingCluster
+from tests.unit.test_sim_policies import view_job
 
 
 def report(
@@ -48,7 +51,7 @@ def snapshot_of(tmp_path: Path, metrics: InMemoryStore, workers: int) -> Snapsho
     c = ControllerService(
         ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, capacity=cluster.slots, clock=clock
     )
-    c.job_submitted("job", 1, 4, workers)
+    c.job_submitted("job", 1, max(4, workers), workers)
     cluster.sizes["job"] = workers
     c.tick()
     assert c.wait_idle(10)
@@ -129,3 +132,81 @@ def test_the_global_batch_is_one_steps_across_a_batch_change_and_not_an_epochs_s
         report(metrics, rank=rank, world_size=3, batch=34 if rank == 0 else 33, step_times=[0.1], first_step=8)
     [job] = snapshot_of(tmp_path / "short", metrics, workers=3).jobs
     assert job.metrics.batch_size == 402
+
+
+def report_losses(store: InMemoryStore, *, rank: int, world_size: int, losses: dict[int, float]) -> None:
+    store.ingest(
+        metrics_pb2.ReportBatch(
+            job_id="job",
+            worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+            incarnation="a",
+            world_size=world_size,
+            points=[
+                metrics_pb2.StepPoint(seq=step + 1, step=step, loss=loss, wall_time=1.7e9 + step)
+                for step, loss in sorted(losses.items())
+            ],
+        )
+    )
+
+
+def test_the_loss_window_has_one_entry_per_step_the_mean_of_the_ranks(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    for first in range(0, 40, 4):  # 40 steps of two ranks, 4 at a time each; rank 1's loss is rank 0's plus 1
+        for rank in range(2):
+            losses = {step: 100.0 - step + rank for step in range(first, first + 4)}
+            report_losses(metrics, rank=rank, world_size=2, losses=losses)
+    [job] = snapshot_of(tmp_path, metrics, workers=2).jobs
+    assert job.metrics.loss_window == tuple(100.5 - step for step in range(40 - LOSS_WINDOW, 40))
+
+
+def test_a_large_rings_loss_window_spans_the_steps_of_the_points_read_in_a_round(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    for first in range(0, 40, 4):  # 16 ranks, 40 steps
+        for rank in range(16):
+            report_losses(metrics, rank=rank, world_size=16, losses={s: 100.0 - s for s in range(first, first + 4)})
+    [job] = snapshot_of(tmp_path, metrics, workers=16).jobs
+    steps = LOSS_POINTS // 16
+    assert job.metrics.loss_window == tuple(100.0 - step for step in range(40 - steps, 40))
+
+
+def test_a_reported_loss_reaches_the_policies_through_the_metrics_store_as_in_the_simulator(tmp_path: Path) -> None:
+    """What a JVM scheduler reports (``report_metrics``, the bridge's ``reportMetrics``) is kept as a point in the
+    metrics store, nowhere else, and gives the same loss window as the simulator gives for the same history."""
+    history = tuple(2.0 / (1 + epoch) for epoch in range(40))
+    metrics = InMemoryStore()
+    cluster, clock = ReplacingCluster(capacity=8), Clock()
+    engine = PolicyEngine(load_job_policy("static"), load_arbiter("fair-share"), cooldown_s=0)
+    seen: list[Snapshot] = []
+    decide = engine.decide
+    engine.decide = lambda snapshot: seen.append(snapshot) or decide(snapshot)  # type: ignore[method-assign]
+    c = ControllerService(
+        ControllerStore(tmp_path / "c.db"), engine, cluster, metrics=metrics, capacity=cluster.slots, clock=clock
+    )
+    c.job_submitted("job", 1, 4, 1)
+    cluster.sizes["job"] = 1
+    for step, loss in enumerate(history):
+        c.report_metrics("job", 1, step, 100.0, loss=loss)
+    assert [p.point.loss for p in metrics.series("job", 100)] == list(history)
+    assert c.store.get("loss/job") is None
+    c.tick()
+    assert c.wait_idle(10)
+    [job] = seen[-1].jobs
+    simulated = ClusterView(
+        0.0, ClusterConfig(1, 4), 4, (view_job(metric_history=history, metric_higher_is_better=False),)
+    )
+    [in_simulator] = to_snapshot(simulated).jobs
+    assert job.metrics.loss_window == in_simulator.metrics.loss_window == history[-LOSS_WINDOW:]
+
+
+def test_a_new_run_of_a_name_reads_none_of_the_last_runs_metrics(tmp_path: Path) -> None:
+    metrics = InMemoryStore()
+    engine = PolicyEngine(load_job_policy("static"), load_arbiter("fair-share"))
+    c = ControllerService(ControllerStore(tmp_path / "c.db"), engine, ReplacingCluster(capacity=8), metrics=metrics)
+    c.job_submitted("job", 1, 4, 2)
+    report_losses(metrics, rank=0, world_size=2, losses={0: 1.0, 1: 0.9})
+    c.report_metrics("job", 2, 2, 100.0, loss=0.8)
+    c.job_submitted("job", 1, 4, 2)  # submitted again: a new run
+    assert "job" not in metrics.jobs()
+    c.report_metrics("job", 2, 0, 50.0, loss=2.0)
+    assert [(p.point.step, p.point.loss) for p in metrics.series("job", 10)] == [(0, 2.0)]
+    assert c.store.throughput("job") == {2: (50.0, 1)}

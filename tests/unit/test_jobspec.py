@@ -73,6 +73,21 @@ def test_the_spec_has_a_relaunched_driver_that_ends_the_service_and_n_worker_age
 
 
 @pytest.mark.parametrize(
+    ("rm_url", "iface"),
+    [
+        ("http://localhost:8088", "lo"),
+        ("http://[::1]:8088", "lo"),
+        ("http://127.0.0.2:8088", "lo"),
+        ("http://localhost.example.com:8088", None),  # a name that begins like localhost is another host
+        ("http://rm.example.com:8088", None),
+    ],
+)
+def test_only_a_resourcemanager_on_loopback_puts_gloo_on_lo(rm_url: str, iface: str | None):
+    env = build_service(request(rm_url=rm_url)).to_dict()["configuration"]["env"]
+    assert env.get("SUBMARINE_GLOO_IFACE") == iface  # unset: the driver's own interface
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("memory-mb=2048,vcores=2", WorkerResources(2048, 2)),

@@ -168,6 +168,20 @@ def test_rejections_of_unknown_or_invalid_jobs_are_unattributed() -> None:
     assert store.jobs() == []
 
 
+def test_a_forgotten_job_is_gone_and_starts_afresh() -> None:
+    store = InMemoryStore()
+    store.ingest(batch([1, 2], loss=1.0, eps=100.0))
+    store.ingest(batch([1], job="job-b"))
+    store.forget("job-a")
+    store.forget("job-x")  # nothing held: nothing happens
+    assert store.jobs() == ["job-b"]
+    with pytest.raises(UnknownJobError):
+        store.summary("job-a")
+    store.ingest(batch([1], loss=2.0))  # the same worker's seq 1 again is a new point, not a resend
+    assert steps(store) == [10]
+    assert store.summary("job-a").points_received == 1
+
+
 def test_unknown_job_queries_raise() -> None:
     store = InMemoryStore()
     with pytest.raises(UnknownJobError, match="job-x"):

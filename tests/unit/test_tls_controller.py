@@ -11,6 +11,7 @@ import pytest
 from submarine_elastic import tls
 from submarine_elastic.controller.api import ControllerAuthError, ControllerUnavailableError
 from submarine_elastic.controller.client import ControllerClient
+from submarine_elastic.controller.memory import InMemoryController
 from submarine_elastic.controller.server import ControllerServer
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
@@ -61,3 +62,10 @@ def test_a_client_without_the_cluster_ca_says_so(tmp_path: Path, monkeypatch: py
 def test_plaintext_is_refused_beyond_loopback() -> None:
     with pytest.raises(ValueError, match="needs TLS: plaintext is served on loopback only"):
         ControllerServer(object(), token=TOKEN, host="0.0.0.0")  # type: ignore[arg-type]
+
+
+def test_plaintext_is_served_on_any_loopback_address() -> None:
+    for host in ("127.0.0.2", "[::1]", "LOCALHOST"):  # 127.0.0.0/8, ::1 as a URL writes it, any case
+        ControllerServer(InMemoryController(), token=TOKEN, host=host)
+    with pytest.raises(ValueError, match="localhost.example.com needs TLS"):
+        ControllerServer(InMemoryController(), token=TOKEN, host="localhost.example.com")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import grpc
 import psutil
 import pytest
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from submarine_elastic import tls
-from submarine_elastic.cli.metrics import metrics
+from submarine_elastic.cli.metrics import _server_tls, metrics
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.rpc import bearer, open_channel
 from tf_hooks.config import MetricsConfig
@@ -107,6 +108,13 @@ def test_plaintext_beyond_loopback_is_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert f"--insecure on {host}: plaintext is served on loopback only" in result.output
+
+
+def test_plaintext_is_allowed_on_any_loopback_address_and_refused_on_a_look_alike_name() -> None:
+    for host in ("127.0.0.2", "[::1]", "LOCALHOST"):
+        assert _server_tls(host, True, None, None, None, False) is None
+    with pytest.raises(click.UsageError, match="--insecure on localhost.example.com: plaintext is served on loopback"):
+        _server_tls("localhost.example.com", True, None, None, None, False)
 
 
 def test_hooks_without_a_ca_report_nothing_rather_than_send_their_token_in_plaintext(
