@@ -28,7 +28,7 @@ from pathlib import Path
 from bench_elastic import step_times
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.elastic.api import Limits, WorkerState
 from submarine_elastic.elastic.client import JobClient, submit
 from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
 from submarine_elastic.yarn import YarnServiceClient
@@ -62,7 +62,7 @@ def training_pids(job: str, instance: str) -> list[int]:
 
 def instance_of_rank(job: JobClient, rank: int) -> str:
     for worker in job.status().workers:
-        if worker.rank == rank and worker.state == "running":
+        if worker.rank == rank and worker.state == WorkerState.RUNNING.wire:
             return worker.instance
     raise RuntimeError(f"no running worker holds rank {rank}")
 

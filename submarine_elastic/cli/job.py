@@ -20,7 +20,9 @@ from submarine_elastic.elastic.api import (
     DriverUnreachableError,
     ElasticError,
     FlexRefusedError,
+    JobPhase,
     Limits,
+    WorkerState,
 )
 from submarine_elastic.elastic.client import (
     JobClient,
@@ -476,7 +478,8 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
         try:
             client = client or JobClient(name, yarn, locate_timeout=5)
             st = client.status()
-            line = f"{st.phase}: {st.world_size} workers in the ring (target {st.target}){_metrics_line(name)}"
+            phase = JobPhase.from_wire(st.phase)
+            line = f"{phase}: {st.world_size} workers in the ring (target {st.target}){_metrics_line(name)}"
         except DriverUnreachableError:
             line = f"service {status.state}, driver starting"
         if line != last:
@@ -589,11 +592,12 @@ def _print_failures(error: str, failures: Iterable[pb.WorkerFailure]) -> None:
 
 def _print_driver_view(st: pb.JobStatus) -> None:
     batch_limits = f", batch limits {st.min_batch_size}..{st.max_batch_size}" if st.max_batch_size else ""
+    phase = JobPhase.from_wire(st.phase)
     console.print(
-        f"phase {st.phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
+        f"phase {phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
         + batch_limits
     )
-    if st.phase == "running":
+    if phase is JobPhase.RUNNING:
         state = "converged" if st.converged else f"converging: {st.lag}"
         console.print(f"target {st.version}: {state}", markup=False, highlight=False)
     if len(st.incarnations) > 1:
@@ -610,10 +614,11 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     table = _table("workers", "instance", "container", "state", "rank", "exit")
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
-        table.add_row(w.instance, w.container_id, w.state, str(w.rank) if w.rank >= 0 else "-", exit_code)
+        rank = str(w.rank) if w.rank >= 0 else "-"
+        table.add_row(w.instance, w.container_id, WorkerState.from_wire(w.state), rank, exit_code)
     console.print(table)
-    _print_failures(st.error if st.phase == "failed" else "", st.failures)
-    if st.error and st.phase != "failed":
+    _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
+    if st.error and phase is not JobPhase.FAILED:
         console.print(f"[yellow]waiting:[/yellow] {st.error}")
     if st.timeline:
         tl = _table("resizes", "time", "from", "to", "reason")

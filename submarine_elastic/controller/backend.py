@@ -147,7 +147,7 @@ class YarnJobBackend(JobBackend):
             self._batch_limits[job_id] = (int(status.min_batch_size), int(status.max_batch_size))
         else:
             self._batch_limits.pop(job_id, None)
-        return int(status.world_size) if status.phase == JobPhase.RUNNING else None
+        return int(status.world_size) if status.phase == JobPhase.RUNNING.wire else None
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         """The job's batch limits as its driver reported them in the last :meth:`ring_size` (no call of its own)."""
@@ -199,7 +199,7 @@ class YarnJobBackend(JobBackend):
             target=int(status.target),
             ring=int(status.world_size),
             yarn_ready=int(status.yarn_ready) if status.HasField("yarn_ready") else None,
-            leaving=tuple(w.instance for w in status.workers if w.state == WorkerState.LEAVING),
+            leaving=tuple(w.instance for w in status.workers if w.state == WorkerState.LEAVING.wire),
         )
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:

@@ -72,7 +72,7 @@ from pathlib import Path
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.dse.api import Backend, BackendError, JobRunner, JobState, Point, Value
-from submarine_elastic.elastic.api import DriverUnreachableError, Limits
+from submarine_elastic.elastic.api import DriverUnreachableError, JobPhase, Limits
 from submarine_elastic.elastic.client import JobClient, forget_job, submit
 from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, WorkerResources
 from submarine_elastic.metrics.api import ServerStartError, Subscription, UnknownJobError
@@ -521,7 +521,7 @@ class YarnJobRunner(JobRunner):
                 ring = job.status()
         except (DriverUnreachableError, OSError, ValueError) as exc:
             return f"{line}; driver not reachable: {exc}"
-        return f"{line}; driver {ring.phase}: ring of {ring.world_size}, target {ring.target}"
+        return f"{line}; driver {JobPhase.from_wire(ring.phase)}: ring of {ring.world_size}, target {ring.target}"
 
     def kill(self, name: str) -> None:
         """Destroy the job's service and forget its control token; see :meth:`JobRunner.kill`.

@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import grpc
 
@@ -385,7 +385,7 @@ class Agent:
         with self._state_lock:
             state = self._state
         rank = int(self.slot_env.get("HOROVOD_RANK", "-1")) if state is AgentState.RUNNING else -1
-        resume = pb.Resume(state=state.value, rank=rank, driver_incarnation=self.placed_by)
+        resume = pb.Resume(state=cast(pb.AgentState, state.wire), rank=rank, driver_incarnation=self.placed_by)
         return pb.AgentEvent(
             hello=pb.Hello(
                 instance=self.instance,

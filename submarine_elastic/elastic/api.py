@@ -4,7 +4,8 @@ Three state machines run a job; each is an enum whose legal transitions are list
 and enforced by :func:`advance` (an illegal one raises :class:`IllegalTransitionError`), as
 ``torch.distributed.elastic``'s ``WorkerState`` does:
 
-- :class:`JobPhase`: the job as its driver sees it (``JobStatus.phase`` on the wire);
+- :class:`JobPhase`: the job as its driver sees it (``JobStatus.phase`` on the wire, as ``elastic.proto``'s
+  enum of the same name: ``.wire`` and ``from_wire`` convert);
 - :class:`WorkerState`: one worker as the driver sees it (``WorkerStatus.state``);
 - :class:`AgentState`: the training process as its own agent sees it.
 """
@@ -72,6 +73,20 @@ class JobPhase(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
 
+    @property
+    def wire(self) -> int:
+        """Its ``JobPhase`` value in ``elastic.proto`` (``JOB_<NAME>``)."""
+        return _wire(self)
+
+    @classmethod
+    def from_wire(cls, value: int) -> JobPhase:
+        """The phase a ``JobStatus.phase`` carries.
+
+        Raises:
+            ValueError: it is none of the job's phases (naming the value).
+        """
+        return _from_wire(cls, value)
+
 
 class WorkerState(StrEnum):
     """One worker (one agent incarnation) as the driver sees it; the value is ``WorkerStatus.state``
@@ -95,9 +110,19 @@ class WorkerState(StrEnum):
     EXITED = "exited"
 
     @property
-    def wire(self) -> str:
-        """The ``WorkerStatus.state`` string: a LEFT worker reads ``exited`` there."""
-        return WorkerState.EXITED.value if self is WorkerState.LEFT else self.value
+    def wire(self) -> int:
+        """Its ``WorkerState`` value in ``elastic.proto`` (``WORKER_<NAME>``): a LEFT worker reads
+        ``WORKER_EXITED`` there."""
+        return _wire(WorkerState.EXITED if self is WorkerState.LEFT else self)
+
+    @classmethod
+    def from_wire(cls, value: int) -> WorkerState:
+        """The state a ``WorkerStatus.state`` carries (never LEFT: it reads EXITED).
+
+        Raises:
+            ValueError: it is none of a worker's states (naming the value).
+        """
+        return _from_wire(cls, value)
 
     @property
     def ended(self) -> bool:
@@ -123,6 +148,20 @@ class AgentState(StrEnum):
     LEAVING = "leaving"
     STOPPING = "stopping"
     EXITED = "exited"
+
+    @property
+    def wire(self) -> int:
+        """Its ``AgentState`` value in ``elastic.proto`` (``AGENT_<NAME>``)."""
+        return _wire(self)
+
+    @classmethod
+    def from_wire(cls, value: int) -> AgentState:
+        """The state a ``Resume.state`` carries.
+
+        Raises:
+            ValueError: it is none of an agent's states (naming the value).
+        """
+        return _from_wire(cls, value)
 
     @property
     def asked_to_end(self) -> bool:
@@ -157,6 +196,26 @@ _NEXT: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = {
 }
 
 _S = TypeVar("_S", JobPhase, WorkerState, AgentState)
+
+#: The states' numbers on the wire (``elastic.proto``'s enums; tests/unit/test_elastic_states.py checks they
+#: match): 0 is each enum's UNSPECIFIED, never a state. Kept here so that reading a state needs no protobuf.
+#: One table per machine: the StrEnums' members compare equal across machines ("running").
+_WIRE_OF: Mapping[type[StrEnum], Mapping[StrEnum, int]] = {
+    JobPhase: {p: n for n, p in enumerate(JobPhase, start=1)},
+    WorkerState: {s: n for n, s in enumerate([s for s in WorkerState if s is not WorkerState.LEFT], start=1)},
+    AgentState: {s: n for n, s in enumerate(AgentState, start=1)},
+}
+
+
+def _wire(state: StrEnum) -> int:
+    return _WIRE_OF[type(state)][state]
+
+
+def _from_wire(kind: type[_S], value: int) -> _S:
+    for state, number in _WIRE_OF[kind].items():
+        if number == value:
+            return kind(state)
+    raise ValueError(f"{value!r} is not a {kind.__name__} on the wire")
 
 
 def can_advance(current: _S, requested: _S) -> bool:

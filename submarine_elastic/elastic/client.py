@@ -314,7 +314,7 @@ class JobClient:
 
         def read() -> pb.JobStatus:
             st = self.status()
-            if not settled(st) and st.phase == JobPhase.FAILED:
+            if not settled(st) and st.phase == JobPhase.FAILED.wire:
                 raise FlexRefusedError(f"job {self.job} failed: {st.error or 'see submarine job show'}")
             return st
 

@@ -10,7 +10,9 @@ of it works with every container on one host.
 Host discovery answers Horovod's once-a-second poll from the agents' states in memory (no process
 spawn, no call to the ResourceManager): a worker is offered to Horovod only once its training
 process is warm, so a joiner never stalls the ring, and is withdrawn before YARN is asked to remove
-it, so scale-in happens at a commit boundary.
+it, so scale-in happens at a commit boundary. That ring host (the registry, the rendezvous server and
+its address) is :mod:`submarine_elastic.elastic.ringhost`; the target, its checks and the verdict on it
+are :mod:`submarine_elastic.elastic.reconcile`; this module runs them.
 
 Targets (``SetTarget``: a worker count and, optionally, a batch; one message from every writer) are checked,
 numbered and queued by :class:`~submarine_elastic.elastic.reconcile.TargetBook`, safe under concurrent calls;
@@ -54,7 +56,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import re
 import signal
 import socket
@@ -65,21 +66,20 @@ from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import grpc
 from google.protobuf import json_format
 from horovod.runner.common.util import hosts as hvd_hosts
-from horovod.runner.elastic.discovery import HostDiscovery
 from horovod.runner.elastic.driver import ElasticDriver
 from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
-from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
-from horovod.runner.util.threads import in_thread
 
-from submarine_elastic import env, netif
+from submarine_elastic import env
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
+    AgentState,
     BatchLimits,
     FlexRefusedError,
     GlooInterfaceError,
@@ -91,7 +91,15 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import MAX_BATCH_TIMELINE, TargetBook, verdict
+from submarine_elastic.elastic.reconcile import TargetBook, verdict
+from submarine_elastic.elastic.ringhost import (
+    AgentHandle,
+    AgentRegistry,
+    BoundRendezvousServer,
+    choose_leavers,
+    gloo_endpoint,
+    rendezvous_address,
+)
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
@@ -104,7 +112,6 @@ from submarine_elastic.yarn import (
     YarnError,
     YarnServiceClient,
     YarnTimeoutError,
-    instance_number,
 )
 from submarine_elastic.yarn.api import TERMINAL_SERVICE_STATES
 
@@ -113,7 +120,6 @@ log = logging.getLogger("submarine_elastic.driver")
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
-__all__ = ["MAX_BATCH_TIMELINE", "JobDriver", "main"]
 #: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
 RECONCILE_SLICE_S = 10.0
 #: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
@@ -144,117 +150,6 @@ def control_plane_threads(limits: Limits) -> int:
     stays until YARN stops its container while its replacement attaches. The rest serves SetTarget and Status.
     """
     return 2 * limits.max + CONTROL_CALL_THREADS
-
-
-@dataclass
-class AgentHandle:
-    """One attached agent (one worker incarnation); its ``state`` changes only through the registry."""
-
-    agent_id: str  # the Horovod host key
-    instance: str
-    container_id: str
-    host: str
-    commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
-    state: WorkerState = WorkerState.ATTACHED
-    exit_code: int | None = None
-    exited: threading.Event = field(default_factory=threading.Event)
-    #: its gRPC stream is open (a fact about the connection; an agent that goes ends LEFT or EXITED)
-    connected: bool = True
-    #: its training process asked to join a ring (it reached WARM)
-    joined: bool = False
-    #: it kept training while the job's driver was replaced: this incarnation adopted it (its rank then)
-    adopted: bool = False
-    adopted_rank: int = -1
-    #: it was sent this incarnation's Reform (its ring re-forms around this driver's rendezvous)
-    reformed: bool = False
-
-    @property
-    def number(self) -> int:
-        return instance_number(self.instance)
-
-
-class AgentRegistry(HostDiscovery):
-    """The agents attached to this driver; doubles as Horovod's host discovery."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Condition()
-        self._agents: dict[str, AgentHandle] = {}
-        #: while set, Horovod is offered only adopted workers (a new incarnation re-forming their ring)
-        self.adopting = False
-
-    def add(self, agent: AgentHandle) -> None:
-        """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""
-        with self._lock:
-            for key, old in list(self._agents.items()):
-                if old.instance == agent.instance and not old.connected:
-                    del self._agents[key]
-            self._agents[agent.agent_id] = agent
-            self._lock.notify_all()
-
-    def move(self, agent_id: str, to: WorkerState) -> AgentHandle | None:
-        """Move the agent to ``to`` (WARM also marks it joined); None when no such agent is registered.
-
-        Raises:
-            IllegalTransitionError: ``to`` cannot follow its state.
-        """
-        with self._lock:
-            agent = self._agents.get(agent_id)
-            if agent is not None:
-                agent.state = advance(agent.instance, agent.state, to)
-                agent.joined = agent.joined or to is WorkerState.WARM
-            self._lock.notify_all()
-            return agent
-
-    def end(self, agent: AgentHandle, exit_code: int) -> None:
-        """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it
-        was leaving, else EXITED; wakes whoever waits for it. Ending an ended agent changes nothing."""
-        with self._lock:
-            if not agent.state.ended:
-                to = WorkerState.LEFT if agent.state is WorkerState.LEAVING else WorkerState.EXITED
-                agent.state = advance(agent.instance, agent.state, to)
-            if agent.exit_code is None:
-                agent.exit_code = exit_code
-            agent.exited.set()
-            self._lock.notify_all()
-
-    def disconnect(self, agent_id: str) -> None:
-        with self._lock:
-            agent = self._agents.get(agent_id)
-            if agent is not None:
-                agent.connected = False
-            self._lock.notify_all()
-
-    def get(self, agent_id: str) -> AgentHandle | None:
-        with self._lock:
-            return self._agents.get(agent_id)
-
-    def snapshot(self) -> list[AgentHandle]:
-        with self._lock:
-            return list(self._agents.values())
-
-    def available(self) -> list[AgentHandle]:
-        """Workers Horovod may use: connected, warm or running, not leaving, not exited; while ``adopting``,
-        only the adopted ones, in their old rank order."""
-        with self._lock:
-            usable = [
-                a for a in self._agents.values() if a.connected and a.state in (WorkerState.WARM, WorkerState.RUNNING)
-            ]
-            if self.adopting:
-                usable = sorted((a for a in usable if a.adopted), key=lambda a: a.adopted_rank)
-            return usable
-
-    def end_adoption(self) -> None:
-        with self._lock:
-            self.adopting = False
-            self._lock.notify_all()
-
-    def wait(self, predicate: object, timeout: float) -> bool:
-        with self._lock:
-            return self._lock.wait_for(predicate, timeout)  # type: ignore[arg-type]
-
-    def find_available_hosts_and_slots(self) -> dict[str, int]:
-        return {a.agent_id: 1 for a in self.available()}
 
 
 @dataclass
@@ -478,15 +373,18 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """Sets a (re-)attaching agent's state from where it says its process stands; returns why it is refused
         ('' when it is not): a worker this driver already counted out, or one placed by an incarnation that
         is not this one's predecessor's, cannot come back into the ring."""
-        state = resume.state if resume is not None else "starting"
+        try:
+            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
+        except ValueError as exc:
+            return f"{agent.instance} resumes in no state of an agent: {exc}"
         known = self.registry.get(agent.agent_id)
         if known is not None and known.state.ended:
             return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
-        if state in ("stopping", "exited"):
+        if state in (AgentState.STOPPING, AgentState.EXITED):
             return f"{agent.instance}'s training process is ending"
-        if state == "warm":
+        if state is AgentState.WARM:
             agent.state, agent.joined = WorkerState.WARM, True
-        elif state == "running":
+        elif state is AgentState.RUNNING:
             assert resume is not None
             if resume.driver_incarnation == self.incarnation:
                 return f"{agent.instance} lost this driver's stream and its ring re-formed without it"
@@ -494,7 +392,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 return f"{agent.instance} trains in a ring of an earlier driver; this one's ring has formed since"
             agent.state, agent.joined = WorkerState.RUNNING, True
             agent.adopted, agent.adopted_rank = True, resume.rank
-        elif state == "leaving":
+        elif state is AgentState.LEAVING:
             agent.state, agent.joined = WorkerState.LEAVING, True
         return ""
 
@@ -612,7 +510,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             pb.WorkerStatus(
                 instance=a.instance,
                 container_id=a.container_id,
-                state=a.state.wire,
+                state=cast(pb.WorkerState, a.state.wire),
                 rank=ranks.get(a.agent_id, -1),
                 exit_code=a.exit_code,
             )
@@ -620,14 +518,14 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         ]
         target, version = self.targets.workers, self.targets.version
         world_size = self._hvd.world_size() if self._hvd is not None else 0
-        leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING]
+        leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING.wire]
         yarn_lag = self._yarn_lag()
         yarn_ready = self._yarn_ready()
         judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag)
         batch_timeline = self.targets.batch_timeline
         return pb.JobStatus(
             job=self.job,
-            phase=self.phase,
+            phase=cast(pb.JobPhase, self.phase.wire),
             target=target,
             world_size=world_size,
             min_workers=self.limits.min,
@@ -1149,19 +1047,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             log.warning("cannot record the job's outcome in %s: %s", path, exc)
 
 
-def choose_leavers(live: list[AgentHandle], ranks: dict[str, int], count: int) -> list[AgentHandle]:
-    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the
-    highest ranks, so rank 0 (and whatever the script does only there) stays where it is."""
-    if count <= 0:
-        return []
-
-    def cost(agent: AgentHandle) -> tuple[int, int, int]:
-        rank = ranks.get(agent.agent_id, -1)
-        return (0 if rank < 0 else 1, -rank, -agent.number)
-
-    return sorted(live, key=cost)[:count]
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -1191,21 +1076,6 @@ def _last_line(text: str) -> str:
     return lines[-1].strip()[:REASON_CHARS] if lines else ""
 
 
-class BoundRendezvousServer(RendezvousServer):
-    """Horovod's rendezvous server listening on one address: Horovod's own binds every interface, where any
-    host that reaches the driver's could read and write the ring's key-value store."""
-
-    def start(self, handler_cls: type = RendezvousHandler, host: str = "127.0.0.1") -> int:
-        """Listens on ``host`` (a free port) and serves in a thread; returns the port.
-
-        Raises:
-            OSError: ``host`` is not an address of this machine.
-        """
-        self._httpd = RendezvousHTTPServer((host, 0), handler_cls, self._verbose)
-        self._listen_thread = in_thread(target=self._httpd.serve_forever)
-        return int(self._httpd.server_address[1])
-
-
 def advertised_host() -> str:
     """The address YARN reports for this container, which the job's clients dial: the one this host's name
     resolves to (how a NodeManager without Docker finds a container's IP)."""
@@ -1230,43 +1100,6 @@ def control_plane_problem(token: str | None, tls: ServerTls | None, insecure: bo
             "in plaintext; `submarine job run` issues one, SUBMARINE_INSECURE=1 (job run --insecure) allows it"
         )
     return None
-
-
-def rendezvous_address(iface: str, advertised: str) -> str:
-    """The address Horovod's rendezvous listens on, which the ranks dial: ``advertised`` (the driver's own
-    address) when it is on ``iface``, else the first IPv4 address of ``iface`` (an override naming another
-    interface), on loopback 127.0.0.1.
-
-    Raises:
-        GlooInterfaceError: ``iface`` has no IPv4 address (no such interface here).
-        OSError: ``advertised`` does not resolve.
-    """
-    if iface == netif.LOOPBACK:
-        return "127.0.0.1"
-    address = socket.gethostbyname(advertised)
-    if netif.interface_for_address(address) == iface:
-        return address
-    import psutil
-
-    for addr in psutil.net_if_addrs().get(iface, []):
-        if addr.family == socket.AF_INET:
-            return str(addr.address)
-    raise GlooInterfaceError(
-        f"interface {iface!r} (SUBMARINE_GLOO_IFACE, or the one holding {advertised}) has no IPv4 address here"
-    )
-
-
-def gloo_endpoint(advertised: str, override: str | None) -> tuple[str, str]:
-    """(interface, rendezvous address) of a driver whose control plane is at ``advertised``: the interface
-    is ``override`` (``SUBMARINE_GLOO_IFACE``) when given, else the one holding ``advertised``, which routes
-    to every host its workers dial the driver from (:func:`netif.gloo_interface`).
-
-    Raises:
-        GlooInterfaceError: the interface has no IPv4 address.
-        OSError: ``advertised`` does not resolve.
-    """
-    iface = netif.gloo_interface(advertised, override)
-    return iface, rendezvous_address(iface, advertised)
 
 
 def main() -> int:

@@ -73,7 +73,7 @@ def test_a_plain_horovod_script_trains_in_the_ring_through_2_3_1_2(
 
     # Scale-in removed workers cleanly: exits with status 0, no failure recorded, job FINISHED.
     assert not status.failures, status.failures
-    exited = [w for w in status.workers if w.state == "exited"]
+    exited = [w for w in status.workers if w.state == pb.WORKER_EXITED]
     assert exited and all(w.HasField("exit_code") and w.exit_code == 0 for w in exited), exited
     outcome = load_outcome(name)
     assert outcome is not None and outcome.phase == "finished" and not outcome.failures, outcome

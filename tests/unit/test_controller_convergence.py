@@ -364,17 +364,17 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
     import responses
 
     with responses.RequestsMock():
-        driver.reply = pb.JobStatus(job="big", phase="running", target=3, world_size=2, yarn_ready=2)
+        driver.reply = pb.JobStatus(job="big", phase=pb.JOB_RUNNING, target=3, world_size=2, yarn_ready=2)
         seen = backend.size("big")
         assert seen == JobSize(target=3, ring=2, yarn_ready=2)
         assert seen.lag(3) == "YARN has 2 of 3; ring has 2 of 3"
         assert seen.lag(2) == "the driver's target is 3"  # YARN and the ring have 2: only the driver differs
         driver.reply = pb.JobStatus(
             job="big",
-            phase="running",
+            phase=pb.JOB_RUNNING,
             target=1,
             world_size=3,
-            workers=[pb.WorkerStatus(instance="worker-2", state="leaving", rank=2)],
+            workers=[pb.WorkerStatus(instance="worker-2", state=pb.WORKER_LEAVING, rank=2)],
         )
         seen = backend.size("big")
         assert seen is not None and seen.yarn_ready is None and seen.leaving == ("worker-2",)

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from submarine_elastic.elastic.api import GlooInterfaceError
-from submarine_elastic.elastic.driver import gloo_endpoint
+from submarine_elastic.elastic.ringhost import gloo_endpoint
 
 #: A driver on host 1 of a hosts cluster: eth0 holds a second address first, then the host's own.
 ADDRESSES = {

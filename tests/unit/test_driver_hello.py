@@ -122,7 +122,8 @@ def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_wor
 
             async def both_listed_warm() -> bool:
                 status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
-                return [(w.instance, w.state) for w in status.workers] == [("worker-0", "warm"), ("worker-1", "warm")]
+                states = [(w.instance, w.state) for w in status.workers]
+                return states == [("worker-0", pb.WORKER_WARM), ("worker-1", pb.WORKER_WARM)]
 
             await until(both_listed_warm, "Status lists worker-0 and worker-1 warm, and no one else")
 
@@ -137,7 +138,8 @@ def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_wor
             assert await asyncio.wait_for(agents[1], ANSWER_WITHIN_S) == ["leave"]
             status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
             assert status.target == 1
-            assert {w.instance: w.state for w in status.workers} == {"worker-0": "warm", "worker-1": "exited"}
+            states = {w.instance: w.state for w in status.workers}
+            assert states == {"worker-0": pb.WORKER_WARM, "worker-1": pb.WORKER_EXITED}
         agents[0].cancel()
         await asyncio.gather(agents[0], return_exceptions=True)
 

@@ -17,8 +17,9 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from submarine_elastic.elastic import driver as driver_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
-from submarine_elastic.elastic.driver import AgentHandle, JobDriver
+from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.yarn import (
     ComponentStatus,
     ComponentTarget,
@@ -123,8 +124,8 @@ def test_an_agent_whose_container_yarn_lists_stopped_and_relaunched_is_stopped_a
     )
     status = driver.Status(pb.StatusRequest(), None)
     assert [(w.container_id, w.state) for w in status.workers if w.instance == "worker-1"] == [
-        (OLD, "leaving"),
-        (NEW, "warm"),
+        (OLD, pb.WORKER_LEAVING),
+        (NEW, pb.WORKER_WARM),
     ]
     assert [f.reason for f in status.failures] == [failure.reason]
 

@@ -17,10 +17,11 @@ import pytest
 
 from submarine_elastic import env
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import Limits, WorkerState
+from submarine_elastic.elastic.api import AgentState, Limits, WorkerState
 from submarine_elastic.elastic.channel import FrameReader, encode
-from submarine_elastic.elastic.driver import AgentHandle, JobDriver, application_of
+from submarine_elastic.elastic.driver import JobDriver, application_of
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.ringhost import AgentHandle
 from tf_hooks.elastic import ring
 
 APP = "application_1795518217586_0001"
@@ -37,7 +38,7 @@ def handle(n: int) -> AgentHandle:
 
 
 def resume(state: str, rank: int = -1, incarnation: int = 1) -> pb.Resume:
-    return pb.Resume(state=state, rank=rank, driver_incarnation=incarnation)
+    return pb.Resume(state=AgentState(state).wire, rank=rank, driver_incarnation=incarnation)
 
 
 def test_container_ids_name_their_application() -> None:

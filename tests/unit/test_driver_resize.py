@@ -16,8 +16,9 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from submarine_elastic.elastic import driver as driver_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
-from submarine_elastic.elastic.driver import AgentHandle, JobDriver
+from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.yarn import ComponentTarget, YarnServiceClient
 
 RM = "http://rm.test:8088"
@@ -169,12 +170,13 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
     resize.start()
     leave = agents[0].commands.get(timeout=10)
     assert leave.WhichOneof("command") == "leave"
-    assert status(driver).workers[0].state == "leaving"
+    assert status(driver).workers[0].state == pb.WORKER_LEAVING
     driver.registry.end(agents[0], 0)  # its training process left cleanly
     resize.join(10)
     assert not resize.is_alive()
     assert driver.yarn.target("job", "worker") == ComponentTarget(2, ("worker-0",))
-    assert [w.state for w in status(driver).workers] == ["exited", "warm", "warm"]  # LEFT reads exited
+    states = [w.state for w in status(driver).workers]
+    assert states == [pb.WORKER_EXITED, pb.WORKER_WARM, pb.WORKER_WARM]  # LEFT reads exited
 
     rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
     rsps.put(SERVICE, json={"diagnostics": "ok"})

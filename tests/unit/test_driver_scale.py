@@ -107,13 +107,13 @@ def test_300_attached_agents_leave_status_and_flex_answering(
         async with grpc.aio.insecure_channel(target) as channel:
             stub = pb_grpc.ElasticDriverStub(channel)
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in attached)), ANSWER_WITHIN_S)
-            seen: dict[str, str] = {}
+            seen: dict[str, int] = {}
 
             async def all_listed_warm() -> bool:
                 status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
                 seen.clear()
                 seen.update({w.instance: w.state for w in status.workers})
-                return len(seen) == AGENTS and set(seen.values()) == {"warm"}
+                return len(seen) == AGENTS and set(seen.values()) == {pb.WORKER_WARM}
 
             await until(all_listed_warm, f"Status lists all {AGENTS} agents warm (it lists {len(seen)})")
             assert sorted(seen) == sorted(f"worker-{i}" for i in range(AGENTS))
@@ -126,13 +126,13 @@ def test_300_attached_agents_leave_status_and_flex_answering(
             async def leaver_gone_and_yarn_told() -> bool:
                 status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
                 states = {w.instance: w.state for w in status.workers}
-                return states[last] == "exited" and yarn.targets == [(AGENTS - 1, ())]
+                return states[last] == pb.WORKER_EXITED and yarn.targets == [(AGENTS - 1, ())]
 
             await until(leaver_gone_and_yarn_told, f"{last} left and YARN was given {AGENTS - 1} workers")
             assert await agents[-1] == ["leave"]
             status = await stub.Status(pb.StatusRequest(), timeout=ANSWER_WITHIN_S)
             assert status.target == AGENTS - 1
-            assert sum(w.state == "warm" for w in status.workers) == AGENTS - 1
+            assert sum(w.state == pb.WORKER_WARM for w in status.workers) == AGENTS - 1
             assert yarn.reconciled >= 1
         for task in agents[:-1]:
             task.cancel()

@@ -81,7 +81,27 @@ def test_final_states_have_no_way_out() -> None:
 
 
 def test_a_left_worker_reads_exited_on_the_wire() -> None:
-    assert [s.wire for s in WorkerState] == ["attached", "warm", "running", "leaving", "exited", "exited"]
+    assert [pb.WorkerState.Name(s.wire) for s in WorkerState] == [
+        "WORKER_ATTACHED",
+        "WORKER_WARM",
+        "WORKER_RUNNING",
+        "WORKER_LEAVING",
+        "WORKER_EXITED",
+        "WORKER_EXITED",
+    ]
+
+
+@pytest.mark.parametrize(("kind", "prefix"), [(JobPhase, "JOB_"), (WorkerState, "WORKER_"), (AgentState, "AGENT_")])
+def test_every_state_is_the_enum_of_its_name_on_the_wire_and_back(kind: type, prefix: str) -> None:
+    wire = getattr(pb, kind.__name__)
+    for state in kind:
+        if state is WorkerState.LEFT:
+            continue
+        assert wire.Name(state.wire) == prefix + state.name
+        assert kind.from_wire(state.wire) is state
+    assert len(wire.keys()) == len([s for s in kind if s is not WorkerState.LEFT]) + 1  # and UNSPECIFIED
+    with pytest.raises(ValueError, match=f"0 is not a {kind.__name__} on the wire"):
+        kind.from_wire(0)
 
 
 # A training process as tf_hooks.elastic.autojoin makes it: says it is warm, then does what the agent tells.
@@ -104,7 +124,7 @@ def test_an_agent_told_to_leave_reports_an_exit_that_is_no_failure(
     monkeypatch.setenv("LOG_DIRS", str(tmp_path))
     worker = agent_mod.Agent(f"{sys.executable} -c {shlex.quote(CHILD)}", "worker-1", "c-1", "host")
     outbox = worker._open_stream()  # what the driver's stream carries, Hello first
-    assert outbox.get_nowait().hello.resume.state == "starting"
+    assert outbox.get_nowait().hello.resume.state == pb.AGENT_STARTING
     worker.start_training()
     warm = outbox.get(timeout=60)
     assert warm.WhichOneof("event") == "warm" and worker.state is AgentState.WARM and worker.joined

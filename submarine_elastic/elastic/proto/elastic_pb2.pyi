@@ -1,9 +1,55 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_PHASE_UNSPECIFIED: _ClassVar[JobPhase]
+    JOB_WAITING: _ClassVar[JobPhase]
+    JOB_RUNNING: _ClassVar[JobPhase]
+    JOB_FINISHED: _ClassVar[JobPhase]
+    JOB_FAILED: _ClassVar[JobPhase]
+
+class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKER_STATE_UNSPECIFIED: _ClassVar[WorkerState]
+    WORKER_ATTACHED: _ClassVar[WorkerState]
+    WORKER_WARM: _ClassVar[WorkerState]
+    WORKER_RUNNING: _ClassVar[WorkerState]
+    WORKER_LEAVING: _ClassVar[WorkerState]
+    WORKER_EXITED: _ClassVar[WorkerState]
+
+class AgentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AGENT_STATE_UNSPECIFIED: _ClassVar[AgentState]
+    AGENT_STARTING: _ClassVar[AgentState]
+    AGENT_WARM: _ClassVar[AgentState]
+    AGENT_RUNNING: _ClassVar[AgentState]
+    AGENT_LEAVING: _ClassVar[AgentState]
+    AGENT_STOPPING: _ClassVar[AgentState]
+    AGENT_EXITED: _ClassVar[AgentState]
+JOB_PHASE_UNSPECIFIED: JobPhase
+JOB_WAITING: JobPhase
+JOB_RUNNING: JobPhase
+JOB_FINISHED: JobPhase
+JOB_FAILED: JobPhase
+WORKER_STATE_UNSPECIFIED: WorkerState
+WORKER_ATTACHED: WorkerState
+WORKER_WARM: WorkerState
+WORKER_RUNNING: WorkerState
+WORKER_LEAVING: WorkerState
+WORKER_EXITED: WorkerState
+AGENT_STATE_UNSPECIFIED: AgentState
+AGENT_STARTING: AgentState
+AGENT_WARM: AgentState
+AGENT_RUNNING: AgentState
+AGENT_LEAVING: AgentState
+AGENT_STOPPING: AgentState
+AGENT_EXITED: AgentState
 
 class AgentEvent(_message.Message):
     __slots__ = ("hello", "warm", "exited")
@@ -34,10 +80,10 @@ class Resume(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     DRIVER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
-    state: str
+    state: AgentState
     rank: int
     driver_incarnation: int
-    def __init__(self, state: _Optional[str] = ..., rank: _Optional[int] = ..., driver_incarnation: _Optional[int] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[AgentState, str]] = ..., rank: _Optional[int] = ..., driver_incarnation: _Optional[int] = ...) -> None: ...
 
 class Warm(_message.Message):
     __slots__ = ("pid", "warmup_seconds")
@@ -194,10 +240,10 @@ class WorkerStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
-    state: str
+    state: WorkerState
     rank: int
     exit_code: int
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[str] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class ResizeEvent(_message.Message):
     __slots__ = ("time", "from_workers", "to_workers", "reason")
@@ -254,7 +300,7 @@ class JobStatus(_message.Message):
     RING_AT_TARGET_FIELD_NUMBER: _ClassVar[int]
     YARN_READY_FIELD_NUMBER: _ClassVar[int]
     job: str
-    phase: str
+    phase: JobPhase
     target: int
     world_size: int
     min_workers: int
@@ -273,7 +319,7 @@ class JobStatus(_message.Message):
     version: int
     ring_at_target: bool
     yarn_ready: int
-    def __init__(self, job: _Optional[str] = ..., phase: _Optional[str] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ..., batch: _Optional[_Union[Target, _Mapping]] = ..., batch_timeline: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., converged: bool = ..., lag: _Optional[str] = ..., version: _Optional[int] = ..., ring_at_target: bool = ..., yarn_ready: _Optional[int] = ...) -> None: ...
+    def __init__(self, job: _Optional[str] = ..., phase: _Optional[_Union[JobPhase, str]] = ..., target: _Optional[int] = ..., world_size: _Optional[int] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., timeline: _Optional[_Iterable[_Union[ResizeEvent, _Mapping]]] = ..., error: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[WorkerFailure, _Mapping]]] = ..., incarnations: _Optional[_Iterable[_Union[DriverIncarnation, _Mapping]]] = ..., batch: _Optional[_Union[Target, _Mapping]] = ..., batch_timeline: _Optional[_Iterable[_Union[Target, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., converged: bool = ..., lag: _Optional[str] = ..., version: _Optional[int] = ..., ring_at_target: bool = ..., yarn_ready: _Optional[int] = ...) -> None: ...
 
 class DriverIncarnation(_message.Message):
     __slots__ = ("number", "started", "host", "adopted_workers", "recovered_after")

@@ -1,0 +1,202 @@
+"""The Horovod side of a job's driver: the agents attached to it, which double as Horovod's host discovery,
+the rendezvous server its ranks meet at, and the address that server listens on.
+
+:class:`AgentRegistry` answers Horovod's once-a-second discovery poll from the agents' states in memory: a
+worker is offered only once its training process is warm (so a joiner never stalls the ring) and is withdrawn
+before YARN is asked to remove it (so scale-in happens at a commit boundary). Each agent process is its own
+Horovod host (keyed by container id and agent pid), so a worker YARN relaunches is never the blacklisted one.
+:func:`choose_leavers` picks who goes on a scale-in. The driver (:mod:`submarine_elastic.elastic.driver`)
+holds one registry and one :class:`BoundRendezvousServer` and carries out its targets through them.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from horovod.runner.elastic.discovery import HostDiscovery
+from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+from horovod.runner.util.threads import in_thread
+
+from submarine_elastic import netif
+from submarine_elastic.elastic.api import GlooInterfaceError, WorkerState, advance
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.yarn import instance_number
+
+
+@dataclass
+class AgentHandle:
+    """One attached agent (one worker incarnation); its ``state`` changes only through the registry."""
+
+    agent_id: str  # the Horovod host key
+    instance: str
+    container_id: str
+    host: str
+    commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
+    state: WorkerState = WorkerState.ATTACHED
+    exit_code: int | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    #: its gRPC stream is open (a fact about the connection; an agent that goes ends LEFT or EXITED)
+    connected: bool = True
+    #: its training process asked to join a ring (it reached WARM)
+    joined: bool = False
+    #: it kept training while the job's driver was replaced: this incarnation adopted it (its rank then)
+    adopted: bool = False
+    adopted_rank: int = -1
+    #: it was sent this incarnation's Reform (its ring re-forms around this driver's rendezvous)
+    reformed: bool = False
+
+    @property
+    def number(self) -> int:
+        return instance_number(self.instance)
+
+
+class AgentRegistry(HostDiscovery):
+    """The agents attached to this driver; doubles as Horovod's host discovery."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Condition()
+        self._agents: dict[str, AgentHandle] = {}
+        #: while set, Horovod is offered only adopted workers (a new incarnation re-forming their ring)
+        self.adopting = False
+
+    def add(self, agent: AgentHandle) -> None:
+        """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""
+        with self._lock:
+            for key, old in list(self._agents.items()):
+                if old.instance == agent.instance and not old.connected:
+                    del self._agents[key]
+            self._agents[agent.agent_id] = agent
+            self._lock.notify_all()
+
+    def move(self, agent_id: str, to: WorkerState) -> AgentHandle | None:
+        """Move the agent to ``to`` (WARM also marks it joined); None when no such agent is registered.
+
+        Raises:
+            IllegalTransitionError: ``to`` cannot follow its state.
+        """
+        with self._lock:
+            agent = self._agents.get(agent_id)
+            if agent is not None:
+                agent.state = advance(agent.instance, agent.state, to)
+                agent.joined = agent.joined or to is WorkerState.WARM
+            self._lock.notify_all()
+            return agent
+
+    def end(self, agent: AgentHandle, exit_code: int) -> None:
+        """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it
+        was leaving, else EXITED; wakes whoever waits for it. Ending an ended agent changes nothing."""
+        with self._lock:
+            if not agent.state.ended:
+                to = WorkerState.LEFT if agent.state is WorkerState.LEAVING else WorkerState.EXITED
+                agent.state = advance(agent.instance, agent.state, to)
+            if agent.exit_code is None:
+                agent.exit_code = exit_code
+            agent.exited.set()
+            self._lock.notify_all()
+
+    def disconnect(self, agent_id: str) -> None:
+        with self._lock:
+            agent = self._agents.get(agent_id)
+            if agent is not None:
+                agent.connected = False
+            self._lock.notify_all()
+
+    def get(self, agent_id: str) -> AgentHandle | None:
+        with self._lock:
+            return self._agents.get(agent_id)
+
+    def snapshot(self) -> list[AgentHandle]:
+        with self._lock:
+            return list(self._agents.values())
+
+    def available(self) -> list[AgentHandle]:
+        """Workers Horovod may use: connected, warm or running, not leaving, not exited; while ``adopting``,
+        only the adopted ones, in their old rank order."""
+        with self._lock:
+            usable = [
+                a for a in self._agents.values() if a.connected and a.state in (WorkerState.WARM, WorkerState.RUNNING)
+            ]
+            if self.adopting:
+                usable = sorted((a for a in usable if a.adopted), key=lambda a: a.adopted_rank)
+            return usable
+
+    def end_adoption(self) -> None:
+        with self._lock:
+            self.adopting = False
+            self._lock.notify_all()
+
+    def wait(self, predicate: object, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(predicate, timeout)  # type: ignore[arg-type]
+
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
+        return {a.agent_id: 1 for a in self.available()}
+
+
+def choose_leavers(live: list[AgentHandle], ranks: dict[str, int], count: int) -> list[AgentHandle]:
+    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the
+    highest ranks, so rank 0 (and whatever the script does only there) stays where it is."""
+    if count <= 0:
+        return []
+
+    def cost(agent: AgentHandle) -> tuple[int, int, int]:
+        rank = ranks.get(agent.agent_id, -1)
+        return (0 if rank < 0 else 1, -rank, -agent.number)
+
+    return sorted(live, key=cost)[:count]
+
+
+class BoundRendezvousServer(RendezvousServer):
+    """Horovod's rendezvous server listening on one address: Horovod's own binds every interface, where any
+    host that reaches the driver's could read and write the ring's key-value store."""
+
+    def start(self, handler_cls: type = RendezvousHandler, host: str = "127.0.0.1") -> int:
+        """Listens on ``host`` (a free port) and serves in a thread; returns the port.
+
+        Raises:
+            OSError: ``host`` is not an address of this machine.
+        """
+        self._httpd = RendezvousHTTPServer((host, 0), handler_cls, self._verbose)
+        self._listen_thread = in_thread(target=self._httpd.serve_forever)
+        return int(self._httpd.server_address[1])
+
+
+def rendezvous_address(iface: str, advertised: str) -> str:
+    """The address Horovod's rendezvous listens on, which the ranks dial: ``advertised`` (the driver's own
+    address) when it is on ``iface``, else the first IPv4 address of ``iface`` (an override naming another
+    interface), on loopback 127.0.0.1.
+
+    Raises:
+        GlooInterfaceError: ``iface`` has no IPv4 address (no such interface here).
+        OSError: ``advertised`` does not resolve.
+    """
+    if iface == netif.LOOPBACK:
+        return "127.0.0.1"
+    address = socket.gethostbyname(advertised)
+    if netif.interface_for_address(address) == iface:
+        return address
+    import psutil
+
+    for addr in psutil.net_if_addrs().get(iface, []):
+        if addr.family == socket.AF_INET:
+            return str(addr.address)
+    raise GlooInterfaceError(
+        f"interface {iface!r} (SUBMARINE_GLOO_IFACE, or the one holding {advertised}) has no IPv4 address here"
+    )
+
+
+def gloo_endpoint(advertised: str, override: str | None) -> tuple[str, str]:
+    """(interface, rendezvous address) of a driver whose control plane is at ``advertised``: the interface
+    is ``override`` (``SUBMARINE_GLOO_IFACE``) when given, else the one holding ``advertised``, which routes
+    to every host its workers dial the driver from (:func:`netif.gloo_interface`).
+
+    Raises:
+        GlooInterfaceError: the interface has no IPv4 address.
+        OSError: ``advertised`` does not resolve.
+    """
+    iface = netif.gloo_interface(advertised, override)
+    return iface, rendezvous_address(iface, advertised)
