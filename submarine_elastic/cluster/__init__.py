@@ -3,6 +3,8 @@ on hosts that are network namespaces."""
 
 from submarine_elastic.cluster.api import (
     DEFAULT_SUBNET,
+    GPU_RESOURCE,
+    MAX_GPUS_PER_NODE,
     MAX_HOSTS,
     ROLES,
     ClusterAlreadyUpError,
@@ -13,6 +15,8 @@ from submarine_elastic.cluster.api import (
     DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
+    GpuDevice,
+    GpuDiscoveryError,
     Host,
     HostStatus,
     KerberosSetupError,
@@ -26,6 +30,8 @@ from submarine_elastic.cluster.netns import HostNetwork, HostNetworkError, HostN
 
 __all__ = [
     "DEFAULT_SUBNET",
+    "GPU_RESOURCE",
+    "MAX_GPUS_PER_NODE",
     "MAX_HOSTS",
     "ROLES",
     "ClusterAlreadyUpError",
@@ -36,6 +42,8 @@ __all__ = [
     "DaemonNotRunningError",
     "DaemonPlan",
     "DaemonStartError",
+    "GpuDevice",
+    "GpuDiscoveryError",
     "Host",
     "HostNetwork",
     "HostNetworkError",

@@ -55,8 +55,10 @@ import psutil
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic import env
+from submarine_elastic import env, resources
+from submarine_elastic.cluster import gpu
 from submarine_elastic.cluster.api import (
+    GPU_RESOURCE,
     ROLES,
     ClusterAlreadyUpError,
     ClusterNotUpError,
@@ -559,10 +561,31 @@ class LocalCluster:
         if hdfs:
             files[conf / "hdfs-site.xml"] = _xml_with(files[conf / "hdfs-site.xml"], hdfs)
             settings[conf / "hdfs-site.xml"] = hdfs
+        if spec.gpus_per_node and (name == "rm" or (node is not None and name.startswith("nm-"))):
+            gpu_files, gpu_settings = self._gpu_conf(conf, name, spec, node_host)
+            files.update(gpu_files)
+            for path, changed in gpu_settings.items():
+                files[path] = _xml_with(files[path], changed)
+                settings[path] = {**settings.get(path, {}), **changed}
         webapp = HDFS_WEBAPPS.get(name.split("-")[0])
         if webapp is not None:
             files[conf / "webapps" / webapp / "WEB-INF" / "web.xml"] = _EMPTY_WEBAPP
         return files, settings
+
+    def _gpu_conf(
+        self, conf: Path, name: str, spec: ClusterSpec, node_host: str
+    ) -> tuple[dict[Path, bytes], dict[Path, dict[str, str]]]:
+        """A GPU cluster's additions to the RM's or a NodeManager's configuration in ``conf``: files to write
+        (``resource-types.xml``; a NodeManager's stand-in ``nvidia-smi`` and what it prints) and settings to
+        change: the RM schedules by every resource, a NodeManager runs the GPU plugin on the stand-in."""
+        files = {conf / "resource-types.xml": gpu.resource_types_xml()}
+        if name == "rm":
+            return files, {conf / "capacity-scheduler.xml": dict(gpu.DOMINANT_RESOURCE_CALCULATOR)}
+        directory = conf / "gpu"
+        output = gpu.standin_output(resources.gpu_fixture().read_bytes(), spec.gpus_per_node, f"{node_host}/{name}")
+        files[directory / gpu.OUTPUT] = output
+        files[directory / gpu.EXECUTABLE] = gpu.standin_script(directory / gpu.OUTPUT)
+        return files, {conf / "yarn-site.xml": gpu.plugin_settings(directory)}
 
     def _hdfs_settings(self, name: str, spec: ClusterSpec, nn_host: str, placement: Placement | None) -> dict[str, str]:
         """One daemon's ``hdfs-site.xml`` overrides: where the NameNode is (every daemon is its client), and
@@ -1188,9 +1211,13 @@ def _java_home(java: str) -> str:
 
 
 def _write_files(files: Mapping[Path, bytes]) -> None:
+    """Write each file; a script (``#!``) executable by its owner and readable by all, the others as the umask
+    says."""
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+        if content.startswith(b"#!"):
+            path.chmod(0o755)
 
 
 def hdfs_addresses(conf_dir: Path) -> tuple[str, str] | None:
@@ -1439,6 +1466,15 @@ def _rm_nodes(rm_url: str, auth: requests.auth.AuthBase | None = None) -> list[N
             available_vcores=int(n.get("availableVirtualCores", 0)),
             containers=int(n.get("numContainers", 0)),
             last_health_update_ms=int(n.get("lastHealthUpdate", 0)),
+            used_gpus=_resource(n, "usedResource", GPU_RESOURCE),
+            available_gpus=_resource(n, "availableResource", GPU_RESOURCE),
         )
         for n in nodes
     ]
+
+
+def _resource(node: Mapping[str, Any], which: str, name: str) -> int:
+    """One resource type's value in a node's ``usedResource`` or ``availableResource`` (0 where the cluster has
+    no such type)."""
+    infos = ((node.get(which) or {}).get("resourceInformations") or {}).get("resourceInformation") or []
+    return next((int(i.get("value", 0)) for i in infos if i.get("name") == name), 0)
