@@ -30,6 +30,7 @@ from submarine_elastic.elastic.client import (
     forget_outcome,
     last_driver_address,
     load_outcome,
+    refuse_unplaceable,
     submit,
 )
 from submarine_elastic.elastic.jobspec import (
@@ -303,6 +304,7 @@ def run(
     try:
         build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
         with YarnServiceClient(req.rm_url) as yarn:
+            refuse_unplaceable(yarn, req.resources)
             if clear_ended_service(yarn, name):
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:

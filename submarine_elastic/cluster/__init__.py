@@ -3,7 +3,6 @@ on hosts that are network namespaces."""
 
 from submarine_elastic.cluster.api import (
     DEFAULT_SUBNET,
-    GPU_RESOURCE,
     MAX_GPUS_PER_NODE,
     MAX_HOSTS,
     ROLES,
@@ -27,6 +26,7 @@ from submarine_elastic.cluster.api import (
 )
 from submarine_elastic.cluster.local import LocalCluster
 from submarine_elastic.cluster.netns import HostNetwork, HostNetworkError, HostNetworkUnavailableError
+from submarine_elastic.yarn import GPU_RESOURCE
 
 __all__ = [
     "DEFAULT_SUBNET",

@@ -13,8 +13,6 @@ DEFAULT_SUBNET = "198.18.0.0/15"
 MAX_HOSTS = 64
 #: The address of the loopback cluster's every daemon.
 LOOPBACK = "127.0.0.1"
-#: YARN's name of the GPU resource type (``resource-types.xml``, a service spec's ``resource.additional``).
-GPU_RESOURCE = "yarn.io/gpu"
 #: Stand-in GPUs one NodeManager may have (``up --gpus-per-node``): as many as one host's PCIe slots hold.
 MAX_GPUS_PER_NODE = 16
 

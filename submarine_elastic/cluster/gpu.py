@@ -17,7 +17,8 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from submarine_elastic.cluster.api import GPU_RESOURCE, MAX_GPUS_PER_NODE, GpuDevice, GpuDiscoveryError
+from submarine_elastic.cluster.api import MAX_GPUS_PER_NODE, GpuDevice, GpuDiscoveryError
+from submarine_elastic.yarn import GPU_RESOURCE
 
 #: The settings a NodeManager's ``yarn-site.xml`` adds to find its GPUs with the stand-in in ``directory``.
 PLUGIN = "yarn.nodemanager.resource-plugins"

@@ -58,7 +58,6 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 from submarine_elastic import env, resources
 from submarine_elastic.cluster import gpu
 from submarine_elastic.cluster.api import (
-    GPU_RESOURCE,
     ROLES,
     ClusterAlreadyUpError,
     ClusterNotUpError,
@@ -82,7 +81,14 @@ from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.cluster.netns import HostNetwork, check_prerequisites
 from submarine_elastic.elastic.jobfiles import HDFS_JOBS
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
-from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
+from submarine_elastic.yarn import (
+    GPU_RESOURCE,
+    YarnError,
+    YarnServiceClient,
+    refuse_cookies,
+    resource_values,
+    spnego_auth,
+)
 
 log = logging.getLogger(__name__)
 
@@ -1466,15 +1472,8 @@ def _rm_nodes(rm_url: str, auth: requests.auth.AuthBase | None = None) -> list[N
             available_vcores=int(n.get("availableVirtualCores", 0)),
             containers=int(n.get("numContainers", 0)),
             last_health_update_ms=int(n.get("lastHealthUpdate", 0)),
-            used_gpus=_resource(n, "usedResource", GPU_RESOURCE),
-            available_gpus=_resource(n, "availableResource", GPU_RESOURCE),
+            used_gpus=resource_values(n.get("usedResource")).get(GPU_RESOURCE, 0),
+            available_gpus=resource_values(n.get("availableResource")).get(GPU_RESOURCE, 0),
         )
         for n in nodes
     ]
-
-
-def _resource(node: Mapping[str, Any], which: str, name: str) -> int:
-    """One resource type's value in a node's ``usedResource`` or ``availableResource`` (0 where the cluster has
-    no such type)."""
-    infos = ((node.get(which) or {}).get("resourceInformations") or {}).get("resourceInformation") or []
-    return next((int(i.get("value", 0)) for i in infos if i.get("name") == name), 0)
