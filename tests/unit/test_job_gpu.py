@@ -123,3 +123,19 @@ def test_the_nodes_report_their_gpus_as_the_rm_records_them() -> None:
         totals = yarn.resource_totals()
     assert (node.total_gpus, node.free_gpus, node.used_gpus) == (2, 2, 0)
     assert totals == {"memory-mb": 2048, "vcores": 2, "yarn.io/gpu": 2}
+
+
+@responses.activate
+def test_show_of_a_job_whose_application_master_failed_gives_yarns_diagnostics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's job: gpu=1 on a cluster without GPUs, submitted before this check existed. Its service AM failed
+    three times, so no driver ran to record how the job ended: `job show` says what YARN says."""
+    monkeypatch.setenv("SUBMARINE_RM_URL", RM)
+    responses.get(f"{RM}/app/v1/services/gpujob", json={"name": "gpujob", "state": "FAILED", "components": []})
+    responses.get(f"{RM}/ws/v1/cluster/apps", json=recorded("apps-am-failed"))
+    result = CliRunner().invoke(cli, ["job", "show", "gpujob"])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 0, out
+    assert "job gpujob ended: FAILED (YARN state FAILED, final status FAILED)" in out
+    assert "YARN's diagnostics of application_1795769466864_0001:" in out
+    assert "Application application_1795769466864_0001 failed 3 times due to AM Container" in out
+    assert "stderr.txt" not in out
