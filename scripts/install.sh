@@ -6,9 +6,12 @@
 # project the package ships (submarine cluster install-jars).
 #
 # Re-running it skips every step whose inputs have not changed (a stamp file per step holds a hash
-# of what the step was built from). Usage: scripts/install.sh [--tf 2.21|2.18] [--no-tensorflow]
+# of what the step was built from). Usage: scripts/install.sh [--tf 2.21|2.18] [--gpu] [--no-tensorflow]
 #   --tf LINE         the TensorFlow line (default 2.21): 2.21 = tensorflow-cpu 2.21.0 + tf_keras 2.21.0,
 #                     2.18 = tensorflow-cpu 2.18.1 + tf_keras 2.18.0, into .venv-tf2.18/ (make test uses it)
+#   --gpu             (2.21 only) TensorFlow's CUDA build, tensorflow[and-cuda] 2.21.0, instead of tensorflow-cpu,
+#                     and Horovod with NCCL (HOROVOD_GPU_OPERATIONS=NCCL) where the CUDA toolkit (nvcc) is found;
+#                     without it, says what it found and builds Horovod with Gloo only. CPU is the default.
 #   --no-tensorflow   controller side only: skip TensorFlow and Horovod (the extras stay installable)
 # SUBMARINE_VENV overrides the virtualenv's directory, PYTHON the interpreter that creates it.
 set -euo pipefail
@@ -25,15 +28,17 @@ HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f
 HOROVOD_PATCH=$ROOT/patches/horovod-$HOROVOD_VERSION-tf2.21.patch
 
 with_tf=1
+with_gpu=0
 tf_line=$DEFAULT_TF_LINE
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tensorflow) with_tf=0; shift ;;
+    --gpu) with_gpu=1; shift ;;
     --tf)
       [ $# -ge 2 ] || { echo "install.sh: --tf needs a TensorFlow line (2.21 or 2.18)" >&2; exit 2; }
       tf_line=$2; shift 2 ;;
     --tf=*) tf_line=${1#--tf=}; shift ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +48,11 @@ case "$tf_line" in
   *) echo "install.sh: --tf '$tf_line' is not a tested TensorFlow line; use 2.21 or 2.18" >&2; exit 2 ;;
 esac
 VENV=${SUBMARINE_VENV:-$default_venv}
+if [ "$with_gpu" = 1 ]; then
+  [ "$with_tf" = 1 ] || { echo "install.sh: --gpu installs TensorFlow's CUDA build: it cannot go with --no-tensorflow" >&2; exit 2; }
+  [ "$tf_line" = 2.21 ] || { echo "install.sh: --gpu installs the CUDA build of the 2.21 line only; it does not go with --tf $tf_line" >&2; exit 2; }
+  TF_SPEC="tensorflow[and-cuda]==2.21.0"
+fi
 
 step() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 skip() { printf '    %s (already done)\n' "$*"; }
@@ -106,21 +116,48 @@ if [ "$with_tf" = 1 ]; then
   if stamp_ok "$VENV/.stamp-tensorflow" "$tf_hash"; then
     skip "$TF_SPEC, $TF_KERAS_SPEC"
   else
-    step "installing $TF_SPEC and $TF_KERAS_SPEC (a ~275 MB download on a fresh machine)"
+    step "installing $TF_SPEC and $TF_KERAS_SPEC (CPU: a ~275 MB download on a fresh machine; CUDA: several GB)"
+    # tensorflow and tensorflow-cpu install the same modules: the build not wanted goes first.
+    "${PIP[@]}" uninstall --yes --quiet tensorflow tensorflow-cpu >/dev/null 2>&1 || true
     "${PIP[@]}" install --progress-bar off "$TF_SPEC"
     # --no-deps: tf_keras would otherwise pull a second TensorFlow build (the non-CPU wheel).
     "${PIP[@]}" install --progress-bar off --no-deps "$TF_KERAS_SPEC"
     echo "$tf_hash" > "$VENV/.stamp-tensorflow"
   fi
 
-  hvd_hash=$(hash_of "horovod==$HOROVOD_VERSION $HOROVOD_SDIST_SHA256 $(sha256sum < "$HOROVOD_PATCH") $tf_hash gloo")
+  # With --gpu, NCCL where the CUDA toolkit is here: Horovod's CUDA operations are compiled with nvcc.
+  hvd_gpu=()
+  hvd_ops=gloo
+  if [ "$with_gpu" = 1 ]; then
+    nvcc=$(command -v nvcc || true)
+    for dir in "${CUDA_HOME:-}" /usr/local/cuda; do
+      if [ -z "$nvcc" ] && [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ]; then nvcc=$dir/bin/nvcc; fi
+    done
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, - || true)
+    if [ -n "$nvcc" ]; then
+      cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd)
+      printf '    CUDA toolkit: %s (%s); GPUs: %s\n' "$nvcc" "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" "${gpus:-none seen by nvidia-smi}"
+      hvd_gpu=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="$cuda_home")
+      # NCCL from the system (HOROVOD_NCCL_HOME, if set), else the nvidia-nccl-cu12 wheel TensorFlow's CUDA build pulls.
+      nccl=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+      if [ -z "${HOROVOD_NCCL_HOME:-}" ] && [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ]; then
+        hvd_gpu+=(HOROVOD_NCCL_INCLUDE="$nccl/include" HOROVOD_NCCL_LIB="$nccl/lib")
+      fi
+      hvd_ops=nccl
+    else
+      printf '    --gpu: no CUDA toolkit here (no nvcc on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin; GPUs: %s).\n' "${gpus:-none seen by nvidia-smi}"
+      printf '    TensorFlow gets its CUDA build; Horovod is built with Gloo only (allreduce through host memory). Install the\n'
+      printf '    CUDA toolkit (nvcc) and rerun scripts/install.sh --gpu for NCCL.\n'
+    fi
+  fi
+  hvd_hash=$(hash_of "horovod==$HOROVOD_VERSION $HOROVOD_SDIST_SHA256 $(sha256sum < "$HOROVOD_PATCH") $tf_hash gloo$([ "$hvd_ops" = nccl ] && echo " nccl")")
   if stamp_ok "$VENV/.stamp-horovod" "$hvd_hash"; then
     skip "horovod==$HOROVOD_VERSION (patched)"
   else
     command -v cmake >/dev/null || die "cmake is required to build Horovod; on Debian: apt-get install cmake"
     command -v g++ >/dev/null || die "a C++ compiler is required to build Horovod; on Debian: apt-get install g++"
     command -v patch >/dev/null || die "patch is required to patch Horovod's sources; on Debian: apt-get install patch"
-    step "building horovod==$HOROVOD_VERSION from its sdist with $(basename "$HOROVOD_PATCH"), TensorFlow + Gloo (about 3 minutes on 2 cores)"
+    step "building horovod==$HOROVOD_VERSION from its sdist with $(basename "$HOROVOD_PATCH"), TensorFlow + Gloo$([ "$hvd_ops" = nccl ] && echo " + NCCL") (about 3 minutes on 2 cores)"
     src=$(mktemp -d "${TMPDIR:-/tmp}/horovod-src.XXXXXX")
     trap 'rm -rf "$src"' EXIT
     "${PIP[@]}" download --quiet --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION"
@@ -133,18 +170,25 @@ if [ "$with_tf" = 1 ]; then
     # From the patched directory, which pip neither takes from nor puts into its wheel cache: a wheel
     # built against one TensorFlow line is never reused for another.
     # --no-build-isolation: Horovod's CMake must see the TensorFlow installed above.
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
+    env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" "${hvd_gpu[@]}" \
       "${PIP[@]}" install --progress-bar off --no-build-isolation "$src/horovod-$HOROVOD_VERSION"
     rm -rf "$src"
     trap - EXIT
-    "$VENV/bin/python" - <<'PY' || die "Horovod was built without TensorFlow or Gloo support"
+    HVD_OPS=$hvd_ops "$VENV/bin/python" - <<'PY' || die "Horovod was built without TensorFlow, Gloo or (--gpu) NCCL support"
+import os
+
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from horovod.common.util import gloo_built
+from horovod.common.util import gloo_built, nccl_built
 if not gloo_built():
     raise SystemExit("horovod built without gloo")
-print("    horovod", __import__("horovod").__version__, "with TensorFlow", tf.__version__, "+ Gloo")
+if os.environ["HVD_OPS"] == "nccl" and not nccl_built():
+    raise SystemExit("horovod built without NCCL")
+extra = " + NCCL" if nccl_built() else ""
+print("    horovod", __import__("horovod").__version__, "with TensorFlow", tf.__version__, "+ Gloo" + extra)
+if tf.test.is_built_with_cuda():
+    print("    TensorFlow (CUDA build) sees GPUs:", tf.config.list_physical_devices("GPU") or "none")
 PY
     echo "$hvd_hash" > "$VENV/.stamp-horovod"
   fi

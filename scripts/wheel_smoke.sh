@@ -52,6 +52,7 @@ for name, path in {
     "job template": resources.job_template(),
     "Hadoop configuration": resources.hadoop_conf() / "yarn-site.xml",
     "Hadoop Maven project": resources.hadoop_pom(),
+    "GPU discovery fixture": resources.gpu_fixture(),
     "simulator data": resources.pollux_data() / "workloads" / "workload-1.csv",
     "bridge Java sources": installed / "bridge" / "java" / "org" / "submarineelastic" / "bridge" / "ElasticScheduler.java",
     "metrics .proto": installed / "metrics" / "proto" / "metrics.proto",

@@ -34,6 +34,11 @@ def hadoop_conf() -> Path:
     return _path("submarine_elastic", "cluster/hadoop/conf")
 
 
+def gpu_fixture() -> Path:
+    """A real GPU's ``nvidia-smi -x -q`` (an H100), which the pseudo-cluster's stand-in ``nvidia-smi`` copies."""
+    return _path("submarine_elastic", "cluster/hadoop/gpu/nvidia-smi-h100.xml")
+
+
 def hadoop_pom() -> Path:
     """The Maven project that lists the pseudo-cluster's jars (``submarine cluster install-jars``)."""
     return _path("submarine_elastic", "cluster/hadoop/pom.xml")

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from submarine_elastic.cluster import (
     DEFAULT_SUBNET,
+    MAX_GPUS_PER_NODE,
     MAX_HOSTS,
     ROLES,
     ClusterError,
@@ -63,6 +64,14 @@ node_vcores_option = click.option(
     show_default=True,
     help="Virtual cores each NodeManager offers to containers.",
 )
+gpus_option = click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=0, max=MAX_GPUS_PER_NODE),
+    default=0,
+    show_default=True,
+    help="GPUs each NodeManager offers as YARN's yarn.io/gpu, found by YARN's GPU plugin through a stand-in "
+    "nvidia-smi (copies of a real H100's; no CUDA device behind them); 0: no GPU resource type.",
+)
 port_base_option = click.option(
     "--port-base",
     type=click.IntRange(min=1024, max=65000),
@@ -95,6 +104,7 @@ port_base_option = click.option(
 )
 @node_memory_option
 @node_vcores_option
+@gpus_option
 @port_base_option
 @click.option(
     "--timeout",
@@ -122,6 +132,7 @@ def up(
     subnet: str | None,
     node_memory_mb: int,
     node_vcores: int,
+    gpus_per_node: int,
     port_base: int,
     timeout: float,
     secure: bool,
@@ -146,6 +157,7 @@ def up(
             hosts=hosts or 0,
             subnet=subnet or DEFAULT_SUBNET,
             hdfs=hdfs,
+            gpus_per_node=gpus_per_node,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -193,6 +205,7 @@ def up(
 )
 @node_memory_option
 @node_vcores_option
+@gpus_option
 @port_base_option
 @click.option(
     "--dry-run",
@@ -217,6 +230,7 @@ def daemon(
     node: int,
     node_memory_mb: int,
     node_vcores: int,
+    gpus_per_node: int,
     port_base: int,
     dry_run: bool,
     prepare: bool,
@@ -235,6 +249,7 @@ def daemon(
             node_vcores=node_vcores,
             port_base=port_base,
             hdfs=hdfs or role in ("namenode", "datanode"),
+            gpus_per_node=gpus_per_node,
         )
         placement = Placement(
             zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname(), nn_host=nn_host
@@ -345,8 +360,16 @@ def status(cluster_dir: Path | None) -> None:
         console.print(f"HDFS: {st.default_fs} (WebHDFS {st.webhdfs_url}), {live}", soft_wrap=True, highlight=False)
     if st.rm_error:
         raise click.ClickException(st.rm_error)
+    gpus = any(n.used_gpus or n.available_gpus for n in st.nodes)
     nodes = Table(title="nodes")
-    for col in ("node", "state", "containers", "memory used/free MB", "vcores used/free"):
+    for col in (
+        "node",
+        "state",
+        "containers",
+        "memory used/free MB",
+        "vcores used/free",
+        *(("gpus used/free",) * gpus),
+    ):
         nodes.add_column(col)
     for n in st.nodes:
         nodes.add_row(
@@ -355,11 +378,15 @@ def status(cluster_dir: Path | None) -> None:
             str(n.containers),
             f"{n.used_memory_mb}/{n.available_memory_mb}",
             f"{n.used_vcores}/{n.available_vcores}",
+            *((f"{n.used_gpus}/{n.available_gpus}",) * gpus),
         )
     console.print(nodes)
+    used_gpus = sum(n.used_gpus for n in st.nodes)
+    total_gpus = used_gpus + sum(n.available_gpus for n in st.nodes)
     console.print(
         f"capacity: memory {st.allocated_memory_mb}/{st.total_memory_mb} MB used, "
         f"vcores {st.allocated_vcores}/{st.total_vcores} used"
+        + (f", gpus {used_gpus}/{total_gpus} used" if gpus else "")
     )
     services = Table(title="yarn services")
     for col in ("name", "application", "state", "containers", "memory MB"):

@@ -32,6 +32,7 @@ from submarine_elastic.elastic.client import (
     forget_outcome,
     last_driver_address,
     load_outcome,
+    refuse_unplaceable,
     submit,
 )
 from submarine_elastic.elastic.jobspec import (
@@ -44,7 +45,7 @@ from submarine_elastic.elastic.jobspec import (
 )
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import AppSummary, RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
@@ -305,6 +306,7 @@ def run(
     try:
         build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
         with YarnServiceClient(req.rm_url) as yarn:
+            refuse_unplaceable(yarn, req.resources)
             if clear_ended_service(yarn, name):
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:
@@ -468,9 +470,13 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
         if status.is_terminal:
             # The service ends with its driver, as STOPPED whether the job finished or failed: the driver's
             # outcome record (or, without one, the RM's final status) tells which.
-            outcome, final = load_outcome(name), _final_status(yarn, name)
-            _print_outcome(name, outcome, final, str(status.state))
-            failed = outcome.phase != "finished" if outcome is not None else final in ("FAILED", "KILLED")
+            outcome, app = load_outcome(name), _newest_app(yarn, name)
+            _print_outcome(name, outcome, app, str(status.state))
+            failed = (
+                outcome.phase != "finished"
+                if outcome is not None
+                else app is not None and app.final_status in ("FAILED", "KILLED")
+            )
             if failed or str(status.state) == "FAILED":
                 reason = f": {outcome.error}" if outcome is not None and outcome.error else ""
                 raise click.ClickException(f"job {name} failed{reason}")
@@ -531,24 +537,25 @@ def show(name: str, all_runs: bool) -> None:
     _print_decisions(name, all_runs)
 
 
-def _final_status(yarn: YarnServiceClient, name: str) -> str | None:
-    """The RM's final status of the newest application named ``name`` (None: unknown)."""
+def _newest_app(yarn: YarnServiceClient, name: str) -> AppSummary | None:
+    """The RM's newest application named ``name`` (None: unknown)."""
     try:
         apps = [a for a in yarn.list(states=None) if a.name == name]
     except YarnError:
         return None
-    newest = max(apps, key=lambda a: a.id, default=None)
-    return newest.final_status if newest is not None else None
+    return max(apps, key=lambda a: a.id, default=None)
 
 
 def _show_outcome(name: str, yarn: YarnServiceClient | None, yarn_state: str | None = None) -> bool:
     """Prints how an ended job ended; False when nothing is known of it."""
-    return _print_outcome(name, load_outcome(name), _final_status(yarn, name) if yarn is not None else None, yarn_state)
+    app = _newest_app(yarn, name) if yarn is not None else None
+    return _print_outcome(name, load_outcome(name), app, yarn_state)
 
 
-def _print_outcome(name: str, outcome: JobOutcome | None, final: str | None, yarn_state: str | None) -> bool:
+def _print_outcome(name: str, outcome: JobOutcome | None, app: AppSummary | None, yarn_state: str | None) -> bool:
     if outcome is None and yarn_state is None:
         return False
+    final = app.final_status if app is not None else None
     verdict = (outcome.phase.upper() if outcome is not None else None) or final or "ENDED"
     # With a record, the RM's final status is the driver's (it exits 0 whenever it concluded the job, so that
     # YARN does not relaunch it): shown only when no record says how the job itself ended.
@@ -557,7 +564,12 @@ def _print_outcome(name: str, outcome: JobOutcome | None, final: str | None, yar
     where = ", ".join(x for x in facts if x)
     console.print(f"job [bold]{name}[/bold] ended: {verdict}" + (f" ({where})" if where else ""))
     if outcome is None:
-        console.print("its driver left no record of how it ended (see the driver container's stderr.txt)")
+        # No driver ran to the end (an ApplicationMaster that failed starts none): what YARN says of the job.
+        if app is not None and app.diagnostics:
+            console.print(f"YARN's diagnostics of {app.id}:", highlight=False)
+            console.print(app.diagnostics.strip(), markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print("its driver left no record of how it ended (see the driver container's stderr.txt)")
         return True
     _print_failures(outcome.error, outcome.failures)
     if outcome.batch_timeline:

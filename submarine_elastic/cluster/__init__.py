@@ -3,6 +3,7 @@ on hosts that are network namespaces."""
 
 from submarine_elastic.cluster.api import (
     DEFAULT_SUBNET,
+    MAX_GPUS_PER_NODE,
     MAX_HOSTS,
     ROLES,
     ClusterAlreadyUpError,
@@ -13,6 +14,8 @@ from submarine_elastic.cluster.api import (
     DaemonNotRunningError,
     DaemonPlan,
     DaemonStartError,
+    GpuDevice,
+    GpuDiscoveryError,
     Host,
     HostStatus,
     KerberosSetupError,
@@ -23,9 +26,12 @@ from submarine_elastic.cluster.api import (
 )
 from submarine_elastic.cluster.local import LocalCluster
 from submarine_elastic.cluster.netns import HostNetwork, HostNetworkError, HostNetworkUnavailableError
+from submarine_elastic.yarn import GPU_RESOURCE
 
 __all__ = [
     "DEFAULT_SUBNET",
+    "GPU_RESOURCE",
+    "MAX_GPUS_PER_NODE",
     "MAX_HOSTS",
     "ROLES",
     "ClusterAlreadyUpError",
@@ -36,6 +42,8 @@ __all__ = [
     "DaemonNotRunningError",
     "DaemonPlan",
     "DaemonStartError",
+    "GpuDevice",
+    "GpuDiscoveryError",
     "Host",
     "HostNetwork",
     "HostNetworkError",

@@ -13,6 +13,8 @@ DEFAULT_SUBNET = "198.18.0.0/15"
 MAX_HOSTS = 64
 #: The address of the loopback cluster's every daemon.
 LOOPBACK = "127.0.0.1"
+#: Stand-in GPUs one NodeManager may have (``up --gpus-per-node``): as many as one host's PCIe slots hold.
+MAX_GPUS_PER_NODE = 16
 
 
 class ClusterError(Exception):
@@ -44,6 +46,10 @@ class ClusterAlreadyUpError(ClusterError):
 
 class ClusterNotUpError(ClusterError):
     """The cluster directory records no running cluster."""
+
+
+class GpuDiscoveryError(ClusterError):
+    """``nvidia-smi -x -q`` output that is not XML, or lacks what YARN's GPU discovery reads."""
 
 
 class UnknownDaemonError(ClusterError):
@@ -155,6 +161,9 @@ class ClusterSpec:
     #: HDFS: a NameNode (on host 0) and a DataNode on every node, the cluster's ``fs.defaultFS`` (``up --hdfs``);
     #: None: on hosts yes, on loopback no
     hdfs: bool | None = None
+    #: GPUs each NodeManager offers (``up --gpus-per-node``), found by YARN's GPU plugin through a stand-in
+    #: ``nvidia-smi``; 0: the cluster has no ``yarn.io/gpu`` resource type at all
+    gpus_per_node: int = 0
 
     def __post_init__(self) -> None:
         if self.hdfs is None:
@@ -187,6 +196,8 @@ class ClusterSpec:
             raise ValueError(f"node_memory_mb must be at least 512, got {self.node_memory_mb}")
         if self.node_vcores < 1:
             raise ValueError(f"node_vcores must be at least 1, got {self.node_vcores}")
+        if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            raise ValueError(f"gpus_per_node must be 0..{MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
         if not 1024 <= self.port_base <= 65535 - 100 - 10 * self.nodes:
             raise ValueError(f"port_base {self.port_base} leaves no room for the cluster's ports")
 
@@ -372,6 +383,26 @@ class Daemon:
 
 
 @dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as ``nvidia-smi -x -q`` describes it (the fields YARN's GPU discovery and a worker's pinning use).
+
+    Attributes:
+        minor_number: the device's number (``/dev/nvidia<minor>``), which YARN assigns and
+            ``CUDA_VISIBLE_DEVICES`` may name.
+        uuid: ``GPU-...``, unique to the device.
+        product_name: e.g. ``NVIDIA H100 80GB HBM3``.
+        pci_bus_id: ``00000000:18:00.0``.
+        memory_total_mib: its frame buffer.
+    """
+
+    minor_number: int
+    uuid: str
+    product_name: str
+    pci_bus_id: str
+    memory_total_mib: int
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     node_id: str
     state: str
@@ -382,6 +413,9 @@ class NodeInfo:
     containers: int
     #: when the NodeManager last reported its health (ms since the epoch); a restarted one reports anew
     last_health_update_ms: int = 0
+    #: ``yarn.io/gpu`` in use and free (0 and 0 on a node, or a cluster, without GPUs)
+    used_gpus: int = 0
+    available_gpus: int = 0
 
 
 @dataclass(frozen=True)

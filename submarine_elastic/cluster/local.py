@@ -55,7 +55,8 @@ import psutil
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic import env
+from submarine_elastic import env, resources
+from submarine_elastic.cluster import gpu
 from submarine_elastic.cluster.api import (
     ROLES,
     ClusterAlreadyUpError,
@@ -80,7 +81,14 @@ from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.cluster.netns import HostNetwork, check_prerequisites
 from submarine_elastic.elastic.jobfiles import HDFS_JOBS
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
-from submarine_elastic.yarn import YarnError, YarnServiceClient, refuse_cookies, spnego_auth
+from submarine_elastic.yarn import (
+    GPU_RESOURCE,
+    YarnError,
+    YarnServiceClient,
+    refuse_cookies,
+    resource_values,
+    spnego_auth,
+)
 
 log = logging.getLogger(__name__)
 
@@ -559,10 +567,31 @@ class LocalCluster:
         if hdfs:
             files[conf / "hdfs-site.xml"] = _xml_with(files[conf / "hdfs-site.xml"], hdfs)
             settings[conf / "hdfs-site.xml"] = hdfs
+        if spec.gpus_per_node and (name == "rm" or (node is not None and name.startswith("nm-"))):
+            gpu_files, gpu_settings = self._gpu_conf(conf, name, spec, node_host)
+            files.update(gpu_files)
+            for path, changed in gpu_settings.items():
+                files[path] = _xml_with(files[path], changed)
+                settings[path] = {**settings.get(path, {}), **changed}
         webapp = HDFS_WEBAPPS.get(name.split("-")[0])
         if webapp is not None:
             files[conf / "webapps" / webapp / "WEB-INF" / "web.xml"] = _EMPTY_WEBAPP
         return files, settings
+
+    def _gpu_conf(
+        self, conf: Path, name: str, spec: ClusterSpec, node_host: str
+    ) -> tuple[dict[Path, bytes], dict[Path, dict[str, str]]]:
+        """A GPU cluster's additions to the RM's or a NodeManager's configuration in ``conf``: files to write
+        (``resource-types.xml``; a NodeManager's stand-in ``nvidia-smi`` and what it prints) and settings to
+        change: the RM schedules by every resource, a NodeManager runs the GPU plugin on the stand-in."""
+        files = {conf / "resource-types.xml": gpu.resource_types_xml()}
+        if name == "rm":
+            return files, {conf / "capacity-scheduler.xml": dict(gpu.DOMINANT_RESOURCE_CALCULATOR)}
+        directory = conf / "gpu"
+        output = gpu.standin_output(resources.gpu_fixture().read_bytes(), spec.gpus_per_node, f"{node_host}/{name}")
+        files[directory / gpu.OUTPUT] = output
+        files[directory / gpu.EXECUTABLE] = gpu.standin_script(directory / gpu.OUTPUT)
+        return files, {conf / "yarn-site.xml": gpu.plugin_settings(directory)}
 
     def _hdfs_settings(self, name: str, spec: ClusterSpec, nn_host: str, placement: Placement | None) -> dict[str, str]:
         """One daemon's ``hdfs-site.xml`` overrides: where the NameNode is (every daemon is its client), and
@@ -1188,9 +1217,13 @@ def _java_home(java: str) -> str:
 
 
 def _write_files(files: Mapping[Path, bytes]) -> None:
+    """Write each file; a script (``#!``) executable by its owner and readable by all, the others as the umask
+    says."""
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+        if content.startswith(b"#!"):
+            path.chmod(0o755)
 
 
 def hdfs_addresses(conf_dir: Path) -> tuple[str, str] | None:
@@ -1439,6 +1472,8 @@ def _rm_nodes(rm_url: str, auth: requests.auth.AuthBase | None = None) -> list[N
             available_vcores=int(n.get("availableVirtualCores", 0)),
             containers=int(n.get("numContainers", 0)),
             last_health_update_ms=int(n.get("lastHealthUpdate", 0)),
+            used_gpus=resource_values(n.get("usedResource")).get(GPU_RESOURCE, 0),
+            available_gpus=resource_values(n.get("availableResource")).get(GPU_RESOURCE, 0),
         )
         for n in nodes
     ]

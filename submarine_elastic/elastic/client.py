@@ -21,6 +21,7 @@ from submarine_elastic.elastic.jobspec import (
     TLS_FILES,
     JobRequest,
     JobSpecError,
+    WorkerResources,
     build_service,
     job_dir,
     outcome_path,
@@ -28,12 +29,43 @@ from submarine_elastic.elastic.jobspec import (
 )
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import ServiceNotFoundError, YarnServiceClient
+from submarine_elastic.yarn import GPU_RESOURCE, ServiceNotFoundError, YarnServiceClient
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
+
+
+def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> None:
+    """Refuse workers that ask GPUs the cluster cannot give one of them, before anything is submitted: YARN
+    would accept the service and its ApplicationMaster fail three times over a resource type its RM does not
+    know, or keep a worker pending for ever on nodes that all have too few. Blocks for one or two requests to
+    the RM (none when the workers ask no GPU).
+
+    Raises:
+        JobSpecError: the RM declares no ``yarn.io/gpu``, or no running node has ``resources.gpus`` (naming what
+            the cluster offers).
+        YarnError: the RM did not answer.
+    """
+    if resources.gpus == 0:
+        return
+    asked = f"--worker_resources asks {GPU_RESOURCE} {resources.gpus} per worker"
+    totals = yarn.resource_totals()
+    if GPU_RESOURCE not in totals:
+        raise JobSpecError(
+            f"{asked}, but the ResourceManager at {yarn.rm_url} has no {GPU_RESOURCE} resource type (it offers "
+            f"{', '.join(sorted(totals))}); declare it in the cluster's resource-types.xml "
+            f"(the pseudo-cluster: submarine cluster up --gpus-per-node N), or ask no gpu"
+        )
+    nodes = yarn.nodes()
+    largest = max((n.total_gpus for n in nodes), default=0)
+    if largest < resources.gpus:
+        offers = ", ".join(f"{n.node_id} {n.total_gpus}" for n in nodes) or "no running node"
+        raise JobSpecError(
+            f"{asked}, but the largest node of the cluster at {yarn.rm_url} has {largest} ({GPU_RESOURCE} by "
+            f"node: {offers}); a worker's GPUs come from one node"
+        )
 
 
 def submit(

@@ -24,7 +24,7 @@ from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, Ba
 from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.netif import is_loopback
-from submarine_elastic.yarn import InvalidSpecError
+from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 
 if TYPE_CHECKING:
     from submarine_elastic.tls import Issued
@@ -597,7 +597,7 @@ def build_service(req: JobRequest) -> Service:
             comp["launch_command"] = f"{shlex.quote(req.python)} -m submarine_elastic.elastic.agent"
             comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
             if req.resources.gpus:
-                comp["resource"]["additional"] = {"yarn.io/gpu": {"value": req.resources.gpus, "unit": ""}}
+                comp["resource"]["additional"] = {GPU_RESOURCE: {"value": req.resources.gpus, "unit": ""}}
             comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
                 req.launch_cmd.encode()
             ).decode()

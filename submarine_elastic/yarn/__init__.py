@@ -7,6 +7,7 @@ through :class:`ServiceBackend` (``set_target`` / ``reconcile``).
 from typing import TYPE_CHECKING
 
 from .api import (
+    GPU_RESOURCE,
     AppSummary,
     ComponentNotFoundError,
     ComponentState,
@@ -31,6 +32,7 @@ from .api import (
     YarnRequestError,
     YarnTimeoutError,
     instance_number,
+    resource_values,
 )
 from .client import LIVE_APP_STATES, YarnServiceClient, build_session, refuse_cookies, spnego_auth
 
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "GPU_RESOURCE",
     "LIVE_APP_STATES",
     "AppSummary",
     "Artifact",
@@ -112,5 +115,6 @@ __all__ = [
     "build_session",
     "instance_number",
     "refuse_cookies",
+    "resource_values",
     "spnego_auth",
 ]

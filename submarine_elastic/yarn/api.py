@@ -41,7 +41,12 @@ __all__ = [
     "YarnRequestError",
     "YarnTimeoutError",
     "instance_number",
+    "GPU_RESOURCE",
+    "resource_values",
 ]
+
+#: YARN's name of the GPU resource type (``resource-types.xml``; a service spec's ``resource.additional``).
+GPU_RESOURCE = "yarn.io/gpu"
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -400,6 +405,11 @@ class NodeReport:
     free_vcores: int
     used_memory_mb: int = 0
     used_vcores: int = 0
+    #: ``yarn.io/gpu`` of ``totalResource``, ``availableResource`` and ``usedResource`` (0 where the RM has no
+    #: such resource type)
+    total_gpus: int = 0
+    free_gpus: int = 0
+    used_gpus: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NodeReport:
@@ -421,7 +431,23 @@ class NodeReport:
             free_vcores=free_vcores,
             used_memory_mb=used_mb,
             used_vcores=used_vcores,
+            total_gpus=resource_values(total).get(GPU_RESOURCE, 0),
+            free_gpus=resource_values(data.get("availableResource")).get(GPU_RESOURCE, 0),
+            used_gpus=resource_values(data.get("usedResource")).get(GPU_RESOURCE, 0),
         )
+
+
+def resource_values(resource: object) -> dict[str, int]:
+    """Every resource type's value in one of the RM's resource objects (a node's ``totalResource``, the
+    cluster's ``totalClusterResourcesAcrossPartition``): its ``resourceInformations``, by type name
+    (``memory-mb``, ``vcores``, ``yarn.io/gpu``, ...); {} for anything else."""
+    infos = resource.get("resourceInformations") if isinstance(resource, Mapping) else None
+    items = infos.get("resourceInformation") if isinstance(infos, Mapping) else None
+    values = {}
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, Mapping) and (value := _opt_int(item.get("value"))) is not None:
+            values[str(item.get("name", ""))] = value
+    return values
 
 
 @dataclass(frozen=True)

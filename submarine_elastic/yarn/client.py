@@ -76,6 +76,7 @@ from .api import (
     YarnRequestError,
     YarnTimeoutError,
     instance_number,
+    resource_values,
 )
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ LIVE_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 _SERVICES = "/app/v1/services"
 _APPS = "/ws/v1/cluster/apps"
 _NODES = "/ws/v1/cluster/nodes"
+_METRICS = "/ws/v1/cluster/metrics"
 _CONF = "/conf"
 _RUNNING_STATES = frozenset({ServiceState.STARTED, ServiceState.STABLE, ServiceState.FLEX})
 _APP_ID = re.compile(r"application_\d+_\d+")
@@ -622,6 +624,27 @@ class YarnServiceClient(ServiceBackend):
         items = nodes.get("node") or [] if isinstance(nodes, dict) else []
         reports = [NodeReport.from_json(n) for n in items if isinstance(n, Mapping)]
         return sorted(reports, key=lambda n: n.node_id)
+
+    def resource_totals(self) -> dict[str, int]:
+        """Every resource type the RM knows, with the cluster's total of it (its metrics'
+        ``totalClusterResourcesAcrossPartition``): ``memory-mb`` and ``vcores``, and ``yarn.io/gpu`` only where
+        the RM declares it (``resource-types.xml``). Blocks for one request.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request; an answer without the
+                resource totals (a ResourceManager older than Hadoop 3.3) is a YarnRequestError.
+        """
+        resp = self._request("GET", _METRICS)
+        try:
+            metrics = resp.json().get("clusterMetrics") or {}
+        except (ValueError, AttributeError) as exc:
+            raise YarnRequestError(f"GET {_METRICS}: answer is not JSON: {resp.text[:200]!r}") from exc
+        totals = resource_values(
+            metrics.get("totalClusterResourcesAcrossPartition") if isinstance(metrics, dict) else None
+        )
+        if not totals:
+            raise YarnRequestError(f"GET {_METRICS}: no totalClusterResourcesAcrossPartition in {resp.text[:200]!r}")
+        return totals
 
     def config_value(self, name: str) -> str | None:
         """The value of one property of the RM's configuration (its ``/conf`` page), or None when it is

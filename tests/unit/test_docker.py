@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,20 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster, Placement
+from submarine_elastic.cluster.gpu import parse_nvidia_smi
 from submarine_elastic.cluster.local import HDFS_FRAMEWORK, HDFS_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
-COMPOSE: dict[str, Any] = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+
+
+def compose(environ: dict[str, str]) -> dict[str, Any]:
+    """docker-compose.yml as Compose reads it with ``environ``: each ``${VAR:-default}`` interpolated."""
+    text = (DOCKER / "docker-compose.yml").read_text()
+    return yaml.safe_load(re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: environ.get(m[1]) or m[2], text))
+
+
+COMPOSE: dict[str, Any] = compose({})
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NODEMANAGERS = sorted(name for name in SERVICES if name.startswith("nodemanager"))
 DATANODES = sorted(name for name in SERVICES if name.startswith("datanode"))
@@ -107,6 +117,29 @@ def test_each_container_command_is_a_daemon_the_cli_runs(name: str, tmp_path: Pa
     if role == "nodemanager":
         assert yarn["yarn.nodemanager.hostname"] == name
         assert yarn["yarn.nodemanager.address"].startswith(f"{name}:")
+
+
+def test_gpus_per_node_reaches_the_rm_and_every_nodemanager(tmp_path: Path, fake_lib: Path) -> None:
+    """SUBMARINE_GPUS_PER_NODE=2: the RM declares yarn.io/gpu and schedules by every resource; each NodeManager
+    runs the GPU plugin on a stand-in nvidia-smi of its own that prints 2 devices."""
+    services = compose({"SUBMARINE_GPUS_PER_NODE": "2"})["services"]
+    for name in ["resourcemanager", *NODEMANAGERS]:
+        command = [str(part) for part in services[name]["command"]]
+        assert command[command.index("--gpus-per-node") + 1] == "2", name
+        prepare(command, tmp_path / name)
+        daemon = "rm" if name == "resourcemanager" else "nm-0"
+        conf = tmp_path / name / "conf" / daemon
+        assert site(conf / "resource-types.xml") == {"yarn.resource-types": "yarn.io/gpu"}
+        if daemon == "rm":
+            assert site(conf / "capacity-scheduler.xml")["yarn.scheduler.capacity.resource-calculator"].endswith(
+                "DominantResourceCalculator"
+            )
+            continue
+        found = site(conf / "yarn-site.xml")["yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables"]
+        printed = subprocess.run([f"{found}/nvidia-smi", "-x", "-q"], capture_output=True, check=True).stdout
+        assert [d.minor_number for d in parse_nvidia_smi(printed)] == [0, 1]
+    without = [s["command"] for n, s in SERVICES.items() if n == "resourcemanager" or n in NODEMANAGERS]
+    assert all(c[c.index("--gpus-per-node") + 1] == "0" for c in without), "no GPUs unless asked"
 
 
 def test_the_jobs_directory_is_a_volume_shared_by_the_rm_and_every_node_and_hdfs_keeps_its_own() -> None:
