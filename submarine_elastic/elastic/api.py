@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from submarine_elastic.limits import MAX_BATCH_SIZE
 
@@ -57,8 +57,27 @@ class IllegalTransitionError(ElasticError):
         self.requested = requested
 
 
-class JobPhase(StrEnum):
-    """A job as its driver sees it; the value is ``JobStatus.phase`` on the wire.
+class WireState(StrEnum):
+    """A state machine's state that travels as ``elastic.proto``'s enum of the class's name
+    (``JOB_<NAME>``, ``WORKER_<NAME>``, ``AGENT_<NAME>``)."""
+
+    @property
+    def wire(self) -> int:
+        """Its value in the proto's enum."""
+        return _wire(self)
+
+    @classmethod
+    def from_wire(cls, value: int) -> Self:
+        """The state a message carries.
+
+        Raises:
+            ValueError: it is none of this machine's states (naming the value).
+        """
+        return _from_wire(cls, value)
+
+
+class JobPhase(WireState):
+    """A job as its driver sees it; ``JobStatus.phase`` on the wire.
 
     Transitions::
 
@@ -73,22 +92,8 @@ class JobPhase(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
 
-    @property
-    def wire(self) -> int:
-        """Its ``JobPhase`` value in ``elastic.proto`` (``JOB_<NAME>``)."""
-        return _wire(self)
 
-    @classmethod
-    def from_wire(cls, value: int) -> JobPhase:
-        """The phase a ``JobStatus.phase`` carries.
-
-        Raises:
-            ValueError: it is none of the job's phases (naming the value).
-        """
-        return _from_wire(cls, value)
-
-
-class WorkerState(StrEnum):
+class WorkerState(WireState):
     """One worker (one agent incarnation) as the driver sees it; the value is ``WorkerStatus.state``
     on the wire, except that LEFT is sent as ``exited`` (with exit code 0), as it always was.
 
@@ -115,22 +120,13 @@ class WorkerState(StrEnum):
         ``WORKER_EXITED`` there."""
         return _wire(WorkerState.EXITED if self is WorkerState.LEFT else self)
 
-    @classmethod
-    def from_wire(cls, value: int) -> WorkerState:
-        """The state a ``WorkerStatus.state`` carries (never LEFT: it reads EXITED).
-
-        Raises:
-            ValueError: it is none of a worker's states (naming the value).
-        """
-        return _from_wire(cls, value)
-
     @property
     def ended(self) -> bool:
         """Its training process is gone (LEFT or EXITED)."""
         return self in (WorkerState.LEFT, WorkerState.EXITED)
 
 
-class AgentState(StrEnum):
+class AgentState(WireState):
     """The training process as its agent sees it.
 
     Transitions::
@@ -148,20 +144,6 @@ class AgentState(StrEnum):
     LEAVING = "leaving"
     STOPPING = "stopping"
     EXITED = "exited"
-
-    @property
-    def wire(self) -> int:
-        """Its ``AgentState`` value in ``elastic.proto`` (``AGENT_<NAME>``)."""
-        return _wire(self)
-
-    @classmethod
-    def from_wire(cls, value: int) -> AgentState:
-        """The state a ``Resume.state`` carries.
-
-        Raises:
-            ValueError: it is none of an agent's states (naming the value).
-        """
-        return _from_wire(cls, value)
 
     @property
     def asked_to_end(self) -> bool:
@@ -196,6 +178,7 @@ _NEXT: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = {
 }
 
 _S = TypeVar("_S", JobPhase, WorkerState, AgentState)
+_Wired = TypeVar("_Wired", bound=WireState)
 
 #: The states' numbers on the wire (``elastic.proto``'s enums; tests/unit/test_elastic_states.py checks they
 #: match): 0 is each enum's UNSPECIFIED, never a state. Kept here so that reading a state needs no protobuf.
@@ -211,7 +194,7 @@ def _wire(state: StrEnum) -> int:
     return _WIRE_OF[type(state)][state]
 
 
-def _from_wire(kind: type[_S], value: int) -> _S:
+def _from_wire(kind: type[_Wired], value: int) -> _Wired:
     for state, number in _WIRE_OF[kind].items():
         if number == value:
             return kind(state)
