@@ -23,7 +23,10 @@ keep what they hold, except that a waiting job may start with workers taken from
 that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
 a waiting job starts). A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
 times past the most workers it was measured at; before its first measurement, to the count it was
-submitted with, or ``initial_workers`` (one node's slots by default) when that is not known.
+submitted with, or ``initial_workers`` (one node's slots by default) when that is not known. Where the
+model is uncertain it is optimistic (see :mod:`~submarine_elastic.policy.goodput_model`), so a job is tried
+at configurations it has not run in; once it ran in one (more workers or another micro-batch than ever
+before), it is given no other for ``explore_interval_s`` (default :data:`EXPLORE_INTERVAL_S`).
 
 Each job's inverse speedup is weighted by its remaining time, shortest-remaining-first in flavour:
 ``(remaining / REMAINING_REFERENCE_S) ** -remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the
@@ -66,6 +69,7 @@ from .goodput_model import BestConfigs, GoodputModel, worker_cap
 
 __all__ = [
     "DEFAULT_RESIZE_COST_S",
+    "EXPLORE_INTERVAL_S",
     "MAX_CONFIGURATIONS",
     "MAX_REMAINING_EXPONENT",
     "MIN_HORIZON_S",
@@ -102,7 +106,10 @@ MAX_REMAINING_EXPONENT = 4.0
 REMAINING_REFERENCE_S = 3600.0
 #: Remaining times below this count as this (a job about to finish is not weighted without bound).
 MIN_REMAINING_S = 60.0
-_STATE_VERSION = 1
+#: Default of how often a job may be given a configuration outside what it was measured at (seconds from
+#: the round its last such configuration was first measured).
+EXPLORE_INTERVAL_S = 120.0
+_STATE_VERSION = 2
 
 
 # ------------------------------------------------------------------------------ without step times
@@ -153,26 +160,36 @@ def _key(m: StepTime) -> tuple[int, int, float, int]:
 
 
 class _History:
-    """Step times per job and configuration, the most recent :data:`MAX_CONFIGURATIONS` of each job."""
+    """Step times per job and configuration, the most recent :data:`MAX_CONFIGURATIONS` of each job, and when each
+    job last ran in a configuration outside what it had been measured at (it explored)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
+        self.explored: dict[str, float] = {}
         self._seen: dict[str, tuple[StepTime, ...]] = {}  # the configurations last merged, per job
 
-    def update(self, job: JobView) -> tuple[StepTime, ...]:
+    def update(self, job: JobView, now: float) -> tuple[StepTime, ...]:
         kept = self.jobs.setdefault(job.job_id, {})
         given = job.metrics.configurations
         before = self._seen.get(job.job_id)
         if before is not None and len(before) == len(given) and all(a is b for a, b in zip(before, given, strict=True)):
             return tuple(kept.values())
         self._seen[job.job_id] = given
+        known = tuple(kept.values())
         for m in given:
             key = _key(m)
+            if known and key not in kept and _outside(m, known):
+                self.explored[job.job_id] = now
             kept.pop(key, None)
             kept[key] = m
         while len(kept) > MAX_CONFIGURATIONS:
             del kept[next(iter(kept))]
         return tuple(kept.values())
+
+    def may_explore(self, job_id: str, now: float, interval_s: float) -> bool:
+        """Whether the job may be given a configuration outside what it was measured at."""
+        last = self.explored.get(job_id)
+        return last is None or now - last >= interval_s
 
     def keep_only(self, job_ids: set[str]) -> None:
         for job_id in [j for j in self.jobs if j not in job_ids]:
@@ -180,6 +197,7 @@ class _History:
 
     def forget(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
+        self.explored.pop(job_id, None)
         self._seen.pop(job_id, None)
 
     def state(self) -> dict[str, Any]:
@@ -191,9 +209,11 @@ class _History:
             for job_id, kept in sorted(self.jobs.items())
         }
 
-    def load(self, owner: str, state: Any) -> None:
+    def load(self, owner: str, state: Any, explored: Any) -> None:
         if not isinstance(state, Mapping):
             raise PolicyStateError(f"{owner}: history must be a mapping, got {state!r}")
+        if not isinstance(explored, Mapping):
+            raise PolicyStateError(f"{owner}: explored must be a mapping, got {explored!r}")
         jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
         try:
             for job_id, rows in state.items():
@@ -202,10 +222,22 @@ class _History:
                     m = StepTime(int(w), int(n), float(local), int(accum), float(seconds), sync, int(steps))
                     kept[_key(m)] = m
                 jobs[str(job_id)] = kept
+            times = {str(job_id): float(t) for job_id, t in explored.items()}
         except (TypeError, ValueError) as exc:
             raise PolicyStateError(f"{owner}: bad history entry: {exc}") from exc
         self.jobs = jobs
+        self.explored = times
         self._seen = {}
+
+
+def _outside(m: StepTime, known: Sequence[StepTime]) -> bool:
+    """Whether ``m`` has more workers than any of ``known``, or a micro-batch outside their range."""
+    locals_ = [k.local_batch for k in known]
+    return (
+        m.workers > max(k.workers for k in known)
+        or m.local_batch < min(locals_) * (1 - 1e-9)
+        or m.local_batch > max(locals_) * (1 + 1e-9)
+    )
 
 
 # ------------------------------------------------------------------------------------ per-job table
@@ -230,23 +262,23 @@ _best_cache: dict[tuple[Any, ...], BestConfigs] = {}
 _CACHE_SIZE = 4096
 
 
-def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int) -> BestConfigs:
+def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int, explore: bool) -> BestConfigs:
     m = job.metrics
     fitted = tuple((t.workers, t.nodes, t.local_batch, t.accum_steps, t.seconds, t.sync_seconds) for t in measured)
     key: tuple[Any, ...] = (fitted, m.gradient_noise_scale, m.batch_size, job.min_batch_size, job.max_batch_size)
-    key += (job.max_local_batch, slots, cap)
+    key += (job.max_local_batch, slots, cap, explore)
     found = _best_cache.get(key)
     if found is None:
         if len(_best_cache) >= _CACHE_SIZE:
             _best_cache.clear()
-        found = _best_cache[key] = GoodputModel(job, measured, slots).best(cap)
+        found = _best_cache[key] = GoodputModel(job, measured, slots, explore=explore).best(cap)
     return found
 
 
-def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int) -> _Table:
-    cap = worker_cap(job, measured, initial)
+def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int, explore: bool) -> _Table:
+    cap = worker_cap(job, measured, initial, explore=explore)
     if measured:
-        best = _best(job, tuple(measured), slots, cap)
+        best = _best(job, tuple(measured), slots, cap, explore)
         return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput)
     if job.metrics.throughput:
         cap = job.max_workers
@@ -287,28 +319,44 @@ class GoodputPolicy(JobPolicy):
     Args:
         initial_workers: the most workers a job gets before its first step time is measured, unless it
             was submitted with more (default: the snapshot's ``slots_per_node``, else 1).
+        explore_interval_s: a job is given a configuration outside what it was measured at (more workers, or
+            another micro-batch) at most once per this many seconds (default :data:`EXPLORE_INTERVAL_S`).
 
     Raises:
-        PolicyConfigError: ``initial_workers`` is below 1.
+        PolicyConfigError: ``initial_workers`` is below 1, or ``explore_interval_s`` is negative or not finite.
     """
 
     name = "goodput"
 
-    def __init__(self, initial_workers: int | None = None) -> None:
+    def __init__(self, initial_workers: int | None = None, explore_interval_s: float = EXPLORE_INTERVAL_S) -> None:
+        owner = type(self).__name__
         self.initial_workers = (
-            None
-            if initial_workers is None
-            else check_int(type(self).__name__, "initial_workers", initial_workers, low=1)
+            None if initial_workers is None else check_int(owner, "initial_workers", initial_workers, low=1)
         )
+        self.explore_interval_s = check_number(owner, "explore_interval_s", explore_interval_s, low=0.0)
         self._history = _History()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _STATE_VERSION, "history": self._history.state()}
+        return {"version": _STATE_VERSION, "history": self._history.state(), "explored": dict(self._history.explored)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if not isinstance(state, Mapping) or set(state) != {"version", "history"} or state["version"] != _STATE_VERSION:
+        """Restore :meth:`state_dict`'s output (also a version 1 state, which has no exploration times).
+
+        Raises:
+            PolicyStateError: ``state`` is not goodput state.
+        """
+        if not isinstance(state, Mapping) or state.get("version") not in (1, _STATE_VERSION):
             raise PolicyStateError(f"{self.display_name}: not goodput state: {state!r}")
-        self._history.load(self.display_name, state["history"])
+        keys = {"version", "history"} | ({"explored"} if state["version"] == _STATE_VERSION else set())
+        if set(state) != keys:
+            raise PolicyStateError(f"{self.display_name}: not goodput state: {state!r}")
+        self._history.load(self.display_name, state["history"], state.get("explored", {}))
+
+    def _job_table(self, job: JobView, snapshot: Snapshot) -> _Table:
+        """The job's table this round, its history updated with what it reported."""
+        measured = self._history.update(job, snapshot.now)
+        explore = self._history.may_explore(job.job_id, snapshot.now, self.explore_interval_s)
+        return _table(job, measured, snapshot.slots_per_node, self._initial(snapshot), explore)
 
     def _initial(self, snapshot: Snapshot) -> int:
         if self.initial_workers is not None:
@@ -319,7 +367,7 @@ class GoodputPolicy(JobPolicy):
         self._history.forget(job_id)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
-        table = _table(job, self._history.update(job), snapshot.slots_per_node, self._initial(snapshot))
+        table = self._job_table(job, snapshot)
         low = job.min_workers
         top = max(low, min(job.max_workers, table.cap, len(table.speedup) - 1))
         window = table.speedup[low : top + 1]
@@ -352,6 +400,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         hysteresis: the fraction of speedup a resize must gain beyond its cost, in [0, 1)
             (default :data:`RESIZE_HYSTERESIS`).
         initial_workers: as for :class:`GoodputPolicy`.
+        explore_interval_s: as for :class:`GoodputPolicy`.
         remaining_exponent: how strongly a job's remaining time weighs, in [0, :data:`MAX_REMAINING_EXPONENT`]
             (default :data:`REMAINING_EXPONENT`; 0: the plain power mean).
 
@@ -369,8 +418,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         hysteresis: float = RESIZE_HYSTERESIS,
         initial_workers: int | None = None,
         remaining_exponent: float = REMAINING_EXPONENT,
+        explore_interval_s: float = EXPLORE_INTERVAL_S,
     ) -> None:
-        super().__init__(initial_workers)
+        super().__init__(initial_workers, explore_interval_s)
         owner = type(self).__name__
         self.resize_cost_s = (
             None if resize_cost_s is None else check_number(owner, "resize_cost_s", resize_cost_s, low=0.0)
@@ -433,10 +483,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         self._history.keep_only({r.job_id for r in requests})
         if not requests:
             return []
-        tables = [
-            _table(r.job, self._history.update(r.job), snapshot.slots_per_node, self._initial(snapshot))
-            for r in requests
-        ]
+        tables = [self._job_table(r.job, snapshot) for r in requests]
         capacity = max(snapshot.available, sum(r.holding for r in requests if not r.job.elastic or r.settled))
         preempt = any(r.job.waiting for r in requests) and any(self._preemptible(r) for r in requests)
         counts = self._solve(requests, tables, snapshot.now, capacity, preempt)
