@@ -244,15 +244,28 @@ def _outside(m: StepTime, known: Sequence[StepTime]) -> bool:
 
 
 @dataclass(frozen=True)
+class _Here:
+    """A running job on the placement it has, where that is not the packed one its table assumes."""
+
+    nodes: int
+    goodput: float
+    speedup: float
+    batch: int
+    accum: int
+
+
+@dataclass(frozen=True)
 class _Table:
-    """What the arbiter knows of one job: speedup, batch and accumulation per worker count (index k),
-    and the most workers it may have now."""
+    """What the arbiter knows of one job: speedup, batch and accumulation per worker count (index k), each
+    packed on the fewest nodes; the most workers it may have now; and, for a running job spread wider than
+    that, the same on its placement."""
 
     speedup: np.ndarray
     batch: np.ndarray | None
     accum: np.ndarray | None
     cap: int
     goodput: np.ndarray | None = None
+    here: _Here | None = None
 
 
 #: Best configurations already computed, by everything they depend on (a round asks for each job's twice,
@@ -279,7 +292,14 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     cap = worker_cap(job, measured, initial, explore=explore)
     if measured:
         best = _best(job, tuple(measured), slots, cap, explore)
-        return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput)
+        here = None
+        spread = job.nodes
+        if spread is not None and job.current_workers and spread > _packed(job.current_workers, slots):
+            model = GoodputModel(job, measured, slots, explore=explore)
+            rate, batch, accum = model.at(job.current_workers, spread)
+            base = float(best.goodput[1])
+            here = _Here(spread, rate, rate / base if base > 0 else 0.0, batch, accum)
+        return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput, here)
     if job.metrics.throughput:
         cap = job.max_workers
     goodput = np.array([estimated_throughput(job, k) * statistical_efficiency(job, k) for k in range(cap + 1)])
@@ -288,22 +308,35 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     return _Table(speedup, None, None, cap)
 
 
+def _packed(workers: int, slots: int | None) -> int:
+    """Nodes ``workers`` span packed (one when the slots per node are unknown)."""
+    return 1 if slots is None else max(1, -(-workers // slots))
+
+
 def _remaining_s(job: JobView, table: _Table) -> float | None:
-    """The job's remaining time at the modelled goodput of what it holds (at least one worker), at least
-    :data:`MIN_REMAINING_S`; None without ``remaining_samples`` or a goodput model."""
+    """The job's remaining time at the modelled goodput of what it holds (at least one worker, where it runs),
+    at least :data:`MIN_REMAINING_S`; None without ``remaining_samples`` or a goodput model."""
     remaining = job.metrics.remaining_samples
     if remaining is None or table.goodput is None or len(table.goodput) < 2:
         return None
-    rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
+    if table.here is not None and job.holding == job.current_workers:
+        rate = table.here.goodput
+    else:
+        rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
     if rate <= 0:
         return None
     return max(remaining / rate, MIN_REMAINING_S)
 
 
-def _batch_changes(job: JobView, table: _Table, k: int) -> tuple[int | None, int | None]:
+def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> tuple[int | None, int | None]:
+    """The batch and accumulation of ``k`` workers packed (``stays``: on the placement the job has), where they
+    differ from the job's; (None, None) where they do not."""
     if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
         return None, None
-    batch, accum = int(table.batch[k]), int(table.accum[k])
+    if stays and table.here is not None:
+        batch, accum = table.here.batch, table.here.accum
+    else:
+        batch, accum = int(table.batch[k]), int(table.accum[k])
     if batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
         return None, None
     return batch, accum
@@ -379,7 +412,8 @@ class GoodputPolicy(JobPolicy):
             reason += f", at most {top} until measured there"
         if batch is not None:
             reason += f", batch {batch}"
-        return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum)
+        nodes = _packed(k, snapshot.slots_per_node) if k != job.holding and snapshot.slots_per_node else None
+        return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum, nodes=nodes)
 
 
 # ------------------------------------------------------------------------------------------ arbiter
@@ -451,11 +485,20 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             return 1.0
         return float((seconds / REMAINING_REFERENCE_S) ** -self.remaining_exponent)
 
+    @staticmethod
+    def _fits(k: int, job: JobView, slots: int | None) -> bool:
+        """Whether ``k`` workers pack without leaving pieces of nodes no other job fits: a divisor of a node's
+        slots or whole nodes (and the job's limits and what it holds, whatever they are)."""
+        if slots is None or k in (job.min_workers, job.max_workers, job.holding):
+            return True
+        return (slots % k == 0) if k < slots else (k % slots == 0)
+
     def _options(
-        self, request: Request, table: _Table, now: float, preempt: bool = False
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The counts a job may end at and the value of each (its weighted inverse speedup; lower is better).
-        With ``preempt``, a job in its cooldown may also shrink (for a waiting job)."""
+        self, request: Request, table: _Table, now: float, slots: int | None, preempt: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The counts a job may end at, the value of each (its weighted inverse speedup; lower is better) and
+        whether it moves the job's workers closer together. With ``preempt``, a job in its cooldown may also
+        shrink (for a waiting job). Every count but the one a job holds, and a move, is charged a resize."""
         job = request.job
         holding = job.holding
         if not job.elastic:
@@ -464,20 +507,30 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             ks = list(range(job.min_workers, holding + 1)) if preempt and self._preemptible(request) else [holding]
         else:
             top = max(job.min_workers, min(request.desired, table.cap))
-            ks = ([holding] if job.waiting else []) + list(range(job.min_workers, top + 1))
+            ks = ([holding] if job.waiting else []) + [
+                k for k in range(job.min_workers, top + 1) if self._fits(k, job, slots)
+            ]
         horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
         keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
+        movable = job.elastic and not request.settled
         values = []
+        moves = []
         weight = self._weight(job, table)
         for k in ks:
             if k < job.min_workers:  # stays waiting with what it holds
                 values.append(WAITING_PENALTY + max(0.0, now - job.submitted_at))
+                moves.append(False)
                 continue
             s = float(table.speedup[min(k, len(table.speedup) - 1)])
+            move = False
             if holding and k != holding:
                 s *= keep
+            elif holding and table.here is not None:  # where it runs, or packed for the cost of a move
+                move = movable and s * keep > table.here.speedup
+                s = s * keep if move else table.here.speedup
             values.append(weight / s if s > 0 else WAITING_PENALTY / 2)
-        return np.array(ks, dtype=np.int64), np.array(values, dtype=float)
+            moves.append(move)
+        return np.array(ks, dtype=np.int64), np.array(values, dtype=float), np.array(moves, dtype=bool)
 
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
         self._history.keep_only({r.job_id for r in requests})
@@ -486,20 +539,24 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         tables = [self._job_table(r.job, snapshot) for r in requests]
         capacity = max(snapshot.available, sum(r.holding for r in requests if not r.job.elastic or r.settled))
         preempt = any(r.job.waiting for r in requests) and any(self._preemptible(r) for r in requests)
-        counts = self._solve(requests, tables, snapshot.now, capacity, preempt)
-        if counts is not None and preempt and not self._admits(requests, counts):
-            counts = self._solve(requests, tables, snapshot.now, capacity, False)
-        if counts is None:
+        slots = snapshot.slots_per_node
+        solved = self._solve(requests, tables, snapshot.now, capacity, slots, preempt)
+        if solved is not None and preempt and not self._admits(requests, solved[0]):
+            solved = self._solve(requests, tables, snapshot.now, capacity, slots, False)
+        if solved is None:
             return []
         out = []
-        for request, table, k in zip(requests, tables, counts, strict=True):
+        for request, table, k, move in zip(requests, tables, *solved, strict=True):
             job = request.job
             if not job.elastic and not (job.waiting and k):
                 continue
-            batch, accum = _batch_changes(job, table, k) if k >= job.min_workers else (None, None)
-            if k == job.holding and batch is None:
+            stays = k == job.holding and not move
+            batch, accum = _batch_changes(job, table, k, stays) if k >= job.min_workers else (None, None)
+            if stays and batch is None:
                 continue
-            out.append(Allocation(job.job_id, k, self._reason(job, table, k, batch, accum), batch, accum))
+            nodes = None if stays or not slots or k < 1 else _packed(k, slots)
+            reason = self._reason(job, table, k, batch, accum, nodes if move else None)
+            out.append(Allocation(job.job_id, k, reason, batch, accum, nodes))
         return out
 
     @staticmethod
@@ -516,35 +573,59 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         return starts or not shrinks
 
     def _solve(
-        self, requests: Sequence[Request], tables: Sequence[_Table], now: float, capacity: int, preempt: bool
-    ) -> list[int] | None:
-        """Every job's count, by dynamic programming over the jobs and the slots; None if nothing fits."""
+        self,
+        requests: Sequence[Request],
+        tables: Sequence[_Table],
+        now: float,
+        capacity: int,
+        slots: int | None,
+        preempt: bool,
+    ) -> tuple[list[int], list[bool]] | None:
+        """Every job's count and whether it moves, by dynamic programming over the jobs and the slots; None if
+        nothing fits."""
         dp = np.zeros(capacity + 1)
         choices = []
-        slots = np.arange(capacity + 1)[:, None]
+        room = np.arange(capacity + 1)[:, None]
         for request, table in zip(requests, tables, strict=True):
-            ks, values = self._options(request, table, now, preempt)
-            idx = slots - ks[None, :]
+            ks, values, moves = self._options(request, table, now, slots, preempt)
+            idx = room - ks[None, :]
             cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
             pick = np.argmin(cand, axis=1)
             dp = cand[np.arange(capacity + 1), pick]
-            choices.append((ks, pick))
+            choices.append((ks, moves, pick))
         if not math.isfinite(dp[capacity]):
             return None
-        counts = []
+        counts: list[int] = []
+        moved: list[bool] = []
         left = capacity
-        for ks, pick in reversed(choices):
+        for ks, moves, pick in reversed(choices):
             k = int(ks[pick[left]])
             counts.append(k)
+            moved.append(bool(moves[pick[left]]))
             left -= k
         counts.reverse()
-        return counts
+        moved.reverse()
+        return counts, moved
 
     @staticmethod
-    def _reason(job: JobView, table: _Table, k: int, batch: int | None, accum: int | None) -> str:
-        size = f"{job.holding} -> {k} workers" if k != job.holding else f"keeps {k} workers"
-        s = float(table.speedup[min(k, len(table.speedup) - 1)])
-        text = f"goodput: {size}, speedup {s:.2f}"
+    def _reason(
+        job: JobView, table: _Table, k: int, batch: int | None, accum: int | None, moved_to: int | None = None
+    ) -> str:
+        if moved_to is not None and table.here is not None:
+            s = float(table.speedup[min(k, len(table.speedup) - 1)])
+            text = (
+                f"goodput: moves its {k} workers from {table.here.nodes} nodes to {moved_to}, "
+                f"speedup {table.here.speedup:.2f} -> {s:.2f}"
+            )
+        else:
+            size = f"{job.holding} -> {k} workers" if k != job.holding else f"keeps {k} workers"
+            here = table.here is not None and k == job.holding
+            s = (
+                table.here.speedup
+                if here and table.here is not None
+                else float(table.speedup[min(k, len(table.speedup) - 1)])
+            )
+            text = f"goodput: {size}, speedup {s:.2f}"
         if batch is not None:
             text += f"; batch {job.metrics.batch_size or '?'} -> {batch}"
             if accum:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from submarine_elastic.policy import (
+    Allocation,
     Decision,
     GoodputArbiter,
     GoodputPolicy,
@@ -91,8 +92,12 @@ def snap(*jobs: JobView, capacity: int = 16, now: float = 10_000.0, slots: int |
 
 
 def allocate(arbiter: GoodputArbiter, s: Snapshot) -> dict[str, tuple[int, int | None]]:
+    return {job_id: (a.workers, a.batch_size) for job_id, a in allocate_full(arbiter, s).items()}
+
+
+def allocate_full(arbiter: GoodputArbiter, s: Snapshot) -> dict[str, Allocation]:
     requests = [Request(j, j.max_workers, settled=False, reason="wish") for j in s.jobs]
-    return {a.job_id: (a.workers, a.batch_size) for a in arbiter.allocate(s, requests)}
+    return {a.job_id: a for a in arbiter.allocate(s, requests)}
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -239,6 +244,36 @@ def test_placement_counts_where_the_measurements_show_it_matters() -> None:
     )
     assert slow.get("job-a", (4, None))[0] == 4  # crossing nodes costs more than it brings
     assert fast["job-a"][0] == 8
+
+
+def test_the_arbiter_places_jobs_from_the_measured_placement_speedups() -> None:
+    """A job spread over two nodes runs at its measured speed there, not at the packed speed its count would
+    have: where the network is slow the arbiter moves it onto one node (a change charged like a resize), and
+    gives every count with the nodes to pack it on."""
+    slow_net = [step(1, 64), step(1, 256), step(2, 64), step(4, 64), step(4, 64, nodes=2, net=2.0)]
+    spread = replace(goodput_job(measured=slow_net, noise=1e6, current=4, max_workers=4), placement=(2, 2))
+    s = snap(spread, capacity=4)
+    (moved,) = GoodputArbiter(resize_cost_s=1, hysteresis=0).allocate(s, [Request(spread, 4, False, "wish")])
+    assert (moved.workers, moved.nodes) == (4, 1)
+    assert moved.reason.startswith("goodput: moves its 4 workers from 2 nodes to 1, speedup ")
+    # the same move costs a job about to end most of what it has left: not worth it
+    near_end = replace(spread, metrics=replace(spread.metrics, remaining_samples=1.0))
+    dear = GoodputArbiter(resize_cost_s=50, hysteresis=0).allocate(s, [Request(near_end, 4, False, "wish")])
+    assert [a.nodes for a in dear] in ([], [None])
+    # a settled job is not moved
+    settled = GoodputArbiter(resize_cost_s=1, hysteresis=0).allocate(s, [Request(spread, 4, True, "cooldown")])
+    assert [a.nodes for a in settled] in ([], [None])
+    grown = allocate_full(GoodputArbiter(resize_cost_s=0), snap(goodput_job(current=2, measured=FAST), capacity=16))
+    assert (grown["job-a"].workers, grown["job-a"].nodes) == (16, 4)
+
+
+def test_counts_pack_on_nodes_a_divisor_of_a_node_or_whole_nodes() -> None:
+    """Three of four slots of a node would leave one no job of two fits: with 4 slots a node, a job gets 1, 2, 4
+    or a multiple of 4 workers (or what it holds and its limits)."""
+    one = goodput_job(current=2, measured=FAST, noise=1e6)
+    for capacity, expected in ((3, 2), (7, 4), (11, 8), (15, 12)):
+        assert allocate(GoodputArbiter(resize_cost_s=0), snap(one, capacity=capacity)).get("job-a", (2,))[0] == expected
+    assert allocate(GoodputArbiter(resize_cost_s=0), snap(one, capacity=7, slots=None))["job-a"][0] == 7
 
 
 def test_a_job_grows_at_most_the_explore_factor_past_what_was_measured() -> None:
