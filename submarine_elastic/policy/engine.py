@@ -349,15 +349,17 @@ class PolicyEngine:
         if replace and in_cooldown:
             self._log.info("%s: replacing %s waits for the cooldown", job.job_id, ", ".join(replace))
             replace = ()
+        # a batch and nodes are chosen for the count the policy asked for: held at another, they go with it
+        asked = desired == proposal.target_workers
         extra = Decision(
             job_id=job.job_id,
             target_workers=desired,
             reason=reason,
-            batch_size=proposal.batch_size,
+            batch_size=proposal.batch_size if asked else None,
             learning_rate=proposal.learning_rate,
             replace=replace,
-            accum_steps=proposal.accum_steps,
-            nodes=proposal.nodes if desired == proposal.target_workers else None,
+            accum_steps=proposal.accum_steps if asked else None,
+            nodes=proposal.nodes if asked else None,
         )
         return Request(job=job, desired=desired, settled=settled, reason=reason, preemptible=preemptible), extra
 

@@ -409,3 +409,12 @@ def test_a_job_policys_nodes_apply_only_at_the_count_it_asked_for() -> None:
     assert (grown.target_workers, grown.nodes) == (4, 1)
     held = replace(job(current=2, max_workers=4), placement=(1, 1))
     assert engine.decide(snapshot(held, capacity=2)) == []  # kept at 2: no move the policy did not ask for
+
+
+def test_a_job_policys_batch_held_by_the_cooldown_is_not_applied_at_the_count_it_keeps() -> None:
+    """The batch was chosen for 4 workers; the cooldown holds the job at 2, and the batch with it (applied at 2 a
+    simulated job swung between batches 200 and 3610 every round, the goodput arbiter undoing it each time)."""
+    policy = Scripted(lambda j, s: Decision(j.job_id, 4, "wants 4 with a larger batch", batch_size=512, nodes=1))
+    engine = PolicyEngine(policy, FairShareArbiter(), cooldown_s=60)
+    held = job(current=2, max_workers=4, batch_size=128, last_resize_at=990.0)
+    assert engine.decide(snapshot(held, capacity=8, now=1000.0)) == []
