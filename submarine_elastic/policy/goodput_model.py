@@ -20,8 +20,9 @@ apart, jointly otherwise). Where nothing measured a coefficient, the model takes
 that the job is tried there and measured (as Pollux does):
 
 * one micro-batch size measured: ``a`` is pinned at half the measured compute time of a micro-batch and
-  ``b`` takes the other half, so a larger micro-batch is predicted faster per sample (it is not: the
-  measured part could all be per-sample) until a second size is measured;
+  ``b`` takes the other half, so a larger micro-batch is predicted faster per sample (half the measured
+  time could be fixed), while a smaller one takes only its share of the measured time (all of it could
+  be per-sample): optimistic both ways until a second size is measured;
 * no step of several workers measured: no synchronisation cost; no two worker counts: no slope;
 * several nodes never measured: one node's synchronisation times :data:`NETWORK_PRIOR`; one node never
   measured (every multi-worker step crossed nodes): the several nodes' figures.
@@ -102,7 +103,8 @@ def _nnls(columns: list[Floats], y: Floats) -> list[float]:
 
 @dataclass(frozen=True)
 class ThroughputModel:
-    """The step-time model of the module docstring (seconds; ``b`` per sample, slopes per worker)."""
+    """The step-time model of the module docstring (seconds; ``b`` per sample, slopes per worker). ``measured_local``:
+    the one micro-batch measured, where only one was (below it, compute scales with the micro-batch)."""
 
     a: float = 0.0
     b: float = 1.0
@@ -110,6 +112,7 @@ class ThroughputModel:
     d_node: float = 0.0
     c_net: float = 0.0
     d_net: float = 0.0
+    measured_local: float | None = None
 
     @classmethod
     def fit(cls, measured: Sequence[StepTime]) -> ThroughputModel | None:
@@ -151,14 +154,17 @@ class ThroughputModel:
             c_net, d_net = c_node * NETWORK_PRIOR, d_node * NETWORK_PRIOR
         elif has_net and not has_node:
             c_node, d_node = c_net, d_net
-        return cls(a, b, c_node, d_node, c_net, d_net)
+        return cls(a, b, c_node, d_node, c_net, d_net, None if two_sizes else float(mb[0]))
 
     def step_seconds(self, workers: Floats, nodes: Floats, local: Floats, accum: Floats) -> Floats:
         """``T(k, n, m, s)`` elementwise (arrays broadcast)."""
         many = workers > 1
         one_node = nodes <= 1
         sync = np.where(one_node, self.c_node + self.d_node * (workers - 2), self.c_net + self.d_net * (workers - 2))
-        result: Floats = (accum + 1) * (self.a + self.b * local) + np.where(many, np.maximum(sync, 0.0), 0.0)
+        compute = self.a + self.b * local
+        if self.measured_local is not None:  # the prior is optimistic both ways from the one size measured
+            compute = np.minimum(compute, (self.a + self.b * self.measured_local) * local / self.measured_local)
+        result: Floats = (accum + 1) * compute + np.where(many, np.maximum(sync, 0.0), 0.0)
         return result
 
 
