@@ -19,7 +19,8 @@ A round, per job in snapshot order:
    growths of the latest-submitted jobs are refused until it fits;
 5. a batch size (and accumulation) an arbiter gives with an accepted allocation is chosen for the count
    it gives, and takes the place of the job policy's; otherwise the job policy's batch size applies, but
-   only at the count the job policy asked for it with (at another count it was not chosen for it). The
+   only at the count the job policy asked for it with (at another count it was not chosen for it). With a
+   change of count the batch goes out even where it is the job's (it was chosen for the new count). The
    nodes a job should span (``Decision.nodes``) follow the same rule; at the count a job holds, nodes below
    those it spans move its workers closer together: a change of its worker set, which the cooldown holds
    and which a job that is not elastic never makes.
@@ -501,7 +502,7 @@ class PolicyEngine:
             replace = extra.replace if not job.waiting else ()
             if (
                 extra.batch_size is not None
-                and extra.batch_size != job.metrics.batch_size
+                and (extra.batch_size != job.metrics.batch_size or target != request.holding)
                 and target == extra.target_workers
             ):
                 batch_size, accum_steps = extra.batch_size, extra.accum_steps
@@ -512,8 +513,10 @@ class PolicyEngine:
         if allocation is not None and allocation.batch_size is not None:
             # the arbiter chose the batch for the count it gave: it replaces the job policy's
             batch_size = accum_steps = None
-            if allocation.batch_size != job.metrics.batch_size or (
-                allocation.accum_steps is not None and allocation.accum_steps != job.metrics.accum_steps
+            if (
+                allocation.batch_size != job.metrics.batch_size
+                or (allocation.accum_steps is not None and allocation.accum_steps != job.metrics.accum_steps)
+                or target != request.holding
             ):
                 batch_size, accum_steps = allocation.batch_size, allocation.accum_steps
                 if target == request.holding:

@@ -329,15 +329,16 @@ def _remaining_s(job: JobView, table: _Table) -> float | None:
 
 
 def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> tuple[int | None, int | None]:
-    """The batch and accumulation of ``k`` workers packed (``stays``: on the placement the job has), where they
-    differ from the job's; (None, None) where they do not."""
+    """The batch and accumulation of ``k`` workers packed (``stays``: on the placement the job has); at the count the
+    job holds, only where they differ from the job's ((None, None) where they do not). At another count they are
+    given even where they are the job's: the batch is chosen for the count, not left to follow it."""
     if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
         return None, None
     if stays and table.here is not None:
         batch, accum = table.here.batch, table.here.accum
     else:
         batch, accum = int(table.batch[k]), int(table.accum[k])
-    if batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
+    if k == job.holding and batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
         return None, None
     return batch, accum
 
@@ -410,7 +411,7 @@ class GoodputPolicy(JobPolicy):
         reason = f"goodput: most speedup ({speedup:.2f}) at {k} workers"
         if k == top and top < job.max_workers:
             reason += f", at most {top} until measured there"
-        if batch is not None:
+        if batch is not None and batch != job.metrics.batch_size:
             reason += f", batch {batch}"
         nodes = _packed(k, snapshot.slots_per_node) if k != job.holding and snapshot.slots_per_node else None
         return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum, nodes=nodes)
@@ -504,7 +505,8 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         if not job.elastic:
             ks = [holding, job.min_workers] if job.waiting else [holding]
         elif request.settled and not job.waiting:
-            ks = list(range(job.min_workers, holding + 1)) if preempt and self._preemptible(request) else [holding]
+            shrinks = preempt and self._preemptible(request)
+            ks = [k for k in range(job.min_workers, holding + 1) if self._fits(k, job, slots)] if shrinks else [holding]
         else:
             top = max(job.min_workers, min(request.desired, table.cap))
             ks = ([holding] if job.waiting else []) + [
@@ -626,7 +628,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
                 else float(table.speedup[min(k, len(table.speedup) - 1)])
             )
             text = f"goodput: {size}, speedup {s:.2f}"
-        if batch is not None:
+        if batch is not None and batch != job.metrics.batch_size:
             text += f"; batch {job.metrics.batch_size or '?'} -> {batch}"
             if accum:
                 text += f" ({accum + 1} micro-batches a step)"

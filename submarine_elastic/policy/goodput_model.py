@@ -315,7 +315,8 @@ class GoodputModel:
             pick = np.where(keep, at, pick)
             best = goodput[rows, pick]
         # no trusted batch at some count: the allowed one closest to what was measured, at its goodput
-        distance = np.where(allowed, np.abs(np.log(local / self._measured_local_mid())), np.inf)
+        mid = self._measured_local_mid()
+        distance = np.where(allowed, np.abs(np.log(np.where(allowed, local, mid) / mid)), np.inf)
         untrusted = ~np.isfinite(best)
         pick = np.where(untrusted, np.argmin(distance, axis=1), pick)
         best = np.where(untrusted, modelled[rows, pick], best)
