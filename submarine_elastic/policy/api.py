@@ -331,6 +331,8 @@ class JobView:
             is reached by gradient accumulation. None: unknown (no accumulation is planned).
         requested_workers: the worker count the job was submitted with, when known (its user's choice,
             where a policy that explores may start it).
+        placement: how its running workers are spread over nodes: the workers on each node it uses, most
+            first (``(4, 2)``: four on one node, two on another), when known; empty when not.
     """
 
     job_id: str
@@ -347,6 +349,7 @@ class JobView:
     max_batch_size: int | None = None
     max_local_batch: int | None = None
     requested_workers: int | None = None
+    placement: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -399,6 +402,17 @@ class JobView:
             _check_count(InvalidSnapshotError, f"{self.job_id}: max_local_batch", self.max_local_batch, minimum=1)
         if self.requested_workers is not None:
             _check_count(InvalidSnapshotError, f"{self.job_id}: requested_workers", self.requested_workers, minimum=1)
+        if isinstance(self.placement, str | bytes) or not isinstance(self.placement, Sequence):
+            raise InvalidSnapshotError(
+                f"{self.job_id}: placement must be a sequence of worker counts, got {self.placement!r}"
+            )
+        for count in self.placement:
+            _check_count(InvalidSnapshotError, f"{self.job_id}: placement entry", count, minimum=1)
+        if sum(self.placement) > self.holding:
+            raise InvalidSnapshotError(
+                f"{self.job_id}: placement {tuple(self.placement)} places more workers than it holds ({self.holding})"
+            )
+        object.__setattr__(self, "placement", tuple(sorted(self.placement, reverse=True)))
 
     @property
     def holding(self) -> int:
@@ -409,6 +423,11 @@ class JobView:
     def waiting(self) -> bool:
         """True while the job holds fewer than ``min_workers`` (not started yet, or lost workers)."""
         return self.holding < self.min_workers
+
+    @property
+    def nodes(self) -> int | None:
+        """Nodes its running workers span, when its :attr:`placement` is known."""
+        return len(self.placement) if self.placement else None
 
     @property
     def known_instances(self) -> frozenset[str]:
@@ -483,6 +502,9 @@ class Decision:
         replace: worker instances to decommission and replace by fresh ones (size unchanged by this).
         accum_steps: the gradient-accumulation steps that go with ``batch_size`` (micro-batches beyond
             the first per step), or None to leave it to the job.
+        nodes: the most nodes the ``target_workers`` should span (``1``: all on one node), or None for
+            wherever they are placed. With ``target_workers`` equal to what the job holds, a ``nodes`` below
+            the nodes it spans asks to move its workers closer together.
     """
 
     job_id: str
@@ -492,6 +514,7 @@ class Decision:
     learning_rate: float | None = None
     replace: tuple[str, ...] = ()
     accum_steps: int | None = None
+    nodes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -509,6 +532,7 @@ class Decision:
         if len(set(self.replace)) != len(self.replace):
             raise InvalidDecisionError(f"{self.job_id}: replace names an instance twice: {self.replace!r}")
         object.__setattr__(self, "replace", tuple(self.replace))
+        _check_nodes(self.job_id, self.nodes, self.target_workers)
 
 
 @dataclass(frozen=True)
@@ -573,7 +597,8 @@ class Allocation:
     """An arbiter's answer for one job: the worker count it gets, and why (one line).
 
     An arbiter that chooses the batch with the workers (``goodput``) also gives the global batch size
-    and gradient-accumulation steps for that count; they take the place of the job policy's.
+    and gradient-accumulation steps for that count; they take the place of the job policy's. An arbiter
+    that places jobs gives ``nodes``, the most nodes the workers should span (as :attr:`Decision.nodes`).
     """
 
     job_id: str
@@ -581,6 +606,7 @@ class Allocation:
     reason: str
     batch_size: int | None = None
     accum_steps: int | None = None
+    nodes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -590,6 +616,15 @@ class Allocation:
         problem = batch_setting_problem(self.batch_size, self.accum_steps or 0)
         if problem is not None:
             raise InvalidDecisionError(f"{self.job_id}: {problem}")
+        _check_nodes(self.job_id, self.nodes, self.workers)
+
+
+def _check_nodes(job_id: str, nodes: object, workers: int) -> None:
+    if nodes is None:
+        return
+    _check_count(InvalidDecisionError, f"{job_id}: nodes", nodes, minimum=1)
+    if nodes > max(workers, 1):  # type: ignore[operator]
+        raise InvalidDecisionError(f"{job_id}: nodes ({nodes}) exceeds its workers ({workers})")
 
 
 # ---------------------------------------------------------------------------------------- interfaces

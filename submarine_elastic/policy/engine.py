@@ -19,7 +19,11 @@ A round, per job in snapshot order:
    growths of the latest-submitted jobs are refused until it fits;
 5. a batch size (and accumulation) an arbiter gives with an accepted allocation is chosen for the count
    it gives, and takes the place of the job policy's; otherwise the job policy's batch size applies, but
-   only at the count the job policy asked for it with (at another count it was not chosen for it).
+   only at the count the job policy asked for it with (at another count it was not chosen for it). With a
+   change of count the batch goes out even where it is the job's (it was chosen for the new count). The
+   nodes a job should span (``Decision.nodes``) follow the same rule; at the count a job holds, nodes below
+   those it spans move its workers closer together: a change of its worker set, which the cooldown holds
+   and which a job that is not elastic never makes.
 
 The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
 may start by taking workers from a job inside its cooldown, unless that job already gave workers
@@ -97,6 +101,11 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 def _sign(value: int) -> int:
     return (value > 0) - (value < 0)
+
+
+def _moves(job: JobView, nodes: int | None) -> bool:
+    """Whether ``nodes`` asks a running job to span fewer nodes than it does (to move its workers)."""
+    return nodes is not None and job.nodes is not None and nodes < job.nodes
 
 
 class PolicyEngine:
@@ -351,14 +360,17 @@ class PolicyEngine:
         if replace and in_cooldown:
             self._log.info("%s: replacing %s waits for the cooldown", job.job_id, ", ".join(replace))
             replace = ()
+        # a batch and nodes are chosen for the count the policy asked for: held at another, they go with it
+        asked = desired == proposal.target_workers
         extra = Decision(
             job_id=job.job_id,
             target_workers=desired,
             reason=reason,
-            batch_size=proposal.batch_size,
+            batch_size=proposal.batch_size if asked else None,
             learning_rate=proposal.learning_rate,
             replace=replace,
-            accum_steps=proposal.accum_steps,
+            accum_steps=proposal.accum_steps if asked else None,
+            nodes=proposal.nodes if asked else None,
         )
         return Request(job=job, desired=desired, settled=settled, reason=reason, preemptible=preemptible), extra
 
@@ -387,7 +399,7 @@ class PolicyEngine:
         self, snapshot: Snapshot, requests: Sequence[Request], refusals: list[Refusal]
     ) -> tuple[dict[str, int], dict[str, str], dict[str, Allocation]]:
         """The worker count of every job, the arbiter's reasons, and its accepted allocations that set a
-        batch size (for the count they give)."""
+        batch size or nodes (for the count they give)."""
         source = self.arbiter.display_name
         targets = {r.job_id: r.holding for r in requests}
         by_id = {r.job_id: r for r in requests}
@@ -452,10 +464,12 @@ class PolicyEngine:
             )
             targets[request.job_id] = request.holding
             reasons.pop(request.job_id, None)
-        batches = {
-            job_id: a for job_id, a in accepted.items() if a.batch_size is not None and targets[job_id] == a.workers
+        chosen = {
+            job_id: a
+            for job_id, a in accepted.items()
+            if (a.batch_size is not None or a.nodes is not None) and targets[job_id] == a.workers
         }
-        return targets, reasons, batches
+        return targets, reasons, chosen
 
     @staticmethod
     def _check_allocation(
@@ -471,6 +485,12 @@ class PolicyEngine:
         ):
             return problem
         if allocation.workers == request.holding:
+            if not _moves(job, allocation.nodes):
+                return None
+            if not job.elastic:
+                return f"moves a job that is not elastic ({job.nodes} -> {allocation.nodes} nodes)"
+            if request.settled:
+                return f"moves its workers ({job.nodes} -> {allocation.nodes} nodes) during its cooldown"
             return None
         if not job.min_workers <= allocation.workers <= job.max_workers:
             return f"{allocation.workers} workers is outside the job's limits [{job.min_workers}, {job.max_workers}]"
@@ -495,27 +515,38 @@ class PolicyEngine:
         else:
             reason = extra.reason if extra is not None else request.reason
         replace: tuple[str, ...] = ()
-        batch_size = learning_rate = accum_steps = None
+        batch_size = learning_rate = accum_steps = nodes = None
         if extra is not None:
             replace = extra.replace if not job.waiting else ()
             if (
                 extra.batch_size is not None
-                and extra.batch_size != job.metrics.batch_size
+                and (extra.batch_size != job.metrics.batch_size or target != request.holding)
                 and target == extra.target_workers
             ):
                 batch_size, accum_steps = extra.batch_size, extra.accum_steps
             if extra.learning_rate is not None and extra.learning_rate != job.metrics.learning_rate:
                 learning_rate = extra.learning_rate
+            if target == extra.target_workers:
+                nodes = extra.nodes
         if allocation is not None and allocation.batch_size is not None:
             # the arbiter chose the batch for the count it gave: it replaces the job policy's
             batch_size = accum_steps = None
-            if allocation.batch_size != job.metrics.batch_size or (
-                allocation.accum_steps is not None and allocation.accum_steps != job.metrics.accum_steps
+            if (
+                allocation.batch_size != job.metrics.batch_size
+                or (allocation.accum_steps is not None and allocation.accum_steps != job.metrics.accum_steps)
+                or target != request.holding
             ):
                 batch_size, accum_steps = allocation.batch_size, allocation.accum_steps
                 if target == request.holding:
                     reason = allocation.reason
-        if target == request.holding and not replace and batch_size is None and learning_rate is None:
+        if allocation is not None and allocation.nodes is not None:
+            nodes = allocation.nodes
+        moves = target == request.holding and _moves(job, nodes) and job.elastic and not request.settled
+        if target == request.holding and not moves:
+            nodes = None  # the job keeps its workers where they are
+        elif moves and allocation is not None and allocation.nodes is not None:
+            reason = allocation.reason
+        if target == request.holding and not replace and batch_size is None and learning_rate is None and not moves:
             return None
         if target != request.holding:
             seen = self._seen[job.job_id]
@@ -530,6 +561,7 @@ class PolicyEngine:
             learning_rate=learning_rate,
             replace=replace,
             accum_steps=accum_steps,
+            nodes=nodes,
         )
 
     # -------------------------------------------------------------------------------------- state

@@ -23,7 +23,10 @@ keep what they hold, except that a waiting job may start with workers taken from
 that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
 a waiting job starts). A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
 times past the most workers it was measured at; before its first measurement, to the count it was
-submitted with, or ``initial_workers`` (one node's slots by default) when that is not known.
+submitted with, or ``initial_workers`` (one node's slots by default) when that is not known. Where the
+model is uncertain it is optimistic (see :mod:`~submarine_elastic.policy.goodput_model`), so a job is tried
+at configurations it has not run in; once it ran in one (more workers or another micro-batch than ever
+before), it is given no other for ``explore_interval_s`` (default :data:`EXPLORE_INTERVAL_S`).
 
 Each job's inverse speedup is weighted by its remaining time, shortest-remaining-first in flavour:
 ``(remaining / REMAINING_REFERENCE_S) ** -remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the
@@ -66,6 +69,7 @@ from .goodput_model import BestConfigs, GoodputModel, worker_cap
 
 __all__ = [
     "DEFAULT_RESIZE_COST_S",
+    "EXPLORE_INTERVAL_S",
     "MAX_CONFIGURATIONS",
     "MAX_REMAINING_EXPONENT",
     "MIN_HORIZON_S",
@@ -102,7 +106,10 @@ MAX_REMAINING_EXPONENT = 4.0
 REMAINING_REFERENCE_S = 3600.0
 #: Remaining times below this count as this (a job about to finish is not weighted without bound).
 MIN_REMAINING_S = 60.0
-_STATE_VERSION = 1
+#: Default of how often a job may be given a configuration outside what it was measured at (seconds from
+#: the round its last such configuration was first measured).
+EXPLORE_INTERVAL_S = 120.0
+_STATE_VERSION = 2
 
 
 # ------------------------------------------------------------------------------ without step times
@@ -153,26 +160,36 @@ def _key(m: StepTime) -> tuple[int, int, float, int]:
 
 
 class _History:
-    """Step times per job and configuration, the most recent :data:`MAX_CONFIGURATIONS` of each job."""
+    """Step times per job and configuration, the most recent :data:`MAX_CONFIGURATIONS` of each job, and when each
+    job last ran in a configuration outside what it had been measured at (it explored)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
+        self.explored: dict[str, float] = {}
         self._seen: dict[str, tuple[StepTime, ...]] = {}  # the configurations last merged, per job
 
-    def update(self, job: JobView) -> tuple[StepTime, ...]:
+    def update(self, job: JobView, now: float) -> tuple[StepTime, ...]:
         kept = self.jobs.setdefault(job.job_id, {})
         given = job.metrics.configurations
         before = self._seen.get(job.job_id)
         if before is not None and len(before) == len(given) and all(a is b for a, b in zip(before, given, strict=True)):
             return tuple(kept.values())
         self._seen[job.job_id] = given
+        known = tuple(kept.values())
         for m in given:
             key = _key(m)
+            if known and key not in kept and _outside(m, known):
+                self.explored[job.job_id] = now
             kept.pop(key, None)
             kept[key] = m
         while len(kept) > MAX_CONFIGURATIONS:
             del kept[next(iter(kept))]
         return tuple(kept.values())
+
+    def may_explore(self, job_id: str, now: float, interval_s: float) -> bool:
+        """Whether the job may be given a configuration outside what it was measured at."""
+        last = self.explored.get(job_id)
+        return last is None or now - last >= interval_s
 
     def keep_only(self, job_ids: set[str]) -> None:
         for job_id in [j for j in self.jobs if j not in job_ids]:
@@ -180,6 +197,7 @@ class _History:
 
     def forget(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
+        self.explored.pop(job_id, None)
         self._seen.pop(job_id, None)
 
     def state(self) -> dict[str, Any]:
@@ -191,9 +209,11 @@ class _History:
             for job_id, kept in sorted(self.jobs.items())
         }
 
-    def load(self, owner: str, state: Any) -> None:
+    def load(self, owner: str, state: Any, explored: Any) -> None:
         if not isinstance(state, Mapping):
             raise PolicyStateError(f"{owner}: history must be a mapping, got {state!r}")
+        if not isinstance(explored, Mapping):
+            raise PolicyStateError(f"{owner}: explored must be a mapping, got {explored!r}")
         jobs: dict[str, dict[tuple[int, int, float, int], StepTime]] = {}
         try:
             for job_id, rows in state.items():
@@ -202,25 +222,50 @@ class _History:
                     m = StepTime(int(w), int(n), float(local), int(accum), float(seconds), sync, int(steps))
                     kept[_key(m)] = m
                 jobs[str(job_id)] = kept
+            times = {str(job_id): float(t) for job_id, t in explored.items()}
         except (TypeError, ValueError) as exc:
             raise PolicyStateError(f"{owner}: bad history entry: {exc}") from exc
         self.jobs = jobs
+        self.explored = times
         self._seen = {}
+
+
+def _outside(m: StepTime, known: Sequence[StepTime]) -> bool:
+    """Whether ``m`` has more workers than any of ``known``, or a micro-batch outside their range."""
+    locals_ = [k.local_batch for k in known]
+    return (
+        m.workers > max(k.workers for k in known)
+        or m.local_batch < min(locals_) * (1 - 1e-9)
+        or m.local_batch > max(locals_) * (1 + 1e-9)
+    )
 
 
 # ------------------------------------------------------------------------------------ per-job table
 
 
 @dataclass(frozen=True)
+class _Here:
+    """A running job on the placement it has, where that is not the packed one its table assumes."""
+
+    nodes: int
+    goodput: float
+    speedup: float
+    batch: int
+    accum: int
+
+
+@dataclass(frozen=True)
 class _Table:
-    """What the arbiter knows of one job: speedup, batch and accumulation per worker count (index k),
-    and the most workers it may have now."""
+    """What the arbiter knows of one job: speedup, batch and accumulation per worker count (index k), each
+    packed on the fewest nodes; the most workers it may have now; and, for a running job spread wider than
+    that, the same on its placement."""
 
     speedup: np.ndarray
     batch: np.ndarray | None
     accum: np.ndarray | None
     cap: int
     goodput: np.ndarray | None = None
+    here: _Here | None = None
 
 
 #: Best configurations already computed, by everything they depend on (a round asks for each job's twice,
@@ -230,24 +275,31 @@ _best_cache: dict[tuple[Any, ...], BestConfigs] = {}
 _CACHE_SIZE = 4096
 
 
-def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int) -> BestConfigs:
+def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int, explore: bool) -> BestConfigs:
     m = job.metrics
     fitted = tuple((t.workers, t.nodes, t.local_batch, t.accum_steps, t.seconds, t.sync_seconds) for t in measured)
     key: tuple[Any, ...] = (fitted, m.gradient_noise_scale, m.batch_size, job.min_batch_size, job.max_batch_size)
-    key += (job.max_local_batch, slots, cap)
+    key += (job.max_local_batch, slots, cap, explore)
     found = _best_cache.get(key)
     if found is None:
         if len(_best_cache) >= _CACHE_SIZE:
             _best_cache.clear()
-        found = _best_cache[key] = GoodputModel(job, measured, slots).best(cap)
+        found = _best_cache[key] = GoodputModel(job, measured, slots, explore=explore).best(cap)
     return found
 
 
-def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int) -> _Table:
-    cap = worker_cap(job, measured, initial)
+def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int, explore: bool) -> _Table:
+    cap = worker_cap(job, measured, initial, explore=explore)
     if measured:
-        best = _best(job, tuple(measured), slots, cap)
-        return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput)
+        best = _best(job, tuple(measured), slots, cap, explore)
+        here = None
+        spread = job.nodes
+        if spread is not None and job.current_workers and spread > _packed(job.current_workers, slots):
+            model = GoodputModel(job, measured, slots, explore=explore)
+            rate, batch, accum = model.at(job.current_workers, spread)
+            base = float(best.goodput[1])
+            here = _Here(spread, rate, rate / base if base > 0 else 0.0, batch, accum)
+        return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput, here)
     if job.metrics.throughput:
         cap = job.max_workers
     goodput = np.array([estimated_throughput(job, k) * statistical_efficiency(job, k) for k in range(cap + 1)])
@@ -256,23 +308,37 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     return _Table(speedup, None, None, cap)
 
 
+def _packed(workers: int, slots: int | None) -> int:
+    """Nodes ``workers`` span packed (one when the slots per node are unknown)."""
+    return 1 if slots is None else max(1, -(-workers // slots))
+
+
 def _remaining_s(job: JobView, table: _Table) -> float | None:
-    """The job's remaining time at the modelled goodput of what it holds (at least one worker), at least
-    :data:`MIN_REMAINING_S`; None without ``remaining_samples`` or a goodput model."""
+    """The job's remaining time at the modelled goodput of what it holds (at least one worker, where it runs),
+    at least :data:`MIN_REMAINING_S`; None without ``remaining_samples`` or a goodput model."""
     remaining = job.metrics.remaining_samples
     if remaining is None or table.goodput is None or len(table.goodput) < 2:
         return None
-    rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
+    if table.here is not None and job.holding == job.current_workers:
+        rate = table.here.goodput
+    else:
+        rate = float(table.goodput[min(max(job.holding, 1), len(table.goodput) - 1)])
     if rate <= 0:
         return None
     return max(remaining / rate, MIN_REMAINING_S)
 
 
-def _batch_changes(job: JobView, table: _Table, k: int) -> tuple[int | None, int | None]:
+def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> tuple[int | None, int | None]:
+    """The batch and accumulation of ``k`` workers packed (``stays``: on the placement the job has); at the count the
+    job holds, only where they differ from the job's ((None, None) where they do not). At another count they are
+    given even where they are the job's: the batch is chosen for the count, not left to follow it."""
     if table.batch is None or table.accum is None or k < 1 or k >= len(table.batch):
         return None, None
-    batch, accum = int(table.batch[k]), int(table.accum[k])
-    if batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
+    if stays and table.here is not None:
+        batch, accum = table.here.batch, table.here.accum
+    else:
+        batch, accum = int(table.batch[k]), int(table.accum[k])
+    if k == job.holding and batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
         return None, None
     return batch, accum
 
@@ -287,28 +353,44 @@ class GoodputPolicy(JobPolicy):
     Args:
         initial_workers: the most workers a job gets before its first step time is measured, unless it
             was submitted with more (default: the snapshot's ``slots_per_node``, else 1).
+        explore_interval_s: a job is given a configuration outside what it was measured at (more workers, or
+            another micro-batch) at most once per this many seconds (default :data:`EXPLORE_INTERVAL_S`).
 
     Raises:
-        PolicyConfigError: ``initial_workers`` is below 1.
+        PolicyConfigError: ``initial_workers`` is below 1, or ``explore_interval_s`` is negative or not finite.
     """
 
     name = "goodput"
 
-    def __init__(self, initial_workers: int | None = None) -> None:
+    def __init__(self, initial_workers: int | None = None, explore_interval_s: float = EXPLORE_INTERVAL_S) -> None:
+        owner = type(self).__name__
         self.initial_workers = (
-            None
-            if initial_workers is None
-            else check_int(type(self).__name__, "initial_workers", initial_workers, low=1)
+            None if initial_workers is None else check_int(owner, "initial_workers", initial_workers, low=1)
         )
+        self.explore_interval_s = check_number(owner, "explore_interval_s", explore_interval_s, low=0.0)
         self._history = _History()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _STATE_VERSION, "history": self._history.state()}
+        return {"version": _STATE_VERSION, "history": self._history.state(), "explored": dict(self._history.explored)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if not isinstance(state, Mapping) or set(state) != {"version", "history"} or state["version"] != _STATE_VERSION:
+        """Restore :meth:`state_dict`'s output (also a version 1 state, which has no exploration times).
+
+        Raises:
+            PolicyStateError: ``state`` is not goodput state.
+        """
+        if not isinstance(state, Mapping) or state.get("version") not in (1, _STATE_VERSION):
             raise PolicyStateError(f"{self.display_name}: not goodput state: {state!r}")
-        self._history.load(self.display_name, state["history"])
+        keys = {"version", "history"} | ({"explored"} if state["version"] == _STATE_VERSION else set())
+        if set(state) != keys:
+            raise PolicyStateError(f"{self.display_name}: not goodput state: {state!r}")
+        self._history.load(self.display_name, state["history"], state.get("explored", {}))
+
+    def _job_table(self, job: JobView, snapshot: Snapshot) -> _Table:
+        """The job's table this round, its history updated with what it reported."""
+        measured = self._history.update(job, snapshot.now)
+        explore = self._history.may_explore(job.job_id, snapshot.now, self.explore_interval_s)
+        return _table(job, measured, snapshot.slots_per_node, self._initial(snapshot), explore)
 
     def _initial(self, snapshot: Snapshot) -> int:
         if self.initial_workers is not None:
@@ -319,7 +401,7 @@ class GoodputPolicy(JobPolicy):
         self._history.forget(job_id)
 
     def propose(self, job: JobView, snapshot: Snapshot) -> Decision | None:
-        table = _table(job, self._history.update(job), snapshot.slots_per_node, self._initial(snapshot))
+        table = self._job_table(job, snapshot)
         low = job.min_workers
         top = max(low, min(job.max_workers, table.cap, len(table.speedup) - 1))
         window = table.speedup[low : top + 1]
@@ -329,9 +411,10 @@ class GoodputPolicy(JobPolicy):
         reason = f"goodput: most speedup ({speedup:.2f}) at {k} workers"
         if k == top and top < job.max_workers:
             reason += f", at most {top} until measured there"
-        if batch is not None:
+        if batch is not None and batch != job.metrics.batch_size:
             reason += f", batch {batch}"
-        return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum)
+        nodes = _packed(k, snapshot.slots_per_node) if k != job.holding and snapshot.slots_per_node else None
+        return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum, nodes=nodes)
 
 
 # ------------------------------------------------------------------------------------------ arbiter
@@ -352,6 +435,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         hysteresis: the fraction of speedup a resize must gain beyond its cost, in [0, 1)
             (default :data:`RESIZE_HYSTERESIS`).
         initial_workers: as for :class:`GoodputPolicy`.
+        explore_interval_s: as for :class:`GoodputPolicy`.
         remaining_exponent: how strongly a job's remaining time weighs, in [0, :data:`MAX_REMAINING_EXPONENT`]
             (default :data:`REMAINING_EXPONENT`; 0: the plain power mean).
 
@@ -369,8 +453,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         hysteresis: float = RESIZE_HYSTERESIS,
         initial_workers: int | None = None,
         remaining_exponent: float = REMAINING_EXPONENT,
+        explore_interval_s: float = EXPLORE_INTERVAL_S,
     ) -> None:
-        super().__init__(initial_workers)
+        super().__init__(initial_workers, explore_interval_s)
         owner = type(self).__name__
         self.resize_cost_s = (
             None if resize_cost_s is None else check_number(owner, "resize_cost_s", resize_cost_s, low=0.0)
@@ -401,58 +486,79 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             return 1.0
         return float((seconds / REMAINING_REFERENCE_S) ** -self.remaining_exponent)
 
+    @staticmethod
+    def _fits(k: int, job: JobView, slots: int | None) -> bool:
+        """Whether ``k`` workers pack without leaving pieces of nodes no other job fits: a divisor of a node's
+        slots or whole nodes (and the job's limits and what it holds, whatever they are)."""
+        if slots is None or k in (job.min_workers, job.max_workers, job.holding):
+            return True
+        return (slots % k == 0) if k < slots else (k % slots == 0)
+
     def _options(
-        self, request: Request, table: _Table, now: float, preempt: bool = False
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The counts a job may end at and the value of each (its weighted inverse speedup; lower is better).
-        With ``preempt``, a job in its cooldown may also shrink (for a waiting job)."""
+        self, request: Request, table: _Table, now: float, slots: int | None, preempt: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The counts a job may end at, the value of each (its weighted inverse speedup; lower is better) and
+        whether it moves the job's workers closer together. With ``preempt``, a job in its cooldown may also
+        shrink (for a waiting job). Every count but the one a job holds, and a move, is charged a resize."""
         job = request.job
         holding = job.holding
         if not job.elastic:
             ks = [holding, job.min_workers] if job.waiting else [holding]
         elif request.settled and not job.waiting:
-            ks = list(range(job.min_workers, holding + 1)) if preempt and self._preemptible(request) else [holding]
+            shrinks = preempt and self._preemptible(request)
+            ks = [k for k in range(job.min_workers, holding + 1) if self._fits(k, job, slots)] if shrinks else [holding]
         else:
             top = max(job.min_workers, min(request.desired, table.cap))
-            ks = ([holding] if job.waiting else []) + list(range(job.min_workers, top + 1))
+            ks = ([holding] if job.waiting else []) + [
+                k for k in range(job.min_workers, top + 1) if self._fits(k, job, slots)
+            ]
         horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
         keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
+        movable = job.elastic and not request.settled
         values = []
+        moves = []
         weight = self._weight(job, table)
         for k in ks:
             if k < job.min_workers:  # stays waiting with what it holds
                 values.append(WAITING_PENALTY + max(0.0, now - job.submitted_at))
+                moves.append(False)
                 continue
             s = float(table.speedup[min(k, len(table.speedup) - 1)])
+            move = False
             if holding and k != holding:
                 s *= keep
+            elif holding and table.here is not None:  # where it runs, or packed for the cost of a move
+                move = movable and s * keep > table.here.speedup
+                s = s * keep if move else table.here.speedup
             values.append(weight / s if s > 0 else WAITING_PENALTY / 2)
-        return np.array(ks, dtype=np.int64), np.array(values, dtype=float)
+            moves.append(move)
+        return np.array(ks, dtype=np.int64), np.array(values, dtype=float), np.array(moves, dtype=bool)
 
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
         self._history.keep_only({r.job_id for r in requests})
         if not requests:
             return []
-        tables = [
-            _table(r.job, self._history.update(r.job), snapshot.slots_per_node, self._initial(snapshot))
-            for r in requests
-        ]
+        tables = [self._job_table(r.job, snapshot) for r in requests]
         capacity = max(snapshot.available, sum(r.holding for r in requests if not r.job.elastic or r.settled))
         preempt = any(r.job.waiting for r in requests) and any(self._preemptible(r) for r in requests)
-        counts = self._solve(requests, tables, snapshot.now, capacity, preempt)
-        if counts is not None and preempt and not self._admits(requests, counts):
-            counts = self._solve(requests, tables, snapshot.now, capacity, False)
-        if counts is None:
+        slots = snapshot.slots_per_node
+        solved = self._solve(requests, tables, snapshot.now, capacity, slots, preempt)
+        if solved is not None and preempt and not self._admits(requests, solved[0]):
+            solved = self._solve(requests, tables, snapshot.now, capacity, slots, False)
+        if solved is None:
             return []
         out = []
-        for request, table, k in zip(requests, tables, counts, strict=True):
+        for request, table, k, move in zip(requests, tables, *solved, strict=True):
             job = request.job
             if not job.elastic and not (job.waiting and k):
                 continue
-            batch, accum = _batch_changes(job, table, k) if k >= job.min_workers else (None, None)
-            if k == job.holding and batch is None:
+            stays = k == job.holding and not move
+            batch, accum = _batch_changes(job, table, k, stays) if k >= job.min_workers else (None, None)
+            if stays and batch is None:
                 continue
-            out.append(Allocation(job.job_id, k, self._reason(job, table, k, batch, accum), batch, accum))
+            nodes = None if stays or not slots or k < 1 else _packed(k, slots)
+            reason = self._reason(job, table, k, batch, accum, nodes if move else None)
+            out.append(Allocation(job.job_id, k, reason, batch, accum, nodes))
         return out
 
     @staticmethod
@@ -469,36 +575,60 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         return starts or not shrinks
 
     def _solve(
-        self, requests: Sequence[Request], tables: Sequence[_Table], now: float, capacity: int, preempt: bool
-    ) -> list[int] | None:
-        """Every job's count, by dynamic programming over the jobs and the slots; None if nothing fits."""
+        self,
+        requests: Sequence[Request],
+        tables: Sequence[_Table],
+        now: float,
+        capacity: int,
+        slots: int | None,
+        preempt: bool,
+    ) -> tuple[list[int], list[bool]] | None:
+        """Every job's count and whether it moves, by dynamic programming over the jobs and the slots; None if
+        nothing fits."""
         dp = np.zeros(capacity + 1)
         choices = []
-        slots = np.arange(capacity + 1)[:, None]
+        room = np.arange(capacity + 1)[:, None]
         for request, table in zip(requests, tables, strict=True):
-            ks, values = self._options(request, table, now, preempt)
-            idx = slots - ks[None, :]
+            ks, values, moves = self._options(request, table, now, slots, preempt)
+            idx = room - ks[None, :]
             cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
             pick = np.argmin(cand, axis=1)
             dp = cand[np.arange(capacity + 1), pick]
-            choices.append((ks, pick))
+            choices.append((ks, moves, pick))
         if not math.isfinite(dp[capacity]):
             return None
-        counts = []
+        counts: list[int] = []
+        moved: list[bool] = []
         left = capacity
-        for ks, pick in reversed(choices):
+        for ks, moves, pick in reversed(choices):
             k = int(ks[pick[left]])
             counts.append(k)
+            moved.append(bool(moves[pick[left]]))
             left -= k
         counts.reverse()
-        return counts
+        moved.reverse()
+        return counts, moved
 
     @staticmethod
-    def _reason(job: JobView, table: _Table, k: int, batch: int | None, accum: int | None) -> str:
-        size = f"{job.holding} -> {k} workers" if k != job.holding else f"keeps {k} workers"
-        s = float(table.speedup[min(k, len(table.speedup) - 1)])
-        text = f"goodput: {size}, speedup {s:.2f}"
-        if batch is not None:
+    def _reason(
+        job: JobView, table: _Table, k: int, batch: int | None, accum: int | None, moved_to: int | None = None
+    ) -> str:
+        if moved_to is not None and table.here is not None:
+            s = float(table.speedup[min(k, len(table.speedup) - 1)])
+            text = (
+                f"goodput: moves its {k} workers from {table.here.nodes} nodes to {moved_to}, "
+                f"speedup {table.here.speedup:.2f} -> {s:.2f}"
+            )
+        else:
+            size = f"{job.holding} -> {k} workers" if k != job.holding else f"keeps {k} workers"
+            here = table.here is not None and k == job.holding
+            s = (
+                table.here.speedup
+                if here and table.here is not None
+                else float(table.speedup[min(k, len(table.speedup) - 1)])
+            )
+            text = f"goodput: {size}, speedup {s:.2f}"
+        if batch is not None and batch != job.metrics.batch_size:
             text += f"; batch {job.metrics.batch_size or '?'} -> {batch}"
             if accum:
                 text += f" ({accum + 1} micro-batches a step)"

@@ -16,10 +16,18 @@ a compute part linear in the micro-batch and a synchronisation part linear in th
 apart for one node and for several: placement counts where the measurements show it matters. The six
 coefficients are fitted by non-negative least squares to :class:`~submarine_elastic.policy.api.StepTime`
 measurements (the compute and synchronisation parts separately when the synchronisation was measured
-apart, jointly otherwise). A coefficient nothing measured takes its neighbour's value (several nodes
-take one node's synchronisation and the other way round; no slope without two worker counts), and the
-compute part needs two micro-batch sizes to split into ``a`` and ``b``; with one, ``a = 0``. Throughput
-is ``k * m * (s + 1) / T`` samples per second.
+apart, jointly otherwise). Where nothing measured a coefficient, the model takes an optimistic prior, so
+that the job is tried there and measured (as Pollux does):
+
+* one micro-batch size measured: ``a`` is pinned at half the measured compute time of a micro-batch and
+  ``b`` takes the other half, so a larger micro-batch is predicted faster per sample (half the measured
+  time could be fixed), while a smaller one takes only its share of the measured time (all of it could
+  be per-sample): optimistic both ways until a second size is measured;
+* no step of several workers measured: no synchronisation cost; no two worker counts: no slope;
+* several nodes never measured: one node's synchronisation times :data:`NETWORK_PRIOR`; one node never
+  measured (every multi-worker step crossed nodes): the several nodes' figures.
+
+Throughput is ``k * m * (s + 1) / T`` samples per second.
 
 **Statistical efficiency.** With the gradient noise scale ``B_noise`` (samples), a sample in a batch
 of ``B`` makes ``E(B) = (B_noise + B_min) / (B_noise + B)`` of the progress it makes in the smallest
@@ -28,8 +36,15 @@ allowed batch ``B_min`` (McCandlish et al. 2018). ``E(B_min) = 1``.
 **Best configuration.** For ``k`` workers, the global batch ``B`` in the job's allowed range that
 maximises ``throughput * E(B)``, with the fewest accumulation steps that keep the micro-batch within
 the job's ``max_local_batch``. Candidates are a geometric grid of :data:`BATCH_CANDIDATES` sizes across
-the range; sizes outside :data:`EXPLORE_FACTOR` times the measured micro-batches and worker counts are
-not trusted: a job grows in both at most that factor past what it has run at.
+the range, plus ``k`` times each measured micro-batch (the batch of a configuration already measured).
+
+**Exploring.** Where the model rests on a prior it is uncertain, and optimistic: a job's best
+configuration lies there when it may be faster, and the job is tried there (the arbiter charges the
+change like any resize). How far: at most :data:`EXPLORE_FACTOR` times the most workers the job was
+measured at, and micro-batches within that factor of the measured ones. How often: a configuration
+outside what was measured (more workers than ever, or a micro-batch outside the measured range) is
+chosen only while exploring is allowed (the policy allows it once per ``explore_interval_s`` per job);
+otherwise the job stays within what it has run at.
 """
 
 from __future__ import annotations
@@ -47,6 +62,7 @@ from .api import JobView, StepTime
 __all__ = [
     "BATCH_CANDIDATES",
     "EXPLORE_FACTOR",
+    "NETWORK_PRIOR",
     "BestConfigs",
     "GoodputModel",
     "ThroughputModel",
@@ -55,7 +71,10 @@ __all__ = [
 
 #: A job runs at most this factor more workers, and this factor larger or smaller micro-batches, than
 #: it has been measured at: the model's extrapolation is trusted that far and no farther.
-EXPLORE_FACTOR = 4.0
+EXPLORE_FACTOR = 2.0
+#: With no step across nodes measured, a synchronisation across nodes is taken to cost this factor more
+#: than one on a node (its prior: placement matters a little until measured).
+NETWORK_PRIOR = 1.1
 #: Global batch sizes tried per worker count (a geometric grid across the job's allowed range).
 BATCH_CANDIDATES = 24
 #: At a worker count, a job keeps its current global batch unless another batch's modelled goodput is at least
@@ -84,7 +103,8 @@ def _nnls(columns: list[Floats], y: Floats) -> list[float]:
 
 @dataclass(frozen=True)
 class ThroughputModel:
-    """The step-time model of the module docstring (seconds; ``b`` per sample, slopes per worker)."""
+    """The step-time model of the module docstring (seconds; ``b`` per sample, slopes per worker). ``measured_local``:
+    the one micro-batch measured, where only one was (below it, compute scales with the micro-batch)."""
 
     a: float = 0.0
     b: float = 1.0
@@ -92,6 +112,7 @@ class ThroughputModel:
     d_node: float = 0.0
     c_net: float = 0.0
     d_net: float = 0.0
+    measured_local: float | None = None
 
     @classmethod
     def fit(cls, measured: Sequence[StepTime]) -> ThroughputModel | None:
@@ -114,28 +135,36 @@ class ThroughputModel:
             if two_sizes:
                 a, b = _nnls([np.ones_like(mb), mb], compute)
             else:
-                a, b = 0.0, float(np.mean(compute / mb))
+                a = float(np.mean(compute)) / 2
+                b = float(np.mean((compute - a) / mb))
             c_node, d_node, c_net, d_net = _nnls(sync_cols, sync) if np.any(multi) else [0.0] * 4
         else:
             cols = [reps, reps * mb] if two_sizes else [reps * mb]
             coef = _nnls(cols + sync_cols, t)
-            a, b = (coef[0], coef[1]) if two_sizes else (0.0, coef[0])
+            if two_sizes:
+                a, b = coef[0], coef[1]
+            else:  # the fitted compute of the one size, half of it fixed
+                a = float(np.mean(coef[0] * mb)) / 2
+                b = coef[0] - a / float(mb[0])
             c_node, d_node, c_net, d_net = coef[-4:]
         if b <= 0:  # all compute fitted as fixed: keep a tiny per-sample cost so throughput stays finite
             b = max(a, 1e-9) * 1e-6
         has_node, has_net = bool(np.any(node)), bool(np.any(net))
         if has_node and not has_net:
-            c_net, d_net = c_node, d_node
+            c_net, d_net = c_node * NETWORK_PRIOR, d_node * NETWORK_PRIOR
         elif has_net and not has_node:
             c_node, d_node = c_net, d_net
-        return cls(a, b, c_node, d_node, c_net, d_net)
+        return cls(a, b, c_node, d_node, c_net, d_net, None if two_sizes else float(mb[0]))
 
     def step_seconds(self, workers: Floats, nodes: Floats, local: Floats, accum: Floats) -> Floats:
         """``T(k, n, m, s)`` elementwise (arrays broadcast)."""
         many = workers > 1
         one_node = nodes <= 1
         sync = np.where(one_node, self.c_node + self.d_node * (workers - 2), self.c_net + self.d_net * (workers - 2))
-        result: Floats = (accum + 1) * (self.a + self.b * local) + np.where(many, np.maximum(sync, 0.0), 0.0)
+        compute = self.a + self.b * local
+        if self.measured_local is not None:  # the prior is optimistic both ways from the one size measured
+            compute = np.minimum(compute, (self.a + self.b * self.measured_local) * local / self.measured_local)
+        result: Floats = (accum + 1) * compute + np.where(many, np.maximum(sync, 0.0), 0.0)
         return result
 
 
@@ -170,12 +199,18 @@ class BestConfigs:
 
 class GoodputModel:
     """One job's goodput model, built from its :class:`~submarine_elastic.policy.api.JobView` and the step
-    times measured so far (the view's own, or a longer history a policy kept)."""
+    times measured so far (the view's own, or a longer history a policy kept).
 
-    def __init__(self, job: JobView, measured: Sequence[StepTime], slots_per_node: int | None) -> None:
+    ``explore``: whether configurations outside what was measured may be chosen (see the module docstring).
+    """
+
+    def __init__(
+        self, job: JobView, measured: Sequence[StepTime], slots_per_node: int | None, *, explore: bool = True
+    ) -> None:
         self.job = job
         self.measured = tuple(measured)
         self.slots_per_node = slots_per_node
+        self.explore = explore
         self.throughput = _fit(
             tuple((m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, m.sync_seconds) for m in self.measured)
         )
@@ -224,10 +259,8 @@ class GoodputModel:
         return grid
 
     def best(self, max_workers: int) -> BestConfigs:
-        """The best configuration at every count from 1 to ``max_workers``."""
+        """The best configuration at every count from 1 to ``max_workers``, each packed on the fewest nodes."""
         size = max(1, max_workers)
-        workers = np.arange(1, size + 1, dtype=float)[:, None]
-        batch = self._candidates()[None, :]
         if self.throughput is None:  # nothing measured: linear scaling, the batch as it is
             kept = self.job.metrics.batch_size or self.batch_range[0]
             return BestConfigs(
@@ -235,36 +268,59 @@ class GoodputModel:
                 np.full(size + 1, kept, dtype=np.int64),
                 np.zeros(size + 1, dtype=np.int64),
             )
-        per_worker = batch / workers
+        workers = np.arange(1, size + 1, dtype=float)
+        goodput, batch, accum = self._evaluate(self.throughput, workers, self.nodes_for(workers))
+        return BestConfigs(
+            np.concatenate(([0.0], goodput)),
+            np.concatenate(([0], batch)),
+            np.concatenate(([0], accum)),
+        )
+
+    def at(self, workers: int, nodes: int) -> tuple[float, int, int]:
+        """Goodput, global batch and accumulation of the best configuration of ``workers`` on ``nodes``
+        nodes (the placement a job has, where it is not packed). Zero goodput with nothing measured."""
+        if self.throughput is None:
+            return 0.0, self.job.metrics.batch_size or self.batch_range[0], 0
+        goodput, batch, accum = self._evaluate(self.throughput, np.array([float(workers)]), np.array([float(nodes)]))
+        return float(goodput[0]), int(batch[0]), int(accum[0])
+
+    def _evaluate(
+        self, model: ThroughputModel, workers: Floats, nodes: Floats
+    ) -> tuple[Floats, NDArray[np.int64], NDArray[np.int64]]:
+        """Per row (a worker count on a node count): the best goodput, its batch and its accumulation."""
+        low, high = self.batch_range
+        grid = self._candidates()
+        k = workers[:, None]
+        locals_ = np.unique([m.local_batch for m in self.measured])
+        batch = np.concatenate((np.broadcast_to(grid, (len(workers), len(grid))), np.round(k * locals_)), axis=1)
+        allowed = (batch >= low) & (batch <= high)
+        per_worker = batch / k
         limit = self.job.max_local_batch
         if limit is not None:
             accum = np.maximum(np.ceil(per_worker / limit - 1e-9) - 1, 0)
         else:
             accum = np.zeros_like(per_worker)
         local = per_worker / (accum + 1)
-        seconds = self.throughput.step_seconds(workers, self.nodes_for(workers), local, accum)
-        goodput = batch / seconds * self.efficiency(batch)
-        trusted = self._trusted(local)
-        goodput = np.where(trusted, goodput, -np.inf)
+        seconds = model.step_seconds(k, nodes[:, None], local, accum)
+        modelled = batch / seconds * self.efficiency(batch)
+        goodput = np.where(allowed & self._trusted(local), modelled, -np.inf)
         pick = np.argmax(goodput, axis=1)
-        rows = np.arange(size)
+        rows = np.arange(len(workers))
         best = goodput[rows, pick]
         current = self.job.metrics.batch_size
-        if current is not None and batch.shape[1] > 1 and float(current) in batch[0]:
+        if current is not None and len(grid) > 1 and float(current) in grid:
             # keep the current batch wherever the best is not BATCH_HYSTERESIS better
-            at = int(np.flatnonzero(batch[0] == float(current))[0])
+            at = int(np.flatnonzero(grid == float(current))[0])
             keep = np.isfinite(goodput[:, at]) & (goodput[:, at] * (1.0 + BATCH_HYSTERESIS) >= best)
             pick = np.where(keep, at, pick)
             best = goodput[rows, pick]
-        # no trusted batch at some count: the one closest to what was measured, at its goodput
-        fallback = np.argmin(np.abs(np.log(local / self._measured_local_mid())), axis=1)
+        # no trusted batch at some count: the allowed one closest to what was measured, at its goodput
+        mid = self._measured_local_mid()
+        distance = np.where(allowed, np.abs(np.log(np.where(allowed, local, mid) / mid)), np.inf)
         untrusted = ~np.isfinite(best)
-        pick = np.where(untrusted, fallback, pick)
-        best = np.where(untrusted, (batch / seconds * self.efficiency(batch))[rows, pick], best)
-        out_goodput = np.concatenate(([0.0], best))
-        out_batch = np.concatenate(([0], np.broadcast_to(batch, per_worker.shape)[rows, pick].astype(np.int64)))
-        out_accum = np.concatenate(([0], accum[rows, pick].astype(np.int64)))
-        return BestConfigs(out_goodput, out_batch, out_accum)
+        pick = np.where(untrusted, np.argmin(distance, axis=1), pick)
+        best = np.where(untrusted, modelled[rows, pick], best)
+        return best, batch[rows, pick].astype(np.int64), accum[rows, pick].astype(np.int64)
 
     def _measured_local_mid(self) -> float:
         sizes = [m.local_batch for m in self.measured]
@@ -272,17 +328,20 @@ class GoodputModel:
 
     def _trusted(self, local: Floats) -> NDArray[np.bool_]:
         sizes = [m.local_batch for m in self.measured]
-        low, high = min(sizes) / EXPLORE_FACTOR, max(sizes) * EXPLORE_FACTOR
+        factor = EXPLORE_FACTOR if self.explore else 1.0
+        low, high = min(sizes) / factor, max(sizes) * factor
         result: NDArray[np.bool_] = (local >= low * (1 - 1e-9)) & (local <= high * (1 + 1e-9))
         return result
 
 
-def worker_cap(job: JobView, measured: Iterable[StepTime], initial: int) -> int:
-    """The most workers a job may have now: :data:`EXPLORE_FACTOR` times the most it was measured at,
-    and at least the count it was submitted with (``initial`` when it gives none); within its limits,
-    never below what it holds. Before its first measurement, exactly that count: a job submitted with one
-    worker is not spread over a node before anything shows it gains from it."""
+def worker_cap(job: JobView, measured: Iterable[StepTime], initial: int, *, explore: bool = True) -> int:
+    """The most workers a job may have now: :data:`EXPLORE_FACTOR` times the most it was measured at (the
+    most it was measured at, when not ``explore``), and at least the count it was submitted with
+    (``initial`` when it gives none); within its limits, never below what it holds. Before its first
+    measurement, exactly that count: a job submitted with one worker is not spread over a node before
+    anything shows it gains from it."""
     most = max((m.workers for m in measured), default=0)
     initial = job.requested_workers or initial
-    cap = initial if most == 0 else max(initial, math.floor(most * EXPLORE_FACTOR))
+    factor = EXPLORE_FACTOR if explore else 1.0
+    cap = initial if most == 0 else max(initial, math.floor(most * factor))
     return max(job.min_workers, min(job.max_workers, max(cap, job.holding)))

@@ -130,7 +130,8 @@ class ResizeCosts:
     """Seconds a job makes no progress (while holding its GPUs) after a change of its workers.
 
     ``start_s``: from zero workers to some (first start, or resume after preemption); ``scale_out_s``: more
-    workers; ``scale_in_s``: fewer, but not zero. The defaults are the pauses the live system measured
+    workers; ``scale_in_s``: fewer, but not zero. Moving a job's workers to other nodes costs the dearest of
+    the three (:meth:`move`). The defaults are the pauses the live system measured
     (benchmarks/bench_elastic.py, benchmarks/results/elastic.md: scale-out 0.37-0.60 s with pre-warmed joiners
     against 4.8-5.5 s for stock Horovod elastic, scale-in 0.09-0.28 s, across runs; the defaults take the upper
     end); a checkpoint-restart system pays about 30 s for every change (:meth:`restart`).
@@ -154,6 +155,11 @@ class ResizeCosts:
     @classmethod
     def free(cls) -> ResizeCosts:
         return cls(start_s=0.0, scale_out_s=0.0, scale_in_s=0.0)
+
+    def move(self) -> float:
+        """Pause for moving a job's workers to other nodes (at the same count or with a resize): the dearest
+        change, the whole job stopping and starting elsewhere."""
+        return max(self.start_s, self.scale_out_s, self.scale_in_s)
 
     def cost(self, old_workers: int, new_workers: int) -> float:
         """Pause for a change from ``old_workers`` to ``new_workers`` (0 when unchanged or stopping)."""
@@ -193,7 +199,8 @@ class JobView:
     holds the validation metric after each of the last (up to ``policy.LOSS_WINDOW``) epochs, oldest first.
     ``min_batch_size`` and ``max_batch_size`` are the application's validated range of global batch sizes,
     ``max_local_batch`` the largest per-GPU micro-batch measured (more per worker takes gradient accumulation),
-    and ``configurations`` the iteration time of each configuration it ran in, most recent last.
+    ``configurations`` the iteration time of each configuration it ran in, most recent last; ``placement`` its
+    workers on each node it uses, most first.
     """
 
     name: str
@@ -224,6 +231,7 @@ class JobView:
     max_batch_size: int = 1
     max_local_batch: int = 1
     configurations: tuple[MeasuredStep, ...] = ()
+    placement: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,16 +249,21 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class Allocation:
-    """A scheduler's target for one job: ``workers`` (0: hold no GPUs) and optionally a new global batch."""
+    """A scheduler's target for one job: ``workers`` (0: hold no GPUs), optionally a new global batch, and
+    optionally the most nodes the workers should span (``nodes``: the simulator packs them on that many where
+    it can, moving the job's workers when they span more; None: it keeps them where they are)."""
 
     workers: int
     batch_size: int | None = None
+    nodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.nodes is not None and not 1 <= self.nodes <= max(self.workers, 1):
+            raise ValueError(f"nodes must be between 1 and the workers ({self.workers}), got {self.nodes}")
 
 
 class Scheduler(ABC):
@@ -278,7 +291,8 @@ class Scheduler(ABC):
 
 @dataclass(frozen=True)
 class JobResult:
-    """How one job fared. Times are seconds since the start of the run; ``None`` where it never happened."""
+    """How one job fared. Times are seconds since the start of the run; ``None`` where it never happened.
+    ``resizes`` counts changes of its worker count, ``moves`` its workers moved onto fewer nodes."""
 
     name: str
     application: str
@@ -292,6 +306,7 @@ class JobResult:
     preemptions: int
     max_workers: int
     final_batch_size: float
+    moves: int = 0
 
     @property
     def jct_s(self) -> float | None:
@@ -342,6 +357,7 @@ class SimSummary:
     rounds: int
     wall_s: float
     resize_costs: ResizeCosts = field(default_factory=ResizeCosts)
+    moves: int = 0
 
     @property
     def speed(self) -> float:
@@ -363,6 +379,7 @@ class SimSummary:
             "mean_utilisation": self.mean_utilisation,
             "resizes": self.resizes,
             "preemptions": self.preemptions,
+            "moves": self.moves,
             "rounds": self.rounds,
             "wall_s": self.wall_s,
             "speed_job_hours_per_s": self.speed,

@@ -10,7 +10,11 @@ scheduler and costs, same result.
 Placement is the simulator's, like YARN's is the cluster's: a scheduler says how many workers a job
 gets; the simulator keeps a job's existing workers where they are, puts new ones on the nodes the job
 already uses, then best-fit on one node when they fit there, else on the nodes with the most free GPUs;
-it removes workers from the nodes where the job has the fewest first.
+it removes workers from the nodes where the job has the fewest first. A scheduler may also say how many
+nodes the workers should span at most (``Allocation.nodes``): where keeping them in place would span more
+and the job fits on fewer nodes than that elsewhere, the simulator moves all its workers, packed on the
+fewest nodes it can (whole free nodes first, best fit for the rest), and the job pays
+:meth:`ResizeCosts.move` (the dearest change: it stops and starts elsewhere).
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ class _Job:
         self.start_s: float | None = None
         self.completion_s: float | None = None
         self.resizes = 0
+        self.moves = 0
         self.preemptions = 0
         self.peak_workers = 0
         self.throughput: dict[int, float] = {}
@@ -229,6 +234,27 @@ class _Nodes:
             self._take(job, node, take)
             count -= take
 
+    def place(self, job: _Job, count: int, span: int) -> bool:
+        """Give ``job`` ``count`` workers (at least what it holds) on at most ``span`` nodes where that can be
+        done, in place or else by moving all its workers, packed; True when they moved. Where neither fits
+        within ``span``, the fewer nodes of the two: in place unless moving spans fewer."""
+        held = sum(job.nodes.values())
+        own = sum(self.free[n] for n in job.nodes)
+        others = sorted((f for n, f in enumerate(self.free) if n not in job.nodes), reverse=True)
+        in_place = len(job.nodes) + _fewest(others, max(0, count - held - own))
+        if in_place <= span:
+            self.grow(job, count - held)
+            return False
+        moved = _fewest(
+            sorted((self.free[n] + job.nodes.get(n, 0) for n in range(len(self.free))), reverse=True), count
+        )
+        if moved >= in_place:
+            self.grow(job, count - held)
+            return False
+        self.shrink(job, held)
+        self.grow(job, count)
+        return True
+
     def shrink(self, job: _Job, count: int) -> None:
         while count:
             node = min(job.nodes, key=lambda n: (job.nodes[n], -n))
@@ -242,6 +268,18 @@ class _Nodes:
     def _take(self, job: _Job, node: int, count: int) -> None:
         self.free[node] -= count
         job.nodes[node] = job.nodes.get(node, 0) + count
+
+
+def _fewest(free_most_first: Sequence[int], count: int) -> int | float:
+    """The fewest nodes of these free GPUs (most first) that hold ``count`` (``inf`` when they cannot)."""
+    if count <= 0:
+        return 0
+    total = 0
+    for i, free in enumerate(free_most_first):
+        total += free
+        if total >= count:
+            return i + 1
+    return math.inf
 
 
 ProgressCallback = Callable[[float, int, int], None]
@@ -417,6 +455,7 @@ class Simulator:
             max_batch_size=app.max_batch_size,
             max_local_batch=max(1, int(app.max_local_bsz)),
             configurations=job.measured_steps(),
+            placement=job.placement(),
         )
 
     def _apply(
@@ -450,29 +489,35 @@ class Simulator:
                 f"{self.cluster.total_gpus} GPUs"
             )
         changed: list[_Job] = []
+        # shrinks first; then jobs placed as asked, the largest first (they need whole free nodes), then the rest
         order = sorted(
-            (j for j in active if j.spec.name in targets), key=lambda j: targets[j.spec.name].workers - j.workers
+            (j for j in active if j.spec.name in targets), key=lambda j: self._order(j, targets[j.spec.name])
         )
         for job in order:
             alloc = targets[job.spec.name]
             batch = self._batch(job, alloc)
-            if alloc.workers == job.workers and (batch == job.batch or not job.workers):
+            tighter = alloc.nodes is not None and job.workers > 0 and alloc.nodes < len(job.nodes)
+            if alloc.workers == job.workers and (batch == job.batch or not job.workers) and not tighter:
                 continue
             old = job.workers
+            moved = False
             if alloc.workers < old:
                 nodes.shrink(job, old - alloc.workers)
+            if alloc.workers and alloc.nodes is not None:
+                moved = nodes.place(job, alloc.workers, alloc.nodes) and old > 0
             elif alloc.workers > old:
                 nodes.grow(job, alloc.workers - old)
-            if alloc.workers != old:
+            if alloc.workers != old or moved:
                 job.last_resize_s = now
             job.workers = alloc.workers
-            pause = self.config.costs.cost(old, alloc.workers)
+            pause = self.config.costs.move() if moved else self.config.costs.cost(old, alloc.workers)
             if pause:
                 job.pause_until = max(job.pause_until, now + pause)
             if old and alloc.workers and old != alloc.workers:
                 job.resizes += 1
             elif old and not alloc.workers:
                 job.preemptions += 1
+            job.moves += moved
             if alloc.workers and job.start_s is None:
                 job.start_s = now
             job.peak_workers = max(job.peak_workers, alloc.workers)
@@ -481,6 +526,13 @@ class Simulator:
             changes.append(AllocationChange(now, job.spec.name, job.workers, job.batch))
             changed.append(job)
         return changed
+
+    @staticmethod
+    def _order(job: _Job, alloc: Allocation) -> tuple[int, int]:
+        delta = alloc.workers - job.workers
+        if delta < 0:
+            return (0, delta)
+        return (1, -alloc.workers) if alloc.nodes is not None else (2, delta)
 
     def _batch(self, job: _Job, alloc: Allocation) -> float:
         if alloc.batch_size is not None:
@@ -505,6 +557,7 @@ class Simulator:
             preemptions=job.preemptions,
             max_workers=job.peak_workers,
             final_batch_size=job.batch,
+            moves=job.moves,
         )
 
     def _summary(self, results: tuple[JobResult, ...], util: list[UtilSample], rounds: int, wall: float) -> SimSummary:
@@ -528,6 +581,7 @@ class Simulator:
             mean_queueing_s=float(np.mean(queueing)) if queueing else math.nan,
             mean_utilisation=busy / (span * self.cluster.total_gpus) if span > 0 else 0.0,
             resizes=sum(r.resizes for r in results),
+            moves=sum(r.moves for r in results),
             preemptions=sum(r.preemptions for r in results),
             rounds=rounds,
             wall_s=wall,

@@ -25,6 +25,7 @@ JOB_COLUMNS = (
     "preemptions",
     "max_workers",
     "final_batch_size",
+    "moves",
 )
 
 
@@ -83,6 +84,7 @@ def write_result(result: SimResult, out_dir: Path) -> dict[str, Path]:
                 j.preemptions,
                 j.max_workers,
                 j.final_batch_size,
+                j.moves,
             )
             for j in result.jobs
         ),

@@ -26,13 +26,15 @@ becomes a target :class:`~submarine_elastic.sim.api.Allocation`. What the snapsh
 - ``min_batch_size`` / ``max_batch_size``: the application's validated range of global batch sizes under
   the ``fixed-local`` rule (a policy may choose the batch); none under ``fixed-global`` (the batch stays
   what the user asked for). ``max_local_batch``: the largest per-GPU micro-batch measured.
+- ``placement``: its workers on each node it uses, most first.
 - ``Snapshot.slots_per_node``: the cluster's GPUs per node.
 
 A decision's ``batch_size`` is applied to the simulated job at once, without a pause (a live job applies
 it at a commit boundary, without a restart); its accumulation follows from the batch, the workers and
-``max_local_batch`` as the decision's does. Not modelled: per-worker step times (no stragglers:
-``step_times`` is empty and a ``replace`` is ignored) and learning rates (a ``learning_rate`` decision is
-ignored).
+``max_local_batch`` as the decision's does. A decision's ``nodes`` goes to the simulator, which packs the
+workers on that many nodes where it can (moving them, for the cost of a restart, where they span more).
+Not modelled: per-worker step times (no stragglers: ``step_times`` is empty and a ``replace`` is ignored)
+and learning rates (a ``learning_rate`` decision is ignored).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
         max_batch_size=max(job.min_batch_size, job.max_batch_size) if adaptive else None,
         max_local_batch=job.max_local_batch,
         requested_workers=max(low, min(high, job.requested_replicas)),
+        placement=job.placement,
     )
 
 
@@ -140,7 +143,7 @@ class PolicyScheduler(Scheduler):
         out: dict[str, Allocation] = {}
         for d in decisions:
             try:
-                out[d.job_id] = Allocation(d.target_workers, d.batch_size)
+                out[d.job_id] = Allocation(d.target_workers, d.batch_size, d.nodes)
             except ValueError as exc:
                 raise SchedulerError(f"{self.name}: decision for {d.job_id!r} cannot be applied: {exc}") from exc
         return out

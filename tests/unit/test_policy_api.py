@@ -86,6 +86,9 @@ def test_snapshot_types_reject_bad_values(build: object, message: str) -> None:
         ),
         (lambda: Decision("a", 2, "x", replace=("worker-0", "worker-0")), "replace names an instance twice"),
         (lambda: Allocation("a", -3, "x"), "a: workers must be an int >= 0, got -3"),
+        (lambda: Decision("a", 2, "x", nodes=0), "a: nodes must be an int >= 1, got 0"),
+        (lambda: Decision("a", 2, "x", nodes=3), r"a: nodes \(3\) exceeds its workers \(2\)"),
+        (lambda: Allocation("a", 4, "x", nodes=5), r"a: nodes \(5\) exceeds its workers \(4\)"),
         (lambda: Request(job("a", max_workers=4), 5, settled=False, reason="x"), r"a: desired 5 is outside \[1, 4\]"),
     ],
 )
@@ -124,6 +127,19 @@ def test_derived_values() -> None:
     assert snap.available == 5
     assert snap.job("job-a") is view and snap.job("nope") is None
     assert Snapshot(now=0.0, capacity=4, free=4, jobs=(job(current=3),)).available == 4  # never above capacity
+
+
+def test_a_placement_is_workers_per_node_most_first() -> None:
+    view = JobView("a", 1, 8, current_workers=6, placement=[2, 4])
+    assert view.placement == (4, 2) and view.nodes == 2
+    assert JobView("a", 1, 8, current_workers=6).nodes is None  # not known
+    with pytest.raises(InvalidSnapshotError, match=r"a: placement \(4, 4\) places more workers than it holds \(6\)"):
+        JobView("a", 1, 8, current_workers=6, placement=(4, 4))
+    with pytest.raises(InvalidSnapshotError, match="a: placement entry must be an int >= 1, got 0"):
+        JobView("a", 1, 8, current_workers=6, placement=(6, 0))
+    with pytest.raises(InvalidSnapshotError, match="a: placement must be a sequence of worker counts"):
+        JobView("a", 1, 8, current_workers=6, placement="42")  # type: ignore[arg-type]
+    assert Decision("a", 0, "stop", nodes=1).nodes == 1  # a job stopping may still say where it would go
 
 
 def test_mappings_are_copied_and_values_survive_pickling() -> None:

@@ -376,3 +376,45 @@ def test_a_job_policys_batch_applies_only_at_the_count_it_asked_for_it_with() ->
     policy = Scripted(lambda j, s: Decision(j.job_id, 4, "wants 4 with a larger batch", batch_size=512))
     engine = PolicyEngine(policy, FairShareArbiter(), cooldown_s=0)
     assert engine.decide(snapshot(job(current=2, max_workers=4, batch_size=128), capacity=2)) == []
+
+
+def test_an_arbiters_placement_is_applied_and_a_move_is_a_change_the_cooldown_holds() -> None:
+    """Nodes an arbiter gives go with the count it gives; at the count a job holds, fewer nodes than it spans
+    move its workers (a decision of its own), which the cooldown holds and a job that is not elastic never makes."""
+    spread = replace(job("job-a", current=4, max_workers=8), placement=(2, 2))
+    grows = replace(job("job-b", current=2, max_workers=8), placement=(2,))
+    allocations = [Allocation("job-a", 4, "pack it", nodes=1), Allocation("job-b", 4, "grow it", nodes=1)]
+    engine = PolicyEngine(StaticPolicy(), ScriptedArbiter(lambda s, r: allocations), cooldown_s=60)
+    decided = {d.job_id: (d.target_workers, d.nodes, d.reason) for d in engine.decide(snapshot(spread, grows))}
+    assert decided == {"job-a": (4, 1, "pack it"), "job-b": (4, 1, "grow it")}
+    assert engine.last_refusals == ()
+    # a job already on as few nodes as it is asked: nothing to do
+    packed = replace(spread, placement=(4,))
+    assert PolicyEngine(StaticPolicy(), ScriptedArbiter(lambda s, r: allocations[:1])).decide(snapshot(packed)) == []
+    settled = replace(spread, last_resize_at=990.0)
+    fixed = replace(job("job-a", min_workers=4, max_workers=4, elastic=False, current=4), placement=(2, 2))
+    for view, why in (
+        (settled, "moves its workers (2 -> 1 nodes) during its cooldown"),
+        (fixed, "moves a job that is not elastic (2 -> 1 nodes)"),
+    ):
+        engine = PolicyEngine(StaticPolicy(), ScriptedArbiter(lambda s, r: allocations[:1]), cooldown_s=60)
+        assert engine.decide(snapshot(view, now=1000.0)) == []
+        assert [r.reason for r in engine.last_refusals] == [why]
+
+
+def test_a_job_policys_nodes_apply_only_at_the_count_it_asked_for() -> None:
+    policy = Scripted(lambda j, s: Decision(j.job_id, 4, "wants 4 on one node", nodes=1))
+    engine = PolicyEngine(policy, FairShareArbiter(), cooldown_s=0)
+    (grown,) = engine.decide(snapshot(replace(job(current=2, max_workers=4), placement=(1, 1)), capacity=8))
+    assert (grown.target_workers, grown.nodes) == (4, 1)
+    held = replace(job(current=2, max_workers=4), placement=(1, 1))
+    assert engine.decide(snapshot(held, capacity=2)) == []  # kept at 2: no move the policy did not ask for
+
+
+def test_a_job_policys_batch_held_by_the_cooldown_is_not_applied_at_the_count_it_keeps() -> None:
+    """The batch was chosen for 4 workers; the cooldown holds the job at 2, and the batch with it (applied at 2 a
+    simulated job swung between batches 200 and 3610 every round, the goodput arbiter undoing it each time)."""
+    policy = Scripted(lambda j, s: Decision(j.job_id, 4, "wants 4 with a larger batch", batch_size=512, nodes=1))
+    engine = PolicyEngine(policy, FairShareArbiter(), cooldown_s=60)
+    held = job(current=2, max_workers=4, batch_size=128, last_resize_at=990.0)
+    assert engine.decide(snapshot(held, capacity=8, now=1000.0)) == []

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from submarine_elastic.policy import (
+    Allocation,
     Decision,
     GoodputArbiter,
     GoodputPolicy,
@@ -91,8 +92,12 @@ def snap(*jobs: JobView, capacity: int = 16, now: float = 10_000.0, slots: int |
 
 
 def allocate(arbiter: GoodputArbiter, s: Snapshot) -> dict[str, tuple[int, int | None]]:
+    return {job_id: (a.workers, a.batch_size) for job_id, a in allocate_full(arbiter, s).items()}
+
+
+def allocate_full(arbiter: GoodputArbiter, s: Snapshot) -> dict[str, Allocation]:
     requests = [Request(j, j.max_workers, settled=False, reason="wish") for j in s.jobs]
-    return {a.job_id: (a.workers, a.batch_size) for a in arbiter.allocate(s, requests)}
+    return {a.job_id: a for a in arbiter.allocate(s, requests)}
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -112,10 +117,34 @@ def test_the_throughput_model_recovers_compute_sync_and_placement() -> None:
     assert ThroughputModel.fit([]) is None
 
 
-def test_one_micro_batch_size_is_taken_as_all_per_sample_compute() -> None:
-    model = ThroughputModel.fit([step(1, 100)])
-    assert model is not None
-    assert model.a == 0 and model.b == pytest.approx(step(1, 100).seconds / 100)
+def test_with_one_micro_batch_measured_larger_ones_are_predicted_faster_per_sample() -> None:
+    """One size cannot tell fixed from per-sample compute; the model must not conclude the batch is free of fixed
+    cost (then every batch has the same throughput and the smallest always wins on efficiency): half the measured
+    compute is taken as fixed, until a second size is measured."""
+    for split in (True, False):
+        measured = step(1, 100, split=split)
+        model = ThroughputModel.fit([measured])
+        assert model is not None
+        assert model.a == pytest.approx(measured.seconds / 2) and model.b == pytest.approx(measured.seconds / 200)
+        one = np.array([1.0])
+        per_sample = [
+            float(model.step_seconds(one, one, np.array([m]), np.array([0.0]))[0]) / m for m in (50.0, 100.0, 200.0)
+        ]
+        assert per_sample[2] < 0.8 * per_sample[1]
+        # and optimistic the other way: a smaller micro-batch (more workers for a fixed batch) costs its share
+        assert per_sample[0] == pytest.approx(per_sample[1])
+    # a second size measured: the fit follows the measurements, not the prior
+    model = ThroughputModel.fit([step(1, 100), step(1, 200)])
+    assert model is not None and model.a == pytest.approx(A) and model.b == pytest.approx(B)
+
+
+def test_with_one_micro_batch_measured_the_policy_tries_a_larger_batch() -> None:
+    """A noisy job measured at one micro-batch is moved to a larger batch to measure it (with all compute taken
+    as per-sample it stayed at the smallest batch the efficiency prefers)."""
+    view = goodput_job(current=4, batch=256, noise=5000.0, measured=[step(4, 64)])
+    best = GoodputModel(view, view.metrics.configurations, 4).best(4)
+    local = best.batch[4] / 4 / (best.accum[4] + 1)
+    assert 64 < local <= 64 * EXPLORE_FACTOR
 
 
 def test_the_best_batch_follows_the_noise_scale() -> None:
@@ -219,12 +248,59 @@ def test_placement_counts_where_the_measurements_show_it_matters() -> None:
     assert fast["job-a"][0] == 8
 
 
+def test_the_arbiter_places_jobs_from_the_measured_placement_speedups() -> None:
+    """A job spread over two nodes runs at its measured speed there, not at the packed speed its count would
+    have: where the network is slow the arbiter moves it onto one node (a change charged like a resize), and
+    gives every count with the nodes to pack it on."""
+    slow_net = [step(1, 64), step(1, 256), step(2, 64), step(4, 64), step(4, 64, nodes=2, net=2.0)]
+    spread = replace(goodput_job(measured=slow_net, noise=1e6, current=4, max_workers=4), placement=(2, 2))
+    s = snap(spread, capacity=4)
+    (moved,) = GoodputArbiter(resize_cost_s=1, hysteresis=0).allocate(s, [Request(spread, 4, False, "wish")])
+    assert (moved.workers, moved.nodes) == (4, 1)
+    assert moved.reason.startswith("goodput: moves its 4 workers from 2 nodes to 1, speedup ")
+    # the same move costs a job about to end most of what it has left: not worth it
+    near_end = replace(spread, metrics=replace(spread.metrics, remaining_samples=1.0))
+    dear = GoodputArbiter(resize_cost_s=50, hysteresis=0).allocate(s, [Request(near_end, 4, False, "wish")])
+    assert [a.nodes for a in dear] in ([], [None])
+    # a settled job is not moved
+    settled = GoodputArbiter(resize_cost_s=1, hysteresis=0).allocate(s, [Request(spread, 4, True, "cooldown")])
+    assert [a.nodes for a in settled] in ([], [None])
+    grown = allocate_full(GoodputArbiter(resize_cost_s=0), snap(goodput_job(current=2, measured=FAST), capacity=16))
+    assert (grown["job-a"].workers, grown["job-a"].nodes) == (16, 4)
+
+
+def test_counts_pack_on_nodes_a_divisor_of_a_node_or_whole_nodes() -> None:
+    """Three of four slots of a node would leave one no job of two fits: with 4 slots a node, a job gets 1, 2, 4
+    or a multiple of 4 workers (or what it holds and its limits)."""
+    one = goodput_job(current=2, measured=FAST, noise=1e6)
+    for capacity, expected in ((3, 2), (7, 4), (11, 8), (15, 12)):
+        assert allocate(GoodputArbiter(resize_cost_s=0), snap(one, capacity=capacity)).get("job-a", (2,))[0] == expected
+    assert allocate(GoodputArbiter(resize_cost_s=0), snap(one, capacity=7, slots=None))["job-a"][0] == 7
+
+
 def test_a_job_grows_at_most_the_explore_factor_past_what_was_measured() -> None:
     measured = [step(1, 64), step(1, 128), step(2, 64)]
     counts = allocate(GoodputArbiter(resize_cost_s=0), snap(goodput_job(current=2, measured=measured), capacity=64))
-    assert counts["job-a"][0] == int(2 * EXPLORE_FACTOR)
+    assert counts["job-a"][0] == 4  # measured at 2 at most: tried at twice that, not more
     fresh = allocate(GoodputArbiter(), snap(goodput_job(current=0, measured=()), capacity=64, slots=4))
     assert fresh["job-a"][0] == 4  # one node before anything is measured
+
+
+def test_a_job_explores_at_most_once_per_interval() -> None:
+    """Once a job ran in a configuration outside what it had been measured at, it is given no other such
+    configuration (more workers, another micro-batch) until explore_interval_s has passed."""
+    arbiter = GoodputArbiter(resize_cost_s=0, explore_interval_s=300)
+    first = [step(1, 64), step(2, 64)]
+    assert allocate(arbiter, snap(goodput_job(current=2, measured=first), capacity=64, now=1000.0))["job-a"][0] == 4
+    explored = [*first, step(4, 64)]  # measured at 4 from the next round
+    view = goodput_job(current=4, batch=256, measured=explored)
+    for now in (1060.0, 1200.0, 1299.0):
+        assert allocate(arbiter, snap(view, capacity=64, now=now)).get("job-a", (4, None))[0] == 4
+        best = GoodputModel(view, explored, 4, explore=False).best(4)
+        assert best.batch[4] / 4 / (best.accum[4] + 1) == 64  # the micro-batch it was measured at
+    assert allocate(arbiter, snap(view, capacity=64, now=1360.0))["job-a"][0] == 8
+    state = json.loads(json.dumps(arbiter.state_dict()))
+    assert state["explored"] == {"job-a": 1060.0}
 
 
 def test_the_arbiter_gives_the_batch_of_the_count_it_gives_and_the_engine_applies_it() -> None:
@@ -285,13 +361,18 @@ def test_history_is_kept_bounded_and_survives_a_restart() -> None:
     assert allocate(restarted, snap(bare)) == first
     with pytest.raises(PolicyStateError):
         GoodputArbiter().load_state_dict({"version": 1, "history": {"job-a": [[1, 2]]}})
+    with pytest.raises(PolicyStateError, match="explored must be a mapping"):
+        GoodputArbiter().load_state_dict({"version": 2, "history": {}, "explored": [1]})
+    older = GoodputArbiter()  # a state written before exploration was recorded
+    older.load_state_dict({"version": 1, "history": state["history"]})
+    assert allocate(older, snap(bare)) == first
 
 
 def test_the_job_policy_asks_for_its_best_speedup_within_the_cap() -> None:
     measured = [step(1, 64), step(1, 128), step(2, 64)]
     decision = GoodputPolicy().propose(goodput_job(current=2, measured=measured), snap())
     assert isinstance(decision, Decision)
-    assert decision.target_workers == int(2 * EXPLORE_FACTOR)
+    assert decision.target_workers == 4
     assert "until measured there" in decision.reason
 
 
@@ -302,6 +383,7 @@ def test_the_job_policy_asks_for_its_best_speedup_within_the_cap() -> None:
         ({"hysteresis": 1.0}, "hysteresis must be < 1.0, got 1.0"),
         ({"min_horizon_s": 0}, "min_horizon_s must be > 0.0, got 0"),
         ({"initial_workers": 0}, "initial_workers must be an int >= 1, got 0"),
+        ({"explore_interval_s": -1}, "explore_interval_s must be >= 0.0, got -1"),
     ],
 )
 def test_rejects_bad_parameters(kwargs: dict[str, object], message: str) -> None:

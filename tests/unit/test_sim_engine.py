@@ -29,6 +29,7 @@ from ._sim_toy import TOY, write_toy_data
 
 FREE = SimConfig(costs=ResizeCosts.free())
 ONE_NODE = ClusterConfig(nodes=1, gpus_per_node=4)
+TWO_NODES = ClusterConfig(nodes=2, gpus_per_node=4)
 
 
 @pytest.fixture(scope="module")
@@ -147,11 +148,12 @@ def test_restart_costs_are_paid_on_preemption_and_resume(catalog: TraceCatalog):
 
 
 class Scripted(Scheduler):
-    """Gives each job the worker count of the latest step of its script at or before now."""
+    """Gives each job the worker count (and batch, and nodes to span) of the latest step of its script at or
+    before now."""
 
     name = "scripted"
 
-    def __init__(self, script: dict[str, list[tuple[float, int, int | None]]]) -> None:
+    def __init__(self, script: Mapping[str, list[tuple[float, int, int | None]] | list[Step]]) -> None:
         self.script = script
 
     def allocate(self, view: ClusterView) -> Mapping[str, Allocation]:
@@ -159,10 +161,31 @@ class Scripted(Scheduler):
         for j in view.jobs:
             steps = [s for s in self.script.get(j.name, []) if s[0] <= view.now_s]
             if steps:
-                _, workers, batch = steps[-1]
-                if workers != j.workers or (batch is not None and batch != j.batch_size):
-                    out[j.name] = Allocation(workers, batch)
+                _, workers, batch, *nodes = steps[-1]
+                span = nodes[0] if nodes else None
+                tighter = span is not None and len(j.placement) > span
+                if workers != j.workers or (batch is not None and batch != j.batch_size) or tighter:
+                    out[j.name] = Allocation(workers, batch, span)
         return out
+
+
+Step = tuple[float, int, int | None, int | None]
+
+
+def test_a_job_asked_onto_fewer_nodes_is_moved_and_pays_a_move(catalog: TraceCatalog):
+    """Without nodes asked, a job grows where it is (onto a second node when its own is full); asked onto one node,
+    it is moved where it fits whole, for the dearest change's pause."""
+    config = SimConfig(interval_s=10, costs=ResizeCosts(start_s=0, scale_out_s=1, scale_in_s=0.5))
+    script: dict[str, list[Step]] = {
+        "a": [(0, 2, None, None), (10, 4, None, None), (20, 4, None, 1)],
+        "b": [(0, 1, None, None)],
+    }
+    result = run(catalog, [job("a", 0, 2), job("b", 0, 1)], Scripted(script), config=config, cluster=TWO_NODES)
+    # a: 0..10 at 2/s -> 20; paused to 11; 11..20 at 4/s -> 56 (on 3 + 1 GPUs); moved at 20, paused to 21; 44 at 4/s
+    assert jcts(result)["a"] == pytest.approx(32)
+    (a,) = [j for j in result.jobs if j.name == "a"]
+    assert (a.resizes, a.moves) == (1, 1)
+    assert result.summary.moves == 1
 
 
 def test_scale_out_pays_its_pause_and_speeds_the_job_up(catalog: TraceCatalog):
@@ -251,6 +274,46 @@ def test_runs_are_deterministic(catalog: TraceCatalog):
     assert first.jobs == second.jobs
     assert first.allocations == second.allocations
     assert first.utilisation == second.utilisation
+
+
+def test_placement_as_asked_moves_a_job_only_onto_fewer_nodes():
+    from submarine_elastic.sim.engine import _Nodes
+
+    cluster = ClusterConfig(nodes=3, gpus_per_node=4)
+    nodes = _Nodes(cluster)
+    a, b, c, d, e = (_bare_job(name, cluster) for name in "abcde")
+    nodes.grow(a, 2)
+    nodes.grow(b, 3)
+    assert (a.nodes, b.nodes) == ({0: 2}, {1: 3})
+    assert not nodes.place(a, 4, 1)  # fits where it is
+    assert a.nodes == {0: 4}
+    nodes.grow(c, 2)
+    nodes.shrink(a, 1)
+    assert nodes.free == [1, 1, 2]
+    nodes.grow(c, 1)  # its own node first
+    nodes.grow(d, 2)  # no node has two free: one on each of nodes 0 and 1
+    assert (c.nodes, d.nodes, nodes.free) == ({2: 3}, {0: 1, 1: 1}, [0, 0, 1])
+    nodes.shrink(c, 3)
+    assert nodes.place(d, 2, 1)  # node 2 holds both once d's own worker there is counted free: moved there
+    assert d.nodes == {2: 2} and nodes.free == [1, 1, 2]
+    nodes.grow(e, 1)  # best fit: node 0
+    assert not nodes.place(e, 3, 1)  # neither in place nor moved fits one node: grows where it is, on two
+    assert e.nodes == {0: 1, 2: 2} and nodes.free == [0, 1, 0]
+
+
+def _bare_job(name: str, cluster: ClusterConfig):  # noqa: ANN202 - a _Job, private
+    from submarine_elastic.sim.engine import _Job
+
+    class _App:  # only what _Job reads at construction
+        def clamp_batch(self, b: float) -> float:
+            return b
+
+        def max_useful_replicas(self) -> int:
+            return 64
+
+        epochs = 1
+
+    return _Job(JobSpec(name, 0, TOY, 1, 1), _App(), cluster, 64)  # type: ignore[arg-type]
 
 
 def test_placement_packs_jobs_and_keeps_workers_in_place():

@@ -198,11 +198,14 @@ def test_every_builtin_policy_and_arbiter_drives_a_toy_cluster_to_the_end(
 
 def test_snapshot_carries_what_the_goodput_policy_fits():
     measured = (MeasuredStep(1, 1, 128.0, 0, 0.1, 0.001, 50), MeasuredStep(4, 1, 64.0, 1, 0.2, 0.02, 70))
-    job_view = view_job(min_batch_size=128, max_batch_size=4096, max_local_batch=512, configurations=measured)
+    job_view = view_job(
+        min_batch_size=128, max_batch_size=4096, max_local_batch=512, configurations=measured, placement=(1, 1)
+    )
     live = ClusterView(100.0, ClusterConfig(2, 4), 6, (job_view,), ResizeCosts(scale_out_s=0.6, scale_in_s=0.2))
     snap = to_snapshot(live)
     (job,) = snap.jobs
     assert snap.slots_per_node == 4
+    assert (job.placement, job.nodes) == ((1, 1), 2)
     assert [
         (m.workers, m.nodes, m.local_batch, m.accum_steps, m.seconds, m.sync_seconds, m.steps)
         for m in job.metrics.configurations
@@ -216,6 +219,21 @@ def test_snapshot_carries_what_the_goodput_policy_fits():
     (held,) = to_snapshot(restart).jobs
     assert held.metrics.resize_cost_s == 30.0
     assert (held.min_batch_size, held.max_batch_size) == (None, None)  # the batch is not the policy's to choose
+
+
+def test_the_nodes_a_policy_decides_go_to_the_simulator():
+    from submarine_elastic.policy import Allocation as PolicyAllocation
+    from submarine_elastic.policy import ClusterArbiter, StaticPolicy
+
+    class Packs(ClusterArbiter):
+        name = "packs"
+
+        def allocate(self, snapshot: Snapshot, requests: object) -> list[PolicyAllocation]:
+            return [PolicyAllocation("a", 2, "one node", nodes=1)]
+
+    scheduler = PolicyScheduler(PolicyEngine(StaticPolicy(), Packs()))
+    view = ClusterView(100.0, ClusterConfig(2, 4), 6, (view_job(placement=(1, 1), last_resize_s=None),))
+    assert scheduler.allocate(view)["a"].nodes == 1
 
 
 def _goodput_run(costs: ResizeCosts, rule: BatchRule) -> SimResult:
@@ -235,7 +253,9 @@ def test_the_simulator_applies_the_goodput_batch_decisions():
     batches = {c.job: set() for c in adaptive.allocations}
     for change in adaptive.allocations:
         batches[change.job].add(round(change.batch_size))
-    assert all(len(b) > 2 for b in batches.values())  # each job's batch followed its noise scale
+    assert len(batches["bert-c"]) > 2 and len(batches["cifar10-b"]) > 1  # the batch followed the noise scale
+    # with a change of workers the batch is the one chosen for the new count, not the rule's 128 per worker
+    assert all(round(c.batch_size) == 512 for c in adaptive.allocations if c.job == "cifar10-a")
     fixed = _goodput_run(ResizeCosts(), BatchRule.FIXED_GLOBAL)
     assert fixed.summary.finished == 3
     requested = {"cifar10-a": 512, "cifar10-b": 256, "bert-c": 24}
