@@ -89,7 +89,8 @@ class _Seen:
 
 def _batch_problem(job: JobView, batch_size: int, accum_steps: int | None) -> str | None:
     """Why the job's driver would refuse this batch (the shared rule, against the job's batch limits when it has
-    them); None if it takes it."""
+    them); None if it takes it. Callers ask only of a batch that would be sent (:meth:`PolicyEngine._final`):
+    the batch a job has is kept, not sent, and may lie outside the range policies may set."""
     return batch_setting_problem(
         batch_size, accum_steps or 0, min_batch_size=job.min_batch_size, max_batch_size=job.max_batch_size
     )
@@ -383,8 +384,10 @@ class PolicyEngine:
             return (
                 f"target {proposal.target_workers} is outside the job's limits [{job.min_workers}, {job.max_workers}]"
             )
-        if proposal.batch_size is not None and (
-            problem := _batch_problem(job, proposal.batch_size, proposal.accum_steps)
+        if (
+            proposal.batch_size is not None
+            and proposal.batch_size != job.metrics.batch_size
+            and (problem := _batch_problem(job, proposal.batch_size, proposal.accum_steps))
         ):
             return problem
         if proposal.replace:
@@ -480,8 +483,13 @@ class PolicyEngine:
         if allocation.job_id in accepted:
             return "second allocation for the same job"
         job = request.job
-        if allocation.batch_size is not None and (
-            problem := _batch_problem(job, allocation.batch_size, allocation.accum_steps)
+        kept = allocation.batch_size == job.metrics.batch_size and (
+            allocation.accum_steps is None or allocation.accum_steps == job.metrics.accum_steps
+        )
+        if (
+            allocation.batch_size is not None
+            and not kept
+            and (problem := _batch_problem(job, allocation.batch_size, allocation.accum_steps))
         ):
             return problem
         if allocation.workers == request.holding:

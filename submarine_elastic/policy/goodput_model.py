@@ -225,6 +225,9 @@ class GoodputModel:
             self.noise: float | None = metrics.gradient_noise_scale
         else:
             fixed = current or job.min_batch_size or 1
+            if job.min_batch_size is not None and job.max_batch_size is not None:
+                # a job started outside the range policies may set is brought into it, never sent outside it
+                fixed = min(max(fixed, job.min_batch_size), job.max_batch_size)
             self.batch_range = (fixed, fixed)
             self.noise = None
 
