@@ -3,9 +3,14 @@
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# TensorFlow 2.18 (the line before the default 2.21) in a second virtualenv, to keep it working.
+# TensorFlow 2.18 (the line before the default 2.21) in a second virtualenv, to keep it working: the tests that
+# run TensorFlow or code of the training process (marker `tensorflow`: tests/tf, the unit tests of tf_hooks,
+# tests/unit/conftest.py) and the Keras elastic jobs on a real cluster.
 VENV_TF218 ?= .venv-tf2.18
-TF218_TESTS := tests/unit tests/tf tests/integration/test_keras_elastic.py
+TF218_TESTS := -m "tensorflow or integration" tests/unit tests/tf tests/integration/test_keras_elastic.py
+# No .pytest_cache in the checkout; the unit tests on every core (pytest-xdist).
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+UNIT_WORKERS ?= auto
 
 install:
 	scripts/install.sh
@@ -17,15 +22,17 @@ install-tf2.18:
 demo: install
 	$(PY) -m submarine_elastic.demo
 
-## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs),
-## then the unit, TensorFlow and Keras elastic job tests again with TensorFlow 2.18.
+## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs):
+## the unit tests on every core, then the rest, then the TensorFlow tests and the Keras elastic jobs again with
+## TensorFlow 2.18.
 test: install install-tf2.18 lint wheel-smoke
-	$(PY) -m pytest --durations=25
-	$(VENV_TF218)/bin/python -m pytest $(TF218_TESTS)
+	$(PYTEST) -n $(UNIT_WORKERS) --durations=10 tests/unit
+	$(PYTEST) --durations=25 --ignore=tests/unit
+	$(VENV_TF218)/bin/python -m pytest -p no:cacheprovider $(TF218_TESTS)
 
-## The unit, TensorFlow and Keras elastic job tests with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
+## The TensorFlow tests and the Keras elastic jobs with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
 test-tf2.18: install-tf2.18
-	$(VENV_TF218)/bin/python -m pytest $(TF218_TESTS)
+	$(VENV_TF218)/bin/python -m pytest -p no:cacheprovider $(TF218_TESTS)
 
 ## Build the wheel, install it into a fresh virtualenv and use it from outside the checkout.
 wheel-smoke: install
@@ -36,7 +43,7 @@ lint:
 	$(VENV)/bin/mypy
 
 unit: install
-	$(PY) -m pytest tests/unit
+	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 
 integration: install
 	$(PY) -m pytest tests/integration
