@@ -7,12 +7,12 @@ its slot's Horovod environment. Each agent process is its own Horovod host (keye
 id and agent pid), so a worker that YARN relaunches is never taken for the blacklisted one, and all
 of it works with every container on one host.
 
-Host discovery answers Horovod's once-a-second poll from the agents' states in memory (no process
-spawn, no call to the ResourceManager): a worker is offered to Horovod only once its training
-process is warm, so a joiner never stalls the ring, and is withdrawn before YARN is asked to remove
-it, so scale-in happens at a commit boundary. That ring host (the registry, the rendezvous server and
-its address) is :mod:`submarine_elastic.elastic.ringhost`; the target, its checks and the verdict on it
-are :mod:`submarine_elastic.elastic.reconcile`; this module runs them.
+Host discovery answers Horovod's poll (every 0.1 s, :mod:`~submarine_elastic.elastic.hostupdates`) from
+the agents' states in memory (no process spawn, no call to the ResourceManager): a worker is offered to
+Horovod only once its training process is warm, so a joiner never stalls the ring, and is withdrawn
+before YARN is asked to remove it, so scale-in happens at a commit boundary. That ring host (the registry,
+the rendezvous server and its address) is :mod:`submarine_elastic.elastic.ringhost`; the target, its checks
+and the verdict on it are :mod:`submarine_elastic.elastic.reconcile`; this module runs them.
 
 Targets (``SetTarget``: a worker count and, optionally, a batch; one message from every writer) are checked,
 numbered and queued by :class:`~submarine_elastic.elastic.reconcile.TargetBook`, safe under concurrent calls;
@@ -76,6 +76,7 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 
 from submarine_elastic import env
+from submarine_elastic.elastic import hostupdates
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
@@ -607,9 +608,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         else:
             leavers = choose_leavers(live, self._ranks(), len(live) - workers)
         self.targets.applied(workers, reason)
-        # Leave first, then withdraw: Horovod polls discovery once a second and only then interrupts the
-        # ring, so the leavers know before their re-form that they go; their hvd.init() then finds no slot
-        # and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
+        # Leave first, then withdraw: Horovod reads discovery every 0.1 s and only then interrupts the ring
+        # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
+        # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
         for agent in leavers:
             agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
         for agent in leavers:
@@ -858,6 +859,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             # What YARN should have is what the previous incarnation last applied (and still removes by name).
             self._set_yarn_target(self.target)
 
+        hostupdates.quicken()
         hvd_driver = ElasticDriver(
             self._rendezvous,
             self.registry,
@@ -869,6 +871,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             verbose=0,
         )
         self._hvd = hvd_driver
+        hostupdates.watch(hvd_driver)
         self._server_ip = rendezvous_address(self.iface, host)
         self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver), host=self._server_ip)
         adopting = self._await_adoption()

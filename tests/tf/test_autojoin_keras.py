@@ -87,3 +87,38 @@ def test_keras2_binding_uses_tf_keras_backend_and_state_sync_builds_the_slots() 
     assert result.returncode == 0, result.stderr[-3000:]
     before, after = map(int, result.stdout.split())
     assert after > before  # the momentum slots exist before rank 0's are broadcast into them
+
+
+BUSY_ITERATOR = """
+import threading
+import tensorflow as tf
+
+waiting, release, closed = threading.Event(), threading.Event(), threading.Event()
+
+def elements():
+    try:
+        yield 1
+        waiting.set()
+        release.wait(20)  # the pipeline's prefetch thread is busy here
+        yield 2
+    finally:
+        closed.set()
+
+dataset = tf.data.Dataset.from_generator(elements, output_signature=tf.TensorSpec((), tf.int32)).prefetch(1)
+iterator = iter(dataset)
+next(iterator)
+assert waiting.wait(20)
+del iterator  # freeing it waits for the busy prefetch thread
+print("dropped before the pipeline let go:", not closed.is_set(), flush=True)
+release.set()
+print("freed afterwards:", closed.wait(20), flush=True)
+"""
+
+
+def test_a_dropped_tf_data_iterator_is_freed_off_the_training_thread() -> None:
+    """Freeing an iterator waits for its pipeline's threads (a Keras fit's waited for tf.data's autotuning
+    thread, seconds): the thread that drops it goes on at once, and it is freed once the pipeline lets go."""
+    result = run_in_agent_env(BUSY_ITERATOR, legacy_keras=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["dropped before the pipeline let go: True", "freed afterwards: True"]
+    assert "interpreter state is not initialized" not in result.stderr  # nothing left to free at exit

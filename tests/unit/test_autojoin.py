@@ -234,3 +234,21 @@ def test_the_previous_rings_connections_are_shut_down_so_a_waiting_peer_sees_the
     assert autojoin._ring_sockets == {} and autojoin.release_previous_ring() == 0
     for s in (server, other, other_peer, ring[0], peers[0]):
         s.close()
+
+
+def test_what_the_graveyard_is_given_is_freed_on_its_thread_while_the_caller_goes_on() -> None:
+    """How a dropped tf.data iterator is freed: the caller (the training thread) does not wait for it."""
+    graveyard = autojoin.Graveyard("test-graveyard")
+    release = threading.Event()
+    freed_on: list[str] = []
+
+    class SlowToFree:  # stands for an iterator whose destructor waits for its pipeline's threads
+        def __del__(self) -> None:
+            release.wait(10)
+            freed_on.append(threading.current_thread().name)
+
+    graveyard.bury(SlowToFree())
+    assert freed_on == [] and not graveyard.wait(0.2)  # the caller got back before it was freed
+    release.set()
+    assert graveyard.wait(10)
+    assert freed_on == ["test-graveyard"]
