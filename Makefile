@@ -8,9 +8,13 @@ PY := $(VENV)/bin/python
 # tests/unit/conftest.py) and the Keras elastic jobs on a real cluster.
 VENV_TF218 ?= .venv-tf2.18
 TF218_TESTS := -m "tensorflow or integration" tests/unit tests/tf tests/integration/test_keras_elastic.py
-# No .pytest_cache in the checkout; the unit tests on every core (pytest-xdist).
+# No .pytest_cache in the checkout. pytest-xdist: the unit tests on every core; the integration modules on two
+# workers, each with clusters of its own on ports of its own (tests/integration/conftest.py), which two cores
+# carry because an integration test mostly waits on its cluster and jobs.
 PYTEST := $(PY) -m pytest -p no:cacheprovider
+PYTEST_TF218 := $(VENV_TF218)/bin/python -m pytest -p no:cacheprovider
 UNIT_WORKERS ?= auto
+INTEGRATION_WORKERS ?= 2
 
 install:
 	scripts/install.sh
@@ -23,16 +27,20 @@ demo: install
 	$(PY) -m submarine_elastic.demo
 
 ## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs):
-## the unit tests on every core, then the rest, then the TensorFlow tests and the Keras elastic jobs again with
-## TensorFlow 2.18.
+## the unit tests on every core, tests/tf (and any other directory), the integration tests on two workers, then
+## the TensorFlow tests and the Keras elastic jobs again with TensorFlow 2.18. Every pass runs even after one
+## failed; the failed ones are named at the end.
 test: install install-tf2.18 lint wheel-smoke
-	$(PYTEST) -n $(UNIT_WORKERS) --durations=10 tests/unit
-	$(PYTEST) --durations=25 --ignore=tests/unit
-	$(VENV_TF218)/bin/python -m pytest -p no:cacheprovider $(TF218_TESTS)
+	failed=""; \
+	$(PYTEST) -n $(UNIT_WORKERS) --durations=10 tests/unit || failed="$$failed unit"; \
+	$(PYTEST) --durations=10 --ignore=tests/unit --ignore=tests/integration || failed="$$failed tf"; \
+	$(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadscope --durations=25 tests/integration || failed="$$failed integration"; \
+	$(PYTEST_TF218) --durations=10 $(TF218_TESTS) || failed="$$failed tf2.18"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
 ## The TensorFlow tests and the Keras elastic jobs with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
 test-tf2.18: install-tf2.18
-	$(VENV_TF218)/bin/python -m pytest -p no:cacheprovider $(TF218_TESTS)
+	$(PYTEST_TF218) $(TF218_TESTS)
 
 ## Build the wheel, install it into a fresh virtualenv and use it from outside the checkout.
 wheel-smoke: install
@@ -46,7 +54,7 @@ unit: install
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 
 integration: install
-	$(PY) -m pytest tests/integration
+	$(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadscope tests/integration
 
 bench: install
 	$(PY) benchmarks/bench_cluster.py

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24, which rich takes as the fixed size of the consoles the
+# CLI makes on import: without them, a test's output is as wide as without xdist (or as its COLUMNS says).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 @pytest.fixture(autouse=True)

@@ -435,16 +435,18 @@ class LocalCluster:
 
     def _init_hdfs(self, webhdfs_url: str, tarball: Path, say: Progress) -> None:
         """What YARN and the jobs need on a fresh HDFS, made as its superuser: ``/tmp``, :data:`HDFS_SERVICES`
-        and its ``services`` and :data:`HDFS_JOBS` (each 1777: every user makes a directory of their own there),
-        and the ApplicationMaster's jar archive at :data:`HDFS_FRAMEWORK` (readable by all, as every service's
-        AM localizes it).
+        and its ``services``, :data:`HDFS_JOBS` and ``<hadoop.tmp.dir>/.yarn/services``, where each service's AM
+        makes its instances' directories (each 1777: every user makes a directory of their own there), and the
+        ApplicationMaster's jar archive at :data:`HDFS_FRAMEWORK` (readable by all, as every service's AM
+        localizes it).
 
         Raises:
             DaemonStartError: HDFS refused or did not answer (naming the call).
         """
         try:
             with WebHdfs(webhdfs_url, getpass.getuser()) as hdfs:
-                for shared in ("/tmp", HDFS_SERVICES, f"{HDFS_SERVICES}/services", HDFS_JOBS):
+                instances = str(self.dir / "tmp" / ".yarn" / "services")  # hadoop.tmp.dir, read as an HDFS path
+                for shared in ("/tmp", HDFS_SERVICES, f"{HDFS_SERVICES}/services", HDFS_JOBS, instances):
                     hdfs.mkdirs(shared, 0o1777)
                     hdfs.set_permission(shared, 0o1777)  # MKDIRS applies the NameNode's umask
                 framework = hdfs.status(HDFS_FRAMEWORK)

@@ -2,6 +2,11 @@
 
 It uses its own directory and port base (``SUBMARINE_TEST_PORT_BASE``, default 19000), so it does
 not collide with a cluster the developer has up on the default ports.
+
+Under pytest-xdist (``make test`` runs ``-n 2 --dist loadscope``) each worker is a session of its own, whose
+clusters take the ports :data:`WORKER_PORT_STRIDE` above the previous worker's; a worker runs a test module
+start to end (its module fixtures made once), and the modules on the session's cluster on hosts
+(:data:`~tests.integration.hosts.ON_HOSTS`) all on one worker, so that cluster is started once.
 """
 
 from __future__ import annotations
@@ -22,13 +27,46 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
-from tests.integration.hosts import HostsCluster, can_make_hosts, hosts_cluster_at
+from tests.integration.hosts import ON_HOSTS, HostsCluster, HostsClusters, can_make_hosts
 
-PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000"))
+#: Between the port bases of two pytest-xdist workers: above the highest port a session takes (its cluster on
+#: hosts at +1300, see tests/integration/hosts.py).
+WORKER_PORT_STRIDE = 2000
+
+
+def _worker_index() -> int:
+    """0, or N for pytest-xdist's worker ``gwN``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+PORT_BASE = int(os.environ.get("SUBMARINE_TEST_PORT_BASE", "19000")) + WORKER_PORT_STRIDE * _worker_index()
 #: Query of a REST call to the ResourceManager or a NodeManager: the cluster refuses anonymous requests (401).
 AS_USER = {"user.name": "test"}
 
 T = TypeVar("T")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test that takes the session's cluster on hosts down (``hosts_cluster_down``) runs after every other."""
+    down = [item for item in items if item.get_closest_marker("hosts_cluster_down")]
+    items[:] = [item for item in items if item not in down] + down
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadscope``: a worker runs a whole module, and the modules on hosts as one unit."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "hosts" if Path(module).name in ON_HOSTS else module
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -47,12 +85,18 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_spec: Cluster
 
 
 @pytest.fixture(scope="session")
-def hosts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
-    """One 3-host cluster for the session (``tests/integration/hosts.py``); skipped without root or ``ip``."""
+def _hosts_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsClusters]:
     if not can_make_hosts():
         pytest.skip("hosts are network namespaces: root and iproute2 (CI runs as root)")
-    with hosts_cluster_at(tmp_path_factory.mktemp("hosts-cluster"), PORT_BASE) as running:
-        yield running
+    with HostsClusters(tmp_path_factory, PORT_BASE) as clusters:
+        yield clusters
+
+
+@pytest.fixture()
+def hosts_cluster(_hosts_clusters: HostsClusters) -> HostsCluster:
+    """The session's 3-host cluster (``tests/integration/hosts.py``), started on first use and again only if a test
+    took it down; skipped without root or ``ip``."""
+    return _hosts_clusters.running()
 
 
 @pytest.fixture()

@@ -1,10 +1,11 @@
 """The session's cluster on hosts (``submarine cluster up --hosts 3``: network namespaces, root only), which
-conftest's ``hosts_cluster`` starts once for every test that runs a job across hosts.
+conftest's ``hosts_cluster`` starts once, through the command a user types, for every test on hosts: the
+cluster's own checks (``test_hosts_cluster``, whose last one takes it down), HDFS, a job across the hosts
+and the host faults.
 
-Its ports are the session's port base + :data:`HOSTS_PORT_OFFSET` and its subnet follows from them (the rule
-of ``test_hosts_cluster``), so it runs beside the session's loopback cluster, beside the clusters test modules
-start of their own (+300..+1100; ``test_hosts_cluster``'s on the base itself and its subnet) and beside
-another run with another base.
+Its ports are the session's port base + :data:`HOSTS_PORT_OFFSET` and its subnet follows from them, so it runs
+beside the session's loopback cluster, beside the clusters test modules start of their own (+300..+1100) and
+beside another run with another base.
 
 Each NodeManager has :data:`HOSTS_NODE_MB`: a job's workers of :data:`SPREAD_WORKER_MB` land one on each host
 (two do not fit one), with the service's AM and the job's driver (512 MB each) beside them; workers of
@@ -20,9 +21,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, HostNetwork, LocalCluster
 
 HOSTS = 3
+#: The test modules on the session's cluster on hosts: under pytest-xdist one worker runs them all, so that one
+#: starts the cluster (a module on it not named here still works, at the cost of a cluster on another worker).
+ON_HOSTS = frozenset({"test_hdfs.py", "test_host_faults.py", "test_hosts_cluster.py", "test_hosts_job.py"})
 #: Above every other cluster a test session starts (the highest, test_kerberos's, at +1100).
 HOSTS_PORT_OFFSET = 1300
 HOSTS_NODE_MB = 2560
@@ -55,22 +63,45 @@ def can_make_hosts() -> bool:
 
 @contextlib.contextmanager
 def hosts_cluster_at(directory: Path, session_port_base: int) -> Iterator[HostsCluster]:
-    """Start the 3-host cluster in ``directory``; on leaving, ``down`` it (also after a failed ``up``)."""
+    """Start the 3-host cluster in ``directory`` with ``submarine cluster up --hosts 3``, which must name the
+    ResourceManager it started; on leaving, ``down`` it (also after a failed ``up``) unless a test did."""
     port_base = session_port_base + HOSTS_PORT_OFFSET
-    spec = ClusterSpec(
-        nodes=HOSTS,
-        hosts=HOSTS,
-        subnet=hosts_subnet(port_base),
-        node_memory_mb=HOSTS_NODE_MB,
-        node_vcores=4,
-        port_base=port_base,
-    )
+    args = ["cluster", "up", "--cluster-dir", str(directory), "--port-base", str(port_base), "--timeout", "240"]
+    args += ["--hosts", str(HOSTS), "--subnet", hosts_subnet(port_base)]
+    args += ["--node-memory-mb", str(HOSTS_NODE_MB), "--node-vcores", "4"]
     cluster = LocalCluster(directory)
     try:
-        cluster.up(spec, timeout=240)
+        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        spec = cluster.spec()
+        assert f"ResourceManager: {spec.rm_url}" in " ".join(result.output.split())
         network = cluster.network(spec)
         assert network is not None
         yield HostsCluster(cluster, spec, network)
     finally:
         if cluster.state_file.exists() or HostNetwork.recorded(directory) is not None:
             cluster.down()
+
+
+class HostsClusters:
+    """The session's cluster on hosts: started on first use, and again after a test took it down (the test of
+    ``cluster down`` runs last, but a worker of pytest-xdist may be given another module on hosts after it);
+    the one running at the end is taken down."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, session_port_base: int) -> None:
+        self._tmp = tmp_path_factory
+        self._port_base = session_port_base
+        self._stack = contextlib.ExitStack()
+        self._current: HostsCluster | None = None
+
+    def running(self) -> HostsCluster:
+        if self._current is None or not self._current.cluster.state_file.exists():
+            directory = self._tmp.mktemp("hosts-cluster")
+            self._current = self._stack.enter_context(hosts_cluster_at(directory, self._port_base))
+        return self._current
+
+    def __enter__(self) -> HostsClusters:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()

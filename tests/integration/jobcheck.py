@@ -19,7 +19,7 @@ import numpy as np
 import psutil
 
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import committed_steps, container_processes, run_job, wait_finished
+from tests.integration.conftest import committed_steps, container_processes, eventually, run_job, wait_finished
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = 2048
@@ -35,6 +35,16 @@ def start_job(
         f"--until-file {work}/stop --log-dir {work}/log"
     )
     run_job(rm_url, name, cmd, workers=workers, env=env, flags=flags)
+
+
+def wait_for_steps_at(log_dir: Path, size: int, count: int, timeout: float = 120) -> None:
+    """Blocks until the step log holds ``count`` more steps trained in a ring of ``size`` than when called."""
+
+    def at_size() -> int:
+        return sum(1 for records in committed_steps(log_dir).values() if records[0]["size"] == size)
+
+    goal = at_size() + count
+    eventually(lambda: at_size() >= goal, f"{count} steps at size {size}", timeout)
 
 
 def finish(yarn: YarnServiceClient, name: str, work: Path, timeout: float = 180) -> None:

@@ -30,7 +30,7 @@ from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import eventually, submarine
-from tests.integration.jobcheck import check_training, finish, start_job
+from tests.integration.jobcheck import check_training, finish, start_job, wait_for_steps_at
 from tests.integration.jobcheck import training_pids as _training_pids
 from tests.tls import cluster_metrics_tls, self_signed
 
@@ -76,7 +76,7 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
                         "the removed containers gone from YARN",
                         60,
                     )
-                time.sleep(2)  # train a few steps at this size
+                wait_for_steps_at(tmp_path / "log", n, count=5)  # train at this size before the next resize
             assert [e.to_workers for e in job.status().timeline] == [3, 1, 2]
         # The tokens reached the driver, the agents and the hooks, yet neither the service the RM
         # shows nor the RM's log (which records every spec it is sent) holds them.

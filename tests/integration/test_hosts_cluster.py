@@ -1,6 +1,10 @@
 """`submarine cluster up --hosts 3`: the daemons on three hosts that are network namespaces (root), each
 NodeManager registered from its own host, a service's containers running inside their hosts, and `down`
-leaving nothing behind."""
+leaving nothing behind.
+
+The cluster is the session's (``hosts_cluster``, started by `cluster up --hosts 3` in
+``tests/integration/hosts.py``); the test of `down` takes it down, so it is marked to run after every other
+test on it (``hosts_cluster_down``)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -17,10 +20,11 @@ import requests
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterNotUpError, HostNetwork, LocalCluster
+from submarine_elastic.cluster import ClusterNotUpError, HostNetwork
 from submarine_elastic.cluster.netns import NETNS_ETC
 from submarine_elastic.dse import resolve_rm_url
 from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually, processes_under
+from tests.integration.hosts import HOSTS, SPREAD_WORKER_MB, HostsCluster
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,12 +33,6 @@ pytestmark = [
         reason="hosts are network namespaces: root and iproute2 (CI runs as root)",
     ),
 ]
-
-HOSTS = 3
-#: A subnet of its own for each port base, so test runs side by side never share one.
-SUBNET = f"198.19.{PORT_BASE // 100 % 256}.0/24"
-#: One 1536 MB container fits a 2048 MB NodeManager, two do not: the service's three land one on each host.
-NODE_MB, CONTAINER_MB = 2048, 1536
 
 
 def cli_ok(*args: str) -> str:
@@ -61,30 +59,15 @@ def leftovers(plan: HostNetwork) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def hosts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("hosts-cluster")
-    args = ["--cluster-dir", str(directory), "--port-base", str(PORT_BASE), "--node-memory-mb", str(NODE_MB)]
-    cluster = LocalCluster(directory)
-    try:
-        out = cli_ok("cluster", "up", "--hosts", str(HOSTS), "--subnet", SUBNET, "--timeout", "240", *args)
-        plan = cluster.network(cluster.spec())
-        assert plan is not None
-        assert f"ResourceManager: {cluster.spec().rm_url}" in " ".join(out.split())
-        yield cluster
-    finally:
-        if cluster.state_file.exists() or HostNetwork.recorded(directory) is not None:
-            cluster.down()
-
-
-def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_it(hosts_cluster: LocalCluster):
-    spec = hosts_cluster.spec()
-    plan = hosts_cluster.network(spec)
+def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_it(hosts_cluster: HostsCluster):
+    cluster = hosts_cluster.cluster
+    spec = cluster.spec()
+    plan = cluster.network(spec)
     assert plan is not None
     hosts = plan.all_hosts
     # The CLI in the root namespace reaches the RM at host 0's address.
     assert spec.rm_url == f"http://{hosts[0].address}:{spec.rm_web_port}"
-    assert resolve_rm_url(cluster=hosts_cluster) == spec.rm_url
+    assert resolve_rm_url(cluster=cluster) == spec.rm_url
 
     # HDFS is on by default on hosts: the NameNode beside the RM, a DataNode beside each NodeManager.
     expected = {
@@ -94,7 +77,7 @@ def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_i
         **{f"nm-{h.index}": h for h in hosts},
         **{f"dn-{h.index}": h for h in hosts},
     }
-    daemons = {d.name: d for d in hosts_cluster.running_daemons()}
+    daemons = {d.name: d for d in cluster.running_daemons()}
     assert set(daemons) == set(expected)
     for name, host in expected.items():
         assert net_namespace(daemons[name].pid) == namespace_inode(host.namespace), f"{name} is not on {host.name}"
@@ -111,16 +94,16 @@ def test_every_daemon_runs_inside_its_host_and_each_nodemanager_registers_from_i
         )
         assert resolved.stdout.split()[0] == host.address
 
-    status = " ".join(cli_ok("cluster", "status", "--cluster-dir", str(hosts_cluster.dir)).split())
+    status = " ".join(cli_ok("cluster", "status", "--cluster-dir", str(cluster.dir)).split())
     assert f"host-0 │ {hosts[0].address} │ {hosts[0].namespace} │ zk, nn, dn-0, rm, nm-0" in status
     for host in hosts[1:]:
         assert f"{host.name} │ {host.address} │ {host.namespace} │ dn-{host.index}, nm-{host.index}" in status
     assert f"HDFS: {spec.default_fs} (WebHDFS {spec.webhdfs_url}), {len(hosts)} DataNodes live" in status
 
 
-def test_a_services_containers_run_inside_their_hosts(hosts_cluster: LocalCluster, tmp_path: Path):
-    spec = hosts_cluster.spec()
-    plan = hosts_cluster.network(spec)
+def test_a_services_containers_run_inside_their_hosts(hosts_cluster: HostsCluster, tmp_path: Path):
+    spec = hosts_cluster.spec
+    plan = hosts_cluster.network
     assert plan is not None
     by_name = {h.name: h for h in plan.all_hosts}
     seen = tmp_path / "seen"
@@ -136,7 +119,8 @@ def test_a_services_containers_run_inside_their_hosts(hosts_cluster: LocalCluste
                 "name": "sleeper",
                 "number_of_containers": HOSTS,
                 "launch_command": f"sh {script}",
-                "resource": {"cpus": 1, "memory": str(CONTAINER_MB)},
+                # Two do not fit a NodeManager: the service's three containers land one on each host.
+                "resource": {"cpus": 1, "memory": str(SPREAD_WORKER_MB)},
                 "restart_policy": "NEVER",
             }
         ],
@@ -168,28 +152,29 @@ def test_a_services_containers_run_inside_their_hosts(hosts_cluster: LocalCluste
         requests.delete(f"{url}/on-hosts", params=AS_USER, timeout=30)
 
 
-def test_a_restarted_nodemanager_runs_on_its_host_again(hosts_cluster: LocalCluster):
-    plan = hosts_cluster.network(hosts_cluster.spec())
-    assert plan is not None
-    old = next(d for d in hosts_cluster.running_daemons() if d.name == "nm-1")
-    new = hosts_cluster.restart("nm-1", timeout=120)
+def test_a_restarted_nodemanager_runs_on_its_host_again(hosts_cluster: HostsCluster):
+    cluster = hosts_cluster.cluster
+    old = next(d for d in cluster.running_daemons() if d.name == "nm-1")
+    new = cluster.restart("nm-1", timeout=120)
     assert new.pid != old.pid
-    assert net_namespace(new.pid) == namespace_inode(plan.host(1).namespace)
+    assert net_namespace(new.pid) == namespace_inode(hosts_cluster.network.host(1).namespace)
 
 
-def test_down_leaves_no_namespace_link_bridge_hosts_file_or_process(hosts_cluster: LocalCluster):
-    spec = hosts_cluster.spec()
-    plan = hosts_cluster.network(spec)
+@pytest.mark.hosts_cluster_down
+def test_down_leaves_no_namespace_link_bridge_hosts_file_or_process(hosts_cluster: HostsCluster):
+    cluster = hosts_cluster.cluster
+    spec = cluster.spec()
+    plan = cluster.network(spec)
     assert plan is not None and leftovers(plan) != []
-    daemons = [psutil.Process(d.pid) for d in hosts_cluster.running_daemons()]
-    out = cli_ok("cluster", "down", "--cluster-dir", str(hosts_cluster.dir))
+    daemons = [psutil.Process(d.pid) for d in cluster.running_daemons()]
+    out = cli_ok("cluster", "down", "--cluster-dir", str(cluster.dir))
     assert "stopped 9 daemons" in out
     assert leftovers(plan) == []
     assert [p.pid for p in daemons if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
-    assert processes_under(hosts_cluster.dir) == []
-    assert HostNetwork.recorded(hosts_cluster.dir) is None
+    assert processes_under(cluster.dir) == []
+    assert HostNetwork.recorded(cluster.dir) is None
     with pytest.raises(ClusterNotUpError):
-        hosts_cluster.status()
+        cluster.status()
 
 
 def test_down_after_an_up_that_crashed_before_any_daemon_removes_the_network(tmp_path: Path):

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from submarine_elastic.tls import cluster_ca
 from submarine_elastic.yarn import ContainerStatus, ServiceNotFoundError, YarnServiceClient
 from tests.integration.conftest import container_processes, eventually, submarine
 from tests.integration.hosts import SPREAD_WORKER_MB, HostsCluster
-from tests.integration.jobcheck import check_training, finish, start_job, training_pids
+from tests.integration.jobcheck import check_training, finish, start_job, training_pids, wait_for_steps_at
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +136,7 @@ def test_a_job_across_hosts_trains_flexes_and_reports_from_every_host(
                 job.wait_for_size(1, timeout=180)
             out = submarine(hosts.rm_url, "job", "flex", name, "--workers", "2", "--timeout", "180")
             assert "ring has 2 workers" in out
-            time.sleep(2)  # train a few steps at this size
+            wait_for_steps_at(tmp_path / "log", 2, count=5)  # train at this size before the next resize
             # From host 0's namespace: the CLI finds the driver through the RM and dials it on its host.
             out = on_host_0(hosts, "job", "flex", name, "--workers", "3", "--timeout", "180")
             assert "ring has 3 workers" in out

@@ -22,6 +22,7 @@ from submarine_elastic.elastic.client import JobClient, load_outcome
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 from tests.integration.conftest import committed_steps, eventually, run_job, wait_finished
+from tests.integration.jobcheck import wait_for_steps_at
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +35,6 @@ SCRIPTS = {
 
 def run_plain(rm_url: str, name: str, command: str, *, workers: int = 2, legacy_keras: bool = True) -> None:
     run_job(rm_url, name, command, workers=workers, env={"TF_USE_LEGACY_KERAS": "1"} if legacy_keras else None)
-
-
-def wait_for_steps_at(log_dir: Path, size: int, count: int, timeout: float = 120) -> None:
-    """Blocks until the step log holds ``count`` more steps trained in a ring of ``size`` than when called."""
-
-    def at_size() -> int:
-        return sum(1 for records in committed_steps(log_dir).values() if records[0]["size"] == size)
-
-    goal = at_size() + count
-    eventually(lambda: at_size() >= goal, f"{count} steps at size {size}", timeout)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
