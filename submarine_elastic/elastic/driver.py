@@ -92,12 +92,11 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import TargetBook, verdict
+from submarine_elastic.elastic.reconcile import Member, TargetBook, plan_resize, verdict
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
     BoundRendezvousServer,
-    choose_leavers,
     gloo_endpoint,
     rendezvous_address,
 )
@@ -588,26 +587,22 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             pause = min(RECONCILE_PAUSE_MAX_S, RECONCILE_PAUSE_S * 2**self._reconcile_misses)
             target = self.targets.next(pause if self._reconciling else None)
             if target is not None:
-                self._resize(target.workers, list(target.remove), target.reason)
+                self._resize(target)
             if self._reconciling:
                 self._reconcile()
 
-    def _resize(self, workers: int, remove: list[str], reason: str) -> None:
-        """Takes the leavers out of the ring (waiting for them to go), then records YARN's new target."""
-        current = self.target
-        if workers == current and not remove:
+    def _resize(self, target: pb.Target) -> None:
+        """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
+        target."""
+        live = self.registry.available()
+        ranks = self._ranks()
+        members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
+        plan = plan_resize(self.target, target, members)
+        if plan is None:
             return
-        log.info("resize %d -> %d (%s)", current, workers, reason)
-        if workers > current:
-            self.targets.applied(workers, reason)
-            self._set_yarn_target(workers)
-            return
-        live = [a for a in self.registry.available()]
-        if remove:
-            leavers = [a for a in live if a.instance in remove]
-        else:
-            leavers = choose_leavers(live, self._ranks(), len(live) - workers)
-        self.targets.applied(workers, reason)
+        log.info("resize %d -> %d (%s)", self.target, plan.workers, target.reason)
+        self.targets.applied(plan.workers, target.reason)
+        leavers = [a for a in live if a.instance in plan.leavers]
         # Leave first, then withdraw: Horovod reads discovery every 0.1 s and only then interrupts the ring
         # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
         # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
@@ -622,9 +617,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
-        highest = sorted(live, key=lambda a: a.number)[len(live) - len(leavers) :]
-        by_name = {a.instance for a in leavers} != {a.instance for a in highest}
-        self._set_yarn_target(workers, [a.instance for a in leavers] if by_name else [])
+        self._set_yarn_target(plan.workers, list(plan.remove))
 
     def _set_yarn_target(self, workers: int, remove: list[str] | None = None) -> None:
         """Records ``workers`` as YARN's target, with the instances to remove by name (and those of an

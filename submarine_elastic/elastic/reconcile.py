@@ -5,7 +5,9 @@
    (:func:`submarine_elastic.limits.batch_setting_problem`), numbers it (``version``, unique and increasing
    under concurrent calls), stamps it, keeps the batch timeline, and hands the targets to the resizer in
    version order, so the last target taken is the one the job ends at.
-2. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
+2. :func:`plan_resize` is the reconcile step's action for a target: from the count in force and the live
+   workers (instance, number, rank), who leaves the ring and what YARN is told.
+3. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
    leaving and YARN's last reconciliation, whether the job has converged and, if not, why (``lag``). The
    driver puts it in ``JobStatus``; the controller and ``submarine job flex --wait`` read it there.
 Nothing here talks to YARN, Horovod or gRPC: each piece is a function of its inputs, tested as such.
@@ -186,6 +188,51 @@ class TargetBook:
     def timeline(self) -> list[pb.ResizeEvent]:
         with self._lock:
             return list(self._timeline)
+
+
+@dataclass(frozen=True)
+class Member:
+    """What a resize plan reads of one live worker: its instance, the instance's number, and its rank in the
+    ring (-1: not in it)."""
+
+    instance: str
+    number: int
+    rank: int = -1
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """The actions of one resize to ``workers``: the instances told to leave the ring (the driver waits for them
+    to go), then YARN's new count, with ``remove`` naming the instances YARN must take away (empty where YARN's
+    own choice on a scale-in, the highest-numbered instances, are the leavers)."""
+
+    workers: int
+    leavers: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+def choose_leavers(live: Sequence[Member], count: int) -> list[Member]:
+    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the highest ranks,
+    so rank 0 (and whatever the script does only there) stays where it is."""
+    if count <= 0:
+        return []
+    return sorted(live, key=lambda m: (0 if m.rank < 0 else 1, -m.rank, -m.number))[:count]
+
+
+def plan_resize(current: int, target: pb.Target, live: Sequence[Member]) -> ResizePlan | None:
+    """What the driver does for ``target`` when the count in force is ``current`` (None: nothing, the job has
+    it). A scale-out only tells YARN; a scale-in (or named workers replaced at the same count) first takes the
+    leavers out of the ring: those ``target.remove`` names, else :func:`choose_leavers`."""
+    if target.workers == current and not target.remove:
+        return None
+    if target.workers > current:
+        return ResizePlan(target.workers)
+    named = set(target.remove)
+    leavers = [m for m in live if m.instance in named] if named else choose_leavers(live, len(live) - target.workers)
+    highest = sorted(live, key=lambda m: m.number)[len(live) - len(leavers) :]
+    by_name = {m.instance for m in leavers} != {m.instance for m in highest}
+    names = tuple(m.instance for m in leavers)
+    return ResizePlan(target.workers, names, names if by_name else ())
 
 
 @dataclass(frozen=True)
