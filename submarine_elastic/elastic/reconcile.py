@@ -62,10 +62,11 @@ def target_problem(
 
 def same_batch(a: pb.Target | None, b: pb.Target) -> bool:
     """Whether ``b`` asks the batch ``a`` set (batch, accumulation and learning rate alike)."""
-    return (
-        a is not None
-        and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate"))
-        == (b.batch_size, b.accum_steps, b.learning_rate, b.HasField("learning_rate"))
+    return a is not None and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate")) == (
+        b.batch_size,
+        b.accum_steps,
+        b.learning_rate,
+        b.HasField("learning_rate"),
     )
 
 
