@@ -92,7 +92,14 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import Member, TargetBook, plan_resize, verdict
+from submarine_elastic.elastic.reconcile import (
+    ENDED_CONTAINER_STATES,
+    Member,
+    TargetBook,
+    lost_agents,
+    plan_resize,
+    verdict,
+)
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
@@ -104,7 +111,6 @@ from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
-    ContainerState,
     ContainerStatus,
     ReconcileResult,
     ServiceBackend,
@@ -138,7 +144,6 @@ CONTROL_CALL_THREADS = 16
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
 #: Container states of the YARN Services API in which a container no longer runs.
-ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
 
 
 def control_plane_threads(limits: Limits) -> int:
@@ -689,45 +694,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         os._exit(0)
 
     def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
-        """Evicts the agents still attached whose container YARN no longer runs; returns them.
-
-        When the ResourceManager declares a NodeManager LOST, it counts the node's containers lost: the
-        service's ApplicationMaster lists each STOPPED and relaunches its instance in a new container on
-        another node, whose agent attaches as a new worker. But the old container's processes may live on
-        without their NodeManager, still in the ring. Such an agent is withdrawn from discovery (its ring
-        re-forms without it), told to Stop, and recorded among the failures with why.
-
-        Only what YARN says counts: the agent's container listed as ended, or its instance running in a later
-        container (YARN numbers an application's containers in the order it allocates them). A container YARN
-        does not list at all (an ApplicationMaster still recovering its containers, one started a moment ago)
-        evicts nobody. Leaving and ended agents are left alone."""
-
-        def order(container_id: str) -> tuple[int, ...]:
-            # container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<number>: allocated in (attempt, number) order
-            return tuple(int(p) for p in container_id.split("_")[-2:] if p.isdigit())
-
-        listed = {c.id: c for c in containers}
-        running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
+        """Evicts the agents still attached whose container YARN no longer runs (:func:`lost_agents`); returns
+        them. Each is withdrawn from discovery (its ring re-forms without it), told to Stop, and recorded among
+        the failures with why."""
         evicted: list[AgentHandle] = []
-        for agent in self.registry.snapshot():
-            if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
-                continue
-            mine = listed.get(agent.container_id)
-            if mine is not None and mine.state not in ENDED_CONTAINER_STATES:
-                continue  # YARN runs it
-            now = running.get(agent.instance)
-            if now is not None and order(now.id) <= order(agent.container_id):
-                now = None  # an earlier container of its instance: not its successor
-            if mine is None and now is None:
-                continue  # not listed, nor a successor: no word from YARN
-            where = (mine.bare_host or mine.hostname) if mine is not None else None
-            reason = (
-                f"{agent.instance}'s container {agent.container_id} was lost with its NodeManager on "
-                f"{where or agent.host}: YARN counts it "
-                + (str(mine.state) if mine is not None else "gone")
-                + (f" and relaunched {agent.instance} in container {now.id}" if now is not None else "")
-                + "; its agent still ran and was stopped, out of the ring"
-            )
+        for agent, reason in lost_agents(self.registry.snapshot(), containers):
             rank = self._ranks().get(agent.agent_id, -1)
             if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
                 try:

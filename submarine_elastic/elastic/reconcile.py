@@ -7,7 +7,9 @@
    version order, so the last target taken is the one the job ends at.
 2. :func:`plan_resize` is the reconcile step's action for a target: from the count in force and the live
    workers (instance, number, rank), who leaves the ring and what YARN is told.
-3. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
+3. :func:`lost_agents` is its action on what YARN reports of the worker containers: the agents that still run
+   where YARN counts their container lost (evicted from the ring by the driver), each with why.
+4. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
    leaving and YARN's last reconciliation, whether the job has converged and, if not, why (``lag``). The
    driver puts it in ``JobStatus``; the controller and ``submarine job flex --wait`` read it there.
 Nothing here talks to YARN, Horovod or gRPC: each piece is a function of its inputs, tested as such.
@@ -20,11 +22,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
+from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits, WorkerState
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
+from submarine_elastic.yarn import ContainerState, ContainerStatus
 
+if TYPE_CHECKING:
+    from submarine_elastic.elastic.ringhost import AgentHandle
+
+#: The states in which YARN no longer runs a container.
+ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
 #: Targets that set a batch kept in a job's batch timeline (the latest ones; the one in force is among them).
 MAX_BATCH_TIMELINE = 64
 
@@ -234,6 +243,49 @@ def plan_resize(current: int, target: pb.Target, live: Sequence[Member]) -> Resi
     by_name = {m.instance for m in leavers} != {m.instance for m in highest}
     names = tuple(m.instance for m in leavers)
     return ResizePlan(target.workers, names, names if by_name else ())
+
+
+def _allocation_order(container_id: str) -> tuple[int, ...]:
+    """container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<number>: YARN allocates in (attempt, number) order."""
+    return tuple(int(p) for p in container_id.split("_")[-2:] if p.isdigit())
+
+
+def lost_agents(agents: Sequence[AgentHandle], containers: Sequence[ContainerStatus]) -> list[tuple[AgentHandle, str]]:
+    """The attached agents whose container YARN no longer runs, each with why.
+
+    When the ResourceManager declares a NodeManager LOST, it counts the node's containers lost: the service's
+    ApplicationMaster lists each STOPPED and relaunches its instance in a new container on another node, whose
+    agent attaches as a new worker. But the old container's processes may live on without their NodeManager,
+    still in the ring. Only what YARN says counts: the agent's container listed as ended, or its instance running
+    in a later container. A container YARN does not list at all (an ApplicationMaster still recovering its
+    containers, one started a moment ago) counts nobody out. Agents leaving, ended or disconnected are left alone.
+    """
+    listed = {c.id: c for c in containers}
+    running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
+    lost: list[tuple[AgentHandle, str]] = []
+    for agent in agents:
+        if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
+            continue
+        mine = listed.get(agent.container_id)
+        if mine is not None and mine.state not in ENDED_CONTAINER_STATES:
+            continue  # YARN runs it
+        now = running.get(agent.instance)
+        if now is not None and _allocation_order(now.id) <= _allocation_order(agent.container_id):
+            now = None  # an earlier container of its instance: not its successor
+        if mine is None and now is None:
+            continue  # not listed, nor a successor: no word from YARN
+        where = (mine.bare_host or mine.hostname) if mine is not None else None
+        lost.append(
+            (
+                agent,
+                f"{agent.instance}'s container {agent.container_id} was lost with its NodeManager on "
+                f"{where or agent.host}: YARN counts it "
+                + (str(mine.state) if mine is not None else "gone")
+                + (f" and relaunched {agent.instance} in container {now.id}" if now is not None else "")
+                + "; its agent still ran and was stopped, out of the ring",
+            )
+        )
+    return lost
 
 
 @dataclass(frozen=True)
