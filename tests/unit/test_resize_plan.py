@@ -42,3 +42,23 @@ def test_a_scale_in_that_keeps_a_higher_instance_names_the_leavers_to_yarn() -> 
 def test_named_workers_are_replaced_at_the_same_count() -> None:
     plan = plan_resize(3, pb.Target(workers=3, remove=["worker-0"]), members({"worker-0": 0}, 3))
     assert plan == ResizePlan(3, ("worker-0",), ("worker-0",))
+
+
+def test_only_yarns_word_counts_an_agent_lost() -> None:
+    from submarine_elastic.elastic.reconcile import lost_agents
+    from submarine_elastic.elastic.ringhost import AgentHandle
+    from submarine_elastic.yarn import ContainerState, ContainerStatus
+
+    def container(cid: str, instance: str, state: ContainerState) -> ContainerStatus:
+        return ContainerStatus(id=cid, component_instance_name=instance, state=state, hostname="node-1")
+
+    old = AgentHandle("a0", "worker-0", "container_1_0001_01_000002", "node-1")
+    quiet = AgentHandle("a1", "worker-1", "container_1_0001_01_000003", "node-1")
+    running = AgentHandle("a2", "worker-2", "container_1_0001_01_000004", "node-2")
+    listed = [
+        container("container_1_0001_01_000002", "worker-0", ContainerState.STOPPED),
+        container("container_1_0001_01_000004", "worker-2", ContainerState.READY),
+    ]
+    lost = lost_agents([old, quiet, running], listed)
+    # worker-1 is not listed and has no successor: no word from YARN, so it stays.
+    assert [(a.instance, "STOPPED" in why) for a, why in lost] == [("worker-0", True)]
