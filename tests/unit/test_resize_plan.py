@@ -4,7 +4,9 @@ told, as a function of the count in force, the target and the live workers."""
 from __future__ import annotations
 
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.reconcile import Member, ResizePlan, choose_leavers, plan_resize
+from submarine_elastic.elastic.reconcile import Member, ResizePlan, choose_leavers, lost_agents, plan_resize
+from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.yarn import ContainerState, ContainerStatus
 
 
 def members(ranks: dict[str, int], count: int = 4) -> list[Member]:
@@ -45,10 +47,6 @@ def test_named_workers_are_replaced_at_the_same_count() -> None:
 
 
 def test_only_yarns_word_counts_an_agent_lost() -> None:
-    from submarine_elastic.elastic.reconcile import lost_agents
-    from submarine_elastic.elastic.ringhost import AgentHandle
-    from submarine_elastic.yarn import ContainerState, ContainerStatus
-
     def container(cid: str, instance: str, state: ContainerState) -> ContainerStatus:
         return ContainerStatus(id=cid, component_instance_name=instance, state=state, hostname="node-1")
 
