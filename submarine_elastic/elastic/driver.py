@@ -92,12 +92,18 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import TargetBook, verdict
+from submarine_elastic.elastic.reconcile import (
+    ENDED_CONTAINER_STATES,
+    Member,
+    TargetBook,
+    lost_agents,
+    plan_resize,
+    verdict,
+)
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
     BoundRendezvousServer,
-    choose_leavers,
     gloo_endpoint,
     rendezvous_address,
 )
@@ -105,7 +111,6 @@ from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
-    ContainerState,
     ContainerStatus,
     ReconcileResult,
     ServiceBackend,
@@ -139,7 +144,6 @@ CONTROL_CALL_THREADS = 16
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
 #: Container states of the YARN Services API in which a container no longer runs.
-ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
 
 
 def control_plane_threads(limits: Limits) -> int:
@@ -588,26 +592,22 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             pause = min(RECONCILE_PAUSE_MAX_S, RECONCILE_PAUSE_S * 2**self._reconcile_misses)
             target = self.targets.next(pause if self._reconciling else None)
             if target is not None:
-                self._resize(target.workers, list(target.remove), target.reason)
+                self._resize(target)
             if self._reconciling:
                 self._reconcile()
 
-    def _resize(self, workers: int, remove: list[str], reason: str) -> None:
-        """Takes the leavers out of the ring (waiting for them to go), then records YARN's new target."""
-        current = self.target
-        if workers == current and not remove:
+    def _resize(self, target: pb.Target) -> None:
+        """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
+        target."""
+        live = self.registry.available()
+        ranks = self._ranks()
+        members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
+        plan = plan_resize(self.target, target, members)
+        if plan is None:
             return
-        log.info("resize %d -> %d (%s)", current, workers, reason)
-        if workers > current:
-            self.targets.applied(workers, reason)
-            self._set_yarn_target(workers)
-            return
-        live = [a for a in self.registry.available()]
-        if remove:
-            leavers = [a for a in live if a.instance in remove]
-        else:
-            leavers = choose_leavers(live, self._ranks(), len(live) - workers)
-        self.targets.applied(workers, reason)
+        log.info("resize %d -> %d (%s)", self.target, plan.workers, target.reason)
+        self.targets.applied(plan.workers, target.reason)
+        leavers = [a for a in live if a.instance in plan.leavers]
         # Leave first, then withdraw: Horovod reads discovery every 0.1 s and only then interrupts the ring
         # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
         # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
@@ -622,9 +622,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
-        highest = sorted(live, key=lambda a: a.number)[len(live) - len(leavers) :]
-        by_name = {a.instance for a in leavers} != {a.instance for a in highest}
-        self._set_yarn_target(workers, [a.instance for a in leavers] if by_name else [])
+        self._set_yarn_target(plan.workers, list(plan.remove))
 
     def _set_yarn_target(self, workers: int, remove: list[str] | None = None) -> None:
         """Records ``workers`` as YARN's target, with the instances to remove by name (and those of an
@@ -696,45 +694,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         os._exit(0)
 
     def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
-        """Evicts the agents still attached whose container YARN no longer runs; returns them.
-
-        When the ResourceManager declares a NodeManager LOST, it counts the node's containers lost: the
-        service's ApplicationMaster lists each STOPPED and relaunches its instance in a new container on
-        another node, whose agent attaches as a new worker. But the old container's processes may live on
-        without their NodeManager, still in the ring. Such an agent is withdrawn from discovery (its ring
-        re-forms without it), told to Stop, and recorded among the failures with why.
-
-        Only what YARN says counts: the agent's container listed as ended, or its instance running in a later
-        container (YARN numbers an application's containers in the order it allocates them). A container YARN
-        does not list at all (an ApplicationMaster still recovering its containers, one started a moment ago)
-        evicts nobody. Leaving and ended agents are left alone."""
-
-        def order(container_id: str) -> tuple[int, ...]:
-            # container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<number>: allocated in (attempt, number) order
-            return tuple(int(p) for p in container_id.split("_")[-2:] if p.isdigit())
-
-        listed = {c.id: c for c in containers}
-        running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
+        """Evicts the agents still attached whose container YARN no longer runs (:func:`lost_agents`); returns
+        them. Each is withdrawn from discovery (its ring re-forms without it), told to Stop, and recorded among
+        the failures with why."""
         evicted: list[AgentHandle] = []
-        for agent in self.registry.snapshot():
-            if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
-                continue
-            mine = listed.get(agent.container_id)
-            if mine is not None and mine.state not in ENDED_CONTAINER_STATES:
-                continue  # YARN runs it
-            now = running.get(agent.instance)
-            if now is not None and order(now.id) <= order(agent.container_id):
-                now = None  # an earlier container of its instance: not its successor
-            if mine is None and now is None:
-                continue  # not listed, nor a successor: no word from YARN
-            where = (mine.bare_host or mine.hostname) if mine is not None else None
-            reason = (
-                f"{agent.instance}'s container {agent.container_id} was lost with its NodeManager on "
-                f"{where or agent.host}: YARN counts it "
-                + (str(mine.state) if mine is not None else "gone")
-                + (f" and relaunched {agent.instance} in container {now.id}" if now is not None else "")
-                + "; its agent still ran and was stopped, out of the ring"
-            )
+        for agent, reason in lost_agents(self.registry.snapshot(), containers):
             rank = self._ranks().get(agent.agent_id, -1)
             if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
                 try:

@@ -5,7 +5,11 @@
    (:func:`submarine_elastic.limits.batch_setting_problem`), numbers it (``version``, unique and increasing
    under concurrent calls), stamps it, keeps the batch timeline, and hands the targets to the resizer in
    version order, so the last target taken is the one the job ends at.
-2. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
+2. :func:`plan_resize` is the reconcile step's action for a target: from the count in force and the live
+   workers (instance, number, rank), who leaves the ring and what YARN is told.
+3. :func:`lost_agents` is its action on what YARN reports of the worker containers: the agents that still run
+   where YARN counts their container lost (evicted from the ring by the driver), each with why.
+4. :func:`verdict` is the reconcile step's answer, as data: from the target in force, the ring, the workers
    leaving and YARN's last reconciliation, whether the job has converged and, if not, why (``lag``). The
    driver puts it in ``JobStatus``; the controller and ``submarine job flex --wait`` read it there.
 Nothing here talks to YARN, Horovod or gRPC: each piece is a function of its inputs, tested as such.
@@ -18,11 +22,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
+from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits, WorkerState
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
+from submarine_elastic.yarn import ContainerState, ContainerStatus
 
+if TYPE_CHECKING:
+    from submarine_elastic.elastic.ringhost import AgentHandle
+
+#: The states in which YARN no longer runs a container.
+ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
 #: Targets that set a batch kept in a job's batch timeline (the latest ones; the one in force is among them).
 MAX_BATCH_TIMELINE = 64
 
@@ -60,10 +71,11 @@ def target_problem(
 
 def same_batch(a: pb.Target | None, b: pb.Target) -> bool:
     """Whether ``b`` asks the batch ``a`` set (batch, accumulation and learning rate alike)."""
-    return (
-        a is not None
-        and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate"))
-        == (b.batch_size, b.accum_steps, b.learning_rate, b.HasField("learning_rate"))
+    return a is not None and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate")) == (
+        b.batch_size,
+        b.accum_steps,
+        b.learning_rate,
+        b.HasField("learning_rate"),
     )
 
 
@@ -186,6 +198,94 @@ class TargetBook:
     def timeline(self) -> list[pb.ResizeEvent]:
         with self._lock:
             return list(self._timeline)
+
+
+@dataclass(frozen=True)
+class Member:
+    """What a resize plan reads of one live worker: its instance, the instance's number, and its rank in the
+    ring (-1: not in it)."""
+
+    instance: str
+    number: int
+    rank: int = -1
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """The actions of one resize to ``workers``: the instances told to leave the ring (the driver waits for them
+    to go), then YARN's new count, with ``remove`` naming the instances YARN must take away (empty where YARN's
+    own choice on a scale-in, the highest-numbered instances, are the leavers)."""
+
+    workers: int
+    leavers: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+def choose_leavers(live: Sequence[Member], count: int) -> list[Member]:
+    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the highest ranks,
+    so rank 0 (and whatever the script does only there) stays where it is."""
+    if count <= 0:
+        return []
+    return sorted(live, key=lambda m: (0 if m.rank < 0 else 1, -m.rank, -m.number))[:count]
+
+
+def plan_resize(current: int, target: pb.Target, live: Sequence[Member]) -> ResizePlan | None:
+    """What the driver does for ``target`` when the count in force is ``current`` (None: nothing, the job has
+    it). A scale-out only tells YARN; a scale-in (or named workers replaced at the same count) first takes the
+    leavers out of the ring: those ``target.remove`` names, else :func:`choose_leavers`."""
+    if target.workers == current and not target.remove:
+        return None
+    if target.workers > current:
+        return ResizePlan(target.workers)
+    named = set(target.remove)
+    leavers = [m for m in live if m.instance in named] if named else choose_leavers(live, len(live) - target.workers)
+    highest = sorted(live, key=lambda m: m.number)[len(live) - len(leavers) :]
+    by_name = {m.instance for m in leavers} != {m.instance for m in highest}
+    names = tuple(m.instance for m in leavers)
+    return ResizePlan(target.workers, names, names if by_name else ())
+
+
+def _allocation_order(container_id: str) -> tuple[int, ...]:
+    """container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<number>: YARN allocates in (attempt, number) order."""
+    return tuple(int(p) for p in container_id.split("_")[-2:] if p.isdigit())
+
+
+def lost_agents(agents: Sequence[AgentHandle], containers: Sequence[ContainerStatus]) -> list[tuple[AgentHandle, str]]:
+    """The attached agents whose container YARN no longer runs, each with why.
+
+    When the ResourceManager declares a NodeManager LOST, it counts the node's containers lost: the service's
+    ApplicationMaster lists each STOPPED and relaunches its instance in a new container on another node, whose
+    agent attaches as a new worker. But the old container's processes may live on without their NodeManager,
+    still in the ring. Only what YARN says counts: the agent's container listed as ended, or its instance running
+    in a later container. A container YARN does not list at all (an ApplicationMaster still recovering its
+    containers, one started a moment ago) counts nobody out. Agents leaving, ended or disconnected are left alone.
+    """
+    listed = {c.id: c for c in containers}
+    running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
+    lost: list[tuple[AgentHandle, str]] = []
+    for agent in agents:
+        if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
+            continue
+        mine = listed.get(agent.container_id)
+        if mine is not None and mine.state not in ENDED_CONTAINER_STATES:
+            continue  # YARN runs it
+        now = running.get(agent.instance)
+        if now is not None and _allocation_order(now.id) <= _allocation_order(agent.container_id):
+            now = None  # an earlier container of its instance: not its successor
+        if mine is None and now is None:
+            continue  # not listed, nor a successor: no word from YARN
+        where = (mine.bare_host or mine.hostname) if mine is not None else None
+        lost.append(
+            (
+                agent,
+                f"{agent.instance}'s container {agent.container_id} was lost with its NodeManager on "
+                f"{where or agent.host}: YARN counts it "
+                + (str(mine.state) if mine is not None else "gone")
+                + (f" and relaunched {agent.instance} in container {now.id}" if now is not None else "")
+                + "; its agent still ran and was stopped, out of the ring",
+            )
+        )
+    return lost
 
 
 @dataclass(frozen=True)

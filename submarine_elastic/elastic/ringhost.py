@@ -1,12 +1,13 @@
 """The Horovod side of a job's driver: the agents attached to it, which double as Horovod's host discovery,
 the rendezvous server its ranks meet at, and the address that server listens on.
 
-:class:`AgentRegistry` answers Horovod's once-a-second discovery poll from the agents' states in memory: a
+:class:`AgentRegistry` answers Horovod's discovery poll from the agents' states in memory: a
 worker is offered only once its training process is warm (so a joiner never stalls the ring) and is withdrawn
 before YARN is asked to remove it (so scale-in happens at a commit boundary). Each agent process is its own
 Horovod host (keyed by container id and agent pid), so a worker YARN relaunches is never the blacklisted one.
-:func:`choose_leavers` picks who goes on a scale-in. The driver (:mod:`submarine_elastic.elastic.driver`)
-holds one registry and one :class:`BoundRendezvousServer` and carries out its targets through them.
+Who goes on a scale-in is the reconcile step's (:func:`submarine_elastic.elastic.reconcile.plan_resize`); the
+driver (:mod:`submarine_elastic.elastic.driver`) holds one registry and one :class:`BoundRendezvousServer` and
+carries out its targets through them.
 """
 
 from __future__ import annotations
@@ -135,19 +136,6 @@ class AgentRegistry(HostDiscovery):
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
         return {a.agent_id: 1 for a in self.available()}
-
-
-def choose_leavers(live: list[AgentHandle], ranks: dict[str, int], count: int) -> list[AgentHandle]:
-    """The ``count`` workers a scale-in removes: those not in the ring first (cheapest), then the
-    highest ranks, so rank 0 (and whatever the script does only there) stays where it is."""
-    if count <= 0:
-        return []
-
-    def cost(agent: AgentHandle) -> tuple[int, int, int]:
-        rank = ranks.get(agent.agent_id, -1)
-        return (0 if rank < 0 else 1, -rank, -agent.number)
-
-    return sorted(live, key=cost)[:count]
 
 
 class BoundRendezvousServer(RendezvousServer):

@@ -252,3 +252,28 @@ def test_what_the_graveyard_is_given_is_freed_on_its_thread_while_the_caller_goe
     release.set()
     assert graveyard.wait(10)
     assert freed_on == ["test-graveyard"]
+
+
+def test_an_iterator_alive_until_the_interpreter_exits_is_freed_there_and_the_process_ends(tmp_path: Path) -> None:
+    """A script that keeps its iterator in a module global to the end (Horovod's tape examples do) frees it while
+    the interpreter is torn down, when no thread can start: the process ends instead of waiting for one."""
+    script = tmp_path / "global_iterator.py"
+    script.write_text(
+        "import types\n"
+        "from tf_hooks.elastic import autojoin\n"
+        "class Resource:\n"
+        "    def __del__(self):\n"
+        "        print('freed', flush=True)\n"
+        "class OwnedIterator:\n"
+        "    def __init__(self):\n"
+        "        self._iterator_resource = Resource()\n"
+        "ops = types.ModuleType('iterator_ops')\n"
+        "ops.OwnedIterator = OwnedIterator\n"
+        "autojoin._patch_iterator(ops)\n"
+        "data = OwnedIterator()\n"
+        "print('trained', flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(autojoin.__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["trained", "freed"]

@@ -85,7 +85,7 @@ def sent(rsps: responses.RequestsMock) -> list[tuple[str, int]]:
 def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
     driver: JobDriver, rsps: responses.RequestsMock
 ) -> None:
-    driver._resize(3, [], "test")
+    driver._resize(pb.Target(workers=3, reason="test"))
     assert driver.yarn.target("job", "worker") == ComponentTarget(3)
     assert len(rsps.calls) == 0  # recorded: the resizer's reconciliation sends it
 
@@ -113,7 +113,7 @@ def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
 
 
 def test_a_flex_that_cannot_connect_is_reported_then_converges(driver: JobDriver, rsps: responses.RequestsMock) -> None:
-    driver._resize(3, [], "test")
+    driver._resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, body=requests.ConnectionError("connection refused"))
     driver._reconcile()
@@ -166,7 +166,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
 ) -> None:
     agents = [warm(driver, f"worker-{i}") for i in range(3)]
     driver.targets.applied(3, "three workers")
-    resize = threading.Thread(target=driver._resize, args=(2, ["worker-0"], "test"))
+    resize = threading.Thread(target=driver._resize, args=(pb.Target(workers=2, remove=["worker-0"], reason="test"),))
     resize.start()
     leave = agents[0].commands.get(timeout=10)
     assert leave.WhichOneof("command") == "leave"
@@ -193,7 +193,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
 
 
 def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: responses.RequestsMock) -> None:
-    driver._resize(3, [], "test")
+    driver._resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, status=404, json={"diagnostics": "Service job not found"})
     driver._reconcile()
     assert not driver._reconciling

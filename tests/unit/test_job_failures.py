@@ -16,7 +16,7 @@ from submarine_elastic.elastic.client import load_outcome
 from submarine_elastic.elastic.driver import JobDriver, _last_line
 from submarine_elastic.elastic.jobspec import outcome_path
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.ringhost import AgentHandle, choose_leavers
+from submarine_elastic.elastic.ringhost import AgentHandle
 
 TRACEBACK = """\
 2026-11-24 04:33:30.132885: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.
@@ -104,16 +104,6 @@ def test_a_ring_that_cannot_form_says_why() -> None:
     )
     driver.registry.move("c-worker-0", WorkerState.WARM)
     assert driver._waiting_reason() == ""
-
-
-def test_scale_in_removes_workers_outside_the_ring_first_then_the_highest_ranks() -> None:
-    agents = [handle(f"worker-{i}") for i in range(4)]
-    # worker-2 holds rank 0 (it is the oldest host), worker-3 is warm but not in the ring yet.
-    ranks = {"c-worker-2": 0, "c-worker-0": 1, "c-worker-1": 2}
-    assert [a.instance for a in choose_leavers(agents, ranks, 1)] == ["worker-3"]
-    assert [a.instance for a in choose_leavers(agents, ranks, 2)] == ["worker-3", "worker-1"]
-    assert [a.instance for a in choose_leavers(agents, ranks, 3)] == ["worker-3", "worker-1", "worker-0"]
-    assert choose_leavers(agents, ranks, 0) == []
 
 
 def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

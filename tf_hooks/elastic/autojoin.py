@@ -174,8 +174,10 @@ def _patch_iterator(module: ModuleType) -> None:
 
     def __del__(self: Any) -> None:  # noqa: N807 (the finalizer's name)
         resource = self.__dict__.get("_iterator_resource")
-        if resource is not None:
+        if resource is not None and not sys.is_finalizing():
             iterator_graveyard.bury(resource)
+        # While the interpreter is torn down (an iterator held in a module global until exit) no thread can
+        # start or run: the resource is freed here, with the iterator, as TensorFlow itself would.
 
     iterator.__del__ = __del__
 
@@ -195,7 +197,9 @@ class Graveyard:
         self._thread: threading.Thread | None = None
 
     def bury(self, obj: object) -> None:
-        """Hands ``obj`` (its last reference) over; never blocks."""
+        """Hands ``obj`` (its last reference) over; never blocks. Not to be called once the interpreter is
+        finalizing (``sys.is_finalizing()``): a thread started then never runs, and starting it waits for it
+        for ever."""
         with self._cond:
             self._pending += 1
             if self._thread is None:
