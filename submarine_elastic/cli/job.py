@@ -651,7 +651,8 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
-        table.add_row(w.instance, w.container_id, WorkerState.from_wire(w.state), rank, exit_code)
+        state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
+        table.add_row(w.instance, w.container_id, state, rank, exit_code)
     console.print(table)
     _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
     if st.error and phase is not JobPhase.FAILED:

@@ -34,7 +34,12 @@ Exit status, which YARN's restart policy (ALWAYS) acts on:
   relaunches it (in the same container), and the new agent joins as a new Horovod host (its key is
   the container id plus the agent's pid, so it is not taken for the blacklisted one);
 - the process finished, or left on scale-in: the agent stays until YARN stops the container, so
-  YARN does not start a replacement nobody asked for.
+  YARN does not start a replacement nobody asked for;
+- the NodeManager stops the container (SIGTERM: YARN preempts it, or the service stops): the agent tells the
+  driver (``Preempted``), the process leaves the ring at its next commit as on a scale-in (or is stopped,
+  when it never joined one), and the agent reports its exit and exits 0 before the NodeManager's SIGKILL
+  (:meth:`Agent.leave_container`). The training process runs in a session of its own, so the NodeManager's
+  signals reach the agent only.
 
 Run by the job spec as ``python -m submarine_elastic.elastic.agent`` with the command, base64-encoded,
 in ``SUBMARINE_WORKER_CMD_B64`` (so no quoting of the user's command can break YARN's launch script).
@@ -78,6 +83,12 @@ log = logging.getLogger("submarine_elastic.agent")
 
 CONNECT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
+#: After its NodeManager's SIGTERM (YARN preempts or stops the container), how long the agent waits for its
+#: training process to leave the ring at a commit before stopping it, and then for it to stop: together under
+#: the NodeManager's SIGKILL delay (``yarn.nodemanager.sleep-delay-before-sigkill.ms``; 5 s on
+#: ``cluster up --queues``).
+SIGTERM_LEAVE_S = 3.5
+SIGTERM_STOP_S = 1.0
 #: How long an agent that lost its driver keeps its training process and looks for the next incarnation.
 DRIVER_GRACE_S = 180.0
 #: A training process in a ring that sends no heartbeat for this long is killed as hung.
@@ -191,6 +202,8 @@ class Agent:
         self.released = threading.Event()
         #: the agent stopped the process because it lost its driver for good or was refused by it
         self.gave_up = False
+        #: its NodeManager is stopping the container (SIGTERM): the agent exits once the process is gone
+        self.container_stopping = threading.Event()
 
     @property
     def state(self) -> AgentState:
@@ -370,6 +383,39 @@ class Agent:
         except ProcessLookupError:
             pass
 
+    def leave_container(self, leave_s: float = SIGTERM_LEAVE_S, stop_s: float = SIGTERM_STOP_S) -> None:
+        """The NodeManager is stopping this container (SIGTERM; SIGKILL follows after its kill delay): a
+        process in a ring, or warm, leaves it at its next commit exactly as on a scale-in, and the driver is
+        told why first (``Preempted``), so it withdraws the worker from the ring and counts it out without a
+        failure; a process still starting is stopped. A process not gone after ``leave_s`` is stopped (SIGTERM,
+        SIGKILL ``stop_s`` later). Blocks until the process is gone; the agent then exits (:meth:`run`). A
+        second call does nothing."""
+        if self.container_stopping.is_set():
+            return
+        self.container_stopping.set()
+        with self._state_lock:
+            state = self._state
+            leaving = state in (AgentState.WARM, AgentState.RUNNING)
+            if leaving:
+                self._move(AgentState.LEAVING)
+        how = "leaves the ring at its next commit" if leaving else "is stopped"
+        if state is AgentState.LEAVING:
+            how = "was leaving already"
+        log.warning("%s: the NodeManager stops this container (SIGTERM); the training process %s", self.instance, how)
+        self.send(pb.AgentEvent(preempted=pb.Preempted(reason=f"SIGTERM from its NodeManager; the process {how}")))
+        proc = self.proc
+        if proc is None:
+            return
+        if leaving:
+            self._tell_child(pb.ToTraining(leave=pb.Leave()))
+        if leaving or state is AgentState.LEAVING:
+            try:
+                proc.wait(timeout=leave_s)
+                return
+            except subprocess.TimeoutExpired:
+                log.warning("%s: the training process did not leave within %.1f s; stopping it", self.instance, leave_s)
+        self.stop_training(stop_s)
+
     # -------------------------------------------------------------- the driver stream
 
     def send(self, event: pb.AgentEvent) -> None:
@@ -424,7 +470,7 @@ class Agent:
         if kind in ("start", "leave"):
             to = AgentState.RUNNING if kind == "start" else AgentState.LEAVING
             with self._state_lock:
-                if self._state in (AgentState.STOPPING, AgentState.EXITED):
+                if self._state in (AgentState.STOPPING, AgentState.EXITED) or self.container_stopping.is_set():
                     return  # the process is going anyway
                 self._move(to)  # a Start or Leave before Warm breaks the protocol: IllegalTransitionError
             if kind == "start":
@@ -508,6 +554,10 @@ class Agent:
         if self.gave_up:
             self._close_stream()
             return 1
+        if self.container_stopping.is_set():
+            time.sleep(0.5)  # let the Exited event reach the driver before the container goes
+            self._close_stream()
+            return 0
         if code != 0 and not leaving:
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
             self._close_stream()
@@ -619,8 +669,8 @@ def main() -> int:
     agent.hung_after = hung_after
 
     def on_sigterm(_signum: int, _frame: object) -> None:
-        agent.stop_training(STOP_GRACE_S)
-        sys.exit(0)
+        # Off the main thread, which waits for the training process and then reports its exit.
+        threading.Thread(target=agent.leave_container, daemon=True, name="sigterm").start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -92,7 +92,7 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import TargetBook, verdict
+from submarine_elastic.elastic.reconcile import TargetBook, grow_back, verdict, workers_that_fit
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
@@ -226,8 +226,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         app: str = "",
         container_id: str = "",
         batch_limits: BatchLimits | None = None,
+        queue: str | None = None,
     ) -> None:
         self.job = job
+        #: the YARN queue the job runs in (None: the cluster's default)
+        self.queue = queue
         self.limits = limits
         self.batch_limits = batch_limits
         self.yarn = yarn
@@ -246,6 +249,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._reconcile_misses = 0
         #: instances a scale-in removes by name that YARN has not confirmed gone yet
         self._removing: tuple[str, ...] = ()
+        #: the worker target before YARN preempted the first of the workers it took (None: none since the job,
+        #: or a client, last set the target): the job grows back to it when capacity returns
+        self._preempted_from: int | None = None
         self._hvd: ElasticDriver | None = None
         self._rendezvous = BoundRendezvousServer(verbose=0)
         self._elastic_timeout = elastic_timeout
@@ -414,6 +420,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                             raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
                         self._note_exit(agent, event.exited)
                         self.registry.end(agent, code)
+                    elif kind == "preempted":
+                        self._on_preempted(agent, event.preempted.reason)
                 except IllegalTransitionError as exc:
                     log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
         except grpc.RpcError:
@@ -424,10 +432,33 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             agent.commands.put(None)
             log.info("agent detached: %s", agent.instance)
 
+    def _on_preempted(self, agent: AgentHandle, reason: str) -> None:
+        """The worker's NodeManager is stopping its container (YARN preempts it): a scale-in the driver did not
+        ask for. The worker is withdrawn from the ring at once (Horovod re-forms without it at its next commit,
+        while its process leaves), and the job's target drops by one with the instance removed by name (not
+        below ``--min_workers``), so YARN Services does not ask again for a container its queue cannot keep;
+        no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
+        log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
+        agent.preempted = True
+        if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+            self.registry.move(agent.agent_id, WorkerState.LEAVING)
+        if self._preempted_from is None:
+            self._preempted_from = self.targets.requested
+        target = pb.Target(
+            workers=max(self.limits.min, self.targets.requested - 1),
+            remove=[agent.instance],
+            reason=f"preempted by YARN: {agent.instance}",
+        )
+        try:
+            self.targets.take(target, self.limits, self.batch_limits, (a.instance for a in self.registry.snapshot()))
+        except FlexRefusedError as exc:
+            log.error("cannot take %s out of the job's target: %s", agent.instance, exc)
+
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
         """Keeps a failed (or never joined) training process's reason; fails the job when the ring
-        has not formed yet, or when the process finished without ever joining it."""
-        if exited.leaving or agent.state is WorkerState.LEAVING:
+        has not formed yet, or when the process finished without ever joining it. A process that left (scale-in,
+        or its container preempted) is no failure."""
+        if exited.leaving or agent.preempted or agent.state is WorkerState.LEAVING:
             return
         code = exited.exit_code
         if code == 0 and exited.joined:
@@ -477,6 +508,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return ranks
 
     def SetTarget(self, request: pb.Target, context: grpc.ServicerContext) -> pb.FlexReply:
+        self._preempted_from = None  # a client's target replaces growing back on the driver's own
         try:
             taken, previous = self.targets.take(
                 request,
@@ -514,6 +546,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 state=cast(pb.WorkerState, a.state.wire),
                 rank=ranks.get(a.agent_id, -1),
                 exit_code=a.exit_code,
+                preempted=a.preempted,
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]
@@ -604,7 +637,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return
         live = [a for a in self.registry.available()]
         if remove:
-            leavers = [a for a in live if a.instance in remove]
+            # A preempted worker left the ring already (withdrawn when its agent said so); it goes all the same.
+            preempted = [a for a in self.registry.snapshot() if a.preempted and a.instance in remove]
+            leavers = [a for a in live if a.instance in remove] + preempted
+            live += preempted
         else:
             leavers = choose_leavers(live, self._ranks(), len(live) - workers)
         self.targets.applied(workers, reason)
@@ -612,8 +648,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
         # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
         for agent in leavers:
-            agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
+            if not agent.preempted:
+                agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
         for agent in leavers:
+            if agent.preempted:
+                continue
             try:
                 self.registry.move(agent.agent_id, WorkerState.LEAVING)
             except IllegalTransitionError:
@@ -671,6 +710,38 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             if worker is not None:
                 self._watched_ready = (worker.ready_count, time.monotonic())
                 self._evict_orphans(worker.containers)
+                self._grow_back(worker.memory_mb, worker.vcores)
+
+    def _grow_back(self, memory_mb: int | None, vcores: int | None) -> None:
+        """After a preemption, raises the target back towards what it was, by as many workers as the cluster and
+        the job's queue can hold while no queue waits for capacity (:func:`grow_back`): asking while another
+        queue waits would only have YARN preempt them again. Nothing while a resize is under way."""
+        if self._preempted_from is None or not memory_mb or self._reconciling:
+            return
+        if self.targets.requested != self.targets.workers or self.targets.pending:
+            return
+        try:
+            fits = workers_that_fit(self.yarn.queues(), self.yarn.nodes(), memory_mb, vcores or 1, self.queue)
+        except YarnError as exc:
+            log.debug("cannot read the cluster's capacity: %s", exc)
+            return
+        target = grow_back(self.targets.workers, self._preempted_from, fits)
+        if target is None:
+            if self.targets.workers >= self._preempted_from:
+                self._preempted_from = None
+            return
+        if target >= self._preempted_from:
+            self._preempted_from = None
+        log.info("capacity returned: growing back to %d workers", target)
+        try:
+            self.targets.take(
+                pb.Target(workers=target, reason="capacity returned after preemption"),
+                self.limits,
+                self.batch_limits,
+                (),
+            )
+        except FlexRefusedError as exc:
+            log.error("cannot grow back to %d workers: %s", target, exc)
 
     def replaced_by_yarn(self, containers: tuple[ContainerStatus, ...]) -> str:
         """Why YARN no longer counts this driver as the job's ('' while it does): its container is listed as
@@ -1157,6 +1228,7 @@ def main() -> int:
             app=app,
             container_id=os.environ.get("CONTAINER_ID", ""),
             batch_limits=batch_limits,
+            queue=env.queue(),
         )
         rc = driver.run(port, tls, host=host)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
+from submarine_elastic.yarn import NodeReport, QueueReport
 
 #: Targets that set a batch kept in a job's batch timeline (the latest ones; the one in force is among them).
 MAX_BATCH_TIMELINE = 64
@@ -60,10 +61,11 @@ def target_problem(
 
 def same_batch(a: pb.Target | None, b: pb.Target) -> bool:
     """Whether ``b`` asks the batch ``a`` set (batch, accumulation and learning rate alike)."""
-    return (
-        a is not None
-        and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate"))
-        == (b.batch_size, b.accum_steps, b.learning_rate, b.HasField("learning_rate"))
+    return a is not None and (a.batch_size, a.accum_steps, a.learning_rate, a.HasField("learning_rate")) == (
+        b.batch_size,
+        b.accum_steps,
+        b.learning_rate,
+        b.HasField("learning_rate"),
     )
 
 
@@ -217,3 +219,30 @@ def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | No
     if why and yarn_error:
         why.append(yarn_error)
     return Verdict(ring_at_target=not ring_why, converged=not why, lag="; ".join(why))
+
+
+def workers_that_fit(
+    queues: Sequence[QueueReport], nodes: Sequence[NodeReport], memory_mb: int, vcores: int, queue: str | None
+) -> int:
+    """How many more workers of ``memory_mb`` and ``vcores`` the cluster can place now without anyone waiting:
+    0 while any queue has containers pending (capacity taken now would be preempted back for them); else what
+    the running nodes' free resources hold, worker by worker, and, for a job in ``queue`` (a leaf name or
+    path), no more than that queue's maximum leaves room for."""
+    if any(q.pending_containers for q in queues):
+        return 0
+    on_nodes = sum(min(n.free_memory_mb // memory_mb, n.free_vcores // vcores) for n in nodes if n.state == "RUNNING")
+    mine = next((q for q in queues if queue in (q.name, q.path)), None) if queue else None
+    if mine is None:
+        return on_nodes
+    in_queue = min(
+        (mine.max_memory_mb - mine.used_memory_mb) // memory_mb, (mine.max_vcores - mine.used_vcores) // vcores
+    )
+    return max(0, min(on_nodes, in_queue))
+
+
+def grow_back(workers: int, preempted_from: int | None, fits: int) -> int | None:
+    """The worker target a job YARN preempted grows back to: towards ``preempted_from`` (its target before the
+    preemption), by the ``fits`` workers the cluster can hold now; None: stay at ``workers``."""
+    if preempted_from is None or fits <= 0 or workers >= preempted_from:
+        return None
+    return min(preempted_from, workers + fits)

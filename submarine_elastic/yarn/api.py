@@ -690,3 +690,12 @@ class ServiceBackend(ABC):
             RMUnreachableError: the cluster did not answer.
             YarnError: any other failure.
         """
+
+    def queues(self) -> list[QueueReport]:
+        """The scheduler's leaf queues; a backend that cannot see them has none ([])."""
+        return []
+
+    def nodes(self, states: Sequence[str] = ("RUNNING",)) -> list[NodeReport]:
+        """The cluster's nodes in ``states``; a backend that cannot see them has none ([]), so a job on it never
+        grows back into capacity on its own."""
+        return []
