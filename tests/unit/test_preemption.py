@@ -86,7 +86,8 @@ def test_a_process_that_never_joined_a_ring_is_stopped_at_once(tmp_path: Path, m
     assert worker.state is AgentState.STOPPING
     assert worker.exited(worker.wait_training()).exited.leaving
     assert worker._outbox is not None
-    assert "the process is stopped" in worker._outbox.get_nowait().preempted.reason
+    sent = worker._outbox.get_nowait()
+    assert sent is not None and "the process is stopped" in sent.preempted.reason
 
 
 @dataclass
@@ -139,7 +140,7 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
     assert not driver.failures and not driver._fatal.is_set()
     assert yarn.targets == [(3, ("worker-1",))]
     assert [e.reason for e in driver.targets.timeline] == ["preempted by YARN: worker-1"]
-    status = driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    status = driver.Status(pb.StatusRequest(), None)
     assert [(w.instance, w.preempted) for w in status.workers if w.preempted] == [("worker-1", True)]
 
 
