@@ -35,6 +35,7 @@ from submarine_elastic.elastic.client import (
     refuse_unfit_queue,
     refuse_unplaceable,
     submit,
+    with_kill_delay,
 )
 from submarine_elastic.elastic.jobspec import (
     DriverTls,
@@ -309,6 +310,7 @@ def run(
         with YarnServiceClient(req.rm_url) as yarn:
             refuse_unplaceable(yarn, req.resources)
             refuse_unfit_queue(yarn, req)
+            req = with_kill_delay(yarn, req)
             if clear_ended_service(yarn, name):
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:

@@ -591,7 +591,8 @@ class LocalCluster:
         if name == "rm":
             return {
                 conf / "capacity-scheduler.xml": queues.scheduler_settings(spec.queues),
-                conf / "yarn-site.xml": queues.monitor_settings(),
+                # The NodeManagers' kill delay too, as in the one yarn-site.xml of a real cluster: `job run` reads it.
+                conf / "yarn-site.xml": {**queues.monitor_settings(), **queues.nodemanager_settings()},
             }
         return {conf / "yarn-site.xml": queues.nodemanager_settings()}
 

@@ -83,11 +83,11 @@ log = logging.getLogger("submarine_elastic.agent")
 
 CONNECT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
-#: After its NodeManager's SIGTERM (YARN preempts or stops the container), how long the agent waits for its
-#: training process to leave the ring at a commit before stopping it, and then for it to stop: together under
-#: the NodeManager's SIGKILL delay (``yarn.nodemanager.sleep-delay-before-sigkill.ms``; 5 s on
-#: ``cluster up --queues``).
-SIGTERM_LEAVE_S = 3.5
+#: After its NodeManager's SIGTERM (YARN preempts or stops the container) the training process may take the
+#: NodeManager's kill delay (``SUBMARINE_SIGKILL_DELAY_MS``, ``job run`` reads it from the cluster) less this
+#: to leave the ring at a commit; then the agent stops it (SIGTERM, SIGKILL ``SIGTERM_STOP_S`` later) and
+#: reports its exit. Under 1 s left (Hadoop's default delay is 250 ms): it is stopped at once.
+SIGTERM_MARGIN_S = 1.5
 SIGTERM_STOP_S = 1.0
 #: How long an agent that lost its driver keeps its training process and looks for the next incarnation.
 DRIVER_GRACE_S = 180.0
@@ -383,32 +383,32 @@ class Agent:
         except ProcessLookupError:
             pass
 
-    def leave_container(self, leave_s: float = SIGTERM_LEAVE_S, stop_s: float = SIGTERM_STOP_S) -> None:
-        """The NodeManager is stopping this container (SIGTERM; SIGKILL follows after its kill delay): a
-        process in a ring, or warm, leaves it at its next commit exactly as on a scale-in, and the driver is
-        told why first (``Preempted``), so it withdraws the worker from the ring and counts it out without a
-        failure; a process still starting is stopped. A process not gone after ``leave_s`` is stopped (SIGTERM,
-        SIGKILL ``stop_s`` later). Blocks until the process is gone; the agent then exits (:meth:`run`). A
-        second call does nothing."""
+    def leave_container(self, leave_s: float, stop_s: float = SIGTERM_STOP_S) -> None:
+        """The NodeManager is stopping this container (SIGTERM; SIGKILL follows after its kill delay). A process
+        in a ring, or warm, leaves it at its next commit exactly as on a scale-in, and the driver is told first
+        (``Preempted``), so it withdraws the worker from the ring and counts it out without a failure; a process
+        still starting is stopped. A process not gone after ``leave_s`` (0 where the kill delay leaves no time
+        to leave) is stopped: SIGTERM, SIGKILL ``stop_s`` later. A process that ended, or is leaving or stopping
+        on the driver's word, is left as it is, and the driver told nothing. Blocks until the process is gone;
+        the agent then exits (:meth:`run`). A second call does nothing."""
         if self.container_stopping.is_set():
             return
-        self.container_stopping.set()
         with self._state_lock:
             state = self._state
             leaving = state in (AgentState.WARM, AgentState.RUNNING)
             if leaving:
                 self._move(AgentState.LEAVING)
-        how = "leaves the ring at its next commit" if leaving else "is stopped"
-        if state is AgentState.LEAVING:
-            how = "was leaving already"
+            self.container_stopping.set()
+        if state not in (AgentState.STARTING, AgentState.WARM, AgentState.RUNNING):
+            return
+        how = "leaves the ring at its next commit" if leaving and leave_s > 0 else "is stopped"
         log.warning("%s: the NodeManager stops this container (SIGTERM); the training process %s", self.instance, how)
         self.send(pb.AgentEvent(preempted=pb.Preempted(reason=f"SIGTERM from its NodeManager; the process {how}")))
         proc = self.proc
         if proc is None:
             return
-        if leaving:
+        if leaving and leave_s > 0:
             self._tell_child(pb.ToTraining(leave=pb.Leave()))
-        if leaving or state is AgentState.LEAVING:
             try:
                 proc.wait(timeout=leave_s)
                 return
@@ -554,18 +554,15 @@ class Agent:
         if self.gave_up:
             self._close_stream()
             return 1
-        if self.container_stopping.is_set():
-            time.sleep(0.5)  # let the Exited event reach the driver before the container goes
-            self._close_stream()
-            return 0
-        if code != 0 and not leaving:
+        if code != 0 and not leaving and not self.container_stopping.is_set():
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
             self._close_stream()
             return code
         # Finished or removed: stay until YARN stops this container (exiting would start a new one).
-        link.join()
-        while True:
-            time.sleep(3600)
+        self.container_stopping.wait()
+        time.sleep(0.5)  # let the Exited event reach the driver before the container goes
+        self._close_stream()
+        return 0
 
     def _stay_attached(
         self, target: str, token: str | None, tls_ca: bytes | None, locate: Callable[[], str] | None, grace: float
@@ -661,16 +658,18 @@ def main() -> int:
         token, tls_ca, client_cert, insecure = env.job_token(), env.driver_tls_ca(), env.agent_tls(), env.insecure()
         hung_after = env.positive_seconds("SUBMARINE_HUNG_AFTER_S", HUNG_AFTER_S)
         grace = env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", DRIVER_GRACE_S)
+        kill_delay = env.sigkill_delay_s()
         target = driver_address()
     except (ElasticError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)
     agent.hung_after = hung_after
+    leave_s = kill_delay - SIGTERM_MARGIN_S if kill_delay is not None and kill_delay - SIGTERM_MARGIN_S >= 1 else 0.0
 
     def on_sigterm(_signum: int, _frame: object) -> None:
         # Off the main thread, which waits for the training process and then reports its exit.
-        threading.Thread(target=agent.leave_container, daemon=True, name="sigterm").start()
+        threading.Thread(target=agent.leave_container, args=(leave_s,), daemon=True, name="sigterm").start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import time
@@ -107,6 +108,27 @@ def refuse_unfit_queue(yarn: YarnServiceClient, req: JobRequest) -> None:
             f"of {found.max_memory_mb} MB and {found.max_vcores} vcores (guaranteed {found.capacity:g}%, "
             f"maximum {found.max_capacity:g}% of the cluster)"
         )
+
+
+#: The NodeManagers' SIGTERM-to-SIGKILL delay, as the cluster's configuration names it.
+SIGKILL_DELAY = "yarn.nodemanager.sleep-delay-before-sigkill.ms"
+
+
+def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
+    """``req`` with the cluster's SIGTERM-to-SIGKILL delay in its containers' environment
+    (``SUBMARINE_SIGKILL_DELAY_MS``, read from the RM's configuration), so that a preempted worker's agent knows
+    how long its process has to leave the ring; unchanged for a job without a queue, or where the RM does not
+    say. Blocks for one request to the RM.
+
+    Raises:
+        YarnError: the RM did not answer.
+    """
+    if not req.queue:
+        return req
+    delay = yarn.config_value(SIGKILL_DELAY)
+    if delay is None or not delay.strip().isdigit():
+        return req
+    return dataclasses.replace(req, env={**req.env, "SUBMARINE_SIGKILL_DELAY_MS": delay.strip()})
 
 
 def submit(

@@ -438,6 +438,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         while its process leaves), and the job's target drops by one with the instance removed by name (not
         below ``--min_workers``), so YARN Services does not ask again for a container its queue cannot keep;
         no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
+        if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
+            return  # leaving or gone on the driver's word already: its container goes as asked
         log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
         agent.preempted = True
         if agent.state in (WorkerState.WARM, WorkerState.RUNNING):

@@ -32,7 +32,7 @@ PROD_START_WITHIN_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def queues_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSpec]:
+def queues_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterSpec, LocalCluster]]:
     spec = ClusterSpec(
         nodes=2,
         node_memory_mb=2048,
@@ -43,7 +43,7 @@ def queues_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     cluster = LocalCluster(tmp_path_factory.mktemp("queues-cluster"))
     cluster.up(spec, timeout=240)
     try:
-        yield spec
+        yield spec, cluster
     finally:
         cluster.down()
 
@@ -72,8 +72,16 @@ def worker_count(yarn: YarnServiceClient, name: str) -> int | None:
     return None if worker is None else worker.number_of_containers
 
 
-def test_preempted_workers_leave_gracefully_and_the_job_grows_back(queues_cluster: ClusterSpec, tmp_path: Path):
-    rm = queues_cluster.rm_url
+def test_preempted_workers_leave_gracefully_and_the_job_grows_back(
+    queues_cluster: tuple[ClusterSpec, LocalCluster], tmp_path: Path
+):
+    spec, cluster = queues_cluster
+    rm = spec.rm_url
+    # `cluster status` reads the hierarchy `up --queues` wrote back from the scheduler.
+    assert [(q.path, q.capacity, q.max_capacity) for q in cluster.status().queues] == [
+        ("root.prod", 50.0, 100.0),
+        ("root.research", 50.0, 100.0),
+    ]
     name, prod = "research-elastic", "prod-fixed"
     with YarnServiceClient(rm, poll_interval=0.5) as yarn:
         start_job(rm, name, tmp_path, 3, None, "--queue", "research")
@@ -81,6 +89,7 @@ def test_preempted_workers_leave_gracefully_and_the_job_grows_back(queues_cluste
             with JobClient(name, yarn, locate_timeout=120) as job:
                 job.wait_for_size(3, timeout=300)  # the whole cluster: research borrows prod's idle half
                 [research] = [q for q in yarn.queues() if q.name == "research"]
+                assert (research.capacity, research.max_capacity, research.max_memory_mb) == (50.0, 100.0, 4096)
                 assert research.used_capacity == pytest.approx(100.0)
                 time.sleep(2)  # train a few steps at full size
 

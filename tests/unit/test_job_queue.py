@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import responses
 from click.testing import CliRunner
+from responses import matchers
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.jobspec import JobRequest, Limits, WorkerResources, build_service, job_dir
@@ -92,6 +93,24 @@ def test_a_job_whose_minimum_fits_goes_on_to_submission(monkeypatch: pytest.Monk
     assert "no queue" not in out and "maximum of" not in out, out
     posted = [c.request for c in responses.calls if c.request.method == "POST"]
     assert len(posted) == 1 and json.loads(posted[0].body or "{}")["queue"] == "research"
+
+
+@responses.activate
+def test_the_clusters_kill_delay_reaches_the_containers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a preempted worker's agent reads to know how long its process has to leave the ring."""
+    rm_answers()
+    responses.get(
+        f"{RM}/conf",
+        json={"property": {"key": "yarn.nodemanager.sleep-delay-before-sigkill.ms", "value": "5000"}},
+        match=[
+            matchers.query_param_matcher({"name": "yarn.nodemanager.sleep-delay-before-sigkill.ms"}, strict_match=False)
+        ],
+    )
+    responses.post(f"{RM}/app/v1/services", status=500, json={"diagnostics": "stop here"})
+    run(monkeypatch, "--queue", "research", "--num_workers", "1", "--worker_resources", "memory-mb=512,vcores=1")
+    [posted] = [c.request for c in responses.calls if c.request.method == "POST"]
+    spec = json.loads(posted.body or "{}")
+    assert spec["configuration"]["env"]["SUBMARINE_SIGKILL_DELAY_MS"] == "5000"  # every container's
 
 
 def test_every_container_of_the_job_is_in_its_queue() -> None:

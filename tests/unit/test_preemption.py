@@ -65,7 +65,7 @@ def test_on_sigterm_a_worker_in_the_ring_tells_the_driver_and_leaves_at_its_next
     assert drain(worker) == ["preempted"]
     # A Leave the driver sends after changes nothing: the process is going already.
     worker._handle(pb.AgentCommand(leave=pb.Leave()))
-    worker.leave_container()  # a second SIGTERM too
+    worker.leave_container(leave_s=10.0)  # a second SIGTERM too
     assert worker.state is AgentState.EXITED
 
 
@@ -88,6 +88,30 @@ def test_a_process_that_never_joined_a_ring_is_stopped_at_once(tmp_path: Path, m
     assert worker._outbox is not None
     sent = worker._outbox.get_nowait()
     assert sent is not None and "the process is stopped" in sent.preempted.reason
+
+
+def test_without_time_to_leave_the_process_is_stopped_at_once_and_the_driver_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NodeManager kill delay under a second (Hadoop's default 250 ms): no time to reach a commit."""
+    worker = agent_in(AgentState.RUNNING, "exec sleep 60", tmp_path, monkeypatch)
+    started = time.monotonic()
+    worker.leave_container(leave_s=0.0, stop_s=2.0)
+    assert time.monotonic() - started < 1.0
+    assert worker.exited(worker.wait_training()).exited.leaving
+    assert drain(worker) == ["preempted"]
+
+
+def test_a_container_stopped_after_its_process_left_tells_the_driver_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """YARN stops the container of a worker the driver removed (scale-in): that is no preemption."""
+    worker = agent_in(AgentState.LEAVING, "true", tmp_path, monkeypatch)
+    worker.exited(worker.wait_training())
+    drain(worker)
+    worker.leave_container(leave_s=3.0)
+    assert worker.container_stopping.is_set()
+    assert drain(worker) == []
 
 
 @dataclass
@@ -142,6 +166,13 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
     assert [e.reason for e in driver.targets.timeline] == ["preempted by YARN: worker-1"]
     status = driver.Status(pb.StatusRequest(), None)
     assert [(w.instance, w.preempted) for w in status.workers if w.preempted] == [("worker-1", True)]
+
+
+def test_a_worker_the_driver_removes_is_not_taken_for_a_preempted_one() -> None:
+    driver, agents = running_job(RecordingYarn(), 3, Limits(3, 1, 3))
+    driver.registry.move(agents[2].agent_id, WorkerState.LEAVING)  # chosen by a scale-in
+    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    assert not agents[2].preempted and driver.targets.pending == 0
 
 
 def test_at_its_minimum_a_preempted_worker_is_replaced_not_dropped() -> None:
