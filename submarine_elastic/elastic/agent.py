@@ -668,6 +668,8 @@ def main() -> int:
     leave_s = kill_delay - SIGTERM_MARGIN_S if kill_delay is not None and kill_delay - SIGTERM_MARGIN_S >= 1 else 0.0
 
     def on_sigterm(_signum: int, _frame: object) -> None:
+        if agent.proc is None:
+            sys.exit(0)  # nothing started yet: nothing to leave
         # Off the main thread, which waits for the training process and then reports its exit.
         threading.Thread(target=agent.leave_container, args=(leave_s,), daemon=True, name="sigterm").start()
 
