@@ -101,6 +101,8 @@ def refuse_unfit_queue(yarn: YarnServiceClient, req: JobRequest) -> None:
     am_mb = int(yarn.config_value("yarn.service.am-resource.memory") or AM_DEFAULT_MEMORY_MB)
     need_mb = am_mb + driver_mb + req.limits.min * req.resources.memory_mb
     need_vcores = 1 + driver_vcores + req.limits.min * req.resources.vcores
+    if not found.max_memory_mb:
+        return  # the RM does not say the queue's maximum in resources: YARN alone decides
     if need_mb > found.max_memory_mb or need_vcores > found.max_vcores:
         raise JobSpecError(
             f"--queue {req.queue}: the job's fewest containers (ApplicationMaster, driver and --min_workers "
