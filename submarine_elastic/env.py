@@ -31,6 +31,8 @@ digits >= 1, blanks around them allowed; anything else is an error naming the va
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
 | ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
+| ``SUBMARINE_SIGKILL_DELAY_MS`` | job | the NodeManagers' delay from SIGTERM to SIGKILL (``job run --queue`` reads it from the cluster): how long a preempted worker has to leave its ring |
+| ``SUBMARINE_QUEUE`` | job | the YARN queue the job runs in (``job run --queue``): the driver grows back after a preemption within what it may hold |
 | ``SUBMARINE_DRIVER_PORT`` | job | port of the job driver's control plane (agents attach, ``job flex`` resizes) |
 | ``SUBMARINE_JOB_TOKEN`` | job | bearer token of the job driver's control plane |
 | ``SUBMARINE_JOB_TOKEN_FILE`` | job | file holding that token (when no ``..._JOB_TOKEN``); ``job run`` points it at the file YARN localizes into each container |
@@ -235,6 +237,25 @@ def positive_seconds(name: str, default: float) -> float:
 def job_id() -> str | None:
     """The job's name (``SUBMARINE_JOB_ID``), or None."""
     return _get("SUBMARINE_JOB_ID")
+
+
+def queue() -> str | None:
+    """The YARN queue the job runs in (``SUBMARINE_QUEUE``), or None: the cluster's default."""
+    return _get("SUBMARINE_QUEUE")
+
+
+def sigkill_delay_s() -> float | None:
+    """The NodeManagers' SIGTERM-to-SIGKILL delay in seconds (``SUBMARINE_SIGKILL_DELAY_MS``), None: not known.
+
+    Raises:
+        ValueError: not a whole number of milliseconds (naming the value).
+    """
+    value = _get("SUBMARINE_SIGKILL_DELAY_MS")
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"SUBMARINE_SIGKILL_DELAY_MS must be a whole number of milliseconds, got {value!r}")
+    return int(value) / 1000
 
 
 def worker_instance() -> str:

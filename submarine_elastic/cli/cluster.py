@@ -23,7 +23,9 @@ from submarine_elastic.cluster import (
     DaemonPlan,
     LocalCluster,
     Placement,
+    QueueSpec,
 )
+from submarine_elastic.cluster.queues import parse_queues
 
 console = Console()
 err = Console(stderr=True)
@@ -72,6 +74,25 @@ gpus_option = click.option(
     help="GPUs each NodeManager offers as YARN's yarn.io/gpu, found by YARN's GPU plugin through a stand-in "
     "nvidia-smi (copies of a real H100's; no CUDA device behind them); 0: no GPU resource type.",
 )
+
+
+def _queues(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[QueueSpec, ...]:
+    try:
+        return parse_queues(value) if value else ()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+queues_option = click.option(
+    "--queues",
+    callback=_queues,
+    default=None,
+    metavar="NAME:CAPACITY[:MAX],...",
+    help="CapacityScheduler queues under root, each with its guaranteed and maximum share of the cluster in "
+    "percent (e.g. prod:60,research:40:100; MAX defaults to 100, the guarantees add up to 100), and the "
+    "preemption monitor on: a queue below its guarantee takes it back from queues above theirs "
+    "[default: the one queue root.default, no preemption].",
+)
 port_base_option = click.option(
     "--port-base",
     type=click.IntRange(min=1024, max=65000),
@@ -105,6 +126,7 @@ port_base_option = click.option(
 @node_memory_option
 @node_vcores_option
 @gpus_option
+@queues_option
 @port_base_option
 @click.option(
     "--timeout",
@@ -133,6 +155,7 @@ def up(
     node_memory_mb: int,
     node_vcores: int,
     gpus_per_node: int,
+    queues: tuple[QueueSpec, ...],
     port_base: int,
     timeout: float,
     secure: bool,
@@ -158,6 +181,7 @@ def up(
             subnet=subnet or DEFAULT_SUBNET,
             hdfs=hdfs,
             gpus_per_node=gpus_per_node,
+            queues=queues,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -206,6 +230,7 @@ def up(
 @node_memory_option
 @node_vcores_option
 @gpus_option
+@queues_option
 @port_base_option
 @click.option(
     "--dry-run",
@@ -231,6 +256,7 @@ def daemon(
     node_memory_mb: int,
     node_vcores: int,
     gpus_per_node: int,
+    queues: tuple[QueueSpec, ...],
     port_base: int,
     dry_run: bool,
     prepare: bool,
@@ -250,6 +276,7 @@ def daemon(
             port_base=port_base,
             hdfs=hdfs or role in ("namenode", "datanode"),
             gpus_per_node=gpus_per_node,
+            queues=queues,
         )
         placement = Placement(
             zk_host=zk_host, rm_host=rm_host, node_host=node_host or socket.gethostname(), nn_host=nn_host
@@ -336,7 +363,8 @@ def restart(cluster_dir: Path | None, daemon_name: str, timeout: float) -> None:
 @cluster.command()
 @dir_option
 def status(cluster_dir: Path | None) -> None:
-    """Show the daemons, the nodes, capacity used and free, and the YARN services running."""
+    """Show the daemons, the nodes, capacity used and free, each queue's guaranteed, maximum and used share and
+    what it waits for, and the YARN services running."""
     try:
         st = _cluster(cluster_dir).status()
     except ClusterError as exc:
@@ -388,6 +416,21 @@ def status(cluster_dir: Path | None) -> None:
         f"vcores {st.allocated_vcores}/{st.total_vcores} used"
         + (f", gpus {used_gpus}/{total_gpus} used" if gpus else "")
     )
+    if st.queues:
+        queues = Table(title="queues (percent of the cluster)")
+        for col in ("queue", "guaranteed", "max", "used", "memory used MB", "pending containers", "pending MB"):
+            queues.add_column(col)
+        for q in st.queues:
+            queues.add_row(
+                q.path,
+                f"{q.capacity:g}%",
+                f"{q.max_capacity:g}%",
+                f"{q.used_capacity:.1f}%",
+                str(q.used_memory_mb),
+                str(q.pending_containers),
+                str(q.pending_memory_mb),
+            )
+        console.print(queues)
     services = Table(title="yarn services")
     for col in ("name", "application", "state", "containers", "memory MB"):
         services.add_column(col)

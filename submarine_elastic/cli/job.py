@@ -32,8 +32,10 @@ from submarine_elastic.elastic.client import (
     forget_outcome,
     last_driver_address,
     load_outcome,
+    refuse_unfit_queue,
     refuse_unplaceable,
     submit,
+    with_kill_delay,
 )
 from submarine_elastic.elastic.jobspec import (
     DriverTls,
@@ -307,6 +309,8 @@ def run(
         build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
         with YarnServiceClient(req.rm_url) as yarn:
             refuse_unplaceable(yarn, req.resources)
+            refuse_unfit_queue(yarn, req)
+            req = with_kill_delay(yarn, req)
             if clear_ended_service(yarn, name):
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:
@@ -526,7 +530,7 @@ def show(name: str, all_runs: bool) -> None:
             _show_outcome(name, yarn, yarn_state=str(status.state))
             _print_decisions(name, all_runs)
             return
-        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}")
+        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + _queue_line(yarn, name))
         try:
             with JobClient(name, yarn, locate_timeout=5) as client:
                 st = client.status()
@@ -535,6 +539,28 @@ def show(name: str, all_runs: bool) -> None:
             return
     _print_driver_view(st)
     _print_decisions(name, all_runs)
+
+
+def _queue_line(yarn: YarnServiceClient, name: str) -> str:
+    """``, queue Q (...)``: the queue the RM runs the job in, with that queue's guaranteed, maximum and used
+    share of the cluster and what it waits for; "" where the RM does not say."""
+    app = _newest_app(yarn, name)
+    if app is None or not app.queue:
+        return ""
+    try:
+        queue = next((q for q in yarn.queues() if app.queue in (q.name, q.path)), None)
+    except YarnError:
+        queue = None
+    if queue is None:
+        return f", queue {app.queue}"
+    waiting = ""
+    if queue.pending_containers:
+        full = "at its maximum" if queue.used_capacity >= queue.max_capacity - 0.5 else "below its maximum"
+        waiting = f", {queue.pending_containers} containers pending ({full})"
+    return (
+        f", queue {queue.path} (guaranteed {queue.capacity:g}%, maximum {queue.max_capacity:g}%, "
+        f"using {queue.used_capacity:.0f}% of the cluster{waiting})"
+    )
 
 
 def _newest_app(yarn: YarnServiceClient, name: str) -> AppSummary | None:
@@ -627,7 +653,8 @@ def _print_driver_view(st: pb.JobStatus) -> None:
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
-        table.add_row(w.instance, w.container_id, WorkerState.from_wire(w.state), rank, exit_code)
+        state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
+        table.add_row(w.instance, w.container_id, state, rank, exit_code)
     console.print(table)
     _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
     if st.error and phase is not JobPhase.FAILED:

@@ -22,6 +22,7 @@ from submarine_elastic.cluster.api import (
     Placement,
     PortInUseError,
     PrerequisiteError,
+    QueueSpec,
     UnknownDaemonError,
 )
 from submarine_elastic.cluster.local import LocalCluster
@@ -54,5 +55,6 @@ __all__ = [
     "Placement",
     "PortInUseError",
     "PrerequisiteError",
+    "QueueSpec",
     "UnknownDaemonError",
 ]

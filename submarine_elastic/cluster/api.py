@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from submarine_elastic.yarn import QueueReport
 
 #: Where host addresses come from by default: 198.18.0.0/15, set aside for benchmarking networks (RFC 2544).
 DEFAULT_SUBNET = "198.18.0.0/15"
@@ -15,6 +18,8 @@ MAX_HOSTS = 64
 LOOPBACK = "127.0.0.1"
 #: Stand-in GPUs one NodeManager may have (``up --gpus-per-node``): as many as one host's PCIe slots hold.
 MAX_GPUS_PER_NODE = 16
+#: A queue's name (``up --queues``): what CapacityScheduler takes as one path element.
+QUEUE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 class ClusterError(Exception):
@@ -131,6 +136,49 @@ class Host:
 
 
 @dataclass(frozen=True)
+class QueueSpec:
+    """One CapacityScheduler queue under ``root`` (``up --queues NAME:CAPACITY[:MAX]``).
+
+    Raises:
+        ValueError: a name not ``[a-z][a-z0-9_-]*`` (or ``default``, which the hierarchy replaces), a capacity
+            out of 0..100, or a maximum out of capacity..100 (naming the queue).
+    """
+
+    name: str
+    #: the share of the cluster guaranteed to the queue (percent)
+    capacity: int
+    #: the share it may grow to while others leave theirs idle (percent)
+    max_capacity: int = 100
+
+    def __post_init__(self) -> None:
+        if not QUEUE_NAME.fullmatch(self.name):
+            raise ValueError(f"queue name must match {QUEUE_NAME.pattern}, got {self.name!r}")
+        if not 0 <= self.capacity <= 100:
+            raise ValueError(f"queue {self.name!r}: capacity must be 0..100 percent, got {self.capacity}")
+        if not self.capacity <= self.max_capacity <= 100:
+            raise ValueError(
+                f"queue {self.name!r}: maximum capacity must be {self.capacity}..100 percent (at least its "
+                f"capacity), got {self.max_capacity}"
+            )
+
+
+def check_queues(queues: Sequence[QueueSpec]) -> None:
+    """Checks ``queues`` as one hierarchy under ``root``.
+
+    Raises:
+        ValueError: a name given twice, or guarantees that do not add up to 100 (naming them).
+    """
+    names = [q.name for q in queues]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"queue {twice[0]!r} is given twice")
+    total = sum(q.capacity for q in queues)
+    if queues and total != 100:
+        shares = ", ".join(f"{q.name} {q.capacity}" for q in queues)
+        raise ValueError(f"the queues' guaranteed capacities must add up to 100, got {total} ({shares})")
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """What ``up`` starts: ZooKeeper, one ResourceManager and ``nodes`` NodeManagers, on loopback or, with
     ``hosts``, on that many hosts (network namespaces, ``cluster.netns``): ZooKeeper and the ResourceManager
@@ -164,6 +212,9 @@ class ClusterSpec:
     #: GPUs each NodeManager offers (``up --gpus-per-node``), found by YARN's GPU plugin through a stand-in
     #: ``nvidia-smi``; 0: the cluster has no ``yarn.io/gpu`` resource type at all
     gpus_per_node: int = 0
+    #: CapacityScheduler queues under ``root`` with the preemption monitor on (``up --queues``); empty: the one
+    #: queue ``root.default`` and no preemption
+    queues: tuple[QueueSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if self.hdfs is None:
@@ -198,6 +249,7 @@ class ClusterSpec:
             raise ValueError(f"node_vcores must be at least 1, got {self.node_vcores}")
         if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
             raise ValueError(f"gpus_per_node must be 0..{MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
+        check_queues(self.queues)
         if not 1024 <= self.port_base <= 65535 - 100 - 10 * self.nodes:
             raise ValueError(f"port_base {self.port_base} leaves no room for the cluster's ports")
 
@@ -456,3 +508,5 @@ class ClusterStatus:
     webhdfs_url: str | None = None
     #: DataNodes the NameNode counts live, None when it does not answer (or without HDFS)
     datanodes_live: int | None = None
+    #: on a cluster with queues (``up --queues``), each leaf queue as the scheduler reports it
+    queues: list[QueueReport] = field(default_factory=list)

@@ -56,7 +56,7 @@ import requests
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic import env, resources
-from submarine_elastic.cluster import gpu
+from submarine_elastic.cluster import gpu, queues
 from submarine_elastic.cluster.api import (
     ROLES,
     ClusterAlreadyUpError,
@@ -73,6 +73,7 @@ from submarine_elastic.cluster.api import (
     Placement,
     PortInUseError,
     PrerequisiteError,
+    QueueSpec,
     ServiceSummary,
     UnknownDaemonError,
     host_address,
@@ -186,7 +187,8 @@ class LocalCluster:
             raw = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             return None
-        spec = ClusterSpec(**raw["spec"])
+        recorded = raw["spec"]
+        spec = ClusterSpec(**{**recorded, "queues": tuple(QueueSpec(**q) for q in recorded.get("queues", ()))})
         daemons = [Daemon(d["name"], int(d["pid"]), int(d["start_ticks"]), Path(d["log"])) for d in raw["daemons"]]
         return spec, daemons
 
@@ -569,6 +571,10 @@ class LocalCluster:
         if hdfs:
             files[conf / "hdfs-site.xml"] = _xml_with(files[conf / "hdfs-site.xml"], hdfs)
             settings[conf / "hdfs-site.xml"] = hdfs
+        if spec.queues and (name == "rm" or (node is not None and name.startswith("nm-"))):
+            for path, changed in self._queue_conf(conf, name, spec).items():
+                files[path] = _xml_with(files[path], changed)
+                settings[path] = {**settings.get(path, {}), **changed}
         if spec.gpus_per_node and (name == "rm" or (node is not None and name.startswith("nm-"))):
             gpu_files, gpu_settings = self._gpu_conf(conf, name, spec, node_host)
             files.update(gpu_files)
@@ -579,6 +585,18 @@ class LocalCluster:
         if webapp is not None:
             files[conf / "webapps" / webapp / "WEB-INF" / "web.xml"] = _EMPTY_WEBAPP
         return files, settings
+
+    def _queue_conf(self, conf: Path, name: str, spec: ClusterSpec) -> dict[Path, dict[str, str]]:
+        """A cluster with queues' settings in the RM's or a NodeManager's configuration in ``conf``: the RM gets
+        the queue hierarchy and the preemption monitor, a NodeManager the delay a preempted container has
+        between SIGTERM and SIGKILL."""
+        if name == "rm":
+            return {
+                conf / "capacity-scheduler.xml": queues.scheduler_settings(spec.queues),
+                # The NodeManagers' kill delay too, as in the one yarn-site.xml of a real cluster: `job run` reads it.
+                conf / "yarn-site.xml": {**queues.monitor_settings(), **queues.nodemanager_settings()},
+            }
+        return {conf / "yarn-site.xml": queues.nodemanager_settings()}
 
     def _gpu_conf(
         self, conf: Path, name: str, spec: ClusterSpec, node_host: str
@@ -1148,6 +1166,7 @@ class LocalCluster:
             nodes = _rm_nodes(spec.rm_url, auth)
             with self.rm_client(spec, retries=0) as yarn:
                 apps = yarn.list()
+                queue_reports = yarn.queues() if spec.queues else []
         except (requests.RequestException, YarnError) as exc:
             return dataclasses.replace(result, rm_error=f"ResourceManager at {spec.rm_url} not answering: {exc}")
         services = [
@@ -1168,6 +1187,7 @@ class LocalCluster:
             allocated_memory_mb=int(metrics["allocatedMB"]),
             total_vcores=int(metrics["totalVirtualCores"]),
             allocated_vcores=int(metrics["allocatedVirtualCores"]),
+            queues=queue_reports,
         )
 
 

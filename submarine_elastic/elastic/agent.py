@@ -34,7 +34,12 @@ Exit status, which YARN's restart policy (ALWAYS) acts on:
   relaunches it (in the same container), and the new agent joins as a new Horovod host (its key is
   the container id plus the agent's pid, so it is not taken for the blacklisted one);
 - the process finished, or left on scale-in: the agent stays until YARN stops the container, so
-  YARN does not start a replacement nobody asked for.
+  YARN does not start a replacement nobody asked for;
+- the NodeManager stops the container (SIGTERM: YARN preempts it, or the service stops): the agent tells the
+  driver (``Preempted``), the process leaves the ring at its next commit as on a scale-in (or is stopped,
+  when it never joined one), and the agent reports its exit and exits 0 before the NodeManager's SIGKILL
+  (:meth:`Agent.leave_container`). The training process runs in a session of its own, so the NodeManager's
+  signals reach the agent only.
 
 Run by the job spec as ``python -m submarine_elastic.elastic.agent`` with the command, base64-encoded,
 in ``SUBMARINE_WORKER_CMD_B64`` (so no quoting of the user's command can break YARN's launch script).
@@ -78,6 +83,12 @@ log = logging.getLogger("submarine_elastic.agent")
 
 CONNECT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
+#: After its NodeManager's SIGTERM (YARN preempts or stops the container) the training process may take the
+#: NodeManager's kill delay (``SUBMARINE_SIGKILL_DELAY_MS``, ``job run`` reads it from the cluster) less this
+#: to leave the ring at a commit; then the agent stops it (SIGTERM, SIGKILL ``SIGTERM_STOP_S`` later) and
+#: reports its exit. Under 1 s left (Hadoop's default delay is 250 ms): it is stopped at once.
+SIGTERM_MARGIN_S = 1.5
+SIGTERM_STOP_S = 1.0
 #: How long an agent that lost its driver keeps its training process and looks for the next incarnation.
 DRIVER_GRACE_S = 180.0
 #: A training process in a ring that sends no heartbeat for this long is killed as hung.
@@ -191,6 +202,8 @@ class Agent:
         self.released = threading.Event()
         #: the agent stopped the process because it lost its driver for good or was refused by it
         self.gave_up = False
+        #: its NodeManager is stopping the container (SIGTERM): the agent exits once the process is gone
+        self.container_stopping = threading.Event()
 
     @property
     def state(self) -> AgentState:
@@ -370,6 +383,39 @@ class Agent:
         except ProcessLookupError:
             pass
 
+    def leave_container(self, leave_s: float, stop_s: float = SIGTERM_STOP_S) -> None:
+        """The NodeManager is stopping this container (SIGTERM; SIGKILL follows after its kill delay). A process
+        in a ring, or warm, leaves it at its next commit exactly as on a scale-in, and the driver is told first
+        (``Preempted``), so it withdraws the worker from the ring and counts it out without a failure; a process
+        still starting is stopped. A process not gone after ``leave_s`` (0 where the kill delay leaves no time
+        to leave) is stopped: SIGTERM, SIGKILL ``stop_s`` later. A process that ended, or is leaving or stopping
+        on the driver's word, is left as it is, and the driver told nothing. Blocks until the process is gone;
+        the agent then exits (:meth:`run`). A second call does nothing."""
+        if self.container_stopping.is_set():
+            return
+        with self._state_lock:
+            state = self._state
+            leaving = state in (AgentState.WARM, AgentState.RUNNING)
+            if leaving:
+                self._move(AgentState.LEAVING)
+            self.container_stopping.set()
+        if state not in (AgentState.STARTING, AgentState.WARM, AgentState.RUNNING):
+            return
+        how = "leaves the ring at its next commit" if leaving and leave_s > 0 else "is stopped"
+        log.warning("%s: the NodeManager stops this container (SIGTERM); the training process %s", self.instance, how)
+        self.send(pb.AgentEvent(preempted=pb.Preempted(reason=f"SIGTERM from its NodeManager; the process {how}")))
+        proc = self.proc
+        if proc is None:
+            return
+        if leaving and leave_s > 0:
+            self._tell_child(pb.ToTraining(leave=pb.Leave()))
+            try:
+                proc.wait(timeout=leave_s)
+                return
+            except subprocess.TimeoutExpired:
+                log.warning("%s: the training process did not leave within %.1f s; stopping it", self.instance, leave_s)
+        self.stop_training(stop_s)
+
     # -------------------------------------------------------------- the driver stream
 
     def send(self, event: pb.AgentEvent) -> None:
@@ -424,7 +470,7 @@ class Agent:
         if kind in ("start", "leave"):
             to = AgentState.RUNNING if kind == "start" else AgentState.LEAVING
             with self._state_lock:
-                if self._state in (AgentState.STOPPING, AgentState.EXITED):
+                if self._state in (AgentState.STOPPING, AgentState.EXITED) or self.container_stopping.is_set():
                     return  # the process is going anyway
                 self._move(to)  # a Start or Leave before Warm breaks the protocol: IllegalTransitionError
             if kind == "start":
@@ -508,14 +554,15 @@ class Agent:
         if self.gave_up:
             self._close_stream()
             return 1
-        if code != 0 and not leaving:
+        if code != 0 and not leaving and not self.container_stopping.is_set():
             time.sleep(0.5)  # let the Exited event reach the driver before the container goes
             self._close_stream()
             return code
         # Finished or removed: stay until YARN stops this container (exiting would start a new one).
-        link.join()
-        while True:
-            time.sleep(3600)
+        self.container_stopping.wait()
+        time.sleep(0.5)  # let the Exited event reach the driver before the container goes
+        self._close_stream()
+        return 0
 
     def _stay_attached(
         self, target: str, token: str | None, tls_ca: bytes | None, locate: Callable[[], str] | None, grace: float
@@ -611,16 +658,20 @@ def main() -> int:
         token, tls_ca, client_cert, insecure = env.job_token(), env.driver_tls_ca(), env.agent_tls(), env.insecure()
         hung_after = env.positive_seconds("SUBMARINE_HUNG_AFTER_S", HUNG_AFTER_S)
         grace = env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", DRIVER_GRACE_S)
+        kill_delay = env.sigkill_delay_s()
         target = driver_address()
     except (ElasticError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return 2
     agent = Agent(command, instance, container_id, host)
     agent.hung_after = hung_after
+    leave_s = kill_delay - SIGTERM_MARGIN_S if kill_delay is not None and kill_delay - SIGTERM_MARGIN_S >= 1 else 0.0
 
     def on_sigterm(_signum: int, _frame: object) -> None:
-        agent.stop_training(STOP_GRACE_S)
-        sys.exit(0)
+        if agent.proc is None:
+            sys.exit(0)  # nothing started yet: nothing to leave
+        # Off the main thread, which waits for the training process and then reports its exit.
+        threading.Thread(target=agent.leave_container, args=(leave_s,), daemon=True, name="sigterm").start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:

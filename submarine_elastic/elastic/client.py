@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import time
@@ -66,6 +67,70 @@ def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> N
             f"{asked}, but the largest node of the cluster at {yarn.rm_url} has {largest} ({GPU_RESOURCE} by "
             f"node: {offers}); a worker's GPUs come from one node"
         )
+
+
+#: The YARN Services ApplicationMaster's memory where the RM does not say (``yarn.service.am-resource.memory``,
+#: Hadoop's default).
+AM_DEFAULT_MEMORY_MB = 1024
+
+
+def refuse_unfit_queue(yarn: YarnServiceClient, req: JobRequest) -> None:
+    """Refuse a job whose queue (``req.queue``, a leaf name or its path) the scheduler does not have, or whose
+    fewest containers cannot fit under that queue's maximum even when the queue holds nothing else: the
+    ApplicationMaster, the driver and ``req.limits.min`` workers. YARN would accept either and leave the
+    service waiting for ever. Blocks for two requests to the RM (none without a queue).
+
+    Raises:
+        JobSpecError: no such queue (naming the queues there are), or the minimum over the queue's maximum
+            (naming the queue, its guaranteed and maximum share and the maximum in memory and vcores).
+        YarnError: the RM did not answer.
+    """
+    if not req.queue:
+        return
+    queues = yarn.queues()
+    found = next((q for q in queues if req.queue in (q.name, q.path)), None)
+    if found is None:
+        offered = ", ".join(q.path for q in queues) or "none"
+        raise JobSpecError(
+            f"--queue: the scheduler at {yarn.rm_url} has no queue {req.queue!r} (its queues: {offered})"
+        )
+    driver = build_service(req).component("driver")
+    driver_mb, driver_vcores = (
+        (int(driver.resource.memory), driver.resource.cpus) if driver and driver.resource else (0, 0)
+    )
+    am_mb = int(yarn.config_value("yarn.service.am-resource.memory") or AM_DEFAULT_MEMORY_MB)
+    need_mb = am_mb + driver_mb + req.limits.min * req.resources.memory_mb
+    need_vcores = 1 + driver_vcores + req.limits.min * req.resources.vcores
+    if not found.max_memory_mb:
+        return  # the RM does not say the queue's maximum in resources: YARN alone decides
+    if need_mb > found.max_memory_mb or need_vcores > found.max_vcores:
+        raise JobSpecError(
+            f"--queue {req.queue}: the job's fewest containers (ApplicationMaster, driver and --min_workers "
+            f"{req.limits.min}) need {need_mb} MB and {need_vcores} vcores, over queue {found.path}'s maximum "
+            f"of {found.max_memory_mb} MB and {found.max_vcores} vcores (guaranteed {found.capacity:g}%, "
+            f"maximum {found.max_capacity:g}% of the cluster)"
+        )
+
+
+#: The NodeManagers' SIGTERM-to-SIGKILL delay, as the cluster's configuration names it.
+SIGKILL_DELAY = "yarn.nodemanager.sleep-delay-before-sigkill.ms"
+
+
+def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
+    """``req`` with the cluster's SIGTERM-to-SIGKILL delay in its containers' environment
+    (``SUBMARINE_SIGKILL_DELAY_MS``, read from the RM's configuration), so that a preempted worker's agent knows
+    how long its process has to leave the ring; unchanged for a job without a queue, or where the RM does not
+    say. Blocks for one request to the RM.
+
+    Raises:
+        YarnError: the RM did not answer.
+    """
+    if not req.queue:
+        return req
+    delay = yarn.config_value(SIGKILL_DELAY)
+    if delay is None or not delay.strip().isdigit():
+        return req
+    return dataclasses.replace(req, env={**req.env, "SUBMARINE_SIGKILL_DELAY_MS": delay.strip()})
 
 
 def submit(

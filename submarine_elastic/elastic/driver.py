@@ -96,9 +96,11 @@ from submarine_elastic.elastic.reconcile import (
     ENDED_CONTAINER_STATES,
     Member,
     TargetBook,
+    grow_back,
     lost_agents,
     plan_resize,
     verdict,
+    workers_that_fit,
 )
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
@@ -230,8 +232,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         app: str = "",
         container_id: str = "",
         batch_limits: BatchLimits | None = None,
+        queue: str | None = None,
     ) -> None:
         self.job = job
+        #: the YARN queue the job runs in (None: the cluster's default)
+        self.queue = queue
         self.limits = limits
         self.batch_limits = batch_limits
         self.yarn = yarn
@@ -250,6 +255,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._reconcile_misses = 0
         #: instances a scale-in removes by name that YARN has not confirmed gone yet
         self._removing: tuple[str, ...] = ()
+        #: the worker target before YARN preempted the first of the workers it took (None: none since the job,
+        #: or a client, last set the target): the job grows back to it when capacity returns
+        self._preempted_from: int | None = None
         self._hvd: ElasticDriver | None = None
         self._rendezvous = BoundRendezvousServer(verbose=0)
         self._elastic_timeout = elastic_timeout
@@ -418,6 +426,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                             raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
                         self._note_exit(agent, event.exited)
                         self.registry.end(agent, code)
+                    elif kind == "preempted":
+                        self._on_preempted(agent, event.preempted.reason)
                 except IllegalTransitionError as exc:
                     log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
         except grpc.RpcError:
@@ -428,10 +438,35 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             agent.commands.put(None)
             log.info("agent detached: %s", agent.instance)
 
+    def _on_preempted(self, agent: AgentHandle, reason: str) -> None:
+        """The worker's NodeManager is stopping its container (YARN preempts it): a scale-in the driver did not
+        ask for. The worker is withdrawn from the ring at once (Horovod re-forms without it at its next commit,
+        while its process leaves), and the job's target drops by one with the instance removed by name (not
+        below ``--min_workers``), so YARN Services does not ask again for a container its queue cannot keep;
+        no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
+        if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
+            return  # leaving or gone on the driver's word already: its container goes as asked
+        log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
+        agent.preempted = True
+        if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+            self.registry.move(agent.agent_id, WorkerState.LEAVING)
+        if self._preempted_from is None:
+            self._preempted_from = self.targets.requested
+        target = pb.Target(
+            workers=max(self.limits.min, self.targets.requested - 1),
+            remove=[agent.instance],
+            reason=f"preempted by YARN: {agent.instance}",
+        )
+        try:
+            self.targets.take(target, self.limits, self.batch_limits, (a.instance for a in self.registry.snapshot()))
+        except FlexRefusedError as exc:
+            log.error("cannot take %s out of the job's target: %s", agent.instance, exc)
+
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
         """Keeps a failed (or never joined) training process's reason; fails the job when the ring
-        has not formed yet, or when the process finished without ever joining it."""
-        if exited.leaving or agent.state is WorkerState.LEAVING:
+        has not formed yet, or when the process finished without ever joining it. A process that left (scale-in,
+        or its container preempted) is no failure."""
+        if exited.leaving or agent.preempted or agent.state is WorkerState.LEAVING:
             return
         code = exited.exit_code
         if code == 0 and exited.joined:
@@ -481,6 +516,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         return ranks
 
     def SetTarget(self, request: pb.Target, context: grpc.ServicerContext) -> pb.FlexReply:
+        self._preempted_from = None  # a client's target replaces growing back on the driver's own
         try:
             taken, previous = self.targets.take(
                 request,
@@ -518,6 +554,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 state=cast(pb.WorkerState, a.state.wire),
                 rank=ranks.get(a.agent_id, -1),
                 exit_code=a.exit_code,
+                preempted=a.preempted,
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]
@@ -599,7 +636,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
     def _resize(self, target: pb.Target) -> None:
         """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
         target."""
-        live = self.registry.available()
+        live = list(self.registry.available())
+        # A preempted worker left the ring already (withdrawn when its agent said so); named, it goes all the same.
+        live += [a for a in self.registry.snapshot() if a.preempted and a.instance in target.remove]
         ranks = self._ranks()
         members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
         plan = plan_resize(self.target, target, members)
@@ -612,8 +651,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
         # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
         for agent in leavers:
-            agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
+            if not agent.preempted:
+                agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
         for agent in leavers:
+            if agent.preempted:
+                continue
             try:
                 self.registry.move(agent.agent_id, WorkerState.LEAVING)
             except IllegalTransitionError:
@@ -669,6 +711,38 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             if worker is not None:
                 self._watched_ready = (worker.ready_count, time.monotonic())
                 self._evict_orphans(worker.containers)
+                self._grow_back(worker.memory_mb, worker.vcores)
+
+    def _grow_back(self, memory_mb: int | None, vcores: int | None) -> None:
+        """After a preemption, raises the target back towards what it was, by as many workers as the cluster and
+        the job's queue can hold while no queue waits for capacity (:func:`grow_back`): asking while another
+        queue waits would only have YARN preempt them again. Nothing while a resize is under way."""
+        if self._preempted_from is None or not memory_mb or self._reconciling:
+            return
+        if self.targets.requested != self.targets.workers or self.targets.pending:
+            return
+        try:
+            fits = workers_that_fit(self.yarn.queues(), self.yarn.nodes(), memory_mb, vcores or 1, self.queue)
+        except YarnError as exc:
+            log.debug("cannot read the cluster's capacity: %s", exc)
+            return
+        target = grow_back(self.targets.workers, self._preempted_from, fits)
+        if target is None:
+            if self.targets.workers >= self._preempted_from:
+                self._preempted_from = None
+            return
+        if target >= self._preempted_from:
+            self._preempted_from = None
+        log.info("capacity returned: growing back to %d workers", target)
+        try:
+            self.targets.take(
+                pb.Target(workers=target, reason="capacity returned after preemption"),
+                self.limits,
+                self.batch_limits,
+                (),
+            )
+        except FlexRefusedError as exc:
+            log.error("cannot grow back to %d workers: %s", target, exc)
 
     def replaced_by_yarn(self, containers: tuple[ContainerStatus, ...]) -> str:
         """Why YARN no longer counts this driver as the job's ('' while it does): its container is listed as
@@ -1121,6 +1195,7 @@ def main() -> int:
             app=app,
             container_id=os.environ.get("CONTAINER_ID", ""),
             batch_limits=batch_limits,
+            queue=env.queue(),
         )
         rc = driver.run(port, tls, host=host)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy

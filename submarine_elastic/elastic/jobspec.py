@@ -553,6 +553,8 @@ def build_service(req: JobRequest) -> Service:
         # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
         "HOROVOD_GLOO_TIMEOUT_SECONDS": "20",
     }
+    if req.queue:
+        common["SUBMARINE_QUEUE"] = req.queue
     if req.input_path:
         common["SUBMARINE_INPUT_PATH"] = req.input_path
     if req.checkpoint_path:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits, WorkerState
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
-from submarine_elastic.yarn import ContainerState, ContainerStatus
+from submarine_elastic.yarn import ContainerState, ContainerStatus, NodeReport, QueueReport
 
 if TYPE_CHECKING:
     from submarine_elastic.elastic.ringhost import AgentHandle
@@ -317,3 +317,30 @@ def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | No
     if why and yarn_error:
         why.append(yarn_error)
     return Verdict(ring_at_target=not ring_why, converged=not why, lag="; ".join(why))
+
+
+def workers_that_fit(
+    queues: Sequence[QueueReport], nodes: Sequence[NodeReport], memory_mb: int, vcores: int, queue: str | None
+) -> int:
+    """How many more workers of ``memory_mb`` and ``vcores`` the cluster can place now without anyone waiting:
+    0 while any queue has containers pending (capacity taken now would be preempted back for them); else what
+    the running nodes' free resources hold, worker by worker, and, for a job in ``queue`` (a leaf name or
+    path), no more than that queue's maximum leaves room for."""
+    if any(q.pending_containers for q in queues):
+        return 0
+    on_nodes = sum(min(n.free_memory_mb // memory_mb, n.free_vcores // vcores) for n in nodes if n.state == "RUNNING")
+    mine = next((q for q in queues if queue in (q.name, q.path)), None) if queue else None
+    if mine is None:
+        return on_nodes
+    in_queue = min(
+        (mine.max_memory_mb - mine.used_memory_mb) // memory_mb, (mine.max_vcores - mine.used_vcores) // vcores
+    )
+    return max(0, min(on_nodes, in_queue))
+
+
+def grow_back(workers: int, preempted_from: int | None, fits: int) -> int | None:
+    """The worker target a job YARN preempted grows back to: towards ``preempted_from`` (its target before the
+    preemption), by the ``fits`` workers the cluster can hold now; None: stay at ``workers``."""
+    if preempted_from is None or fits <= 0 or workers >= preempted_from:
+        return None
+    return min(preempted_from, workers + fits)

@@ -48,6 +48,8 @@ class AgentHandle:
     adopted_rank: int = -1
     #: it was sent this incarnation's Reform (its ring re-forms around this driver's rendezvous)
     reformed: bool = False
+    #: its NodeManager is stopping its container (YARN preempts it): it leaves without the driver asking
+    preempted: bool = False
 
     @property
     def number(self) -> int:

@@ -437,6 +437,78 @@ class NodeReport:
         )
 
 
+@dataclass(frozen=True)
+class QueueReport:
+    """One leaf queue of the CapacityScheduler from ``/ws/v1/cluster/scheduler``.
+
+    Capacities are percent of the whole cluster (the RM's ``absolute*``): ``capacity`` the guarantee,
+    ``max_capacity`` what it may grow to, ``used_capacity`` what its containers hold now. ``max_memory_mb``
+    and ``max_vcores`` are its maximum in resources (``maxEffectiveCapacity``), ``pending_*`` what its
+    applications ask for and do not hold yet (the default partition's ``pending``).
+    """
+
+    name: str
+    path: str
+    state: str
+    capacity: float
+    max_capacity: float
+    used_capacity: float
+    max_memory_mb: int = 0
+    max_vcores: int = 0
+    used_memory_mb: int = 0
+    used_vcores: int = 0
+    pending_containers: int = 0
+    pending_memory_mb: int = 0
+    applications: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueueReport:
+        """Build from one leaf of ``scheduler.schedulerInfo.queues.queue[]`` (nested ``queues`` flattened)."""
+        used = data.get("resourcesUsed")
+        used = used if isinstance(used, Mapping) else {}
+        maximum = data.get("maxEffectiveCapacity")
+        maximum = maximum if isinstance(maximum, Mapping) else {}
+        pending: Mapping[str, Any] = {}
+        usages = data.get("resources")
+        partitions = usages.get("resourceUsagesByPartition") if isinstance(usages, Mapping) else None
+        for partition in partitions if isinstance(partitions, list) else []:
+            if isinstance(partition, Mapping) and not partition.get("partitionName"):
+                found = partition.get("pending")
+                pending = found if isinstance(found, Mapping) else {}
+        name = str(data.get("queueName", ""))
+        return cls(
+            name=name,
+            path=str(data.get("queuePath") or f"root.{name}"),
+            state=str(data.get("state", "")),
+            capacity=float(data.get("absoluteCapacity") or 0.0),
+            max_capacity=float(data.get("absoluteMaxCapacity") or 0.0),
+            used_capacity=float(data.get("absoluteUsedCapacity") or 0.0),
+            max_memory_mb=_opt_int(maximum.get("memory")) or 0,
+            max_vcores=_opt_int(maximum.get("vCores")) or 0,
+            used_memory_mb=_opt_int(used.get("memory")) or 0,
+            used_vcores=_opt_int(used.get("vCores")) or 0,
+            pending_containers=_opt_int(data.get("pendingContainers")) or 0,
+            pending_memory_mb=_opt_int(pending.get("memory")) or 0,
+            applications=_opt_int(data.get("numApplications")) or 0,
+        )
+
+
+def leaf_queues(scheduler: object) -> list[QueueReport]:
+    """The leaf queues of a ``/ws/v1/cluster/scheduler`` answer, depth first; [] for a scheduler without
+    queues (the FIFO scheduler)."""
+    info = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else None
+    root = info.get("schedulerInfo") if isinstance(info, Mapping) else None
+
+    def leaves(queue: object) -> list[QueueReport]:
+        children = queue.get("queues") if isinstance(queue, Mapping) else None
+        items = children.get("queue") if isinstance(children, Mapping) else None
+        if not isinstance(items, list):
+            return [QueueReport.from_json(queue)] if isinstance(queue, Mapping) and queue is not root else []
+        return [leaf for item in items for leaf in leaves(item)]
+
+    return leaves(root)
+
+
 def resource_values(resource: object) -> dict[str, int]:
     """Every resource type's value in one of the RM's resource objects (a node's ``totalResource``, the
     cluster's ``totalClusterResourcesAcrossPartition``): its ``resourceInformations``, by type name
@@ -618,3 +690,12 @@ class ServiceBackend(ABC):
             RMUnreachableError: the cluster did not answer.
             YarnError: any other failure.
         """
+
+    def queues(self) -> list[QueueReport]:
+        """The scheduler's leaf queues; a backend that cannot see them has none ([])."""
+        return []
+
+    def nodes(self, states: Sequence[str] = ("RUNNING",)) -> list[NodeReport]:
+        """The cluster's nodes in ``states``; a backend that cannot see them has none ([]), so a job on it never
+        grows back into capacity on its own."""
+        return []

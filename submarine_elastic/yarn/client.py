@@ -62,6 +62,7 @@ from .api import (
     InvalidSpecError,
     KerberosUnavailableError,
     NodeReport,
+    QueueReport,
     ReconcileResult,
     RMUnreachableError,
     ServiceAlreadyExistsError,
@@ -76,6 +77,7 @@ from .api import (
     YarnRequestError,
     YarnTimeoutError,
     instance_number,
+    leaf_queues,
     resource_values,
 )
 
@@ -115,6 +117,7 @@ _SERVICES = "/app/v1/services"
 _APPS = "/ws/v1/cluster/apps"
 _NODES = "/ws/v1/cluster/nodes"
 _METRICS = "/ws/v1/cluster/metrics"
+_SCHEDULER = "/ws/v1/cluster/scheduler"
 _CONF = "/conf"
 _RUNNING_STATES = frozenset({ServiceState.STARTED, ServiceState.STABLE, ServiceState.FLEX})
 _APP_ID = re.compile(r"application_\d+_\d+")
@@ -624,6 +627,20 @@ class YarnServiceClient(ServiceBackend):
         items = nodes.get("node") or [] if isinstance(nodes, dict) else []
         reports = [NodeReport.from_json(n) for n in items if isinstance(n, Mapping)]
         return sorted(reports, key=lambda n: n.node_id)
+
+    def queues(self) -> builtins.list[QueueReport]:
+        """The scheduler's leaf queues (``/ws/v1/cluster/scheduler``), with their capacities, use and pending
+        requests; [] where the scheduler has no queues. Blocks for one request.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        resp = self._request("GET", _SCHEDULER)
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise YarnRequestError(f"GET {_SCHEDULER}: answer is not JSON: {resp.text[:200]!r}") from exc
+        return leaf_queues(data)
 
     def resource_totals(self) -> dict[str, int]:
         """Every resource type the RM knows, with the cluster's total of it (its metrics'

@@ -142,6 +142,22 @@ def test_gpus_per_node_reaches_the_rm_and_every_nodemanager(tmp_path: Path, fake
     assert all(c[c.index("--gpus-per-node") + 1] == "0" for c in without), "no GPUs unless asked"
 
 
+def test_queues_reach_the_rm_and_every_nodemanager(tmp_path: Path, fake_lib: Path) -> None:
+    """SUBMARINE_QUEUES=prod:60,research:40: the RM has those queues and preemption on, each NodeManager the
+    SIGTERM-to-SIGKILL delay; without it, the one default queue."""
+    services = compose({"SUBMARINE_QUEUES": "prod:60,research:40"})["services"]
+    for name in ["resourcemanager", *NODEMANAGERS]:
+        prepare([str(part) for part in services[name]["command"]], tmp_path / name)
+    rm = tmp_path / "resourcemanager" / "conf" / "rm"
+    assert site(rm / "capacity-scheduler.xml")["yarn.scheduler.capacity.root.queues"] == "prod,research"
+    assert site(rm / "yarn-site.xml")["yarn.resourcemanager.scheduler.monitor.enable"] == "true"
+    for name in NODEMANAGERS:
+        yarn = site(tmp_path / name / "conf" / "nm-0" / "yarn-site.xml")
+        assert yarn["yarn.nodemanager.sleep-delay-before-sigkill.ms"] == "5000", name
+    without = [s["command"] for n, s in SERVICES.items() if n == "resourcemanager" or n in NODEMANAGERS]
+    assert all(c[c.index("--queues") + 1] == "" for c in without), "one queue unless asked"
+
+
 def test_the_jobs_directory_is_a_volume_shared_by_the_rm_and_every_node_and_hdfs_keeps_its_own() -> None:
     """A job's driver records how the job ended in the jobs directory, which `job show` reads where `job run`
     ran; the services' and the jobs' files are on HDFS (no volume every node mounts), whose NameNode and

@@ -52,14 +52,22 @@ AGENT_STOPPING: AgentState
 AGENT_EXITED: AgentState
 
 class AgentEvent(_message.Message):
-    __slots__ = ("hello", "warm", "exited")
+    __slots__ = ("hello", "warm", "exited", "preempted")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     WARM_FIELD_NUMBER: _ClassVar[int]
     EXITED_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTED_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     warm: Warm
     exited: Exited
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
+    preempted: Preempted
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ..., preempted: _Optional[_Union[Preempted, _Mapping]] = ...) -> None: ...
+
+class Preempted(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("instance", "container_id", "host", "agent_id", "resume")
@@ -232,18 +240,20 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("instance", "container_id", "state", "rank", "exit_code")
+    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "preempted")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTED_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     state: WorkerState
     rank: int
     exit_code: int
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    preempted: bool
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., preempted: bool = ...) -> None: ...
 
 class ResizeEvent(_message.Message):
     __slots__ = ("time", "from_workers", "to_workers", "reason")

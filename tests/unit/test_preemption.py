@@ -1,0 +1,229 @@
+"""A worker whose container YARN preempts (its NodeManager's SIGTERM, then SIGKILL after a delay) leaves the job
+as on a scale-in: its agent tells the driver and has the training process leave at its next commit; the driver
+withdraws it from the ring at once, counts no failure, lowers the target with the instance removed by name, and
+grows back when capacity returns."""
+
+from __future__ import annotations
+
+import queue
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic.api import AgentState, JobPhase, Limits, WorkerState
+from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.reconcile import grow_back, workers_that_fit
+from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.yarn import ComponentTarget, NodeReport, QueueReport
+
+#: A training process that leaves when its agent sends anything (a Leave) on its channel.
+LEAVES_WHEN_TOLD = (
+    f"{sys.executable} -c \"import os, socket; s = socket.socket(fileno=int(os.environ['SUBMARINE_AGENT_FD'])); "
+    "s.recv(1); print('left the ring')\""
+)
+
+
+def agent_in(state: AgentState, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> agent_mod.Agent:
+    monkeypatch.setenv("LOG_DIRS", str(tmp_path))
+    monkeypatch.delenv("SUBMARINE_WORKDIR", raising=False)
+    worker = agent_mod.Agent(command, "worker-2", "container-2", "host")
+    worker._outbox = queue.Queue()
+    worker.start_training()
+    worker._state = state
+    worker.joined = state is not AgentState.STARTING
+    return worker
+
+
+def drain(worker: agent_mod.Agent) -> list[str]:
+    found = []
+    assert worker._outbox is not None
+    while not worker._outbox.empty():
+        event = worker._outbox.get_nowait()
+        if event is not None:
+            found.append(event.WhichOneof("event"))
+    return found
+
+
+def test_on_sigterm_a_worker_in_the_ring_tells_the_driver_and_leaves_at_its_next_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = agent_in(AgentState.RUNNING, LEAVES_WHEN_TOLD, tmp_path, monkeypatch)
+    started = time.monotonic()
+    worker.leave_container(leave_s=10.0, stop_s=1.0)
+    assert time.monotonic() - started < 5.0  # it left when told, not when stopped
+    assert worker.state is AgentState.LEAVING
+    code = worker.wait_training()
+    exited = worker.exited(code).exited
+    assert (exited.exit_code, exited.leaving, exited.stderr_tail) == (0, True, "")
+    assert "left the ring" in (tmp_path / "training-1.log").read_text()
+    assert drain(worker) == ["preempted"]
+    # A Leave the driver sends after changes nothing: the process is going already.
+    worker._handle(pb.AgentCommand(leave=pb.Leave()))
+    worker.leave_container(leave_s=10.0)  # a second SIGTERM too
+    assert worker.state is AgentState.EXITED
+
+
+def test_a_process_that_does_not_leave_in_time_is_stopped_before_the_nodemanagers_sigkill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = agent_in(AgentState.RUNNING, "exec sleep 60", tmp_path, monkeypatch)
+    started = time.monotonic()
+    worker.leave_container(leave_s=0.5, stop_s=2.0)
+    assert time.monotonic() - started < 3.0
+    exited = worker.exited(worker.wait_training()).exited
+    assert (exited.exit_code, exited.leaving) == (-15, True)
+
+
+def test_a_process_that_never_joined_a_ring_is_stopped_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = agent_in(AgentState.STARTING, "exec sleep 60", tmp_path, monkeypatch)
+    worker.leave_container(leave_s=30.0, stop_s=2.0)
+    assert worker.state is AgentState.STOPPING
+    assert worker.exited(worker.wait_training()).exited.leaving
+    assert worker._outbox is not None
+    sent = worker._outbox.get_nowait()
+    assert sent is not None and "the process is stopped" in sent.preempted.reason
+
+
+def test_without_time_to_leave_the_process_is_stopped_at_once_and_the_driver_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NodeManager kill delay under a second (Hadoop's default 250 ms): no time to reach a commit."""
+    worker = agent_in(AgentState.RUNNING, "exec sleep 60", tmp_path, monkeypatch)
+    started = time.monotonic()
+    worker.leave_container(leave_s=0.0, stop_s=2.0)
+    assert time.monotonic() - started < 1.0
+    assert worker.exited(worker.wait_training()).exited.leaving
+    assert drain(worker) == ["preempted"]
+
+
+def test_a_container_stopped_after_its_process_left_tells_the_driver_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """YARN stops the container of a worker the driver removed (scale-in): that is no preemption."""
+    worker = agent_in(AgentState.LEAVING, "true", tmp_path, monkeypatch)
+    worker.exited(worker.wait_training())
+    drain(worker)
+    worker.leave_container(leave_s=3.0)
+    assert worker.container_stopping.is_set()
+    assert drain(worker) == []
+
+
+@dataclass
+class RecordingYarn:
+    """Stands in for the YARN service: records the targets the driver sets; reports the cluster it is given."""
+
+    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    free_queues: list[QueueReport] = field(default_factory=list)
+    free_nodes: list[NodeReport] = field(default_factory=list)
+
+    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
+        self.targets.append((n, tuple(remove)))
+        return ComponentTarget(n, tuple(remove))
+
+    def queues(self) -> list[QueueReport]:
+        return self.free_queues
+
+    def nodes(self, states: Sequence[str] = ("RUNNING",)) -> list[NodeReport]:
+        return self.free_nodes
+
+
+def running_job(yarn: RecordingYarn, workers: int, limits: Limits) -> tuple[JobDriver, list[AgentHandle]]:
+    driver = JobDriver("job", limits, yarn, token="t", iface="lo", elastic_timeout=60, queue="research")  # type: ignore[arg-type]
+    driver.phase = JobPhase.RUNNING
+    agents = []
+    for i in range(workers):
+        agent = AgentHandle(f"c-{i}", f"worker-{i}", f"container-{i}", "127.0.0.1")
+        driver.registry.add(agent)
+        driver.registry.move(agent.agent_id, WorkerState.WARM)
+        driver.registry.move(agent.agent_id, WorkerState.RUNNING)
+        agents.append(agent)
+    return driver, agents
+
+
+def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_without_a_failure() -> None:
+    yarn = RecordingYarn()
+    driver, agents = running_job(yarn, 4, Limits(4, 1, 4))
+    preempted = agents[1]
+    driver._on_preempted(preempted, "SIGTERM from its NodeManager")
+    assert preempted not in driver.registry.available()  # Horovod re-forms without it at its next commit
+    assert preempted.state is WorkerState.LEAVING
+    target = driver.targets.next(0)
+    assert target is not None
+    assert (target.workers, list(target.remove), target.reason) == (3, ["worker-1"], "preempted by YARN: worker-1")
+    driver._note_exit(preempted, pb.Exited(exit_code=-15, joined=True))  # even a process the agent had to stop
+    driver.registry.end(preempted, -15)
+    driver._resize(target)
+    # No Leave sent (the agent is leaving on its own), no failure, and YARN removes that very instance.
+    assert preempted.commands.empty()
+    assert not driver.failures and not driver._fatal.is_set()
+    assert yarn.targets == [(3, ("worker-1",))]
+    assert [e.reason for e in driver.targets.timeline] == ["preempted by YARN: worker-1"]
+    status = driver.Status(pb.StatusRequest(), None)
+    assert [(w.instance, w.preempted) for w in status.workers if w.preempted] == [("worker-1", True)]
+
+
+def test_a_worker_the_driver_removes_is_not_taken_for_a_preempted_one() -> None:
+    driver, agents = running_job(RecordingYarn(), 3, Limits(3, 1, 3))
+    driver.registry.move(agents[2].agent_id, WorkerState.LEAVING)  # chosen by a scale-in
+    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    assert not agents[2].preempted and driver.targets.pending == 0
+
+
+def test_at_its_minimum_a_preempted_worker_is_replaced_not_dropped() -> None:
+    driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 4))
+    driver._on_preempted(agents[0], "SIGTERM from its NodeManager")
+    target = driver.targets.next(0)
+    assert target is not None and (target.workers, list(target.remove)) == (2, ["worker-0"])
+
+
+def queue_report(pending: int = 0, used_mb: int = 0) -> QueueReport:
+    return QueueReport(
+        "research", "root.research", "RUNNING", 40.0, 100.0, 0.0, max_memory_mb=8192, max_vcores=8,
+        used_memory_mb=used_mb, used_vcores=used_mb // 1024, pending_containers=pending,
+    )  # fmt: skip
+
+
+def node(free_mb: int) -> NodeReport:
+    return NodeReport("n:1", "RUNNING", 4096, 4, free_mb, free_mb // 1024)
+
+
+def test_workers_fit_only_while_nobody_waits_and_within_the_queues_maximum() -> None:
+    nodes = [node(3072), node(2048)]
+    assert workers_that_fit([queue_report()], nodes, 1024, 1, "research") == 5
+    assert workers_that_fit([queue_report(pending=1)], nodes, 1024, 1, "research") == 0
+    assert workers_that_fit([queue_report(used_mb=6144)], nodes, 1024, 1, "root.research") == 2
+    assert workers_that_fit([], nodes, 2048, 1, None) == 2
+
+
+@pytest.mark.parametrize(
+    ("workers", "preempted_from", "fits", "expected"),
+    [(2, 4, 1, 3), (2, 4, 5, 4), (2, 4, 0, None), (4, 4, 3, None), (2, None, 3, None)],
+)
+def test_a_preempted_job_grows_back_towards_its_target_before(
+    workers: int, preempted_from: int | None, fits: int, expected: int | None
+) -> None:
+    assert grow_back(workers, preempted_from, fits) == expected
+
+
+def test_the_driver_grows_back_when_capacity_returns_and_stops_at_its_target_before() -> None:
+    yarn = RecordingYarn(free_queues=[queue_report(pending=1)], free_nodes=[node(4096)])
+    driver, agents = running_job(yarn, 3, Limits(3, 1, 3))
+    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    taken = driver.targets.next(0)
+    assert taken is not None
+    driver.registry.end(agents[2], 0)
+    driver._resize(taken)
+    driver._reconciling = False
+    driver._grow_back(1024, 1)  # prod still waits: nothing
+    assert driver.targets.requested == 2
+    yarn.free_queues = [queue_report()]
+    driver._grow_back(1024, 1)
+    grown = driver.targets.next(0)
+    assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
+    assert driver._preempted_from is None
