@@ -62,18 +62,20 @@ class AgentEvent(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., warm: _Optional[_Union[Warm, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "container_id", "host", "agent_id", "resume")
+    __slots__ = ("instance", "container_id", "host", "agent_id", "resume", "gpus")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     host: str
     agent_id: str
     resume: Resume
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Resume(_message.Message):
     __slots__ = ("state", "rank", "driver_incarnation")
@@ -232,18 +234,20 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("instance", "container_id", "state", "rank", "exit_code")
+    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "gpus")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     state: WorkerState
     rank: int
     exit_code: int
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ResizeEvent(_message.Message):
     __slots__ = ("time", "from_workers", "to_workers", "reason")
