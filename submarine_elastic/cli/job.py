@@ -627,7 +627,8 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         )
     # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
     gpus = any(w.gpus for w in st.workers)
-    table = _table("workers", "instance", "container", "state", "rank", "exit", *(["gpus"] if gpus else []))
+    extra = ["gpus on its node"] if gpus else []
+    table = _table("workers", "instance", "container", "state", "rank", "exit", *extra)
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
