@@ -160,6 +160,8 @@ def claim(directory: Path, minors: tuple[int, ...], count: int, owner: str) -> l
             for _minor, held in taken:
                 os.close(held)
             raise GpuPinningError(f"cannot open the GPU claim file {path}: {exc}") from exc
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o666)  # the umask narrowed it: another user's worker must open it to claim
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

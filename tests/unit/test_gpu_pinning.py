@@ -134,6 +134,12 @@ def test_a_claim_is_all_or_nothing(tmp_path: Path) -> None:
     assert held is not None
     assert claim(tmp_path, (0, 1), 2, "two") is None
     assert holders(tmp_path) == {0: "one"}, "the device the failed claim could take is free again"
+    # Every job's user claims in the same directory, whatever the umask of the first.
+    assert {p.name: p.stat().st_mode & 0o7777 for p in tmp_path.glob("gpu-*.lock")} == {
+        "gpu-0.lock": 0o666,
+        "gpu-1.lock": 0o666,
+    }
+    assert tmp_path.stat().st_mode & 0o7777 == 0o1777
 
 
 def test_a_worker_killed_with_sigkill_frees_its_devices(tmp_path: Path) -> None:
