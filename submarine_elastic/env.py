@@ -44,6 +44,8 @@ digits >= 1, blanks around them allowed; anything else is an error naming the va
 | ``SUBMARINE_NUM_WORKERS`` / ``..._MIN_WORKERS`` / ``..._MAX_WORKERS`` | job | the elastic limits |
 | ``SUBMARINE_MIN_BATCH_SIZE`` / ``..._MAX_BATCH_SIZE`` | job | the global batch sizes a policy or an operator may set the job's batch to (read by the job's driver, which refuses a batch outside them and reports them to the controller); unset: no limits |
 | ``SUBMARINE_JOB_OUTCOME_FILE`` | job | where the job's driver writes how the job ended (phase, reason, first failures) for ``submarine job show``; ``job run`` sets it beside the job's directory |
+| ``SUBMARINE_WORKER_GPUS`` | job | the ``yarn.io/gpu`` of each worker container (``job run``'s ``gpu=N``); the agent pins its training process to that many of its node's devices (``submarine_elastic.elastic.gpus``); unset: none |
+| ``SUBMARINE_GPU_CLAIMS_DIR`` | job | where the workers of every job on a node claim the devices YARN does not assign itself, one directory per NodeManager (default ``/tmp/submarine-elastic-gpus``; the same for every job on the node) |
 | ``SUBMARINE_WORKDIR`` | job | directory the worker agent runs the training command in |
 | ``SUBMARINE_HUNG_AFTER_S`` | job | a training process in a ring that sends its agent no heartbeat for this long is killed as hung (default 10) |
 | ``SUBMARINE_DRIVER_GRACE_S`` | job | how long a worker whose driver was lost keeps training and waits for the driver's next incarnation (default 180) |
@@ -439,6 +441,21 @@ def workdir() -> Path | None:
     """Directory the worker agent runs the training command in (``SUBMARINE_WORKDIR``)."""
     value = _get("SUBMARINE_WORKDIR")
     return Path(value) if value else None
+
+
+def worker_gpus() -> int:
+    """The GPUs of each worker container (``SUBMARINE_WORKER_GPUS``); 0 when unset.
+
+    Raises:
+        ValueError: not a positive whole number (naming the value).
+    """
+    return positive_int("SUBMARINE_WORKER_GPUS") if _get("SUBMARINE_WORKER_GPUS") else 0
+
+
+def gpu_claims_dir() -> Path:
+    """Where workers claim the GPUs YARN does not assign (``SUBMARINE_GPU_CLAIMS_DIR``)."""
+    value = _get("SUBMARINE_GPU_CLAIMS_DIR")
+    return Path(value) if value else Path("/tmp/submarine-elastic-gpus")
 
 
 def gloo_iface() -> str | None:

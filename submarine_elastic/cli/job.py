@@ -380,7 +380,9 @@ def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClie
     limits = req.limits
     _tell_controller(
         client,
-        lambda c: c.job_submitted(req.name, limits.min, limits.max, limits.num, elastic=req.elastic, policy=policy),
+        lambda c: c.job_submitted(
+            req.name, limits.min, limits.max, limits.num, elastic=req.elastic, policy=policy, gpus=req.resources.gpus
+        ),
     )
     console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")
     return client, req
@@ -649,12 +651,16 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         console.print(
             f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
         )
-    table = _table("workers", "instance", "container", "state", "rank", "exit")
+    # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
+    gpus = any(w.gpus for w in st.workers)
+    extra = ["gpus on its node"] if gpus else []
+    table = _table("workers", "instance", "container", "state", "rank", "exit", *extra)
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
         state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
-        table.add_row(w.instance, w.container_id, state, rank, exit_code)
+        devices = [",".join(map(str, w.gpus)) or "-"] if gpus else []
+        table.add_row(w.instance, w.container_id, state, rank, exit_code, *devices)
     console.print(table)
     _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
     if st.error and phase is not JobPhase.FAILED:

@@ -26,6 +26,8 @@ from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WOR
 
 #: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).
 MAX_POLICY_SPEC_LENGTH = 512
+#: The most GPUs a job's worker container may ask (a worker's GPUs come from one node).
+MAX_GPUS_PER_WORKER = 64
 
 
 class ControllerError(Exception):
@@ -176,6 +178,7 @@ class JobSubmission:
         source: who reports it.
         policy: the job policy it asked for (``--policy``), at most :data:`MAX_POLICY_SPEC_LENGTH`
             printable characters; None: the controller's default.
+        gpus: ``yarn.io/gpu`` of each worker container, 0..:data:`MAX_GPUS_PER_WORKER` (0: none).
 
     Raises:
         InvalidJobError: any of the above does not hold (the job and the value named).
@@ -188,9 +191,11 @@ class JobSubmission:
     elastic: bool = True
     source: JobSource = JobSource.CLI
     policy: str | None = None
+    gpus: int = 0
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
+        _whole(f"job {self.job_id!r}: gpus", self.gpus, 0, MAX_GPUS_PER_WORKER)
         for name in ("min_workers", "max_workers", "workers"):
             _whole(f"job {self.job_id!r}: {name}", getattr(self, name), 1, MAX_WORLD_SIZE)
         if not self.min_workers <= self.workers <= self.max_workers:
@@ -464,13 +469,15 @@ class Controller(ControllerView):
         elastic: bool = True,
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
+        gpus: int = 0,
     ) -> JobRecord:
         """A job arrived (see :class:`JobSubmission` for what is checked). A name the controller knew
         already starts a new run of it. Runs the policies for the new situation (it may take workers
         from others).
 
         Raises:
-            InvalidJobError: bad id, limits, source or policy (named).
+            InvalidJobError: bad id, limits, source or policy (named), or ``gpus`` per worker that no node of the
+                cluster has (as ``job run`` refuses them).
         """
 
     @abstractmethod
@@ -495,35 +502,44 @@ class Controller(ControllerView):
 
 @dataclass(frozen=True)
 class Resources:
-    """Memory and virtual cores: a container's size, or the room on a node (negative when short).
+    """Memory, virtual cores and GPUs (``yarn.io/gpu``): a container's size, or the room on a node (negative when
+    short).
 
     Attributes:
         memory_mb: megabytes.
         vcores: virtual cores.
+        gpus: GPUs (0: a container that asks none, or a node without any).
     """
 
     memory_mb: int
     vcores: int
+    gpus: int = 0
 
     def __add__(self, other: Resources) -> Resources:
-        return Resources(self.memory_mb + other.memory_mb, self.vcores + other.vcores)
+        return Resources(self.memory_mb + other.memory_mb, self.vcores + other.vcores, self.gpus + other.gpus)
 
     def __sub__(self, other: Resources) -> Resources:
-        return Resources(self.memory_mb - other.memory_mb, self.vcores - other.vcores)
+        return Resources(self.memory_mb - other.memory_mb, self.vcores - other.vcores, self.gpus - other.gpus)
+
+    def holds(self, size: Resources) -> bool:
+        """Whether one container of ``size`` fits in this room: memory, vcores and GPUs each."""
+        return self.memory_mb >= size.memory_mb and self.vcores >= size.vcores and self.gpus >= size.gpus
 
     def count(self, size: Resources) -> int:
-        """How many containers of ``size`` fit in this room: memory and vcores both; negative when the
-        room is short (``-1``: one container of ``size`` has to go before one fits).
+        """How many containers of ``size`` fit in this room: memory, vcores and (for a size that asks any) GPUs
+        all; negative when the room is short (``-1``: one container of ``size`` has to go before one fits).
 
         Raises:
-            ValueError: ``size`` is not positive in both.
+            ValueError: ``size`` is not positive in memory and vcores, or asks negative GPUs.
         """
-        if size.memory_mb <= 0 or size.vcores <= 0:
+        if size.memory_mb <= 0 or size.vcores <= 0 or size.gpus < 0:
             raise ValueError(f"a container size must be positive, got {size}")
-        return min(self.memory_mb // size.memory_mb, self.vcores // size.vcores)
+        fits = min(self.memory_mb // size.memory_mb, self.vcores // size.vcores)
+        return min(fits, self.gpus // size.gpus) if size.gpus else fits
 
     def __str__(self) -> str:
-        return f"{self.memory_mb} MB, {self.vcores} vcore{'' if self.vcores == 1 else 's'}"
+        gpus = f", {self.gpus} GPU{'' if self.gpus == 1 else 's'}" if self.gpus else ""
+        return f"{self.memory_mb} MB, {self.vcores} vcore{'' if self.vcores == 1 else 's'}{gpus}"
 
 
 #: The worker size assumed for a job before YARN reports its spec (the job template's default).
@@ -541,6 +557,8 @@ class NodeResources:
 
     node_id: str
     free: Resources
+    #: the GPUs the node has in all (``yarn.io/gpu`` of its total resource; 0: none)
+    gpus: int = 0
 
 
 @dataclass(frozen=True)

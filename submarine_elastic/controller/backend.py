@@ -45,7 +45,7 @@ def _template_sizes() -> tuple[Resources, Resources]:
 
 def _size(component: ComponentStatus, default: Resources) -> Resources:
     if component.memory_mb and component.vcores:
-        return Resources(component.memory_mb, component.vcores)
+        return Resources(component.memory_mb, component.vcores, component.gpus)
     return default
 
 
@@ -77,7 +77,10 @@ class YarnJobBackend(JobBackend):
         except YarnError as exc:
             log.warning("cannot read the cluster's nodes: %s", exc)
             return None
-        return [NodeResources(n.node_id, free=Resources(n.free_memory_mb, n.free_vcores)) for n in reports]
+        return [
+            NodeResources(n.node_id, free=Resources(n.free_memory_mb, n.free_vcores, n.free_gpus), gpus=n.total_gpus)
+            for n in reports
+        ]
 
     def default_worker(self) -> Resources:
         return self._worker

@@ -1,12 +1,14 @@
-"""Worker slots from what YARN reports: nodes with memory and vcores, jobs with their container sizes.
+"""Worker slots from what YARN reports: nodes with memory, vcores and GPUs, jobs with their container sizes.
 
 The policy engine splits worker slots (it knows neither YARN nor container sizes); this module turns the
 ResourceManager's view into slots the way YARN places containers:
 
-- a slot is one worker container of the largest worker size among the jobs (memory and vcores taken
+- a slot is one worker container of the largest worker size among the jobs (memory, vcores and GPUs taken
   separately, so the unit fits every job's worker);
-- a node holds as many slots as its free memory *and* its free vcores allow, each node on its own (a
-  worker never spans two nodes, so 1.5 slots free on each of two nodes are no slot);
+- a node holds as many slots as its free memory, its free vcores *and*, for a unit that asks GPUs, its free
+  GPUs allow, each node on its own (a worker never spans two nodes, so 1.5 slots free on each of two nodes are
+  no slot): a job of 1-GPU workers on nodes of 2 free GPUs gets 2 slots per node, however much memory is free,
+  and an arrival's GPUs come from the slots the elastic jobs give back;
 - containers a job still waits for that are not workers (its ApplicationMaster, its driver) take room
   first, on the node where they cost the fewest slots;
 - each worker a job holds gives one slot back when it goes (it frees its own size on its node).
@@ -50,7 +52,7 @@ class SlotCount:
 
 
 def slot_unit(sizes: Iterable[Resources]) -> Resources:
-    """The smallest size every one of ``sizes`` fits in: the most memory and the most vcores.
+    """The smallest size every one of ``sizes`` fits in: the most memory, the most vcores and the most GPUs.
 
     Raises:
         ValueError: no sizes.
@@ -58,7 +60,7 @@ def slot_unit(sizes: Iterable[Resources]) -> Resources:
     sizes = list(sizes)
     if not sizes:
         raise ValueError("slot_unit needs at least one worker size")
-    return Resources(max(s.memory_mb for s in sizes), max(s.vcores for s in sizes))
+    return Resources(max(s.memory_mb for s in sizes), max(s.vcores for s in sizes), max(s.gpus for s in sizes))
 
 
 def place(room: Mapping[str, Resources], containers: Iterable[Resources], unit: Resources) -> dict[str, Resources]:
@@ -69,12 +71,12 @@ def place(room: Mapping[str, Resources], containers: Iterable[Resources], unit: 
     left = dict(room)
     if not left:
         return left
-    for container in sorted(containers, key=lambda c: (c.memory_mb, c.vcores), reverse=True):
+    for container in sorted(containers, key=lambda c: (c.gpus, c.memory_mb, c.vcores), reverse=True):
 
         def cost(n: str, c: Resources = container) -> int:
             return left[n].count(unit) - (left[n] - c).count(unit)
 
-        fitting = [n for n, r in left.items() if r.memory_mb >= container.memory_mb and r.vcores >= container.vcores]
+        fitting = [n for n, r in left.items() if r.holds(container)]
         if fitting:
             node = min(fitting, key=lambda n: (cost(n), left[n].memory_mb, n))
         else:
@@ -87,11 +89,8 @@ def fit(room: Mapping[str, Resources], containers: Iterable[Resources]) -> dict[
     """The room left once ``containers`` are placed first-fit, largest first, where each fits whole; None
     when one of them fits on no node."""
     left = dict(room)
-    for container in sorted(containers, key=lambda c: (c.memory_mb, c.vcores), reverse=True):
-        node = next(
-            (n for n, r in sorted(left.items()) if r.memory_mb >= container.memory_mb and r.vcores >= container.vcores),
-            None,
-        )
+    for container in sorted(containers, key=lambda c: (c.gpus, c.memory_mb, c.vcores), reverse=True):
+        node = next((n for n, r in sorted(left.items()) if r.holds(container)), None)
         if node is None:
             return None
         left[node] = left[node] - container

@@ -184,6 +184,7 @@ class ControllerClient(Controller):
         elastic: bool = True,
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
+        gpus: int = 0,
     ) -> JobRecord:
         try:
             request = pb.SubmitJobRequest(
@@ -194,6 +195,7 @@ class ControllerClient(Controller):
                 elastic=elastic,
                 source=source_to_proto(source),
                 policy=policy,
+                gpus=gpus,
             )
         except (TypeError, ValueError) as exc:
             raise InvalidJobError(f"job {job_id!r} cannot be sent to the controller: {exc}") from exc

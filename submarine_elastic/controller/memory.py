@@ -57,13 +57,14 @@ class InMemoryController(Controller):
         elastic: bool = True,
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
+        gpus: int = 0,
     ) -> JobRecord:
         """Record a job (a known id is replaced, keeping its place, decisions and metrics).
 
         Raises:
             InvalidJobError: bad id, limits, ``elastic`` flag, source or policy (named in the message).
         """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy)
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus)
         with self._lock:
             record = JobRecord(
                 job.job_id,

@@ -103,6 +103,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                 elastic=request.elastic,
                 source=source_from_proto(request.source),
                 policy=request.policy if request.HasField("policy") else None,
+                gpus=request.gpus,
             )
             return pb.SubmitJobResponse(job=job_to_proto(record))
 

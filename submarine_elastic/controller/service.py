@@ -74,6 +74,7 @@ from submarine_elastic.policy import (
     load_job_policy_spec,
     loss_window,
 )
+from submarine_elastic.yarn import GPU_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -206,15 +207,19 @@ class ControllerService(Controller):
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
         app_id: str | None = None,
+        gpus: int = 0,
     ) -> JobRecord:
         """A job arrived; a name the controller knew already starts a new run of it (see :class:`JobRecord`).
         A job submitted with ``job run`` is pending until YARN shows its application; the others run.
 
         Raises:
-            InvalidJobError: bad id, limits or source (see :class:`JobSubmission`), or a policy that does
-                not load (named, with why).
+            InvalidJobError: bad id, limits or source (see :class:`JobSubmission`), a policy that does
+                not load (named, with why), or ``gpus`` per worker that no node of the cluster has (as ``job run``
+                refuses them; not checked with a fixed ``capacity`` or while the nodes are unknown).
         """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy)
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus)
+        if job.gpus and self.capacity is None:
+            self._refuse_unplaceable(job)
         if job.policy is not None:
             try:
                 load_job_policy_spec(job.policy)
@@ -250,6 +255,23 @@ class ControllerService(Controller):
         )
         self._wake.set()
         return self.store.job(job_id)
+
+    def _refuse_unplaceable(self, job: JobSubmission) -> None:
+        """Refuses a job whose workers ask more GPUs than the largest node has: YARN would keep them pending.
+
+        Raises:
+            InvalidJobError: naming what the job asks and what each node has.
+        """
+        nodes = self.backend.nodes()
+        if nodes is None:
+            return
+        largest = max((n.gpus for n in nodes), default=0)
+        if largest < job.gpus:
+            offers = ", ".join(f"{n.node_id} {n.gpus}" for n in nodes) or "no running node"
+            raise InvalidJobError(
+                f"job {job.job_id!r} asks {GPU_RESOURCE} {job.gpus} per worker, but the largest node of the cluster "
+                f"has {largest} ({GPU_RESOURCE} by node: {offers}); a worker's GPUs come from one node"
+            )
 
     def job_finished(self, job_id: str) -> None:
         if self.store.change_state(job_id, JobState.FINISHED):

@@ -29,6 +29,12 @@ Hung processes: once in a ring, the training process sends a heartbeat every sec
 interpreter: the agent kills it (SIGKILL, which also ends a stopped process), so its peers' collectives
 fail at once and the ring re-forms without it, and reports it as hung; YARN then relaunches the worker.
 
+GPUs: in a container holding ``yarn.io/gpu`` (``SUBMARINE_WORKER_GPUS``), the agent first takes its
+container's devices (:mod:`submarine_elastic.elastic.gpus`: YARN's assignment, else a claim among the project's
+jobs on the node), starts every training process with ``CUDA_VISIBLE_DEVICES``/``NVIDIA_VISIBLE_DEVICES`` naming
+them, and reports their minor numbers in its Hello (``job show``). Devices it cannot have within a minute end it
+with status 2, which YARN relaunches.
+
 Exit status, which YARN's restart policy (ALWAYS) acts on:
 - the training process failed (not on the driver's request): the agent exits with its code, YARN
   relaunches it (in the same container), and the new agent joins as a new Horovod host (its key is
@@ -68,6 +74,7 @@ from submarine_elastic import env
 from submarine_elastic.elastic import channel
 from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
 from submarine_elastic.elastic.channel import ChannelError, FrameReader
+from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -167,6 +174,8 @@ class Agent:
         self.host = host
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
+        #: the GPUs its training process may use (None: a worker without any)
+        self.pinning: Pinning | None = None
         #: how the driver is reached: client certificate, the name its certificate carries, plaintext asked for
         self._tls: tuple[tuple[bytes, bytes] | None, str | None, bool] = (None, None, False)
         #: the events of the current driver stream (None between streams: an event then is conveyed by the
@@ -227,6 +236,11 @@ class Agent:
         child_env.pop("SUBMARINE_WORKER_CMD_B64", None)
         paths = [str(site_dir()), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))]
         child_env["PYTHONPATH"] = os.pathsep.join(paths)
+        # The process inherits the claim locks too: the devices stay taken while it lives, even past its agent.
+        claims: tuple[int, ...] = ()
+        if self.pinning is not None:
+            child_env.update(self.pinning.env())
+            claims = tuple(self.pinning.fds)
         workdir = env.workdir()
         directory = log_dir()
         directory.mkdir(parents=True, exist_ok=True)
@@ -237,7 +251,7 @@ class Agent:
             ["/bin/bash", "-c", self.command],
             cwd=str(workdir) if workdir else None,
             env=child_env,
-            pass_fds=(theirs.fileno(),),
+            pass_fds=(theirs.fileno(), *claims),
             start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -439,6 +453,7 @@ class Agent:
                 host=self.host,
                 agent_id=self.agent_id,
                 resume=resume,
+                gpus=self.pinning.minors if self.pinning is not None else (),
             )
         )
 
@@ -644,6 +659,33 @@ class Agent:
         self.stop_training(STOP_GRACE_S)
 
 
+def pin_gpus(container_id: str) -> Pinning | None:
+    """The devices of this worker's container (:mod:`submarine_elastic.elastic.gpus`); None for a CPU worker.
+
+    Raises:
+        GpuPinningError: its NodeManager cannot be asked, or the devices cannot be had (the message says why).
+        ValueError: ``SUBMARINE_WORKER_GPUS`` is not a count.
+    """
+    count = env.worker_gpus()
+    if not count:
+        return None
+    nm_host, nm_port = os.environ.get("NM_HOST", ""), os.environ.get("NM_PORT", "")
+    web_port = os.environ.get("NM_HTTP_PORT", "")
+    if not (nm_host and nm_port and web_port):
+        raise GpuPinningError("NM_HOST, NM_PORT and NM_HTTP_PORT must be set (YARN sets them in a container)")
+    node = read_node_gpus(f"http://{nm_host}:{web_port}", env.yarn_user())
+    directory = claims_dir(env.gpu_claims_dir(), nm_host, nm_port)
+    pinning = pin(node, count, container_id, directory, f"{container_id} pid {os.getpid()}")
+    log.info(
+        "GPUs %s (%s) from %s: %s",
+        ",".join(map(str, pinning.minors)),
+        ",".join(pinning.uuids) or "no UUIDs",
+        "YARN's assignment" if pinning.source == "yarn" else f"the claims in {directory}",
+        pinning.env(),
+    )
+    return pinning
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
     encoded = os.environ.get("SUBMARINE_WORKER_CMD_B64")
@@ -665,6 +707,11 @@ def main() -> int:
         return 2
     agent = Agent(command, instance, container_id, host)
     agent.hung_after = hung_after
+    try:
+        agent.pinning = pin_gpus(container_id)
+    except (GpuPinningError, ValueError) as exc:
+        log.error("%s: %s", instance, exc)
+        return 2
     leave_s = kill_delay - SIGTERM_MARGIN_S if kill_delay is not None and kill_delay - SIGTERM_MARGIN_S >= 1 else 0.0
 
     def on_sigterm(_signum: int, _frame: object) -> None:

@@ -359,7 +359,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             log.warning("refused an agent's Hello: %s", "; ".join(problems))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused Hello: " + "; ".join(problems))
             return
-        agent = AgentHandle(hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host)
+        agent = AgentHandle(
+            hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host, tuple(hello.gpus)
+        )
         refusal = self._adopt(agent, hello.resume if hello.HasField("resume") else None)
         if refusal:
             log.warning("refused %s (%s): %s", agent.instance, agent.agent_id, refusal)
@@ -555,6 +557,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 rank=ranks.get(a.agent_id, -1),
                 exit_code=a.exit_code,
                 preempted=a.preempted,
+                gpus=a.gpus,
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]

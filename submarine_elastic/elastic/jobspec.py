@@ -600,6 +600,7 @@ def build_service(req: JobRequest) -> Service:
             comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
             if req.resources.gpus:
                 comp["resource"]["additional"] = {GPU_RESOURCE: {"value": req.resources.gpus, "unit": ""}}
+                comp["configuration"]["env"]["SUBMARINE_WORKER_GPUS"] = str(req.resources.gpus)
             comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
                 req.launch_cmd.encode()
             ).decode()

@@ -35,6 +35,8 @@ class AgentHandle:
     instance: str
     container_id: str
     host: str
+    #: the minor numbers of its node's GPUs its training process sees (its Hello's)
+    gpus: tuple[int, ...] = ()
     commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
     state: WorkerState = WorkerState.ATTACHED
     exit_code: int | None = None

@@ -280,7 +280,8 @@ class ContainerStatus:
 @dataclass(frozen=True)
 class ComponentStatus:
     """One component of a service: its desired size, its containers and the size of each
-    (``memory_mb``, ``vcores``: its ``resource``, None when not reported), and the instances removed
+    (``memory_mb``, ``vcores``: its ``resource``, None when not reported; ``gpus``: its ``resource.additional``
+    ``yarn.io/gpu``, 0 when it asks none), and the instances removed
     by name (``decommissioned_instances``: the RM never reuses their names, nor counts them twice)."""
 
     name: str
@@ -291,6 +292,7 @@ class ComponentStatus:
     memory_mb: int | None = None
     vcores: int | None = None
     decommissioned: tuple[str, ...] = ()
+    gpus: int = 0
 
     @property
     def ready_containers(self) -> tuple[ContainerStatus, ...]:
@@ -318,6 +320,7 @@ class ComponentStatus:
             memory_mb=_opt_int(resource.get("memory")),
             vcores=_opt_int(resource.get("cpus")),
             decommissioned=tuple(str(i) for i in data.get("decommissioned_instances") or ()),
+            gpus=_additional(resource, GPU_RESOURCE),
         )
 
 
@@ -507,6 +510,14 @@ def leaf_queues(scheduler: object) -> list[QueueReport]:
         return [leaf for item in items for leaf in leaves(item)]
 
     return leaves(root)
+
+
+def _additional(resource: Mapping[str, Any], name: str) -> int:
+    """The value of resource type ``name`` in a service spec's ``resource.additional`` (0 when absent)."""
+    additional = resource.get("additional")
+    entry = additional.get(name) if isinstance(additional, Mapping) else None
+    value = _opt_int(entry.get("value")) if isinstance(entry, Mapping) else None
+    return value or 0
 
 
 def resource_values(resource: object) -> dict[str, int]:

@@ -1,14 +1,21 @@
 """`submarine cluster up --gpus-per-node 2`: the real ResourceManager and NodeManagers with YARN's GPU plugin,
-each NodeManager discovering its devices through the stand-in ``nvidia-smi``; the RM scheduling them, and
-`job run` refusing what no node holds.
+each NodeManager discovering its devices through the stand-in ``nvidia-smi``; the RM scheduling them, `job run`
+refusing what no node holds, and an elastic job of 1-GPU workers whose every training process sees its own
+container's device and no other, through resizes and a kill.
 
 Starts a 2-node cluster of its own (port base ``SUBMARINE_TEST_PORT_BASE`` + 500) and brings it down.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -17,10 +24,13 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import GPU_RESOURCE, ClusterSpec, LocalCluster
 from submarine_elastic.cluster.gpu import parse_nvidia_smi
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.elastic.gpus import holders
 from submarine_elastic.elastic.jobspec import job_dir
 from submarine_elastic.yarn import YarnServiceClient
 from submarine_elastic.yarn.spec import Component, Resource, ResourceInformation, RestartPolicy, Service
-from tests.integration.conftest import AS_USER, PORT_BASE, eventually
+from tests.integration.conftest import AS_USER, PORT_BASE, committed_steps, eventually, submarine
+from tests.integration.jobcheck import REPO, SAMPLES, training_pids
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +44,7 @@ def gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loca
     result = CliRunner().invoke(
         cli,
         ["cluster", "up", "--cluster-dir", str(cluster_dir), "--gpus-per-node", str(GPUS), "--port-base",
-         str(port_base), "--node-memory-mb", "3072", "--node-vcores", "4", "--timeout", "240"],
+         str(port_base), "--node-memory-mb", "3072", "--node-vcores", "8", "--timeout", "240"],
     )  # fmt: skip
     cluster = LocalCluster(cluster_dir)
     try:
@@ -133,6 +143,135 @@ def test_job_run_refuses_more_gpus_than_a_node_has(
     assert not job_dir("toobig").exists()
     with YarnServiceClient(spec.rm_url) as yarn:
         assert "toobig" not in {a.name for a in yarn.list(states=None)}
+
+
+#: What each training process runs first: a record of the devices it was started with, then the example script.
+RECORD = """#!/bin/bash
+printf '{"container": "%s", "nm": "%s", "cuda": "%s", "nvidia": "%s", "pid": %d}\\n' \\
+  "$CONTAINER_ID" "$NM_PORT" "$CUDA_VISIBLE_DEVICES" "$NVIDIA_VISIBLE_DEVICES" $$ >> "$(dirname "$0")/devices.jsonl"
+exec "$@"
+"""
+
+
+def test_each_training_process_sees_its_own_containers_gpu_through_flexes_and_a_kill(
+    gpu_cluster: tuple[LocalCluster, ClusterSpec], tmp_path: Path
+) -> None:
+    """1-GPU workers flexed 1 -> 4 -> 5 -> 2 on 2 nodes x 2 GPUs: every training process starts with the UUID of
+    the one device its container holds, no two live workers on a node share one, the fifth worker waits for a GPU
+    while the ring trains on at 4, and a worker killed with SIGKILL comes back on its container's device."""
+    _cluster, spec = gpu_cluster
+    name = "gpuflex"
+    claims = tmp_path / "claims"
+    (tmp_path / "record.sh").write_text(RECORD)
+    uuid_of = _device_uuids(gpu_cluster)  # (NodeManager port, minor number) -> UUID
+    node_of = {str(spec.nm_ports(i)["yarn.nodemanager.address"]): i for i in range(spec.nodes)}
+    cmd = (
+        f"bash {tmp_path}/record.sh {sys.executable} {REPO}/examples/train_elastic.py --samples {SAMPLES} "
+        f"--epochs 100 --step-sleep 0.03 --until-file {tmp_path}/stop --log-dir {tmp_path}/log"
+    )
+    submarine(
+        spec.rm_url, "job", "run", "--name", name, "--elastic", "--insecure", "--num_workers", "1",
+        "--min_workers", "1", "--max_workers", "5", "--worker_resources", "memory-mb=512,vcores=1,gpu=1",
+        "--worker_launch_cmd", cmd, "--env", f"SUBMARINE_GPU_CLAIMS_DIR={claims}",
+    )  # fmt: skip
+    seen: list[dict[str, str]] = []
+
+    def check_live(job: JobClient) -> dict[str, tuple[int, int]]:
+        """Every live worker's device: its training process's record, its claim and `job show` agree."""
+        records = {r["container"]: r for r in _records(tmp_path)}
+        devices: dict[str, tuple[int, int]] = {}
+        for w in job.status().workers:
+            if w.rank < 0:
+                continue
+            record = records[w.container_id]
+            node = node_of[record["nm"]]
+            assert len(w.gpus) == 1, w
+            expected = uuid_of[(node, w.gpus[0])]
+            assert record["cuda"] == record["nvidia"] == expected, (record, w)
+            held = _held(claims, record["nm"])
+            assert held[w.gpus[0]].startswith(f"{w.container_id} pid "), (held, w)
+            devices[w.container_id] = (node, w.gpus[0])
+        assert len(set(devices.values())) == len(devices), f"two workers share a device: {devices}"
+        return devices
+
+    with YarnServiceClient(spec.rm_url, user="tester", poll_interval=0.5) as yarn:
+        try:
+            with JobClient(name, yarn, locate_timeout=120) as job:
+                job.wait_for_size(1, timeout=240)
+                check_live(job)
+                out = submarine(spec.rm_url, "job", "flex", name, "--workers", "4", "--timeout", "300")
+                assert "ring has 4 workers" in out
+                at_four = check_live(job)
+                assert sorted(node for node, _minor in at_four.values()) == [0, 0, 1, 1]
+                # A fifth 1-GPU worker: YARN has no GPU left for it (memory and vcores to spare), it waits.
+                submarine(spec.rm_url, "job", "flex", name, "--workers", "5", "--no-wait")
+                asked = time.time()
+
+                def pending() -> bool:
+                    metrics = requests.get(f"{spec.rm_url}/ws/v1/cluster/metrics", params=AS_USER, timeout=10).json()
+                    return int(metrics["clusterMetrics"]["containersPending"]) >= 1
+
+                eventually(pending, "the fifth worker's container pending in the RM", 60)
+                assert all(n.free_memory_mb >= 512 and n.free_vcores >= 1 for n in yarn.nodes()), "GPUs alone hold it"
+                eventually(
+                    lambda: any(
+                        r[0]["time"] > asked + 5 and r[0]["size"] == 4
+                        for r in committed_steps(tmp_path / "log").values()
+                    ),
+                    "steps of the ring of 4 after the fifth was asked",
+                    60,
+                )
+                assert job.status().world_size == 4
+                assert len(_records(tmp_path)) == 4, "no training process started without a GPU"
+                assert check_live(job) == at_four
+                out = submarine(spec.rm_url, "job", "flex", name, "--workers", "2", "--timeout", "300")
+                assert "ring has 2 workers" in out
+                at_two = check_live(job)
+                # SIGKILL a worker's training process: YARN relaunches its agent in the same container, which
+                # takes the container's GPU again and starts a new process on it.
+                victim = sorted(at_two)[-1]
+                killed = training_pids(victim)
+                assert killed
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+                eventually(
+                    lambda: any(r["container"] == victim and r["pid"] not in killed for r in _records(tmp_path)),
+                    "the killed worker's new training process",
+                    120,
+                )
+                job.wait_for_size(2, timeout=240)
+                after = check_live(job)
+                assert set(after) == set(at_two)
+                seen = _records(tmp_path)
+            (tmp_path / "stop").touch()
+        finally:
+            yarn.destroy(name, missing_ok=True, timeout=120)
+    eventually(lambda: all(_held(claims, nm) == {} for nm in node_of), "every claim released with the job", 60)
+    print("devices each training process saw:")
+    for record in seen:
+        print(f"  {record['container']} on NodeManager port {record['nm']}: CUDA_VISIBLE_DEVICES={record['cuda']}")
+
+
+def _held(claims: Path, nm_port: str) -> dict[int, str]:
+    """The claimed devices of the NodeManager at RPC port ``nm_port`` (its directory ends with the port)."""
+    (directory,) = claims.glob(f"*_{nm_port}")
+    return holders(directory)
+
+
+def _records(work: Path) -> list[dict]:
+    """The training processes' device records, in the order they started."""
+    path = work / "devices.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _device_uuids(gpu_cluster: tuple[LocalCluster, ClusterSpec]) -> dict[tuple[int, int], str]:
+    cluster, spec = gpu_cluster
+    found = {}
+    for i in range(spec.nodes):
+        standin = cluster.dir / "conf" / f"nm-{i}" / "gpu" / "nvidia-smi"
+        for device in parse_nvidia_smi(subprocess.run([standin, "-x", "-q"], capture_output=True, check=True).stdout):
+            found[(i, device.minor_number)] = device.uuid
+    return found
 
 
 def test_down_leaves_nothing_listening(gpu_cluster: tuple[LocalCluster, ClusterSpec]) -> None:

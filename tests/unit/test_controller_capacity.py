@@ -102,11 +102,11 @@ class MiniJob:
 
 
 class MiniYarn(JobBackend):
-    """Nodes with memory and vcores; containers placed first-fit; freed room goes to the oldest open
+    """Nodes with memory, vcores and GPUs; containers placed first-fit; freed room goes to the oldest open
     request; a job's ring is the workers it got (once it has its minimum)."""
 
-    def __init__(self, nodes: int = 2, memory_mb: int = 4096, vcores: int = 4) -> None:
-        self.total = {f"n{i}": Resources(memory_mb, vcores) for i in range(nodes)}
+    def __init__(self, nodes: int = 2, memory_mb: int = 4096, vcores: int = 4, gpus: int = 0) -> None:
+        self.total = {f"n{i}": Resources(memory_mb, vcores, gpus) for i in range(nodes)}
         self.jobs: dict[str, MiniJob] = {}
         self.resizes: list[tuple[str, int]] = []
         self.flexes: list[tuple[str, int]] = []
@@ -124,8 +124,7 @@ class MiniYarn(JobBackend):
 
     def _first_fit(self, size: Resources) -> str | None:
         for node_id in self.total:
-            room = self.free(node_id)
-            if room.memory_mb >= size.memory_mb and room.vcores >= size.vcores:
+            if self.free(node_id).holds(size):
                 return node_id
         return None
 
@@ -169,7 +168,7 @@ class MiniYarn(JobBackend):
 
     # JobBackend
     def nodes(self) -> list[NodeResources] | None:
-        return [NodeResources(n, free=self.free(n)) for n in self.total]
+        return [NodeResources(n, free=self.free(n), gpus=self.total[n].gpus) for n in self.total]
 
     def footprint(self, job_id: str) -> JobFootprint | None:
         job = self.jobs.get(job_id)

@@ -96,7 +96,7 @@ class Decision(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ..., state: _Optional[_Union[DecisionState, str]] = ..., error: _Optional[str] = ..., run: _Optional[int] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "elastic", "source", "policy")
+    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "elastic", "source", "policy", "gpus")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class SubmitJobRequest(_message.Message):
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     min_workers: int
     max_workers: int
@@ -111,7 +112,8 @@ class SubmitJobRequest(_message.Message):
     elastic: bool
     source: JobSource
     policy: str
-    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., elastic: bool = ..., source: _Optional[_Union[JobSource, str]] = ..., policy: _Optional[str] = ...) -> None: ...
+    gpus: int
+    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., elastic: bool = ..., source: _Optional[_Union[JobSource, str]] = ..., policy: _Optional[str] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job",)

@@ -70,18 +70,20 @@ class Preempted(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "container_id", "host", "agent_id", "resume")
+    __slots__ = ("instance", "container_id", "host", "agent_id", "resume", "gpus")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     host: str
     agent_id: str
     resume: Resume
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Resume(_message.Message):
     __slots__ = ("state", "rank", "driver_incarnation")
@@ -240,20 +242,22 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "preempted")
+    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "preempted", "gpus")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTED_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     state: WorkerState
     rank: int
     exit_code: int
     preempted: bool
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., preempted: bool = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., preempted: bool = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ResizeEvent(_message.Message):
     __slots__ = ("time", "from_workers", "to_workers", "reason")
