@@ -125,8 +125,8 @@ def on_cluster(args: argparse.Namespace) -> dict[str, object]:
             SUBMARINE_JOBS_DIR=str(Path(tmp) / "jobs"),
             SUBMARINE_INSECURE="1",
         )
-        cluster.up(spec, timeout=240)
         try:
+            cluster.up(spec, timeout=240)
             code = snapshot(args.workdir.resolve(), [], Path(tmp))
             rows["baseline (--no_snapshot)"] = run_job(spec.rm_url, "b-plain", args.workdir, ["--no_snapshot"])
             rows["snapshot, first"] = run_job(spec.rm_url, "b-code", args.workdir, []) | {
