@@ -402,6 +402,7 @@ def pack_env(output: Path, force: bool) -> None:
         f"submarine job run --python_env {output} ...",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     if editable:
         console.print(
