@@ -682,7 +682,8 @@ def build_service(req: JobRequest) -> Service:
     if req.code is not None:
         files.append({"type": "ARCHIVE", "src_file": f"{source}/{req.code.name}", "dest_file": CODE_DIR})
     if (env_archive := env_source(req)) is not None:
-        files.append({"type": "ARCHIVE", "src_file": env_archive, "dest_file": ENV_DIR})
+        # PRIVATE: each NodeManager keeps the extracted environment for the user's later jobs of the same archive.
+        files.append({"type": "ARCHIVE", "src_file": env_archive, "dest_file": ENV_DIR, "visibility": "PRIVATE"})
     if files:
         raw["configuration"]["files"] = files
     for comp in raw["components"]:

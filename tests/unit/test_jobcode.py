@@ -196,6 +196,7 @@ def test_a_packed_environment_runs_the_driver_the_agents_and_the_training_comman
         "type": "ARCHIVE",
         "src_file": f"{FS}/submarine-jobs/alice/.python-envs/{env.sha256[:32]}.tar.gz",
         "dest_file": "python-env",
+        "visibility": "PRIVATE",  # kept on each node for the user's next job of the same environment
     }
     # By default the submitter's own interpreter, as on the pseudo-cluster.
     assert build_service(request()).to_dict()["components"][0]["launch_command"].startswith("/venv/bin/python -m")
