@@ -175,6 +175,13 @@ def markdown(results: dict[str, object]) -> str:
             if isinstance(row, dict):
                 up = row.get("uploaded_bytes", 0) / 2**20
                 lines.append(f"| {label} | {row['job_run_s']:.2f} | {row['workers_running_s']:.2f} | {up:.2f} MiB |")
+        if "env_archive_bytes" in cluster:
+            lines += [
+                "",
+                f"The packed environment: {cluster['env_archive_bytes'] / 2**20:.0f} MiB, uploaded once (its hash "
+                "names it) and localized with PRIVATE visibility, so the cached job finds it extracted on each node. "
+                "`job run` reads the whole archive once for its hash and its `bin/python`.",
+            ]
     return "\n".join(lines) + "\n"
 
 
