@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,12 +38,15 @@ from submarine_elastic.elastic.client import (
     submit,
     with_kill_delay,
 )
+from submarine_elastic.elastic.jobcode import Localization, PackedEnv, pack_current_env, read_carried, snapshot
 from submarine_elastic.elastic.jobspec import (
     DriverTls,
     JobRequest,
     JobSpecError,
     WorkerResources,
     build_service,
+    describe_code,
+    describe_environment,
     parse_env,
 )
 from submarine_elastic.tls import TlsError
@@ -205,7 +209,30 @@ def job() -> None:
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory the command runs in [default: the current one].",
+    help="The job's code: snapshotted at submission and localized into every container, where the command runs "
+    "in its copy [default: the current directory].",
+)
+@click.option(
+    "--localization",
+    "localizations",
+    multiple=True,
+    metavar="SRC:DEST[:ro|rw]",
+    help="Also put local file or directory SRC at DEST (relative to the directory the command runs in) in the "
+    "snapshot; ro makes its files read-only there (repeat).",
+)
+@click.option(
+    "--snapshot/--no_snapshot",
+    "take_snapshot",
+    default=True,
+    help="--no_snapshot: run the command in --workdir on each node's own file system (a shared file system only).",
+)
+@click.option(
+    "--python_env",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="ARCHIVE",
+    help="A packed Python environment (venv-pack/conda-pack .tar.gz, `submarine job pack-env`) the driver, agents and "
+    "training processes run [default: this interpreter, or with --docker_image the image's python3].",
 )
 @click.option(
     "--policy",
@@ -252,6 +279,9 @@ def run(
     queue: str | None,
     docker_image: str | None,
     workdir: Path | None,
+    localizations: tuple[str, ...],
+    take_snapshot: bool,
+    python_env: Path | None,
     policy: str | None,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -276,6 +306,16 @@ def run(
     if insecure and tls_cert is not None:
         raise click.BadParameter("--insecure and --tls_cert exclude each other", param_hint="--insecure")
     batch_limits = _batch_limits(min_batch_size, max_batch_size)
+    if localizations and not take_snapshot:
+        raise click.BadParameter(
+            "--localization goes into the snapshot: not with --no_snapshot", param_hint="--localization"
+        )
+    code_dir = (workdir or Path.cwd()).resolve()
+    try:
+        carried = [Localization.parse(text, Path.cwd()) for text in localizations]
+        packed = PackedEnv.load(python_env) if python_env is not None else None
+    except JobSpecError as exc:
+        raise _fail(exc) from exc
     rm_url = _rm_url()
     files = _job_files(rm_url)
     try:
@@ -296,7 +336,8 @@ def run(
             batch_limits=batch_limits,
             queue=queue,
             docker_image=docker_image,
-            workdir=(workdir or Path.cwd()).resolve(),
+            workdir=code_dir,
+            python_env=packed,
             tls=tls,
             insecure=insecure,
             files_uri=None if files is None else files.uri(name),
@@ -315,28 +356,63 @@ def run(
                 console.print(f"removed the ended job {name} from YARN to run the new one")
     except (JobSpecError, YarnError) as exc:
         raise _fail(exc) from exc
-    try:
-        req = _with_metrics_certificate(req)
-    except TlsError as exc:
-        raise _fail(exc) from exc
-    ctl, req = _controller_for(req, policy)
-    with YarnServiceClient(req.rm_url) as yarn:
+    with tempfile.TemporaryDirectory(prefix="submarine-code-") as packing:
         try:
-            submit(yarn, req, files=files)  # validates the whole spec before anything is sent
-        except (JobSpecError, YarnError, WebHdfsError) as exc:
-            if ctl is not None:
-                _tell_controller(ctl, lambda c: c.job_finished(name))
+            if take_snapshot:
+                req = dataclasses.replace(req, code=snapshot(code_dir, carried, Path(packing)))
+            req = _with_metrics_certificate(req)
+        except (JobSpecError, OSError, TlsError) as exc:
             raise _fail(exc) from exc
-        finally:
-            if ctl is not None:
-                ctl.close()
+        ctl, req = _controller_for(req, policy)
+        with YarnServiceClient(req.rm_url) as yarn:
+            try:
+                submit(yarn, req, files=files)  # validates the whole spec before anything is sent
+            except (JobSpecError, YarnError, WebHdfsError, OSError) as exc:
+                if ctl is not None:
+                    _tell_controller(ctl, lambda c: c.job_finished(name))
+                raise _fail(exc) from exc
+            finally:
+                if ctl is not None:
+                    ctl.close()
+    with YarnServiceClient(req.rm_url) as yarn:
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
             f"({'elastic ' + str(limits.min) + '..' + str(limits.max) if elastic else 'fixed'})"
         )
+        _print_carried({"code": describe_code(req), "python": describe_environment(req)})
         console.print(f"watch it: submarine job show {name}   resize: submarine job flex {name} --workers N")
         if wait_job_finish:
             _follow(yarn, name, timeout)
+
+
+@job.command(name="pack-env")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("python-env.tar.gz"),
+    show_default=True,
+    help="The archive to write (.tar.gz).",
+)
+@click.option("--force", is_flag=True, help="Overwrite --output.")
+def pack_env(output: Path, force: bool) -> None:
+    """Pack the Python environment this command runs in for `job run --python_env` (venv-pack or conda-pack)."""
+    try:
+        packed, editable = pack_current_env(output, force=force)
+    except JobSpecError as exc:
+        raise _fail(exc) from exc
+    console.print(
+        f"packed {output} ({packed.archive_bytes / 2**20:.1f} MiB, sha256 {packed.sha256[:16]}): "
+        f"submarine job run --python_env {output} ...",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if editable:
+        console.print(
+            f"[yellow]installed editable, so only linked from the archive to this machine:[/yellow] "
+            f"{', '.join(editable)}; install them normally before packing for a cluster whose nodes lack that path"
+        )
 
 
 def _batch_limits(min_batch_size: int | None, max_batch_size: int | None) -> BatchLimits | None:
@@ -530,9 +606,11 @@ def show(name: str, all_runs: bool) -> None:
             return
         if status.is_terminal:
             _show_outcome(name, yarn, yarn_state=str(status.state))
+            _print_carried(read_carried(name))
             _print_decisions(name, all_runs)
             return
         console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + _queue_line(yarn, name))
+        _print_carried(read_carried(name))
         try:
             with JobClient(name, yarn, locate_timeout=5) as client:
                 st = client.status()
@@ -563,6 +641,13 @@ def _queue_line(yarn: YarnServiceClient, name: str) -> str:
         f", queue {queue.path} (guaranteed {queue.capacity:g}%, maximum {queue.max_capacity:g}%, "
         f"using {queue.used_capacity:.0f}% of the cluster{waiting})"
     )
+
+
+def _print_carried(carried: dict[str, str]) -> None:
+    """Where the job's code and its Python come from (nothing for a job submitted elsewhere)."""
+    for what in ("code", "python"):
+        if what in carried:
+            console.print(f"{what}: {carried[what]}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _newest_app(yarn: YarnServiceClient, name: str) -> AppSummary | None:

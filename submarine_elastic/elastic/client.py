@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase
+from submarine_elastic.elastic.jobcode import keep_locally, write_carried
 from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import (
     CLIENT_CERT,
@@ -158,6 +159,9 @@ def submit(
     try:
         if files is not None:
             files.put(req)
+        else:
+            keep_locally(req)
+        write_carried(req)
         yarn.create(service, wait=False)
     except BaseException:
         shutil.rmtree(kept, ignore_errors=True)

@@ -1,6 +1,7 @@
 """A job's files on the cluster's HDFS: what ``job run`` gives its containers (its token, TLS files, the
-metrics credentials, the keytab) kept in a directory of the submitting user's alone, from which YARN
-localizes them into each container; ``job kill`` removes it.
+metrics credentials, the keytab, its code snapshot) kept in a directory of the submitting user's alone, from
+which YARN localizes them into each container; ``job kill`` removes it. Packed Python environments are kept
+beside the jobs' directories, once per content (``jobspec.ENV_CACHE``).
 
 Without HDFS the files are in the job's directory under the jobs directory, which every NodeManager must
 read (``jobspec.job_dir``); with it the submitting side keeps only what ``job flex|show`` need
@@ -11,8 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.jobspec import JOB_NAME, JobRequest, JobSpecError, job_secrets
+from submarine_elastic.elastic.jobspec import ENV_CACHE, JOB_NAME, JobRequest, JobSpecError, job_secrets
+
+if TYPE_CHECKING:
+    from submarine_elastic.elastic.jobcode import PackedEnv
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 
 #: The jobs' directories on HDFS: ``/submarine-jobs/<user>/<job>``. ``cluster up`` makes it with mode 1777
@@ -77,11 +82,41 @@ class HdfsJobFiles:
             self.hdfs.set_permission(directory, DIR_MODE)  # MKDIRS applies the NameNode's umask
             for name, value in job_secrets(req).items():
                 self.hdfs.create(f"{directory}/{name}", value.encode() if isinstance(value, str) else value, FILE_MODE)
+            if req.code is not None:
+                with req.code.archive.open("rb") as code:
+                    self.hdfs.create(f"{directory}/{req.code.name}", code, FILE_MODE)
+            if req.python_env is not None:
+                self.put_env(req.python_env)
         except BaseException:
             with contextlib.suppress(WebHdfsError):
                 self.remove(req.name)
             raise
         return directory
+
+    def put_env(self, env: PackedEnv) -> str:
+        """Uploads a packed environment into the user's :data:`ENV_CACHE` unless a file of its content hash and
+        size is there already. A failed upload is removed again.
+
+        Returns:
+            Its path on HDFS.
+
+        Raises:
+            WebHdfsError: HDFS refused or did not answer.
+        """
+        cache = f"{self.home}/{ENV_CACHE}"
+        path = f"{cache}/{env.name}"
+        found = self.hdfs.status(path)
+        if found is not None and found.get("length") == env.archive_bytes:
+            return path
+        self.hdfs.mkdirs(cache, DIR_MODE)
+        try:
+            with env.archive.open("rb") as data:
+                self.hdfs.create(path, data, FILE_MODE)
+        except BaseException:
+            with contextlib.suppress(WebHdfsError):
+                self.hdfs.delete(path)
+            raise
+        return path
 
     def remove(self, job: str) -> bool:
         """Removes the job's directory and its files. Returns False when there was none.

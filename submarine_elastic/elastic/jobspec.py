@@ -27,6 +27,7 @@ from submarine_elastic.netif import is_loopback
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 
 if TYPE_CHECKING:
+    from submarine_elastic.elastic.jobcode import CodeSnapshot, PackedEnv
     from submarine_elastic.tls import Issued
     from submarine_elastic.yarn import Service
 
@@ -203,6 +204,12 @@ class JobRequest:
     #: where the containers' files are localized from: the job's directory on the cluster's HDFS
     #: (``hdfs://nn:port/submarine-jobs/<user>/<job>``, ``elastic.jobfiles``); None: :func:`job_dir`
     files_uri: str | None = None
+    #: the job's code, packed by ``job run`` (``elastic.jobcode``): the command runs in its copy in each container;
+    #: None: in ``workdir`` on each node's own file system
+    code: CodeSnapshot | None = field(default=None, repr=False)
+    #: a packed Python environment (``--python_env``) whose interpreter the job runs; None: ``python`` (or, with
+    #: ``docker_image``, the image's ``python3``)
+    python_env: PackedEnv | None = field(default=None, repr=False)
 
     @cached_property
     def job_tls(self) -> JobTls | None:
@@ -259,6 +266,13 @@ class JobRequest:
                 f"--queue: {self.queue!r} is not a YARN queue name (parts of letters, digits, '_' and '-', "
                 "joined by '.', e.g. root.default)"
             )
+        if self.docker_image is not None:
+            for flag, text in (("--checkpoint_path", self.checkpoint_path), ("--input_path", self.input_path)):
+                if text is not None and text.startswith("/") and ("," in text or ":" in text):
+                    raise JobSpecError(
+                        f"{flag} {text!r}: with --docker_image it is mounted into the containers, and a mount's "
+                        "path must not contain ':' or ','"
+                    )
         if self.docker_image is not None and not _IMAGE.fullmatch(self.docker_image):
             raise JobSpecError(
                 f"--docker_image: {self.docker_image!r} is not an image reference "
@@ -347,6 +361,79 @@ def job_dir(job: str) -> Path:
     if (problem := JOB_NAME.problem(job)) is not None:
         raise JobSpecError(problem)
     return jobs_dir() / job
+
+
+#: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``elastic.jobcode``): the
+#: training command runs there.
+CODE_DIR = "code"
+#: Where a packed environment (``--python_env``) is extracted in each container (``$PWD/python-env``).
+ENV_DIR = "python-env"
+#: The user's directory of packed environments beside their jobs' directories (a job name never starts with a
+#: dot), on HDFS or under the local jobs directory: each named by its content hash, uploaded once.
+ENV_CACHE = ".python-envs"
+#: The Python of the job's image when it runs in Docker without a packed environment.
+DOCKER_PYTHON = "python3"
+#: The PATH of a container before the job's own interpreter's directory.
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def code_source(req: JobRequest) -> str:
+    """The directory YARN localizes the job's files from: the job's directory on HDFS, else its local one."""
+    return req.files_uri or f"file://{job_dir(req.name).resolve()}"
+
+
+def env_source(req: JobRequest) -> str | None:
+    """Where the job's packed environment is kept on the cluster (the user's :data:`ENV_CACHE`), None without one."""
+    if req.python_env is None:
+        return None
+    if req.files_uri is not None:
+        return f"{req.files_uri.rsplit('/', 1)[0]}/{ENV_CACHE}/{req.python_env.name}"
+    return f"file://{(job_dir(req.name).parent / ENV_CACHE / req.python_env.name).resolve()}"
+
+
+def interpreter(req: JobRequest) -> str:
+    """The Python the driver and the agents run, first on the training command's PATH too: the packed
+    environment's (relative to the container's directory), the image's, or the submitter's own."""
+    if req.python_env is not None:
+        return f"{ENV_DIR}/bin/python"
+    return DOCKER_PYTHON if req.docker_image else req.python
+
+
+def describe_environment(req: JobRequest) -> str:
+    """Which Python the job runs, as ``job show`` says it."""
+    if req.python_env is not None:
+        return (
+            f"packed environment {env_source(req)} ({req.python_env.archive_bytes / 2**20:.1f} MiB, from "
+            f"{req.python_env.archive}), its bin/python"
+        )
+    if req.docker_image:
+        return f"Docker image {req.docker_image}, its {DOCKER_PYTHON}"
+    return f"the submitter's interpreter {req.python} (every node must have it at that path)"
+
+
+def describe_code(req: JobRequest) -> str:
+    """Where the job's code comes from, as ``job show`` says it."""
+    if req.code is None:
+        return f"no snapshot: the command runs in {req.workdir} on each node's own file system"
+    return (
+        f"snapshot {code_source(req)}/{req.code.name} ({req.code.archive_bytes / 2**20:.2f} MiB packed, "
+        f"{req.code.files} entries, {req.code.content_bytes / 2**20:.2f} MiB) of {req.workdir}"
+    )
+
+
+def docker_mounts(req: JobRequest, component: str) -> list[str]:
+    """The host directories a component's Docker containers need at the same path
+    (``YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS``): the checkpoint directory (read-write), a local input path
+    (read-only) and, for the driver, the jobs directory it records the job's outcome in (read-write)."""
+    mounts = []
+    if req.checkpoint_path and req.checkpoint_path.startswith("/"):
+        mounts.append(f"{req.checkpoint_path}:{req.checkpoint_path}:rw")
+    if req.input_path and req.input_path.startswith("/"):
+        mounts.append(f"{req.input_path}:{req.input_path}:ro")
+    if component == DRIVER_COMPONENT:
+        jobs = str(outcome_path(req.name).resolve().parent)
+        mounts.append(f"{jobs}:{jobs}:rw")
+    return mounts
 
 
 def outcome_path(job: str) -> Path:
@@ -529,7 +616,11 @@ def build_service(req: JobRequest) -> Service:
     raw["name"] = req.name
     if req.queue:
         raw["queue"] = req.queue
-    venv_bin = str(Path(req.python).parent)
+    python = interpreter(req)
+    if req.python_env is not None:
+        path = f"$PWD/{ENV_DIR}/bin:{SYSTEM_PATH}"
+    else:
+        path = SYSTEM_PATH if req.docker_image else f"{Path(req.python).parent}:{SYSTEM_PATH}"
     common = {
         "SUBMARINE_JOB_ID": req.name,
         "SUBMARINE_RM_URL": req.rm_url,
@@ -539,9 +630,9 @@ def build_service(req: JobRequest) -> Service:
         "SUBMARINE_MIN_WORKERS": str(req.limits.min),
         "SUBMARINE_MAX_WORKERS": str(req.limits.max),
         "SUBMARINE_ELASTIC": "1" if req.elastic else "0",
-        "SUBMARINE_WORKDIR": str(req.workdir),
+        "SUBMARINE_WORKDIR": f"$PWD/{CODE_DIR}" if req.code is not None else str(req.workdir),
         "SUBMARINE_JOB_OUTCOME_FILE": str(outcome_path(req.name).resolve()),
-        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": path,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         # Empty: the driver tells its ranks the interface holding its own address (driver.gloo_endpoint), the
@@ -585,18 +676,28 @@ def build_service(req: JobRequest) -> Service:
         common.update(SUBMARINE_YARN_AUTH="kerberos", SUBMARINE_YARN_KEYTAB=f"$PWD/{KEYTAB_FILE}")
         if req.yarn_login.principal:
             common["SUBMARINE_YARN_PRINCIPAL"] = req.yarn_login.principal
+    if req.docker_image:
+        common.update(YARN_CONTAINER_RUNTIME_TYPE="docker", YARN_CONTAINER_RUNTIME_DOCKER_IMAGE=req.docker_image)
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
-    if secret_files:
-        source = req.files_uri or f"file://{job_dir(req.name).resolve()}"
-        raw["configuration"]["files"] = [
-            {"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files
-        ]
+    source = code_source(req)
+    files = [{"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files]
+    if req.code is not None:
+        files.append({"type": "ARCHIVE", "src_file": f"{source}/{req.code.name}", "dest_file": CODE_DIR})
+    if (env_archive := env_source(req)) is not None:
+        # PRIVATE: each NodeManager keeps the extracted environment for the user's later jobs of the same archive.
+        files.append({"type": "ARCHIVE", "src_file": env_archive, "dest_file": ENV_DIR, "visibility": "PRIVATE"})
+    if files:
+        raw["configuration"]["files"] = files
     for comp in raw["components"]:
+        if req.docker_image:
+            comp["artifact"] = {"type": "DOCKER", "id": req.docker_image}
+            if mounts := docker_mounts(req, comp["name"]):
+                comp["configuration"].setdefault("env", {})["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(mounts)
         if comp["name"] == DRIVER_COMPONENT:
-            comp["launch_command"] = f"{shlex.quote(req.python)} -m submarine_elastic.elastic.driver"
+            comp["launch_command"] = f"{shlex.quote(python)} -m submarine_elastic.elastic.driver"
         elif comp["name"] == WORKER_COMPONENT:
             comp["number_of_containers"] = req.limits.num
-            comp["launch_command"] = f"{shlex.quote(req.python)} -m submarine_elastic.elastic.agent"
+            comp["launch_command"] = f"{shlex.quote(python)} -m submarine_elastic.elastic.agent"
             comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
             if req.resources.gpus:
                 comp["resource"]["additional"] = {GPU_RESOURCE: {"value": req.resources.gpus, "unit": ""}}
@@ -604,8 +705,6 @@ def build_service(req: JobRequest) -> Service:
             comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
                 req.launch_cmd.encode()
             ).decode()
-            if req.docker_image:
-                comp["artifact"] = {"type": "DOCKER", "id": req.docker_image}
     try:
         from submarine_elastic.yarn import Service  # pydantic: only a submission needs it
 

@@ -195,6 +195,15 @@ class ConfigFileType(StrEnum):
     ARCHIVE = "ARCHIVE"
 
 
+class Visibility(StrEnum):
+    """Who shares a localized file on a node: every user, the user's applications, or one application (YARN's
+    default), and so how long the NodeManager keeps it in its cache."""
+
+    PUBLIC = "PUBLIC"
+    PRIVATE = "PRIVATE"
+    APPLICATION = "APPLICATION"
+
+
 class ConfigFile(_Model):
     """A file YARN creates in the container (``conf/<dest_file>``)."""
 
@@ -202,6 +211,7 @@ class ConfigFile(_Model):
     dest_file: NonEmptyStr | None = None
     src_file: NonEmptyStr | None = None
     properties: StrMap | None = None
+    visibility: Visibility | None = None
 
 
 class Configuration(_Model):

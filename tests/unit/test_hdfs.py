@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 import click
@@ -200,15 +200,17 @@ class FakeHdfs:
     def status(self, path: str) -> dict[str, Any] | None:
         if path not in self.paths:
             return None
-        return {"owner": self.owners.get(path, self.user), "permission": f"{self.paths[path][0]:o}"}
+        mode, data = self.paths[path]
+        length = {"length": len(data)} if data is not None else {}
+        return {"owner": self.owners.get(path, self.user), "permission": f"{mode:o}", **length}
 
     def set_permission(self, path: str, permission: int) -> None:
         self.paths[path] = (permission, self.paths[path][1])
 
-    def create(self, path: str, data: bytes, permission: int) -> None:
+    def create(self, path: str, data: bytes | IO[bytes], permission: int) -> None:
         if self.fail_on is not None and path.endswith(self.fail_on):
             raise WebHdfsError("WebHDFS CREATE refused (HTTP 403): quota")
-        self.paths[path] = (permission, data)
+        self.paths[path] = (permission, data if isinstance(data, bytes) else data.read())
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
         gone = [p for p in self.paths if p == path or p.startswith(path + "/")]
@@ -250,7 +252,8 @@ def test_submit_puts_the_containers_files_on_hdfs_owner_only_and_keeps_only_the_
     assert on_hdfs["job.token"][1] == b"t0ken"
     # What the containers use is not in the local jobs directory; job flex|show still find the driver.
     local = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (jobs_dir / "mnist").iterdir()}
-    assert local == {n: 0o600 for n in ("job.token", "driver.crt", "driver-ca.crt", "client.crt", "client.key")}
+    kept = ("job.token", "driver.crt", "driver-ca.crt", "client.crt", "client.key", "carried.json")
+    assert local == {n: 0o600 for n in kept}
     assert yarn.created[0]["configuration"]["files"][0]["src_file"].startswith(f"{FS}/submarine-jobs/alice/")
 
     forget_job("mnist", files)
