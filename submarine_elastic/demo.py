@@ -213,7 +213,10 @@ def _series(out: Path, job: DemoJob) -> Series:
 
 def _submit(job: DemoJob, epochs: int, out: Path, env: dict[str, str]) -> None:
     log = out / job.name / "log"
-    command = f"{sys.executable} {REPO}/examples/train_elastic.py --data digits --epochs {epochs} --log-dir {log}"
+    command = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --data digits --epochs {epochs} --step-sleep 0.03 "
+        f"--log-dir {log}"
+    )
     args = [
         "job", "run", "--name", job.name, "--elastic",
         "--num_workers", str(job.workers), "--min_workers", str(job.min_workers), "--max_workers", str(job.max_workers),
@@ -268,7 +271,7 @@ def _print_new_decisions(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m submarine_elastic.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30, help="epochs each job trains [30]")
+    parser.add_argument("--epochs", type=int, default=80, help="epochs each job trains [80]")
     parser.add_argument("--arrival-s", type=float, default=60.0, help="when the third job arrives [60 s]")
     parser.add_argument("--out", type=Path, default=None, help="where logs and the picture go [a new temp dir]")
     args = parser.parse_args(argv)

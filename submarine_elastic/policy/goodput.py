@@ -451,11 +451,12 @@ class GoodputPolicy(JobPolicy):
             return None
         m = max(held, key=lambda t: t.steps)
         rate = m.workers * m.local_batch * (m.accum_steps + 1) / m.seconds
+        held_goodput = float(table.goodput[min(job.holding, len(table.goodput) - 1)])
         return (
             f"goodput: fewer workers are as fast: measured at {job.holding} workers {rate:.0f} samples/s "
             f"({m.seconds * 1e3:.0f} ms a step of {m.workers * m.local_batch * (m.accum_steps + 1):.0f}), "
-            f"speedup {_speedup_at(table, job.holding):.2f}; predicted at {k}: "
-            f"{float(table.goodput[k]):.0f} useful samples/s, speedup {_speedup_at(table, k):.2f}"
+            f"{held_goodput:.0f} useful (speedup {_speedup_at(table, job.holding):.2f}); predicted at {k}: "
+            f"{float(table.goodput[k]):.0f} useful samples/s (speedup {_speedup_at(table, k):.2f})"
         )
 
 
