@@ -453,10 +453,10 @@ class GoodputPolicy(JobPolicy):
         rate = m.workers * m.local_batch * (m.accum_steps + 1) / m.seconds
         held_goodput = float(table.goodput[min(job.holding, len(table.goodput) - 1)])
         return (
-            f"goodput: fewer workers are as fast: measured at {job.holding} workers {rate:.0f} samples/s "
-            f"({m.seconds * 1e3:.0f} ms a step of {m.workers * m.local_batch * (m.accum_steps + 1):.0f}), "
-            f"{held_goodput:.0f} useful (speedup {_speedup_at(table, job.holding):.2f}); predicted at {k}: "
-            f"{float(table.goodput[k]):.0f} useful samples/s (speedup {_speedup_at(table, k):.2f})"
+            f"goodput: fewer workers are as fast: predicted at {k}: {float(table.goodput[k]):.0f} useful samples/s "
+            f"(speedup {_speedup_at(table, k):.2f}); measured at {job.holding} workers {rate:.0f} samples/s "
+            f"({m.seconds * 1e3:.0f} ms a step of {m.workers * m.local_batch * (m.accum_steps + 1):.0f}), at best "
+            f"{held_goodput:.0f} useful there (speedup {_speedup_at(table, job.holding):.2f})"
         )
 
 

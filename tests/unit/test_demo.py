@@ -47,8 +47,8 @@ def test_the_picture_is_a_png_of_every_job(tmp_path: Path) -> None:
 def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_chose() -> None:
     assert predicted_speedup("goodput: 1 -> 2 workers, speedup 1.34; batch 64 -> 96") == 1.34
     assert predicted_speedup("goodput: most speedup (1.80) at 3 workers") == 1.8
-    shrink = "goodput: 2 -> 1 workers, speedup 1.00; goodput: fewer workers are as fast: measured ... speedup 0.60"
-    assert predicted_speedup(shrink) == 1.0
+    shrink = "goodput: fewer workers are as fast: predicted at 1: 5075 useful samples/s (speedup 1.00); measured at 2"
+    assert predicted_speedup(shrink + " workers 2531 samples/s (13 ms a step of 32), ... (speedup 0.69)") == 1.0
     assert predicted_speedup("fair share: 2 of the 4 it wants") is None
 
 
