@@ -128,9 +128,11 @@ def draw(
 
 
 def predicted_speedup(reason: str) -> float | None:
-    """The speed-up a goodput decision predicted at the count it chose (the first ``speedup X`` of its
-    reason), or None where the reason gives none."""
-    found = re.search(r"speedup \(?(\d+(?:\.\d+)?)", reason)
+    """The speed-up a goodput decision predicted at the count it chose (the ``speedup X`` after ``predicted at``
+    where the reason has one, else its first), or None where the reason gives none."""
+    found = re.search(r"predicted at \d+:[^(]*\(speedup (\d+(?:\.\d+)?)", reason) or re.search(
+        r"speedup \(?(\d+(?:\.\d+)?)", reason
+    )
     return float(found.group(1)) if found else None
 
 

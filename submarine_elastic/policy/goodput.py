@@ -313,15 +313,6 @@ def _speedup_at(table: _Table, k: int) -> float:
     return float(table.speedup[min(k, len(table.speedup) - 1)])
 
 
-def _why_fewer(request: Request, k: int, gainers: Sequence[str]) -> str:
-    """What a job given fewer workers than it holds gives them up for: other jobs, named, or its own measured
-    speed-up (its job policy's reason, which carries the figures)."""
-    others = [j for j in gainers if j != request.job_id]
-    if others:
-        return f"; for {', '.join(sorted(others))}"
-    return f"; {request.reason}"
-
-
 def _packed(workers: int, slots: int | None) -> int:
     """Nodes ``workers`` span packed (one when the slots per node are unknown)."""
     return 1 if slots is None else max(1, -(-workers // slots))
@@ -641,7 +632,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             nodes = None if stays or not slots or k < 1 else _packed(k, slots)
             reason = self._reason(job, table, k, batch, accum, nodes if move else None)
             if k < job.holding:
-                reason += _why_fewer(request, k, gainers)
+                others = sorted(j for j in gainers if j != job.job_id)
+                own = None if others else self._shrink_reason(job, table, k)
+                reason += f"; for {', '.join(others)}" if others else f"; {own or request.reason}"
             out.append(Allocation(job.job_id, k, reason, batch, accum, nodes))
         return out
 

@@ -49,6 +49,8 @@ def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_c
     assert predicted_speedup("goodput: most speedup (1.80) at 3 workers") == 1.8
     shrink = "goodput: fewer workers are as fast: predicted at 1: 5075 useful samples/s (speedup 1.00); measured at 2"
     assert predicted_speedup(shrink + " workers 2531 samples/s (13 ms a step of 32), ... (speedup 0.69)") == 1.0
+    measured_first = "goodput: fewer workers are as fast: measured at 2 workers ... (speedup 0.61); predicted at 1: "
+    assert predicted_speedup(measured_first + "6399 useful samples/s (speedup 1.00)") == 1.0
     assert predicted_speedup("fair share: 2 of the 4 it wants") is None
 
 

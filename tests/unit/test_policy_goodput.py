@@ -428,6 +428,18 @@ def test_a_job_shrinks_for_its_own_sake_only_on_what_it_measured_there_and_says_
     assert wish.reason.startswith("goodput: keeps 3 workers until measured there"), wish.reason
 
 
+def test_a_job_the_arbiter_shrinks_for_its_own_sake_gets_the_measured_figures_whatever_its_policy_asked() -> None:
+    """Its policy held at 2 (say by the reversal hysteresis), the arbiter still gives it 1 where 2 measured slower:
+    the reason gives the measurement, not the policy's hold."""
+    slower = (StepTime(1, 1, 32, 0, 0.1, None, 100), StepTime(2, 1, 32, 0, 0.25, None, 100))
+    a = goodput_job("job-a", current=2, batch=64, noise=None, measured=slower, batch_range=None, max_workers=4)
+    s = snap(a, capacity=4)
+    held = Request(a, 2, settled=False, reason="hysteresis: 2 -> 1 would reverse the last change; 20s left")
+    (given,) = GoodputArbiter().allocate(s, [held])
+    assert given.workers == 1
+    assert "; goodput: fewer workers are as fast: predicted at 1:" in given.reason and "hysteresis" not in given.reason
+
+
 def test_a_job_shrunk_for_another_says_for_which() -> None:
     a = goodput_job("job-a", current=8)
     b = replace(goodput_job("job-b", current=0, submitted_at=9_000.0), min_workers=2)
