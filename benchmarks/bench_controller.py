@@ -1,35 +1,61 @@
-"""The controller's decision latency: a metrics window closed -> the flex call for a decision sent.
+"""The controller's cost as the cluster grows: decision latency and memory from 10 to 500 jobs, and the
+simulator's wall time and memory from 160 to 1,600 jobs.
 
-50 synthetic jobs stream step points into the metrics store (as the gRPC service would hold them); each
-round closes a metrics window and runs one controller round (``ControllerService.tick``): read every
-job's size and metrics, build the snapshot, run the policy engine, record each decision in SQLite,
-and send the flex call. Every round one job leaves and one arrives to a full cluster, so the arbiter
-resizes several jobs. The job backend answers at once, so what is measured is the controller's own work.
+Controller: N synthetic jobs stream step points into the metrics store (as the gRPC service would hold them,
+with step times that grow with the ring and a gradient noise scale, so the goodput model has what it reads
+live); each round closes a metrics window and runs one controller round (``ControllerService.tick``): read
+every job's size and metrics, build the snapshot, run the policy engine, record each decision in SQLite, and
+send the flex call. Every round one job leaves and one arrives to a full cluster (3 slots per job), so the
+arbiter resizes several jobs. The job backend answers at once, so what is measured is the controller's own
+work. Latency: per decision, from the window closed to its flex call sent; per round, the whole round. The
+first round, which sizes every job at once (N decisions), is reported apart and left out of the
+percentiles; beside the wall time, the CPU time of the round (all threads), which other load on the machine
+does not inflate. Memory: what the controller and its metrics store hold on the Python heap after the rounds
+(tracemalloc, in a second run of 5 rounds, apart so that tracing does not slow the timed one). Each job count
+runs in fresh processes.
 
-Prints median and p99 over every decision and over rounds, and writes
-``benchmarks/results/controller.json`` and ``controller.md``.
+Simulator: k copies of the Pollux workloads 1-4 in turn (160 jobs each, renamed) on a cluster k times the
+16x4 GPUs of one, so the load per GPU stays that of one workload; wall time, CPU time and peak memory of one
+``goodput+goodput`` run, each in a fresh process (peak memory: the process's peak resident set over its size
+before the run).
 
-Run: ``.venv/bin/python benchmarks/bench_controller.py [--jobs 50] [--rounds 100]``
+Writes ``benchmarks/results/controller.json``, ``controller.md`` and ``controller.png``.
+
+Run: ``.venv/bin/python benchmarks/bench_controller.py [--jobs 10,50,100,250,500] [--rounds 30]
+[--policy greedy+fair-share --policy goodput+goodput] [--sim-jobs 160,320,800,1600] [--quick]``
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import platform
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.metrics.api import MAX_JOBS
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
+from submarine_elastic.policy import PolicyEngine, load_arbiter_spec, load_job_policy_spec
 
 RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_P99_MS = 100.0
+SLOTS_PER_JOB = 3
+WORKLOAD_JOBS = 160
 
 
 class InstantCluster(JobBackend):
@@ -49,15 +75,17 @@ class InstantCluster(JobBackend):
         return self.sizes.get(job_id)
 
     def set_target(self, job_id: str, target: pb.Target) -> None:
-        workers = target.workers
         self.sent.append(time.perf_counter())
-        self.sizes[job_id] = workers
+        self.sizes[job_id] = target.workers
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         return None
 
 
 def report(store: InMemoryStore, job: str, size: int, seq: int, step: int) -> None:
+    """One step of every rank of ``job``: 32 samples per worker in a step that takes longer on a larger ring
+    (speed-up 1.9 at 2 workers, 2.6 at 3), with a noise scale of 300 samples."""
+    step_time = 0.1 * (1 + 0.05 * (size - 1) ** 1.5)
     for rank in range(size):
         store.ingest(
             metrics_pb2.ReportBatch(
@@ -70,10 +98,13 @@ def report(store: InMemoryStore, job: str, size: int, seq: int, step: int) -> No
                         seq=seq,
                         step=step,
                         loss=1.0 / (1 + step),
-                        examples_per_second=100.0,
-                        step_time_seconds=0.1,
+                        examples_per_second=32 / step_time,
+                        step_time_seconds=step_time,
                         batch_size=32,
                         wall_time=time.time(),
+                        grad_sq_norm=1.0,
+                        grad_variance=300.0,
+                        gradient_noise_scale=300.0,
                     )
                 ],
             )
@@ -85,80 +116,320 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=100)
-    args = parser.parse_args()
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
+
+def _rss_mib() -> float:
+    return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = False) -> dict[str, Any]:
+    """One controller with ``jobs`` jobs under ``spec`` (``job-policy+arbiter``), ``rounds`` rounds after
+    the first; with ``memory``, traced by tracemalloc."""
+    job_policy, arbiter = spec.split("+", 1)
+    if memory:
+        tracemalloc.start()
     cluster = InstantCluster()
-    metrics = InMemoryStore()
+    # Room for every job's metrics: the store's default keeps 256 jobs and evicts the least recently updated,
+    # which past 256 jobs would leave the policy without the metrics of the others.
+    metrics = InMemoryStore(max_jobs=min(MAX_JOBS, max(256, jobs + rounds + 1)))
     with tempfile.TemporaryDirectory() as tmp:
         service = ControllerService(
             ControllerStore(Path(tmp) / "c.db"),
-            PolicyEngine(load_job_policy("greedy"), load_arbiter("fair-share"), cooldown_s=0),
+            PolicyEngine(load_job_policy_spec(job_policy), load_arbiter_spec(arbiter), cooldown_s=0),
             cluster,
             metrics=metrics,
             interval=3600,
-            capacity=3 * args.jobs,
+            capacity=SLOTS_PER_JOB * jobs,
         )
-        for i in range(args.jobs):
-            job = f"job-{i:03d}"
+        for i in range(jobs):
+            job = f"job-{i:04d}"
             service.job_submitted(job, 1, 8, 2)
             cluster.sizes[job] = 2
         per_decision: list[float] = []
         per_round: list[float] = []
+        cpu_per_round: list[float] = []
+        first: dict[str, float] = {}
         decisions = 0
-        next_id = args.jobs
-        for r in range(args.rounds):
+        next_id = jobs
+        for r in range(rounds + 1):
             for job, size in list(cluster.sizes.items()):
                 report(metrics, job, size, seq=r + 1, step=r)
-            # One job leaves and one arrives to a full cluster: the arbiter reshuffles the others.
-            leaving = next(iter(cluster.sizes))
-            service.job_finished(leaving)
-            del cluster.sizes[leaving]
-            arriving = f"job-{next_id:03d}"
-            next_id += 1
-            service.job_submitted(arriving, 2, 8, 4)
+            arriving = None
+            if r > 0:  # one job leaves and one arrives to a full cluster: the arbiter reshuffles the others
+                leaving = next(iter(cluster.sizes))
+                service.job_finished(leaving)
+                del cluster.sizes[leaving]
+                arriving = f"job-{next_id:04d}"
+                next_id += 1
+                service.job_submitted(arriving, 2, 8, 4)
             cluster.sent.clear()
-            window_closed = time.perf_counter()
+            window_closed, cpu0 = time.perf_counter(), time.process_time()
             recorded = service.tick()
-            service.wait_idle(30)
-            per_round.append(time.perf_counter() - window_closed)
-            per_decision += [t - window_closed for t in cluster.sent]
-            decisions += len(recorded)
-            cluster.sizes.setdefault(arriving, 4)
+            service.wait_idle(60)
+            took = time.perf_counter() - window_closed
+            cpu = time.process_time() - cpu0
+            sent = [t - window_closed for t in cluster.sent]
+            if r == 0:
+                first = {"decisions": len(recorded), "round_ms": round(took * 1e3, 1)}
+            else:
+                per_round.append(took)
+                cpu_per_round.append(cpu)
+                per_decision += sent
+                decisions += len(recorded)
+            if arriving is not None:
+                cluster.sizes.setdefault(arriving, 4)
+        if memory:
+            gc.collect()  # what is held, not garbage waiting for the cycle collector
+        held = tracemalloc.get_traced_memory()[0] / 2**20 if memory else None
         service.store.close()
-
-    results = {
-        "jobs": args.jobs,
-        "rounds": args.rounds,
+    return {
+        "jobs": jobs,
+        "policy": spec,
+        "rounds": rounds,
         "decisions": decisions,
-        "decision_latency_ms": {
-            "median": round(statistics.median(per_decision) * 1e3, 2),
-            "p99": round(percentile(per_decision, 0.99) * 1e3, 2),
-        },
-        "round_ms": {
-            "median": round(statistics.median(per_round) * 1e3, 2),
-            "p99": round(percentile(per_round, 0.99) * 1e3, 2),
+        "decision_ms": _stats(per_decision),
+        "round_ms": _stats(per_round),
+        "round_cpu_ms": _stats(cpu_per_round),
+        "first_round": first,
+        "heap_mib": None if held is None else round(held, 1),
+    }
+
+
+def _stats(seconds: list[float]) -> dict[str, float | None]:
+    if not seconds:
+        return {"median": None, "p99": None}
+    return {
+        "median": round(statistics.median(seconds) * 1e3, 2),
+        "p99": round(percentile(seconds, 0.99) * 1e3, 2),
+    }
+
+
+def measure_simulator(jobs: int) -> dict[str, Any]:
+    """One ``goodput+goodput`` run of ``jobs`` (a multiple of 160) Pollux jobs on 16x4 GPUs per 160."""
+    from submarine_elastic import env
+    from submarine_elastic.sim import ClusterConfig, JobSpec, TraceCatalog, load_scheduler, load_workload, simulate
+
+    if jobs % WORKLOAD_JOBS:
+        raise ValueError(f"simulator job counts are multiples of {WORKLOAD_JOBS}, got {jobs}")
+    copies = jobs // WORKLOAD_JOBS
+    catalog = TraceCatalog()
+    data = env.pollux_data_dir() / "workloads"
+    workload: list[JobSpec] = []
+    for k in range(copies):
+        for j in load_workload(data / f"workload-{k % 4 + 1}.csv", catalog.names()):
+            workload.append(
+                JobSpec(
+                    f"c{k}-{j.name}",
+                    j.arrival_s,
+                    j.application,
+                    j.num_replicas,
+                    j.batch_size,
+                    j.min_replicas,
+                    j.max_replicas,
+                )  # fmt: skip
+            )
+    workload.sort(key=lambda j: j.arrival_s)
+    base_mib = _rss_mib()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    result = simulate(workload, ClusterConfig(16 * copies, 4), load_scheduler("goodput+goodput"), catalog=catalog)
+    return {
+        "jobs": jobs,
+        "gpus": 64 * copies,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(time.process_time() - cpu0, 1),
+        "rounds": result.summary.rounds,
+        "finished": result.summary.finished,
+        "peak_mib_over_base": round(_peak_rss_mib() - base_mib, 1),
+    }
+
+
+def _in_fresh_process(*args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_controller {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _growth(points: list[tuple[int, float]]) -> float | None:
+    """The exponent b of value ~ jobs^b between the smallest and largest job count."""
+    import math
+
+    usable = [(n, v) for n, v in points if v and v > 0]
+    if len(usable) < 2:
+        return None
+    (n0, v0), (n1, v1) = usable[0], usable[-1]
+    return round(math.log(v1 / v0) / math.log(n1 / n0), 2)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of job counts, got {text!r}") from None
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(f"job counts must be at least 2, got {text!r}")
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=_counts, default=[10, 50, 100, 250, 500], help="controller job counts")
+    parser.add_argument("--rounds", type=int, default=30, help="controller rounds after the first")
+    parser.add_argument("--policy", action="append", help="job-policy+arbiter (repeatable)")
+    parser.add_argument("--sim-jobs", type=_counts, default=[160, 320, 800, 1600], help="simulator job counts")
+    parser.add_argument("--quick", action="store_true", help="10 and 50 jobs, 160 and 320 in the simulator")
+    parser.add_argument(
+        "--part",
+        choices=("all", "controller", "simulator"),
+        default="all",
+        help="measure only one part; the other's results are kept from the last results file",
+    )
+    parser.add_argument("--one-controller", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--one-simulator", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    policies = args.policy or ["greedy+fair-share", "goodput+goodput"]
+    if args.one_controller is not None:
+        print(json.dumps(measure_controller(args.one_controller, args.rounds, policies[0], memory=args.memory)))
+        return
+    if args.one_simulator is not None:
+        print(json.dumps(measure_simulator(args.one_simulator)))
+        return
+    counts, sim_counts = ([10, 50], [160, 320]) if args.quick else (args.jobs, args.sim_jobs)
+
+    kept: dict[str, Any] = {}
+    if args.part != "all":
+        kept = json.loads((RESULTS / "controller.json").read_text())
+    controller: dict[str, list[dict[str, Any]]] = kept.get("controller", {}) if args.part == "simulator" else {}
+    for spec in policies if args.part != "simulator" else ():
+        controller[spec] = []
+        for n in counts:
+            row = _in_fresh_process("--one-controller", str(n), "--rounds", str(args.rounds), "--policy", spec)
+            traced = _in_fresh_process("--one-controller", str(n), "--rounds", "5", "--policy", spec, "--memory")
+            row["heap_mib"] = traced["heap_mib"]
+            controller[spec].append(row)
+            print(
+                f"controller {spec} {n:4d} jobs: decision p50 {row['decision_ms']['median']} ms, "
+                f"p99 {row['decision_ms']['p99']} ms, round p99 {row['round_ms']['p99']} ms "
+                f"(cpu p99 {row['round_cpu_ms']['p99']} ms), first round {row['first_round']['round_ms']} ms, "
+                f"heap {row['heap_mib']} MiB",
+                flush=True,
+            )
+    simulator: list[dict[str, Any]] = kept.get("simulator", []) if args.part == "controller" else []
+    for n in sim_counts if args.part != "controller" else ():
+        row = _in_fresh_process("--one-simulator", str(n))
+        simulator.append(row)
+        print(
+            f"simulator {n:5d} jobs on {row['gpus']} GPUs: {row['wall_s']} s wall, {row['cpu_s']} s cpu, "
+            f"+{row['peak_mib_over_base']} MiB",
+            flush=True,
+        )
+    results = {
+        "machine": {
+            "cpus": psutil.cpu_count(),
+            "load_average": round(psutil.getloadavg()[0], 2),
+            "python": platform.python_version(),
+        },  # fmt: skip
+        "target_p99_ms": TARGET_P99_MS,
+        "controller": controller,
+        "simulator": simulator,
+        "growth_exponent": {
+            **{
+                f"{spec} decision p99": _growth([(r["jobs"], r["decision_ms"]["p99"]) for r in rows])
+                for spec, rows in controller.items()
+            },
+            **{
+                f"{spec} round CPU p50": _growth([(r["jobs"], r["round_cpu_ms"]["median"]) for r in rows])
+                for spec, rows in controller.items()
+            },
+            **{
+                f"{spec} memory": _growth([(r["jobs"], r["heap_mib"]) for r in rows])
+                for spec, rows in controller.items()
+            },
+            "simulator wall": _growth([(r["jobs"], r["wall_s"]) for r in simulator]),
+            "simulator memory": _growth([(r["jobs"], r["peak_mib_over_base"]) for r in simulator]),
         },
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
+    _plot(results, RESULTS / "controller.png")
+    text = _markdown(results, args.rounds)
+    (RESULTS / "controller.md").write_text(text)
+    print(text)
+
+
+def _plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m, ax_s) = plt.subplots(1, 3, figsize=(14, 4.2))
+    for spec, rows in results["controller"].items():
+        n = [r["jobs"] for r in rows]
+        ax_t.plot(n, [r["decision_ms"]["p99"] for r in rows], marker="o", label=f"{spec} decision p99")
+        ax_t.plot(n, [r["decision_ms"]["median"] for r in rows], marker=".", linestyle="--", label=f"{spec} p50")
+        ax_m.plot(n, [r["heap_mib"] for r in rows], marker="o", label=spec)
+    ax_t.axhline(results["target_p99_ms"], color="grey", linestyle=":", label="target p99")
+    ax_t.set(xlabel="jobs", ylabel="ms", title="controller: window closed -> flex call sent")
+    ax_m.set(xlabel="jobs", ylabel="MiB", title="controller: Python heap held")
+    sim = results["simulator"]
+    ax_s.plot([r["jobs"] for r in sim], [r["wall_s"] for r in sim], marker="o", label="wall s")
+    ax_s.plot([r["jobs"] for r in sim], [r["peak_mib_over_base"] for r in sim], marker="s", label="peak MiB")
+    ax_s.set(xlabel="jobs (cluster grown with them)", title="simulator, goodput+goodput")
+    for ax in (ax_t, ax_m, ax_s):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _markdown(results: dict[str, Any], rounds: int) -> str:
+    m = results["machine"]
     lines = [
-        "# Controller decision latency",
+        "# The controller's cost as the cluster grows",
         "",
-        f"{args.jobs} jobs streaming step points, {args.rounds} rounds (one departure and one arrival each), "
-        f"{decisions} decisions (greedy + fair-share); job backend answers at once. Target: p99 under 100 ms.",
+        f"{m['cpus']} CPUs, load average {m['load_average']} at the end, Python {m['python']}. Each row a fresh "
+        f"process. Controller: {SLOTS_PER_JOB} slots per job, {rounds} rounds after the first (one departure and "
+        "one arrival each), job backend answers at once; the first round (every job sized at once) apart. "
+        f"Target: decision p99 under {results['target_p99_ms']:.0f} ms at 500 jobs.",
         "",
-        "| what | median ms | p99 ms |",
-        "|---|---|---|",
-        f"| window closed -> flex call sent (per decision) | {results['decision_latency_ms']['median']} | "
-        f"{results['decision_latency_ms']['p99']} |",
-        f"| whole round (decide, record, apply) | {results['round_ms']['median']} | {results['round_ms']['p99']} |",
+        "| policy | jobs | decisions | decision p50 ms | decision p99 ms | round p50 ms | round p99 ms "
+        "| round CPU p50 ms | round CPU p99 ms | first round (decisions, ms) | heap MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    (RESULTS / "controller.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    for spec, rows in results["controller"].items():
+        for r in rows:
+            lines.append(
+                f"| {spec} | {r['jobs']} | {r['decisions']} | {r['decision_ms']['median']} | {r['decision_ms']['p99']} "
+                f"| {r['round_ms']['median']} | {r['round_ms']['p99']} | {r['round_cpu_ms']['median']} "
+                f"| {r['round_cpu_ms']['p99']} | {r['first_round']['decisions']}, {r['first_round']['round_ms']} "
+                f"| {r['heap_mib']} |"
+            )
+    lines += [
+        "",
+        "Simulator, goodput+goodput, k copies of the Pollux workloads 1-4 on k x 16x4 GPUs:",
+        "",
+        "| jobs | GPUs | rounds | finished | wall s | CPU s | peak MiB over base |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results["simulator"]:
+        lines.append(
+            f"| {r['jobs']} | {r['gpus']} | {r['rounds']} | {r['finished']} | {r['wall_s']} | {r['cpu_s']} "
+            f"| {r['peak_mib_over_base']} |"
+        )
+    lines += ["", "Growth, b in cost ~ jobs^b between the smallest and largest count:", ""]
+    lines += [f"- {k}: {v}" for k, v in results["growth_exponent"].items()]
+    lines += ["", "![cost by job count](controller.png)"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything submarine-elastic needs into a Python 3.11 virtualenv (.venv/ by default):
 # TensorFlow (CPU), tf_keras, Horovod built from its sdist with TensorFlow + Gloo (patched, see
-# patches/), this package (editable) and its test tools, the pinned gRPC stub generator (build/), and
+# patches/), this package (editable) with its test tools and, beside TensorFlow, scikit-learn (the digits
+# the examples train on), the pinned gRPC stub generator (build/), and
 # the Hadoop YARN / ZooKeeper jars (share/submarine-elastic/hadoop/lib), resolved by Maven from the
 # project the package ships (submarine cluster install-jars).
 #
@@ -199,6 +200,7 @@ fi
 # TensorFlow allows (for 2.18, protobuf <6 and grpcio-health-checking 1.71).
 extras=test
 krb5_present && extras=test,kerberos
+[ "$with_tf" = 1 ] && extras=$extras,examples
 pkg_reqs=(-e "$ROOT[$extras]")
 [ "$with_tf" = 1 ] && pkg_reqs+=("$TF_SPEC")
 pkg_hash=$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$ROOT-$(hash_of "${pkg_reqs[@]}")

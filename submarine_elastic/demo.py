@@ -1,11 +1,13 @@
 """The README's first command: elastic TensorFlow jobs on the local pseudo-cluster, resized by the policy.
 
 Starts the pseudo-cluster (unless one is up) and the controller with the goodput job policy and arbiter,
-submits two elastic jobs of ``examples/train_elastic.py`` with ``submarine job run --elastic`` (global batch
-32..512) and, while they train, a third that arrives. Nothing is flexed by hand: the controller sizes each job,
+submits two elastic jobs of ``examples/train_elastic.py --data digits`` (a small convolutional network on the
+handwritten digits scikit-learn ships) with ``submarine job run --elastic`` (global batch 32..512) and, while
+they train, a third that arrives. Nothing is flexed by hand: the controller sizes each job,
 workers and batch, from what its workers report (step times, gradient noise scale, loss) and from the jobs
 arriving and leaving; each decision is printed with its reason as it is taken. When the jobs have finished it
-draws their workers, global batch and loss over time, each decision marked, into a PNG and prints its path.
+draws their workers, global batch and loss over time, each decision marked with the speed-up it predicted,
+into a PNG and prints its path.
 The controller is stopped at the end; the cluster stays up (``submarine cluster down`` stops it).
 
 Run: ``python -m submarine_elastic.demo [--epochs N] [--arrival-s S] [--out DIR]``
@@ -17,6 +19,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -98,11 +101,19 @@ def draw(
         ax_w.step(t, s.sizes, where="post", color=color, label=name)
         ax_b.step(t, s.batches, where="post", color=color)
         ax_l.plot(t, s.losses, color=color, linewidth=0.8)
-        for when, _old, new, _reason in decisions.get(name, []):
+        for when, _old, new, reason in decisions.get(name, []):
             ax_w.plot([when - t0], [new], marker="v", color=color, markersize=8, linestyle="none")
+            predicted = predicted_speedup(reason)
+            if predicted is not None:
+                ax_w.annotate(
+                    f"{predicted:.2f}", (when - t0, new), textcoords="offset points", xytext=(0, 7),
+                    ha="center", fontsize=7, color=color,
+                )  # fmt: skip
     ax_w.set_ylabel("workers in the ring")
     ax_w.legend(loc="upper right")
-    ax_w.set_title("jobs resized by the controller (▼: a decision, at the count it asked for)")
+    ax_w.set_title(
+        "jobs resized by the controller (▼: a decision at the count it asked for, with its predicted speed-up)"
+    )
     ax_b.set_ylabel("global batch")
     ax_l.set_ylabel("loss (rank 0)")
     ax_l.set_yscale("log")
@@ -114,6 +125,15 @@ def draw(
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def predicted_speedup(reason: str) -> float | None:
+    """The speed-up a goodput decision predicted at the count it chose (the ``speedup X`` after ``predicted at``
+    where the reason has one, else its first), or None where the reason gives none."""
+    found = re.search(r"predicted at \d+:[^(]*\(speedup (\d+(?:\.\d+)?)", reason) or re.search(
+        r"speedup \(?(\d+(?:\.\d+)?)", reason
+    )
+    return float(found.group(1)) if found else None
 
 
 def _submarine(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -195,7 +215,10 @@ def _series(out: Path, job: DemoJob) -> Series:
 
 def _submit(job: DemoJob, epochs: int, out: Path, env: dict[str, str]) -> None:
     log = out / job.name / "log"
-    command = f"{sys.executable} {REPO}/examples/train_elastic.py --epochs {epochs} --step-sleep 0.03 --log-dir {log}"
+    command = (
+        f"{sys.executable} {REPO}/examples/train_elastic.py --data digits --epochs {epochs} --step-sleep 0.03 "
+        f"--log-dir {log}"
+    )
     args = [
         "job", "run", "--name", job.name, "--elastic",
         "--num_workers", str(job.workers), "--min_workers", str(job.min_workers), "--max_workers", str(job.max_workers),
@@ -250,7 +273,7 @@ def _print_new_decisions(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m submarine_elastic.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30, help="epochs each job trains [30]")
+    parser.add_argument("--epochs", type=int, default=80, help="epochs each job trains [80]")
     parser.add_argument("--arrival-s", type=float, default=60.0, help="when the third job arrives [60 s]")
     parser.add_argument("--out", type=Path, default=None, help="where logs and the picture go [a new temp dir]")
     args = parser.parse_args(argv)

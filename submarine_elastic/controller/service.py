@@ -342,10 +342,9 @@ class ControllerService(Controller):
         self._follow(self.store.jobs(live_only=True), now)
         live = self.store.jobs(live_only=True)
         sizes = {job.job_id: self.backend.ring_size(job.job_id) for job in live}
+        self.store.observe({job_id: size for job_id, size in sizes.items() if size is not None}, now)
         for job in live:
-            size = sizes[job.job_id]
-            if size is not None:
-                self.store.update_job(job.job_id, workers=size, observed_at=now)
+            if sizes[job.job_id] is not None:
                 self._started(job)
         room = self._count_fixed(live, sizes) if self.capacity is not None else self._count_yarn(live, sizes, now)
         if room is None:

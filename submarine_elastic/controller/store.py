@@ -228,6 +228,15 @@ class ControllerStore:
             if cur.rowcount == 0:
                 raise UnknownJobError(f"no job named {job_id!r}")
 
+    def observe(self, sizes: dict[str, int], observed_at: float) -> None:
+        """Record each job's ring size as read at ``observed_at``, all in one transaction (a round reads
+        every live job's; one commit each had cost 500 jobs 20-30 ms a round). Jobs not stored are skipped."""
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE jobs SET workers=?, observed_at=? WHERE job_id=?",
+                [(workers, observed_at, job_id) for job_id, workers in sizes.items()],
+            )
+
     def job(self, job_id: str) -> JobRecord:
         """Raises: UnknownJobError."""
         with self._lock:

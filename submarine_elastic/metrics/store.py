@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import OrderedDict, deque
@@ -502,10 +503,10 @@ class InMemoryStore(MetricsStore):
                 last_update=job.last_update,
                 noise=job.noise,
                 configurations=tuple(
-                    ConfigurationStat(size, batch, float(np.median(c.times)), c.steps)
+                    ConfigurationStat(size, batch, statistics.median(c.times), c.steps)
                     for (size, batch), c in sorted(job.configurations.items())
                 ),
-                resize_pause_s=float(np.median(job.resize_pauses)) if job.resize_pauses else None,
+                resize_pause_s=statistics.median(job.resize_pauses) if job.resize_pauses else None,
             )
 
     def series(self, job_id: str, max_points: int) -> list[metrics_pb2.RecordedPoint]:

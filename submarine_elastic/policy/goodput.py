@@ -308,6 +308,11 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     return _Table(speedup, None, None, cap)
 
 
+def _speedup_at(table: _Table, k: int) -> float:
+    """The table's speedup at ``k`` workers (its last entry past its end)."""
+    return float(table.speedup[min(k, len(table.speedup) - 1)])
+
+
 def _packed(workers: int, slots: int | None) -> int:
     """Nodes ``workers`` span packed (one when the slots per node are unknown)."""
     return 1 if slots is None else max(1, -(-workers // slots))
@@ -406,15 +411,44 @@ class GoodputPolicy(JobPolicy):
         top = max(low, min(job.max_workers, table.cap, len(table.speedup) - 1))
         window = table.speedup[low : top + 1]
         k = low + int(np.argmax(window)) if len(window) else low
-        batch, accum = _batch_changes(job, table, k)
         speedup = float(table.speedup[k]) if k < len(table.speedup) else 0.0
-        reason = f"goodput: most speedup ({speedup:.2f}) at {k} workers"
-        if k == top and top < job.max_workers:
-            reason += f", at most {top} until measured there"
+        if not job.waiting and k < job.holding <= job.max_workers:
+            # Fewer workers than it holds, for its own sake: only on what it measured where it runs.
+            shrink = self._shrink_reason(job, table, k)
+            if shrink is None:
+                return Decision(
+                    job.job_id,
+                    job.holding,
+                    f"goodput: keeps {job.holding} workers until measured there "
+                    f"(predicted speedup {speedup:.2f} at {k}, {_speedup_at(table, job.holding):.2f} at {job.holding})",
+                )
+            reason = shrink
+        else:
+            reason = f"goodput: most speedup ({speedup:.2f}) at {k} workers"
+            if k == top and top < job.max_workers:
+                reason += f", at most {top} until measured there"
+        batch, accum = _batch_changes(job, table, k)
         if batch is not None and batch != job.metrics.batch_size:
             reason += f", batch {batch}"
         nodes = _packed(k, snapshot.slots_per_node) if k != job.holding and snapshot.slots_per_node else None
         return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum, nodes=nodes)
+
+    def _shrink_reason(self, job: JobView, table: _Table, k: int) -> str | None:
+        """Why the job gives up workers for its own sake, with the figures it measured at the count it holds
+        and the goodput predicted at ``k``; None when it has no step time measured at that count (it keeps
+        them until it has)."""
+        held = [m for m in self._history.jobs.get(job.job_id, {}).values() if m.workers == job.holding]
+        if not held or table.goodput is None:
+            return None
+        m = max(held, key=lambda t: t.steps)
+        rate = m.workers * m.local_batch * (m.accum_steps + 1) / m.seconds
+        held_goodput = float(table.goodput[min(job.holding, len(table.goodput) - 1)])
+        return (
+            f"goodput: fewer workers are as fast: predicted at {k}: {float(table.goodput[k]):.0f} useful samples/s "
+            f"(speedup {_speedup_at(table, k):.2f}); measured at {job.holding} workers {rate:.0f} samples/s "
+            f"({m.seconds * 1e3:.0f} ms a step of {m.workers * m.local_batch * (m.accum_steps + 1):.0f}), at best "
+            f"{held_goodput:.0f} useful there (speedup {_speedup_at(table, job.holding):.2f})"
+        )
 
 
 # ------------------------------------------------------------------------------------------ arbiter
@@ -470,6 +504,43 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
                 f"{owner}: remaining_exponent must be <= {MAX_REMAINING_EXPONENT}, got {remaining_exponent!r}"
             )
 
+    def _paid(self, job: JobView, table: _Table, now: float) -> float:
+        """What is left of a job's speedup at another count after the resize's cost: ``1 - cost / horizon``."""
+        horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
+        return max(0.0, 1.0 - self._cost(job) / horizon)
+
+    def _grow_from_minimum(
+        self,
+        requests: Sequence[Request],
+        tables: Sequence[_Table],
+        counts: list[int],
+        now: float,
+        capacity: int,
+        slots: int | None,
+    ) -> None:
+        """Slots no job was given go to jobs left at their minimum where more workers are predicted faster by
+        more than the resize costs (the hysteresis, there against churn between jobs, is not charged for slots
+        nobody else takes): no job is parked at its minimum beside free slots. In ``counts``, in place."""
+        left = capacity - sum(counts)
+        for i, (request, table) in enumerate(zip(requests, tables, strict=True)):
+            job = request.job
+            low = job.min_workers
+            if left <= 0:
+                return
+            if not job.elastic or request.settled or job.waiting or counts[i] != job.holding or job.holding != low:
+                continue
+            here = table.here.speedup if table.here is not None else _speedup_at(table, low)
+            top = min(low + left, request.desired, table.cap, len(table.speedup) - 1)
+            paid = self._paid(job, table, now)
+            best = max(
+                (k for k in range(low + 1, top + 1) if self._fits(k, job, slots)),
+                key=lambda k: _speedup_at(table, k),
+                default=None,
+            )
+            if best is not None and _speedup_at(table, best) * paid > here:
+                counts[i] = best
+                left -= best - low
+
     def _cost(self, job: JobView) -> float:
         if self.resize_cost_s is not None:
             return self.resize_cost_s
@@ -512,8 +583,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             ks = ([holding] if job.waiting else []) + [
                 k for k in range(job.min_workers, top + 1) if self._fits(k, job, slots)
             ]
-        horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
-        keep = max(0.0, 1.0 - self._cost(job) / horizon) * (1.0 - self.hysteresis)
+        keep = self._paid(job, table, now) * (1.0 - self.hysteresis)
         movable = job.elastic and not request.settled
         values = []
         moves = []
@@ -547,6 +617,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             solved = self._solve(requests, tables, snapshot.now, capacity, slots, False)
         if solved is None:
             return []
+        counts = solved[0]
+        self._grow_from_minimum(requests, tables, counts, snapshot.now, capacity, slots)
+        gainers = [r.job_id for r, k in zip(requests, counts, strict=True) if k > r.holding]
         out = []
         for request, table, k, move in zip(requests, tables, *solved, strict=True):
             job = request.job
@@ -558,6 +631,10 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
                 continue
             nodes = None if stays or not slots or k < 1 else _packed(k, slots)
             reason = self._reason(job, table, k, batch, accum, nodes if move else None)
+            if k < job.holding:
+                others = sorted(j for j in gainers if j != job.job_id)
+                own = None if others else self._shrink_reason(job, table, k)
+                reason += f"; for {', '.join(others)}" if others else f"; {own or request.reason}"
             out.append(Allocation(job.job_id, k, reason, batch, accum, nodes))
         return out
 

@@ -91,13 +91,14 @@ def test_a_decision_changes_a_running_jobs_batch_at_a_commit_with_data_exactly_o
 def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_another_arrives(
     controller_dir: Path, cluster_spec: ClusterSpec, tmp_path: Path
 ) -> None:
-    """The controller's own goodput policy and arbiter, nothing injected: two jobs with batch limits report their
-    step times and gradient noise scale, and the first job's batch is set from them; a third arrives into a
-    cluster of three worker slots (``--capacity 3``), so the first job, the only one above its minimum, is
-    resized: by its own measurements if they show one worker is worth as much as two (as on a small machine),
-    else by the arbiter for the arrival. Every change is applied at a commit, `job show` and the controller's
-    history give its reason, and every job trains each sample once per epoch with the same weights on every
-    rank."""
+    """The controller's own goodput policy and arbiter, nothing injected, on real training (a small convolutional
+    network on scikit-learn's handwritten digits): two jobs with batch limits report their step times and
+    gradient noise scale, and the first job's batch is set from them; a third arrives into a cluster of three
+    worker slots (``--capacity 3``), so the first job, the only one above its minimum, is resized: by its own
+    measurements if they show one worker is as fast as two (as on a small machine; the reason gives the figures),
+    else by the arbiter for the arrival (the reason names it). Every change is applied at a commit, `job show`
+    and the controller's history give its reason, and every job trains each sample once per epoch with the same
+    weights on every rank."""
     rm = cluster_spec.rm_url
     submarine(rm, "controller", "start", "--policy", "goodput", "--arbiter", "goodput", "--interval", "1",
               "--cooldown", "5", "--capacity", "3")  # fmt: skip
@@ -114,14 +115,14 @@ def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_
     assert ctl is not None, "no controller runs"
     with YarnServiceClient(rm, poll_interval=0.5) as yarn, ctl:
         try:
-            jobcheck.start_job(rm, names[0], work[names[0]], 2, None, *flags)
-            jobcheck.start_job(rm, names[1], work[names[1]], 1, None, *flags)
+            jobcheck.start_job(rm, names[0], work[names[0]], 2, None, *flags, data="digits")
+            jobcheck.start_job(rm, names[1], work[names[1]], 1, None, *flags, data="digits")
             with JobClient(names[0], yarn, locate_timeout=120) as job:
                 status = eventually(
                     lambda: (s := job.status()).batch.version >= 1 and s, "the policy setting job a's batch", 240
                 )
                 assert status.batch.batch_size != 64 and status.batch.reason.startswith("goodput"), status.batch
-                jobcheck.start_job(rm, names[2], work[names[2]], 1, None, *flags)  # arrives
+                jobcheck.start_job(rm, names[2], work[names[2]], 1, None, *flags, data="digits")  # arrives
                 eventually(lambda: len(sizes(names[0])) > 1, "job a's ring resized by the policy", 240)
                 shown = submarine(rm, "job", "show", names[0])
                 settings = job.status().batch_timeline
@@ -136,10 +137,17 @@ def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_
             assert all(d.reason.startswith("goodput") for d in resized), ctl.timeline(names[0])
             for name in names:
                 jobcheck.finish(yarn, name, work[name])
+            # Sound decisions: a job is shrunk only for another job, named, or because its own measured speed-up
+            # says fewer workers are as fast, with the figures it measured.
+            for name in names:
+                for d in ctl.timeline(name):
+                    if d.to_workers < d.from_workers:
+                        own = "fewer workers are as fast: measured at" in d.reason and "samples/s" in d.reason
+                        assert own or any(f"for {other}" in d.reason for other in names if other != name), d
         finally:
             for name in names:
                 yarn.destroy(name, missing_ok=True)
     for name in names:
-        jobcheck.check_training(work[name] / "log")
+        jobcheck.check_training(work[name] / "log", samples=jobcheck.DIGITS_SAMPLES)
     first = [s[0] for _, s in sorted(committed_steps(work[names[0]] / "log").items())]
     assert len({r["global_batch"] for r in first}) > 1 and len({r["size"] for r in first}) > 1

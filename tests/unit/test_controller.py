@@ -547,3 +547,15 @@ def test_the_loss_windows_an_earlier_version_kept_in_the_database_are_dropped(tm
     store.close()
     store = ControllerStore(tmp_path / "c.db")
     assert store.get("loss/job") is None and store.get("policy_engine") == {"kept": True}
+
+
+def test_a_rounds_ring_sizes_are_recorded_together_and_unknown_jobs_skipped(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "c.db")
+    store.upsert_job(JobRecord("a", 1, 4, 2, 2, True, "running", 1.0, "cli"))
+    store.upsert_job(JobRecord("b", 1, 4, 1, 1, True, "running", 2.0, "cli"))
+    store.observe({"a": 3, "b": 1, "gone": 5}, 50.0)
+    assert [(j.job_id, j.workers, j.observed_at, j.target) for j in store.jobs()] == [
+        ("a", 3, 50.0, 2),
+        ("b", 1, 50.0, 1),
+    ]
+    store.close()

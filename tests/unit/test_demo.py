@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.demo import Series, draw, main, read_steps
+from submarine_elastic.demo import Series, draw, main, predicted_speedup, read_steps
 
 
 def write_log(directory: Path, rank: int, records: list[dict]) -> None:
@@ -42,6 +42,16 @@ def test_the_picture_is_a_png_of_every_job(tmp_path: Path) -> None:
     decisions = {"a": [(100.8, 2, 3, "goodput: 3 workers")]}
     out = draw(series, decisions, 100.0, tmp_path / "pic" / "demo.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_chose() -> None:
+    assert predicted_speedup("goodput: 1 -> 2 workers, speedup 1.34; batch 64 -> 96") == 1.34
+    assert predicted_speedup("goodput: most speedup (1.80) at 3 workers") == 1.8
+    shrink = "goodput: fewer workers are as fast: predicted at 1: 5075 useful samples/s (speedup 1.00); measured at 2"
+    assert predicted_speedup(shrink + " workers 2531 samples/s (13 ms a step of 32), ... (speedup 0.69)") == 1.0
+    measured_first = "goodput: fewer workers are as fast: measured at 2 workers ... (speedup 0.61); predicted at 1: "
+    assert predicted_speedup(measured_first + "6399 useful samples/s (speedup 1.00)") == 1.0
+    assert predicted_speedup("fair share: 2 of the 4 it wants") is None
 
 
 def test_bad_arguments_are_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:

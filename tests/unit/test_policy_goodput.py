@@ -400,3 +400,76 @@ def test_step_time_rejects_what_cannot_be_measured() -> None:
         StepTime(2, 1, 64, 0, 1.0, 2.0)
     with pytest.raises(InvalidSnapshotError, match="min_batch_size and max_batch_size come together"):
         JobView("job-a", 1, 4, min_batch_size=8)
+
+
+# ------------------------------------------------------------------------- sound live decisions
+
+
+def _two_counts(ratio: float) -> tuple[StepTime, ...]:
+    """Global batch 64 measured at 1 worker (640 samples/s) and at 2 (``ratio`` times as fast)."""
+    return (StepTime(1, 1, 64, 0, 0.1, None, 100), StepTime(2, 1, 32, 0, 64 / (640 * ratio), None, 100))
+
+
+def test_a_job_shrinks_for_its_own_sake_only_on_what_it_measured_there_and_says_the_figures() -> None:
+    slower = (StepTime(1, 1, 32, 0, 0.1, None, 100), StepTime(2, 1, 32, 0, 0.25, None, 100))
+    measured = goodput_job("job-a", current=2, batch=64, noise=None, measured=slower, batch_range=None, max_workers=4)
+    wish = GoodputPolicy().propose(measured, snap(measured, capacity=4))
+    assert wish is not None and wish.target_workers == 1
+    assert wish.reason.startswith("goodput: fewer workers are as fast: predicted at 1: 427 useful samples/s"), wish
+    assert "(speedup 1.00); measured at 2 workers 256 samples/s (250 ms a step of 64), at best 256 useful there " in (
+        wish.reason
+    )
+
+    # Holding 3, measured at 1 and 4 only: 3 is predicted slower than 1, but nothing was measured at 3.
+    unmeasured = (StepTime(1, 1, 32, 0, 0.1, None, 100), StepTime(4, 1, 32, 0, 0.5, None, 100))
+    held = goodput_job("job-b", current=3, batch=96, noise=None, measured=unmeasured, batch_range=None, max_workers=4)
+    wish = GoodputPolicy().propose(held, snap(held, capacity=4))
+    assert wish is not None and wish.target_workers == 3 and wish.batch_size is None
+    assert wish.reason.startswith("goodput: keeps 3 workers until measured there"), wish.reason
+
+
+def test_a_job_the_arbiter_shrinks_for_its_own_sake_gets_the_measured_figures_whatever_its_policy_asked() -> None:
+    """Its policy held at 2 (say by the reversal hysteresis), the arbiter still gives it 1 where 2 measured slower:
+    the reason gives the measurement, not the policy's hold."""
+    slower = (StepTime(1, 1, 32, 0, 0.1, None, 100), StepTime(2, 1, 32, 0, 0.25, None, 100))
+    a = goodput_job("job-a", current=2, batch=64, noise=None, measured=slower, batch_range=None, max_workers=4)
+    s = snap(a, capacity=4)
+    held = Request(a, 2, settled=False, reason="hysteresis: 2 -> 1 would reverse the last change; 20s left")
+    (given,) = GoodputArbiter().allocate(s, [held])
+    assert given.workers == 1
+    assert "; goodput: fewer workers are as fast: predicted at 1:" in given.reason and "hysteresis" not in given.reason
+
+
+def test_a_job_shrunk_for_another_says_for_which() -> None:
+    a = goodput_job("job-a", current=8)
+    b = replace(goodput_job("job-b", current=0, submitted_at=9_000.0), min_workers=2)
+    given = allocate_full(GoodputArbiter(), snap(a, b, capacity=8))
+    assert given["job-a"].workers < 8 and given["job-b"].workers >= 2
+    assert given["job-a"].reason.endswith("; for job-b"), given["job-a"].reason
+
+
+@pytest.mark.parametrize("ratio", [1.05, 1.1])
+def test_no_job_stays_at_its_minimum_beside_free_slots_where_more_workers_are_predicted_faster(ratio: float) -> None:
+    """A gain below the hysteresis but above the resize's cost: between jobs the hysteresis holds the count (against
+    churn), but slots no job takes are given."""
+    a = goodput_job("job-a", current=1, batch=64, noise=None, measured=_two_counts(ratio), batch_range=None)
+    a = replace(a, max_workers=2)
+    arbiter = GoodputArbiter()
+    assert ratio * (1 - arbiter.hysteresis) < 1.0  # the hysteresis alone would keep it at 1
+    given = allocate_full(arbiter, snap(a, capacity=4))
+    assert given["job-a"].workers == 2, given
+    assert f"speedup {ratio:.2f}" in given["job-a"].reason
+    # With the slot taken it stays: no job is shrunk or held for it.
+    assert allocate_full(arbiter, snap(a, capacity=1)) == {}
+    # Slower at 2: it stays at 1 beside the free slots.
+    slower = replace(a, metrics=replace(a.metrics, configurations=_two_counts(0.9)))
+    assert allocate_full(arbiter, snap(slower, capacity=4)) == {}
+
+
+def test_the_engine_keeps_a_job_at_its_minimum_only_where_more_workers_are_not_predicted_faster() -> None:
+    a = replace(
+        goodput_job("job-a", current=1, batch=64, noise=None, measured=_two_counts(1.1), batch_range=None),
+        max_workers=2,
+    )
+    (decision,) = PolicyEngine(GoodputPolicy(), GoodputArbiter(), cooldown_s=0).decide(snap(a, capacity=4))
+    assert decision.target_workers == 2 and "1.10" in decision.reason, decision
