@@ -211,6 +211,10 @@ def application_of(container_id: str) -> str:
     return f"application_{parts[1]}_{parts[2]}" if len(parts) >= 5 and parts[0] == "container" else ""
 
 
+#: The states of a worker that is the job's (attached, warm or in the ring) and not on its way out.
+LIVE_STATES = frozenset({WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING})
+
+
 class JobDriver(pb_grpc.ElasticDriverServicer):
     """The control plane of one job: agents attach, clients resize it and read its status.
 
@@ -448,6 +452,15 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
         if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
             return  # leaving or gone on the driver's word already: its container goes as asked
+        live = [a for a in self.registry.snapshot() if a.state in LIVE_STATES and not a.preempted]
+        if len(live) > self.targets.workers:
+            # More workers than the target: YARN is bringing the job down to it (a container it allocated late for
+            # an earlier, larger target, or an instance it picks itself on a scale-in), so this is the driver's own
+            # scale-in carried out, not a preemption; lowering the target would have YARN stop one more.
+            log.info("%s's container is stopped by YARN on the way to %d workers", agent.instance, self.targets.workers)
+            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+                self.registry.move(agent.agent_id, WorkerState.LEAVING)
+            return
         log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
         agent.preempted = True
         if agent.state in (WorkerState.WARM, WorkerState.RUNNING):

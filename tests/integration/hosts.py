@@ -30,7 +30,9 @@ from submarine_elastic.cluster import ClusterSpec, HostNetwork, LocalCluster
 HOSTS = 3
 #: The test modules on the session's cluster on hosts: under pytest-xdist one worker runs them all, so that one
 #: starts the cluster (a module on it not named here still works, at the cost of a cluster on another worker).
-ON_HOSTS = frozenset({"test_hdfs.py", "test_host_faults.py", "test_hosts_cluster.py", "test_hosts_job.py"})
+ON_HOSTS = frozenset(
+    {"test_hdfs.py", "test_host_faults.py", "test_hosts_cluster.py", "test_hosts_job.py", "test_job_code.py"}
+)
 #: Above every other cluster a test session starts (the highest, test_kerberos's, at +1100).
 HOSTS_PORT_OFFSET = 1300
 HOSTS_NODE_MB = 2560

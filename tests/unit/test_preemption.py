@@ -175,6 +175,14 @@ def test_a_worker_the_driver_removes_is_not_taken_for_a_preempted_one() -> None:
     assert not agents[2].preempted and driver.targets.pending == 0
 
 
+def test_a_worker_yarn_stops_while_it_brings_the_job_down_to_its_target_is_no_preemption() -> None:
+    # Target 2, three workers: YARN allocated a container late for an earlier target of 3 and now stops one.
+    driver, agents = running_job(RecordingYarn(), 3, Limits(2, 1, 3))
+    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    assert not agents[2].preempted and agents[2].state is WorkerState.LEAVING
+    assert driver.targets.pending == 0 and driver.targets.workers == 2  # the target stays: no second stop
+
+
 def test_at_its_minimum_a_preempted_worker_is_replaced_not_dropped() -> None:
     driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 4))
     driver._on_preempted(agents[0], "SIGTERM from its NodeManager")
