@@ -62,6 +62,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -75,6 +76,7 @@ from submarine_elastic.elastic import channel
 from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
 from submarine_elastic.elastic.channel import ChannelError, FrameReader
 from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
+from submarine_elastic.elastic.jobcode import unpack_code
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -704,6 +706,11 @@ def main() -> int:
         target = driver_address()
     except (ElasticError, OSError, ValueError) as exc:
         log.error("%s", exc)
+        return 2
+    try:
+        unpack_code(Path.cwd())  # the job's snapshot, once per container (relaunches find it unpacked)
+    except (OSError, tarfile.TarError) as exc:
+        log.error("%s: cannot unpack the job's code: %s", instance, exc)
         return 2
     agent = Agent(command, instance, container_id, host)
     agent.hung_after = hung_after

@@ -3,8 +3,9 @@
 ``job run`` packs the job's code (``--workdir``, by default the current directory, and every local
 ``--localization`` source) into one gzip'd tar, named by the hash of its content, which goes into the job's
 own directory (on the cluster's HDFS, else the local jobs directory) beside its secrets. YARN localizes it into
-every container as an archive (``configuration.files``, type ARCHIVE): extracted under the container's own
-directory as :data:`CODE_DIR`, where the training command runs. Each container gets the job's copy, so
+every container as a file, which the worker agent unpacks once per container (:func:`unpack_code`) into the
+container's own directory as :data:`CODE_DIR`, where the training command runs (a YARN ARCHIVE would break the
+NodeManager's in-place relaunch of a failed worker: see :func:`unpack_code`). Each container gets the job's copy, so
 editing or removing the source after ``job run`` changes nothing for that job, relaunched and added workers
 included.
 
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from submarine_elastic.elastic.jobspec import (
+    CODE_ARCHIVE,
+    CODE_DIR,
     ENV_CACHE,
     JobRequest,
     JobSpecError,
@@ -422,3 +425,29 @@ def editable_installs() -> list[str]:
         if isinstance(direct, dict) and direct.get("dir_info", {}).get("editable"):
             found.append(str(dist.metadata["Name"]))
     return sorted(found)
+
+
+def unpack_code(container_dir: Path) -> Path | None:
+    """Unpacks the localized snapshot (:data:`CODE_ARCHIVE`) into :data:`CODE_DIR` of ``container_dir``, once:
+    a worker the NodeManager relaunches in its container finds it unpacked. Returns the directory (None: the job
+    carries no snapshot).
+
+    YARN's ARCHIVE resources are links to a directory, and the NodeManager's in-place relaunch links each
+    resource again with ``ln -sf``, which puts the new link inside that directory: a loop, on which the launch
+    script's own ``find -L`` fails, so every relaunch attempt failed. The snapshot is localized as a file instead.
+
+    Raises:
+        tarfile.TarError: the archive is damaged (or holds a path outside the directory).
+    """
+    archive = container_dir / CODE_ARCHIVE
+    target = container_dir / CODE_DIR
+    if target.is_dir():
+        return target
+    if not archive.exists():
+        return None
+    partial = container_dir / f".{CODE_DIR}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(partial, filter="tar")  # keeps the modes (read-only localizations), refuses escapes
+    partial.rename(target)
+    return target

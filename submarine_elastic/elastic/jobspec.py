@@ -366,6 +366,8 @@ def job_dir(job: str) -> Path:
 #: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``elastic.jobcode``): the
 #: training command runs there.
 CODE_DIR = "code"
+#: The snapshot as localized into a container, which its agent unpacks into :data:`CODE_DIR`.
+CODE_ARCHIVE = "code.tar.gz"
 #: Where a packed environment (``--python_env``) is extracted in each container (``$PWD/python-env``).
 ENV_DIR = "python-env"
 #: The user's directory of packed environments beside their jobs' directories (a job name never starts with a
@@ -682,7 +684,10 @@ def build_service(req: JobRequest) -> Service:
     source = code_source(req)
     files = [{"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files]
     if req.code is not None:
-        files.append({"type": "ARCHIVE", "src_file": f"{source}/{req.code.name}", "dest_file": CODE_DIR})
+        # A file, unpacked by the agent (jobcode.unpack_code): an ARCHIVE is a link to a directory, which the
+        # NodeManager's in-place relaunch links again with ``ln -sf`` (into that directory: a loop its own
+        # ``find -L`` fails on), so every relaunch of a failed worker in its container would fail.
+        files.append({"type": "STATIC", "src_file": f"{source}/{req.code.name}", "dest_file": CODE_ARCHIVE})
     if (env_archive := env_source(req)) is not None:
         # PRIVATE: each NodeManager keeps the extracted environment for the user's later jobs of the same archive.
         files.append({"type": "ARCHIVE", "src_file": env_archive, "dest_file": ENV_DIR, "visibility": "PRIVATE"})

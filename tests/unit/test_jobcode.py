@@ -176,21 +176,40 @@ def test_a_missing_workdir_is_refused_naming_it(tmp_path: Path):
         snapshot(tmp_path / "gone", [], tmp_path)
 
 
-def test_with_a_snapshot_every_container_gets_it_as_an_archive_and_the_command_runs_in_it(code: Path, tmp_path: Path):
+def test_with_a_snapshot_every_container_gets_it_as_a_file_and_the_command_runs_where_it_is_unpacked(
+    code: Path, tmp_path: Path
+):
     snap = snapshot(code, [], tmp_path)
     spec = build_service(request(code=snap, workdir=code)).to_dict()
     files = {f["dest_file"]: f for f in spec["configuration"]["files"]}
-    assert files["code"] == {
-        "type": "ARCHIVE",
+    # A file, not an ARCHIVE (a directory link the NodeManager's in-place relaunch turns into a loop).
+    assert files["code.tar.gz"] == {
+        "type": "STATIC",
         "src_file": f"file://{job_dir('mnist').resolve()}/{snap.name}",
-        "dest_file": "code",
+        "dest_file": "code.tar.gz",
     }
     assert spec["configuration"]["env"]["SUBMARINE_WORKDIR"] == "$PWD/code"
     # Without one, the command runs where it was submitted from, as before.
     assert build_service(request(workdir=code)).to_dict()["configuration"]["env"]["SUBMARINE_WORKDIR"] == str(code)
     with_hdfs = build_service(request(code=snap, files_uri=f"{FS}/submarine-jobs/alice/mnist")).to_dict()
-    archive = next(f for f in with_hdfs["configuration"]["files"] if f["dest_file"] == "code")
+    archive = next(f for f in with_hdfs["configuration"]["files"] if f["dest_file"] == "code.tar.gz")
     assert archive["src_file"] == f"{FS}/submarine-jobs/alice/mnist/{snap.name}"
+
+
+def test_the_agent_unpacks_the_snapshot_once_per_container(code: Path, tmp_path: Path):
+    snap = snapshot(code, [], tmp_path)
+    container = tmp_path / "container"
+    container.mkdir()
+    assert jobcode.unpack_code(container) is None  # a job without a snapshot
+    (container / "code.tar.gz").symlink_to(snap.archive)  # as the NodeManager localizes it
+    unpacked = jobcode.unpack_code(container)
+    assert unpacked == container / "code" and (unpacked / "train.py").read_text() == "print('train')\n"
+    assert (unpacked / "latest").is_symlink()
+    # A worker relaunched in its container (the link made again) finds it unpacked, and nothing is unpacked twice.
+    (unpacked / "train.py").write_text("changed by the job\n")
+    (container / "code.tar.gz").unlink()
+    (container / "code.tar.gz").symlink_to(snap.archive)
+    assert jobcode.unpack_code(container) == unpacked and (unpacked / "train.py").read_text() == "changed by the job\n"
 
 
 def packed_env(path: Path, *, python: bool = True) -> Path:
