@@ -83,14 +83,16 @@ def test_a_job_whose_source_is_deleted_after_job_run_trains_flexes_onto_workers_
             assert "python: packed environment hdfs://" in shown, shown
             (driver,) = yarn.ready_instances(JOB, "driver")
             assert ["python-env/bin/python", "-m", "submarine_elastic.elastic.driver"] in cmdlines(driver.id)
-            # Every worker, the two added after the source was gone too, trains in a copy YARN localized from the
-            # one snapshot (the extracted archive in its NodeManager's cache).
+            # Every worker, the two added after the source was gone too, trains in its container's copy, unpacked
+            # from the one snapshot YARN localized (the file in its NodeManager's cache).
             copies = set()
             for worker in yarn.ready_instances(JOB, "worker"):
                 (pid,) = training_pids(worker.id)
                 cwd = Path(psutil.Process(pid).cwd())
-                assert (cwd / "train_elastic.py").is_file() and "filecache" in cwd.parts, cwd
-                copies.add(cwd.name)
+                assert (cwd / "train_elastic.py").is_file() and cwd.name == "code" and worker.id in cwd.parts, cwd
+                localized = (cwd.parent / "code.tar.gz").resolve()
+                assert "filecache" in localized.parts, localized
+                copies.add(localized.name)
                 # The agent runs the environment's interpreter, and so does the command's `python`.
                 assert ["python-env/bin/python", "-m", "submarine_elastic.elastic.agent"] in cmdlines(worker.id)
                 path = psutil.Process(pid).environ()["PATH"].split(":")
