@@ -229,26 +229,21 @@ def test_each_training_process_sees_its_own_containers_gpu_through_flexes_and_a_
                 # YARN done with the scale-in too (the fifth instance's late container among what it stops).
                 eventually(lambda: job.status().converged, "YARN at the ring's 2 workers", 120)
                 at_two = check_live(job)
-                # SIGKILL a worker's training process: YARN relaunches the worker (in its container, or in a new
-                # one when the NodeManager does not retry it in place), which takes its container's GPU and starts
-                # a new training process on it.
+                # SIGKILL a worker's training process: YARN relaunches its agent in the same container, which
+                # takes the container's GPU again and starts a new process on it.
                 victim = sorted(at_two)[-1]
-                (kept,) = set(at_two) - {victim}
                 killed = training_pids(victim)
                 assert killed
-                started = len(_records(tmp_path))
                 for pid in killed:
                     os.kill(pid, signal.SIGKILL)
                 eventually(
-                    lambda: any(r["container"] != kept for r in _records(tmp_path)[started:]),
+                    lambda: any(r["container"] == victim and r["pid"] not in killed for r in _records(tmp_path)),
                     "the killed worker's new training process",
                     120,
                 )
                 job.wait_for_size(2, timeout=240)
-                eventually(lambda: job.status().converged, "YARN at the ring's 2 workers again", 120)
                 after = check_live(job)
-                assert kept in after and len(after) == 2
-                assert after[kept] == at_two[kept]  # the survivor kept its device
+                assert set(after) == set(at_two)
                 seen = _records(tmp_path)
             (tmp_path / "stop").touch()
         finally:
