@@ -4,7 +4,7 @@
 (a) Runs ``nvidia-smi -x -q`` as YARN's GPU discovery does, parses it as the project does
     (``submarine_elastic.cluster.gpu.parse_nvidia_smi``), prints each device and checks that the pseudo-cluster's
     stand-in built from it prints as many parseable devices. ``--save FILE`` keeps the output verbatim: saved over
-    ``submarine_elastic/cluster/hadoop/gpu/nvidia-smi-h100.xml`` on an H100 it replaces that fixture.
+    ``submarine_elastic/cluster/hadoop/gpu/nvidia-smi-h200.xml`` it replaces the stand-in's fixture.
 (b) For each device, starts a process with ``CUDA_VISIBLE_DEVICES`` naming that device alone, by UUID and by its
     minor number (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), and checks with PyTorch that the process sees exactly
     that one device. Skipped, saying so, where PyTorch is not installed.

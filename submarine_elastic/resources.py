@@ -35,8 +35,9 @@ def hadoop_conf() -> Path:
 
 
 def gpu_fixture() -> Path:
-    """A real GPU's ``nvidia-smi -x -q`` (an H100), which the pseudo-cluster's stand-in ``nvidia-smi`` copies."""
-    return _path("submarine_elastic", "cluster/hadoop/gpu/nvidia-smi-h100.xml")
+    """``nvidia-smi -x -q`` as a real NVIDIA H200 printed it (driver 580), which the pseudo-cluster's stand-in
+    ``nvidia-smi`` copies."""
+    return _path("submarine_elastic", "cluster/hadoop/gpu/nvidia-smi-h200.xml")
 
 
 def hadoop_pom() -> Path:

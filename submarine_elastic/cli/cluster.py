@@ -72,7 +72,7 @@ gpus_option = click.option(
     default=0,
     show_default=True,
     help="GPUs each NodeManager offers as YARN's yarn.io/gpu, found by YARN's GPU plugin through a stand-in "
-    "nvidia-smi (copies of a real H100's; no CUDA device behind them); 0: no GPU resource type.",
+    "nvidia-smi (copies of a real H200's; no CUDA device behind them); 0: no GPU resource type.",
 )
 
 

@@ -3,7 +3,7 @@
 A NodeManager's GPU plugin (``yarn.nodemanager.resource-plugins=yarn.io/gpu``) finds its devices by running
 ``<path-to-discovery-executables>/nvidia-smi -x -q`` and reading the XML it prints. ``up --gpus-per-node G``
 gives each NodeManager a directory holding an ``nvidia-smi`` of its own that prints G devices: copies of the
-one GPU in the shipped fixture (a real H100's ``nvidia-smi -x -q``), each with its own minor number, UUID and
+one GPU in the shipped fixture (a real H200's ``nvidia-smi -x -q``), each with its own minor number, UUID and
 PCI bus, so that the ResourceManager counts and schedules G GPUs on every node. Nothing else about a GPU is
 simulated: a container that asks CUDA for one finds none.
 """

@@ -84,7 +84,7 @@ def test_each_nodemanager_discovered_the_devices_its_standin_prints(
         assert [(g["uuid"], int(g["minorNumber"])) for g in discovered] == [
             (d.uuid, d.minor_number) for d in printed
         ], info
-        assert {g["productName"] for g in discovered} == {"NVIDIA H100 80GB HBM3"}
+        assert {g["productName"] for g in discovered} == {"NVIDIA H200"}
         seen += [d.uuid for d in printed]
     assert len(set(seen)) == spec.nodes * GPUS, "no two devices share a uuid"
 

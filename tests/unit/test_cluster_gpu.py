@@ -26,13 +26,13 @@ def site(content: bytes) -> dict[str, str]:
     return {p.findtext("name", ""): p.findtext("value", "") for p in ET.fromstring(content).iter("property")}
 
 
-def test_the_fixture_is_one_h100_as_nvidia_smi_describes_it() -> None:
+def test_the_fixture_is_one_h200_as_its_nvidia_smi_printed_it() -> None:
     [gpu] = parse_nvidia_smi(FIXTURE)
-    assert gpu.product_name == "NVIDIA H100 80GB HBM3"
+    assert gpu.product_name == "NVIDIA H200"
     assert gpu.minor_number == 0
     assert gpu.uuid.startswith("GPU-")
-    assert gpu.pci_bus_id == "00000000:18:00.0"
-    assert gpu.memory_total_mib == 81559
+    assert gpu.pci_bus_id == "00000000:00:06.0"
+    assert gpu.memory_total_mib == 143771
     root = ET.fromstring(FIXTURE)
     assert root.findtext("driver_version") and root.findtext("cuda_version")
 
@@ -65,7 +65,7 @@ def test_each_nodemanager_runs_the_gpu_plugin_on_its_own_standin(tmp_path: Path)
         printed = subprocess.run([directory / "nvidia-smi", "-x", "-q"], capture_output=True, check=True).stdout
         devices = parse_nvidia_smi(printed)
         assert [d.minor_number for d in devices] == [0, 1, 2]
-        assert {d.product_name for d in devices} == {"NVIDIA H100 80GB HBM3"}
+        assert {d.product_name for d in devices} == {"NVIDIA H200"}
         assert len({d.pci_bus_id for d in devices}) == 3
         assert ET.fromstring(printed).findtext("attached_gpus") == "3"
         seen += [d.uuid for d in devices]
