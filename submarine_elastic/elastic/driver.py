@@ -166,7 +166,8 @@ class DriverState:
 
     ``target`` is the worker count the driver last applied, ``requested`` the latest one a client asked
     for (a resize queued when the driver died is taken up again), ``world_size`` the ring's size then,
-    ``version`` the last target version it gave (the next incarnation's targets go on from it).
+    ``version`` the last target version it gave (the next incarnation's targets go on from it),
+    ``preempted_from`` the target before YARN's preemptions that the job is growing back to (0: none).
     """
 
     app: str = ""
@@ -180,6 +181,7 @@ class DriverState:
     error: str = ""
     batch_timeline: list[dict[str, object]] = field(default_factory=list)
     version: int = 0
+    preempted_from: int = 0
 
     @classmethod
     def load(cls, path: Path | None, app: str) -> DriverState | None:
@@ -297,6 +299,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 timeline=[json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline],
             )
             self._removing = tuple(previous.removing)
+            self._preempted_from = previous.preempted_from or None
             self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
@@ -1052,6 +1055,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             error=self.error,
             batch_timeline=[plain(b) for b in self.targets.batch_timeline],
             version=self.targets.version,
+            preempted_from=self._preempted_from or 0,
         )
         text = json.dumps(asdict(state))
         if text == self._persisted:

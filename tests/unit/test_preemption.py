@@ -133,8 +133,19 @@ class RecordingYarn:
         return self.free_nodes
 
 
-def running_job(yarn: RecordingYarn, workers: int, limits: Limits) -> tuple[JobDriver, list[AgentHandle]]:
-    driver = JobDriver("job", limits, yarn, token="t", iface="lo", elastic_timeout=60, queue="research")  # type: ignore[arg-type]
+def running_job(
+    yarn: RecordingYarn, workers: int, limits: Limits, state_file: Path | None = None
+) -> tuple[JobDriver, list[AgentHandle]]:
+    driver = JobDriver(
+        "job",
+        limits,
+        yarn,  # type: ignore[arg-type]
+        token="t",
+        iface="lo",
+        elastic_timeout=60,
+        queue="research",
+        state_file=state_file,
+    )
     driver.phase = JobPhase.RUNNING
     agents = []
     for i in range(workers):
@@ -235,3 +246,22 @@ def test_the_driver_grows_back_when_capacity_returns_and_stops_at_its_target_bef
     grown = driver.targets.next(0)
     assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
     assert driver._preempted_from is None
+
+
+def test_a_relaunched_driver_still_grows_back_to_the_target_before_the_preemption(tmp_path: Path) -> None:
+    """The driver's container can be lost while its job is shrunk by a preemption: its successor grows back."""
+    yarn = RecordingYarn(free_queues=[queue_report()], free_nodes=[node(4096)])
+    state_file = tmp_path / "job.driver.json"
+    driver, agents = running_job(yarn, 3, Limits(3, 1, 3), state_file)
+    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    taken = driver.targets.next(0)
+    assert taken is not None
+    driver.registry.end(agents[2], 0)
+    driver._resize(taken)
+    driver._persist()
+
+    successor, _ = running_job(yarn, 2, Limits(3, 1, 3), state_file)
+    assert successor.incarnation == 2 and successor.targets.workers == 2
+    successor._grow_back(1024, 1)
+    grown = successor.targets.next(0)
+    assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
