@@ -99,6 +99,7 @@ from submarine_elastic.elastic.reconcile import (
     grow_back,
     lost_agents,
     plan_resize,
+    stopped_by_the_scale_in,
     verdict,
     workers_that_fit,
 )
@@ -455,11 +456,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
         if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
             return  # leaving or gone on the driver's word already: its container goes as asked
-        live = [a for a in self.registry.snapshot() if a.state in LIVE_STATES and not a.preempted]
-        if len(live) > self.targets.workers:
-            # More workers than the target: YARN is bringing the job down to it (a container it allocated late for
-            # an earlier, larger target, or an instance it picks itself on a scale-in), so this is the driver's own
-            # scale-in carried out, not a preemption; lowering the target would have YARN stop one more.
+        live = [Member(a.instance, a.number) for a in self.registry.snapshot()
+                if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
+        if agent.instance in stopped_by_the_scale_in(live, self.targets.workers, self._removing):
+            # More workers than the target and this is one YARN stops on its way down to it (a container it
+            # allocated late for an earlier, larger target): the driver's own scale-in carried out, not a
+            # preemption; lowering the target would have YARN stop one more.
             log.info("%s's container is stopped by YARN on the way to %d workers", agent.instance, self.targets.workers)
             if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
                 self.registry.move(agent.agent_id, WorkerState.LEAVING)

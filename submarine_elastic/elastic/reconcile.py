@@ -20,7 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -243,6 +243,19 @@ def plan_resize(current: int, target: pb.Target, live: Sequence[Member]) -> Resi
     by_name = {m.instance for m in leavers} != {m.instance for m in highest}
     names = tuple(m.instance for m in leavers)
     return ResizePlan(target.workers, names, names if by_name else ())
+
+
+def stopped_by_the_scale_in(live: Sequence[Member], target: int, removing: Collection[str]) -> set[str]:
+    """The live workers YARN Services stops on its own while it brings the worker component down to ``target``:
+    those the driver named, else its own choice on a flex down, the highest-numbered instances. A SIGTERM to any
+    other worker's container comes from somewhere else (the scheduler preempting it)."""
+    extra = len(live) - target
+    if extra <= 0:
+        return set()
+    named = {m.instance for m in live if m.instance in removing}
+    if named:
+        return named
+    return {m.instance for m in sorted(live, key=lambda m: m.number, reverse=True)[:extra]}
 
 
 def _allocation_order(container_id: str) -> tuple[int, ...]:

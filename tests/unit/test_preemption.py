@@ -18,7 +18,7 @@ from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.reconcile import grow_back, workers_that_fit
+from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_the_scale_in, workers_that_fit
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.yarn import ComponentTarget, NodeReport, QueueReport
 
@@ -192,6 +192,23 @@ def test_a_worker_yarn_stops_while_it_brings_the_job_down_to_its_target_is_no_pr
     driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
     assert not agents[2].preempted and agents[2].state is WorkerState.LEAVING
     assert driver.targets.pending == 0 and driver.targets.workers == 2  # the target stays: no second stop
+
+
+def test_a_worker_preempted_while_yarn_brings_the_job_down_to_its_target_is_a_preemption() -> None:
+    # Target 2, three workers: YARN's flex down stops worker-2 (its highest-numbered); a SIGTERM to worker-0 is not
+    # that scale-in but the scheduler taking worker-0's container.
+    driver, agents = running_job(RecordingYarn(), 3, Limits(2, 1, 3))
+    driver._on_preempted(agents[0], "SIGTERM from its NodeManager")
+    assert agents[0].preempted and agents[0].state is WorkerState.LEAVING
+    target = driver.targets.next(0)
+    assert target is not None and (target.workers, list(target.remove)) == (1, ["worker-0"])
+
+
+def test_yarn_stops_the_highest_numbered_workers_on_its_way_down_unless_the_driver_named_them() -> None:
+    live = [Member(f"worker-{n}", n) for n in (0, 2, 10)]
+    assert stopped_by_the_scale_in(live, 1, ()) == {"worker-10", "worker-2"}  # numbers, not names, in order
+    assert stopped_by_the_scale_in(live, 2, ("worker-0",)) == {"worker-0"}
+    assert stopped_by_the_scale_in(live, 3, ()) == set()
 
 
 def test_at_its_minimum_a_preempted_worker_is_replaced_not_dropped() -> None:
