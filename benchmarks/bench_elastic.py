@@ -1,6 +1,7 @@
 """Resize pauses of an elastic job on the pseudo-cluster, side by side with stock ``horovodrun``.
 
-Both run the same script (``examples/train_elastic.py``, fixed global batch) through the same resize
+Both run the same script (``examples/train_elastic.py --data digits``: a small convolutional network on
+scikit-learn's handwritten digits, fixed global batch) through the same resize
 plan, 1 -> 2 -> 3 -> 2 -> 1, ``--rounds`` times:
 
 - submarine-elastic: ``submarine job run --elastic`` on the pseudo-cluster, resized by the job's
@@ -62,7 +63,7 @@ PLAN = [2, 3, 2, 1]
 #: Horovod's example starts with 2 workers and goes through the sizes its first measurement used.
 EXAMPLE_START, EXAMPLE_PLAN = 2, [3, 1, 2]
 SETTLE_S = 4.0
-SCRIPT_ARGS = "--samples 2048 --global-batch 64 --step-sleep 0.02 --commit-every 4"
+SCRIPT_ARGS = "--data digits --samples 1500 --global-batch 64 --commit-every 4"
 
 
 def step_times(log_dir: Path) -> list[tuple[float, int, int]]:
@@ -393,7 +394,7 @@ def summarise_example(log_dir: Path, resizes: list[tuple[float, int, int]]) -> d
 
 def run_parts(args: argparse.Namespace, root: Path) -> dict:
     """Runs what ``args`` ask for; returns its results (the keys of ``elastic.json`` it fills)."""
-    results: dict = {}
+    results: dict = {"load_average_1m": [round(os.getloadavg()[0], 1)]}
     cluster = LocalCluster(root / "cluster")
     rm_url = cluster.up(ClusterSpec(nodes=2, port_base=args.port_base))
     try:
@@ -420,6 +421,7 @@ def run_parts(args: argparse.Namespace, root: Path) -> dict:
             "submarine_elastic": summarise_example(root / "example" / "log", ex_resizes),
             "stock_horovodrun": summarise_example(root / "example-stock" / "log", ex_st_resizes),
         }
+    results["load_average_1m"].append(round(os.getloadavg()[0], 1))
     if args.only_horovod_example:
         return results
     print("stock horovodrun elastic:", flush=True)
@@ -466,8 +468,8 @@ def render(results: dict) -> list[str]:
     lines = [
         "# Resize pauses: submarine-elastic vs stock horovodrun (same script, same plan, same run)",
         "",
-        f"Plan 1->{'->'.join(map(str, results['plan']))} x {results['rounds']}; fixed global batch 64; 2 CPUs; "
-        "medians.",
+        f"Plan 1->{'->'.join(map(str, results['plan']))} x {results['rounds']}; {results['script_args']}; 2 CPUs, "
+        f"load average (1 min) at start and end {results.get('load_average_1m', 'not recorded')}; medians.",
         "",
         "| resize | pause (ours) s | pause (stock) s | ratio ours/stock | request->capacity (ours) s | (stock) s "
         "| pause (plain Horovod Keras script, ours) s |",
@@ -515,11 +517,25 @@ def render(results: dict) -> list[str]:
         "| epoch | elastic | fixed | relative diff |",
         "|---|---|---|---|",
     ]
+    rows = results["loss_by_epoch"]
     lines += [
         f"| {r['epoch']} | {r['elastic']:.6f} | {r['fixed']:.6f} | {r['relative_diff']:.2%} |"
-        for r in results["loss_by_epoch"]
+        for i, r in enumerate(rows)
+        if shown_epoch(r["epoch"]) or i == len(rows) - 1
     ]
+    if rows:
+        worst = max(rows, key=lambda r: r["relative_diff"])
+        lines += [
+            "",
+            f"{len(rows)} epochs in both (every epoch in elastic.json); the largest relative difference: "
+            f"{worst['relative_diff']:.2%} at epoch {worst['epoch']}.",
+        ]
     return lines
+
+
+def shown_epoch(epoch: int) -> bool:
+    """The epochs the table shows: each of the first ten, every tenth to 100, then every hundredth."""
+    return epoch < 10 or (epoch < 100 and epoch % 10 == 0) or epoch % 100 == 0
 
 
 def main() -> None:
