@@ -31,7 +31,7 @@ digits >= 1, blanks around them allowed; anything else is an error naming the va
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
 | ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
-| ``SUBMARINE_SIGKILL_DELAY_MS`` | job | the NodeManagers' delay from SIGTERM to SIGKILL (``job run --queue`` reads it from the cluster): how long a preempted worker has to leave its ring |
+| ``SUBMARINE_SIGKILL_DELAY_MS`` | job | the NodeManagers' delay from SIGTERM to SIGKILL (``job run`` reads it from the cluster): how long a worker whose container YARN stops (preempted) has to leave its ring |
 | ``SUBMARINE_QUEUE`` | job | the YARN queue the job runs in (``job run --queue``): the driver grows back after a preemption within what it may hold |
 | ``SUBMARINE_DRIVER_PORT`` | job | port of the job driver's control plane (agents attach, ``job flex`` resizes) |
 | ``SUBMARINE_JOB_TOKEN`` | job | bearer token of the job driver's control plane |

@@ -31,7 +31,7 @@ from submarine_elastic.elastic.jobspec import (
 )
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import GPU_RESOURCE, ServiceNotFoundError, YarnServiceClient
+from submarine_elastic.yarn import GPU_RESOURCE, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -119,16 +119,21 @@ SIGKILL_DELAY = "yarn.nodemanager.sleep-delay-before-sigkill.ms"
 
 def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
     """``req`` with the cluster's SIGTERM-to-SIGKILL delay in its containers' environment
-    (``SUBMARINE_SIGKILL_DELAY_MS``, read from the RM's configuration), so that a preempted worker's agent knows
-    how long its process has to leave the ring; unchanged for a job without a queue, or where the RM does not
-    say. Blocks for one request to the RM.
+    (``SUBMARINE_SIGKILL_DELAY_MS``, read from the RM's configuration), so that a worker whose container YARN
+    stops (preempted from any queue, its NodeManager decommissioned) knows how long its process has to leave
+    the ring; unchanged where the RM does not say, or, for a job without a queue, does not answer (its workers
+    are then stopped at once on SIGTERM, as on Hadoop's default delay of 250 ms). Blocks for one request to the RM.
 
     Raises:
-        YarnError: the RM did not answer.
+        YarnError: the RM did not answer for a job in a queue (where YARN preempts, the delay is what a worker
+            has to leave its ring).
     """
-    if not req.queue:
+    try:
+        delay = yarn.config_value(SIGKILL_DELAY)
+    except YarnError:
+        if req.queue:
+            raise
         return req
-    delay = yarn.config_value(SIGKILL_DELAY)
     if delay is None or not delay.strip().isdigit():
         return req
     return dataclasses.replace(req, env={**req.env, "SUBMARINE_SIGKILL_DELAY_MS": delay.strip()})

@@ -234,8 +234,8 @@ def test_job_run_under_a_running_jobs_name_is_refused_before_anything_is_submitt
     responses.get(f"{rm}/app/v1/services/big", json={"name": "big", "state": "STABLE", "components": []})
     code, out, _ = run("job", "run", "--name", "big", "--elastic", "--worker_launch_cmd", "python train.py")
     assert code == 1 and "--name big: a job of that name is running (YARN state STABLE)" in out
-    # What the RM's file system is (its /conf), the service's state: no POST, no DELETE.
-    assert [c.request.method for c in responses.calls] == ["GET", "GET"]
+    # What the RM's file system and kill delay are (its /conf), the service's state: no POST, no DELETE.
+    assert [c.request.method for c in responses.calls] == ["GET", "GET", "GET"]
     assert not job_dir("big").exists()
 
 

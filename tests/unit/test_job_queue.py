@@ -95,9 +95,11 @@ def test_a_job_whose_minimum_fits_goes_on_to_submission(monkeypatch: pytest.Monk
     assert len(posted) == 1 and json.loads(posted[0].body or "{}")["queue"] == "research"
 
 
+@pytest.mark.parametrize("queue", [["--queue", "research"], []], ids=["in a queue", "without a queue"])
 @responses.activate
-def test_the_clusters_kill_delay_reaches_the_containers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a preempted worker's agent reads to know how long its process has to leave the ring."""
+def test_the_clusters_kill_delay_reaches_the_containers(monkeypatch: pytest.MonkeyPatch, queue: list[str]) -> None:
+    """What a worker's agent reads to know how long its process has to leave the ring when YARN stops its
+    container (preempted from any queue, a NodeManager decommissioned): every job has it, in a queue or not."""
     rm_answers()
     responses.get(
         f"{RM}/conf",
@@ -107,10 +109,22 @@ def test_the_clusters_kill_delay_reaches_the_containers(monkeypatch: pytest.Monk
         ],
     )
     responses.post(f"{RM}/app/v1/services", status=500, json={"diagnostics": "stop here"})
-    run(monkeypatch, "--queue", "research", "--num_workers", "1", "--worker_resources", "memory-mb=512,vcores=1")
+    run(monkeypatch, *queue, "--num_workers", "1", "--worker_resources", "memory-mb=512,vcores=1")
     [posted] = [c.request for c in responses.calls if c.request.method == "POST"]
     spec = json.loads(posted.body or "{}")
     assert spec["configuration"]["env"]["SUBMARINE_SIGKILL_DELAY_MS"] == "5000"  # every container's
+
+
+@responses.activate
+def test_a_job_without_a_queue_goes_on_when_the_rm_does_not_say_its_kill_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RM whose /conf does not answer: the job is submitted, its workers stopped at once on SIGTERM."""
+    responses.get(f"{RM}/conf", status=500, body="no configuration here")
+    responses.get(f"{RM}/app/v1/services/qjob", status=404, json={"diagnostics": "Service qjob not found"})
+    responses.post(f"{RM}/app/v1/services", status=500, json={"diagnostics": "stop here"})
+    code, out = run(monkeypatch, "--num_workers", "1", "--worker_resources", "memory-mb=512,vcores=1")
+    assert code == 1 and "stop here" in out, out  # the RM was asked to run the job
+    [posted] = [c.request for c in responses.calls if c.request.method == "POST"]
+    assert "SUBMARINE_SIGKILL_DELAY_MS" not in json.loads(posted.body or "{}")["configuration"]["env"]
 
 
 def test_every_container_of_the_job_is_in_its_queue() -> None:
