@@ -16,10 +16,11 @@ cost being ``resize_cost_s`` when given, else the job's measured ``resize_cost_s
 :data:`DEFAULT_RESIZE_COST_S`; the horizon the job's remaining time when it reports its remaining work
 (see below: a resize costs a job near its end most), else its age, at least :data:`MIN_HORIZON_S` (a
 job that has run long is expected to run long); and the hysteresis :data:`RESIZE_HYSTERESIS`. The choice
-is exact: dynamic programming over the jobs and the slots. The arbiter gives each job the batch and accumulation
-of its best configuration at the count it gets (a job policy's batch applies only at the count it asked for
-it with: the engine's rule). Jobs in their cooldown, and jobs that are not elastic,
-keep what they hold, except that a waiting job may start with workers taken from a job in its cooldown
+is exact: dynamic programming over the jobs and the slots, over counts that pack on nodes (a divisor of a node's
+slots or whole nodes), up to what the job's policy asked for rounded up to such a count. The arbiter gives
+each job the batch and accumulation of its best configuration at the count it gets (a job policy's batch
+applies only at the count it asked for it with: the engine's rule). Jobs in their cooldown, and jobs that are
+not elastic, keep what they hold, except that a waiting job may start with workers taken from a job in its cooldown
 that was not shrunk within it (the engine's rule; the arbiter allows such shrinks only in a round in which
 a waiting job starts). A job grows at most :data:`~submarine_elastic.policy.goodput_model.EXPLORE_FACTOR`
 times past the most workers it was measured at; before its first measurement, to the count it was
@@ -530,7 +531,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             if not job.elastic or request.settled or job.waiting or counts[i] != job.holding or job.holding != low:
                 continue
             here = table.here.speedup if table.here is not None else _speedup_at(table, low)
-            top = min(low + left, request.desired, table.cap, len(table.speedup) - 1)
+            top = min(low + left, self._reach(request, table, slots), len(table.speedup) - 1)
             paid = self._paid(job, table, now)
             best = max(
                 (k for k in range(low + 1, top + 1) if self._fits(k, job, slots)),
@@ -565,6 +566,15 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             return True
         return (slots % k == 0) if k < slots else (k % slots == 0)
 
+    def _reach(self, request: Request, table: _Table, slots: int | None) -> int:
+        """The most workers the job may be given: what it asked for, rounded up to the next count that packs
+        (within its cap and maximum) where it does not (a job asking for 7 of 4-GPU nodes may get 8: rounded
+        down to 4 it could never grow past the count it holds)."""
+        job = request.job
+        top = max(job.min_workers, min(request.desired, table.cap))
+        bound = max(top, min(table.cap, job.max_workers))
+        return next((k for k in range(top, bound + 1) if self._fits(k, job, slots)), top)
+
     def _options(
         self, request: Request, table: _Table, now: float, slots: int | None, preempt: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -579,7 +589,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             shrinks = preempt and self._preemptible(request)
             ks = [k for k in range(job.min_workers, holding + 1) if self._fits(k, job, slots)] if shrinks else [holding]
         else:
-            top = max(job.min_workers, min(request.desired, table.cap))
+            top = self._reach(request, table, slots)
             ks = ([holding] if job.waiting else []) + [
                 k for k in range(job.min_workers, top + 1) if self._fits(k, job, slots)
             ]

@@ -278,6 +278,18 @@ def test_counts_pack_on_nodes_a_divisor_of_a_node_or_whole_nodes() -> None:
     assert allocate(GoodputArbiter(resize_cost_s=0), snap(one, capacity=7, slots=None))["job-a"][0] == 7
 
 
+def test_a_job_that_asks_for_a_count_that_does_not_pack_may_get_the_next_one_that_does() -> None:
+    """Asked for 7 with 4 slots a node, a job at 4 that is predicted faster at 8 gets 8: rounded down to 4, the
+    count it holds, it would never grow however many slots are free."""
+    a = goodput_job(current=4, measured=FAST, noise=1e6)
+    s = snap(a, capacity=16)
+    (given,) = GoodputArbiter(resize_cost_s=0).allocate(s, [Request(a, 7, settled=False, reason="wish")])
+    assert (given.workers, given.nodes) == (8, 2), given
+    # Asked for what it holds, it keeps it.
+    kept = GoodputArbiter(resize_cost_s=0).allocate(s, [Request(a, 4, settled=False, reason="wish")])
+    assert all(k.workers == 4 for k in kept), kept
+
+
 def test_a_job_grows_at_most_the_explore_factor_past_what_was_measured() -> None:
     measured = [step(1, 64), step(1, 128), step(2, 64)]
     counts = allocate(GoodputArbiter(resize_cost_s=0), snap(goodput_job(current=2, measured=measured), capacity=64))
