@@ -57,7 +57,7 @@ from submarine_elastic.controller.capacity import CapacityFilter, count_slots, f
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, RecordedPoint
+from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, RecentPoint
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
@@ -851,12 +851,12 @@ class ControllerService(Controller):
                 if history.get(stat.world_size) != measured:
                     history[stat.world_size] = measured
                     self._history_updates.append((job_id, stat.world_size, *measured))
-            points = self.metrics.series(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
-            losses = loss_window((p.point.step, p.point.loss) for p in points if p.point.HasField("loss"))
+            points = self.metrics.recent(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
+            losses = loss_window((p.step, p.loss) for p in points if p.loss is not None)
             points = points[-SERIES_WINDOW:]
             for p in points:
-                if p.point.HasField("step_time_seconds") and p.worker.instance:
-                    step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
+                if p.step_time_seconds is not None and p.instance:
+                    step_times.setdefault(p.instance, []).append(p.step_time_seconds)
             if summary.noise is not None:
                 noise_scale = summary.noise.gradient_noise_scale
             batch_size = _global_batch(points, summary.world_size)
@@ -896,7 +896,7 @@ def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.Re
     )
 
 
-def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
+def _global_batch(points: list[RecentPoint], world_size: int) -> int | None:
     """The job's global batch now, from the steps every rank at ``world_size`` reported among ``points``: the
     sum of the ranks' batches that most of those steps add up to (the newest such sum on a tie); else (no step
     has every rank's report yet) the newest step's batch times ``world_size``; None without one.
@@ -906,10 +906,10 @@ def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
     by_step: dict[int, dict[int, int]] = {}
     newest: tuple[int, int] | None = None  # (step, batch) of the newest report
     for p in points:
-        if p.world_size == world_size and p.point.HasField("batch_size"):
-            by_step.setdefault(p.point.step, {})[p.worker.rank] = p.point.batch_size
-            if newest is None or p.point.step >= newest[0]:
-                newest = (p.point.step, p.point.batch_size)
+        if p.world_size == world_size and p.batch_size is not None:
+            by_step.setdefault(p.step, {})[p.rank] = p.batch_size
+            if newest is None or p.step >= newest[0]:
+                newest = (p.step, p.batch_size)
     sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
     if sums:
         counts = collections.Counter(sums)
