@@ -57,7 +57,13 @@ from submarine_elastic.controller.capacity import CapacityFilter, count_slots, f
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, RecentPoint
+from submarine_elastic.metrics.api import (
+    MAX_JOBS,
+    MAX_POINTS_PER_REPLY,
+    InvalidPointError,
+    MetricsStore,
+    RecentPoint,
+)
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
@@ -82,6 +88,12 @@ SERIES_WINDOW = 40  # recent points per job per round that give the step times p
 #: Most points read per job per round for its loss window (every rank reports each step): LOSS_WINDOW steps of up
 #: to 8 ranks, about 1 ms; a larger ring's window spans fewer steps.
 LOSS_POINTS = 8 * LOSS_WINDOW
+#: Jobs the controller's metrics store keeps, the least recently updated evicted beyond: the most a store may keep,
+#: so that a controller of up to that many live jobs reads every job's metrics...
+METRICS_JOBS = MAX_JOBS
+#: ... each with its newest points up to what one GetJob returns (``job show``); a round reads at most LOSS_POINTS.
+#: About 0.55 MiB a job at most (docs/security.md), 560 MiB for all of them.
+METRICS_POINTS_PER_JOB = MAX_POINTS_PER_REPLY
 #: The worker name of the points :meth:`ControllerService.report_metrics` keeps in the metrics store.
 REPORTED = "controller-api"
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
@@ -161,7 +173,7 @@ class ControllerService(Controller):
         self.store = store
         self.engine = engine
         self.backend = backend
-        self.metrics: MetricsStore = metrics if metrics is not None else InMemoryStore()
+        self.metrics: MetricsStore = metrics if metrics is not None else metrics_store()
         self.interval = interval
         self.stall_after = stall_after
         self.capacity = capacity
@@ -877,6 +889,13 @@ class ControllerService(Controller):
             configurations=configurations,
             resize_cost_s=resize_cost,
         )
+
+
+def metrics_store() -> InMemoryStore:
+    """The store of the controller's metrics service: the metrics of :data:`METRICS_JOBS` jobs, each
+    :data:`METRICS_POINTS_PER_JOB` points deep (the store's own default keeps 256 jobs, and a controller of more
+    would run the others without their metrics)."""
+    return InMemoryStore(max_jobs=METRICS_JOBS, points_per_job=METRICS_POINTS_PER_JOB)
 
 
 def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
