@@ -104,6 +104,9 @@ class ControllerStore:
         self.path = path
         self.readonly = readonly
         self._lock = threading.Lock()
+        # job id -> its throughput history as written: this store is its only writer, so a round reads every
+        # job's without a query (a read-only store, beside a running controller, queries every time).
+        self._throughput: dict[str, dict[int, tuple[float, int]]] = {}
         if readonly:
             self._db = sqlite3.connect(
                 f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S
@@ -155,6 +158,7 @@ class ControllerStore:
             run = 1 if row is None else int(row["run"]) + 1
             db.execute("DELETE FROM jobs WHERE job_id=?", (job.job_id,))
             db.execute("DELETE FROM throughput WHERE job_id=?", (job.job_id,))
+            self._throughput.pop(job.job_id, None)
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
                 " source, policy, run, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -192,6 +196,8 @@ class ControllerStore:
                 return False
             current.check(state)
             db.execute("UPDATE jobs SET state=? WHERE job_id=?", (state.value, job_id))
+            if state is JobState.FINISHED:
+                self._throughput.pop(job_id, None)  # no round reads it again
             return True
 
     def update_job(
@@ -349,14 +355,25 @@ class ControllerStore:
                 " samples_per_second=excluded.samples_per_second, steps=excluded.steps",
                 rows,
             )
+        with self._lock:  # committed: the histories read before follow
+            for job_id, world_size, samples_per_second, steps in rows:
+                known = self._throughput.get(job_id)
+                if known is not None:
+                    known[world_size] = (float(samples_per_second), int(steps))
 
     def throughput(self, job_id: str) -> dict[int, tuple[float, int]]:
         """``world_size -> (samples_per_second, steps)`` measured for the job's current run."""
         with self._lock:
+            known = self._throughput.get(job_id)
+            if known is not None:
+                return dict(known)
             rows = self._db.execute(
                 "SELECT world_size, samples_per_second, steps FROM throughput WHERE job_id=?", (job_id,)
             ).fetchall()
-        return {int(r["world_size"]): (float(r["samples_per_second"]), int(r["steps"])) for r in rows}
+            found = {int(r["world_size"]): (float(r["samples_per_second"]), int(r["steps"])) for r in rows}
+            if not self.readonly:
+                self._throughput[job_id] = dict(found)
+        return found
 
     def put(self, key: str, value: Any) -> None:
         with self._tx() as db:

@@ -559,3 +559,27 @@ def test_a_rounds_ring_sizes_are_recorded_together_and_unknown_jobs_skipped(tmp_
         ("b", 1, 50.0, 1),
     ]
     store.close()
+
+
+def test_the_throughput_history_a_round_reads_is_what_the_database_holds(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "c.db")
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    store.record_throughputs([("big", 2, 100.0, 5)])
+
+    def queried() -> dict[int, tuple[float, int]]:
+        reader = ControllerStore(tmp_path / "c.db", readonly=True)  # no history kept: a query each time
+        try:
+            return reader.throughput("big")
+        finally:
+            reader.close()
+
+    assert store.throughput("big") == queried() == {2: (100.0, 5)}
+    store.record_throughputs([("big", 2, 110.0, 9), ("big", 4, 190.0, 3)])
+    assert store.throughput("big") == queried() == {2: (110.0, 9), 4: (190.0, 3)}
+    store.throughput("big")[8] = (1.0, 1)  # a copy: what the caller does with it is not kept
+    assert store.throughput("big") == queried()
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 2.0, JobSource.CLI))  # a new run
+    assert store.throughput("big") == queried() == {}
+    store.record_throughputs([("big", 1, 60.0, 2)])
+    assert store.throughput("big") == queried() == {1: (60.0, 2)}
+    store.close()
