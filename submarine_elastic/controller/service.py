@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from submarine_elastic.controller.api import (
     Controller,
@@ -391,6 +391,8 @@ class ControllerService(Controller):
         snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
         recorded = []
         decided: set[str] = set()
+        # Each decision with its job's changes, to record all in one transaction, then how to send it.
+        to_send: list[_ToSend] = []
         for decision in self.engine.decide(snapshot):
             job = next(j for j in managed if j.job_id == decision.job_id)
             if self._busy(job.job_id):
@@ -406,23 +408,28 @@ class ControllerService(Controller):
                     job.target,
                     f"replace {', '.join(decision.replace)}: {decision.reason}",
                 )
-                decision_id = self.store.add_decision(record)
-                self.store.update_job(job.job_id, last_resize_at=record.time)
-                recorded.append(record)
-                self._apply(decision_id, record, job.target, replace=tuple(decision.replace))
+                changes: dict[str, Any] = {"last_resize_at": record.time}
+                to_send.append(_ToSend(record, changes, job.target, replace=tuple(decision.replace)))
                 continue
             if decision.target_workers == job.target:
                 if batch is not None:  # the batch alone changes: no resize, no cooldown
                     record = DecisionRecord(job.job_id, self.clock(), job.target, job.target, decision.reason)
-                    decision_id = self.store.add_decision(record)
-                    recorded.append(record)
-                    self._apply(decision_id, record, job.target, batch=batch, restarts_cooldown=False)
+                    to_send.append(_ToSend(record, {}, job.target, batch=batch, restarts_cooldown=False))
                 continue
             record = DecisionRecord(job.job_id, self.clock(), holding, decision.target_workers, decision.reason)
-            decision_id = self.store.add_decision(record)
-            self.store.update_job(job.job_id, target=decision.target_workers, last_resize_at=record.time)
-            recorded.append(record)
-            self._apply(decision_id, record, job.target, batch=batch)
+            changes = {"target": decision.target_workers, "last_resize_at": record.time}
+            to_send.append(_ToSend(record, changes, job.target, batch=batch))
+        ids = self.store.add_decisions([(send.record, send.changes) for send in to_send])
+        for decision_id, send in zip(ids, to_send, strict=True):
+            recorded.append(send.record)
+            self._apply(
+                decision_id,
+                send.record,
+                send.previous_target,
+                send.replace,
+                restarts_cooldown=send.restarts_cooldown,
+                batch=send.batch,
+            )
         recorded += self._lower_short_targets(managed, room, decided, now)
         for job_id in set(self._job_policies) - {job.job_id for job in live}:
             # Its policy has had its after_train: a restarted controller would not set it again.
@@ -889,6 +896,18 @@ class ControllerService(Controller):
             configurations=configurations,
             resize_cost_s=resize_cost,
         )
+
+
+class _ToSend(NamedTuple):
+    """A decision of a round, recorded with its job's ``changes`` before any is sent (:meth:`ControllerService._apply`
+    takes the rest)."""
+
+    record: DecisionRecord
+    changes: dict[str, Any]
+    previous_target: int
+    replace: tuple[str, ...] = ()
+    batch: pb.Target | None = None
+    restarts_cooldown: bool = True
 
 
 def metrics_store() -> InMemoryStore:

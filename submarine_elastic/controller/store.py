@@ -228,11 +228,8 @@ class ControllerStore:
         }
         if not fields:
             return
-        sets = ", ".join(f"{name}=?" for name in fields)
         with self._tx() as db:
-            cur = db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))  # noqa: S608
-            if cur.rowcount == 0:
-                raise UnknownJobError(f"no job named {job_id!r}")
+            _update_job(db, job_id, fields)
 
     def observe(self, sizes: dict[str, int], observed_at: float) -> None:
         """Record each job's ring size as read at ``observed_at``, all in one transaction (a round reads
@@ -261,23 +258,23 @@ class ControllerStore:
     def add_decision(self, record: DecisionRecord) -> int:
         """Record a decision for the job's current run (``record.run`` is not read)."""
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, stalled,"
-                " progress, run) VALUES (?,?,?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
-                (
-                    record.job_id,
-                    record.time,
-                    record.from_workers,
-                    record.to_workers,
-                    record.reason,
-                    int(record.applied),
-                    record.error,
-                    int(record.state is DecisionState.STALLED),
-                    record.progress,
-                    record.job_id,
-                ),
-            )
-            return int(cur.lastrowid or 0)
+            return _insert_decision(db, record)
+
+    def add_decisions(self, decisions: list[tuple[DecisionRecord, dict[str, Any]]]) -> list[int]:
+        """Record a round's decisions, each with the fields of its job that change with it (as
+        :meth:`update_job` takes them), in one transaction (one commit each had cost a round of 500 resizes
+        0.15 s); their ids, in order.
+
+        Raises:
+            UnknownJobError: a job to change is not stored (nothing is recorded).
+        """
+        with self._tx() as db:
+            ids = []
+            for record, fields in decisions:
+                ids.append(_insert_decision(db, record))
+                if fields:
+                    _update_job(db, record.job_id, fields)
+            return ids
 
     def finish_decision(self, decision_id: int, state: DecisionState, error: str | None = None) -> None:
         """Mark a pending or stalled decision applied, or failed with ``error`` (its progress is cleared).
@@ -466,3 +463,30 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         run=row["run"],
         progress=row["progress"] if state.converging else None,
     )
+
+
+def _update_job(db: sqlite3.Connection, job_id: str, fields: dict[str, Any]) -> None:
+    sets = ", ".join(f"{name}=?" for name in fields)
+    cur = db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))  # noqa: S608
+    if cur.rowcount == 0:
+        raise UnknownJobError(f"no job named {job_id!r}")
+
+
+def _insert_decision(db: sqlite3.Connection, record: DecisionRecord) -> int:
+    cur = db.execute(
+        "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, stalled,"
+        " progress, run) VALUES (?,?,?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
+        (
+            record.job_id,
+            record.time,
+            record.from_workers,
+            record.to_workers,
+            record.reason,
+            int(record.applied),
+            record.error,
+            int(record.state is DecisionState.STALLED),
+            record.progress,
+            record.job_id,
+        ),
+    )
+    return int(cur.lastrowid or 0)

@@ -583,3 +583,25 @@ def test_the_throughput_history_a_round_reads_is_what_the_database_holds(tmp_pat
     store.record_throughputs([("big", 1, 60.0, 2)])
     assert store.throughput("big") == queried() == {1: (60.0, 2)}
     store.close()
+
+
+def test_a_rounds_decisions_are_recorded_together_with_their_jobs_changes_or_not_at_all(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "c.db")
+    for job in ("a", "b"):
+        store.upsert_job(JobRecord(job, 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    one, other = DecisionRecord("a", 10.0, 2, 3, "grow"), DecisionRecord("b", 10.0, 2, 2, "batch only")
+    ids = store.add_decisions([(one, {"target": 3, "last_resize_at": 10.0}), (other, {})])
+    assert ids[1] == ids[0] + 1
+    assert [(d.to_workers, d.reason) for d in store.decisions("a")] == [(3, "grow")]
+    assert [(d.to_workers, d.reason) for d in store.decisions("b")] == [(2, "batch only")]
+    assert (store.job("a").target, store.job("a").last_resize_at) == (3, 10.0)
+    assert (store.job("b").target, store.job("b").last_resize_at) == (2, None)
+    with pytest.raises(UnknownJobError, match="nope"):
+        store.add_decisions(
+            [
+                (DecisionRecord("a", 20.0, 3, 4, "more"), {"target": 4}),
+                (DecisionRecord("nope", 20.0, 1, 2, "more"), {"target": 2}),
+            ]
+        )
+    assert len(store.decisions("a")) == 1 and store.job("a").target == 3  # nothing of the failed round
+    store.close()
