@@ -44,10 +44,9 @@ from typing import Any
 import psutil
 
 from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
-from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.service import METRICS_JOBS, ControllerService, metrics_store
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.metrics.api import MAX_JOBS
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter_spec, load_job_policy_spec
@@ -131,9 +130,9 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
     if memory:
         tracemalloc.start()
     cluster = InstantCluster()
-    # Room for every job's metrics: the store's default keeps 256 jobs and evicts the least recently updated,
-    # which past 256 jobs would leave the policy without the metrics of the others.
-    metrics = InMemoryStore(max_jobs=min(MAX_JOBS, max(256, jobs + rounds + 1)))
+    metrics = metrics_store()  # the controller's own: every job's metrics up to METRICS_JOBS jobs
+    if jobs > METRICS_JOBS:
+        raise ValueError(f"{jobs} jobs are more than the controller keeps the metrics of ({METRICS_JOBS})")
     with tempfile.TemporaryDirectory() as tmp:
         service = ControllerService(
             ControllerStore(Path(tmp) / "c.db"),

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from submarine_elastic.controller.api import (
     Controller,
@@ -57,7 +57,13 @@ from submarine_elastic.controller.capacity import CapacityFilter, count_slots, f
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import JOB_NAME
-from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, RecordedPoint
+from submarine_elastic.metrics.api import (
+    MAX_JOBS,
+    MAX_POINTS_PER_REPLY,
+    InvalidPointError,
+    MetricsStore,
+    RecentPoint,
+)
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
@@ -82,6 +88,12 @@ SERIES_WINDOW = 40  # recent points per job per round that give the step times p
 #: Most points read per job per round for its loss window (every rank reports each step): LOSS_WINDOW steps of up
 #: to 8 ranks, about 1 ms; a larger ring's window spans fewer steps.
 LOSS_POINTS = 8 * LOSS_WINDOW
+#: Jobs the controller's metrics store keeps, the least recently updated evicted beyond: the most a store may keep,
+#: so that a controller of up to that many live jobs reads every job's metrics...
+METRICS_JOBS = MAX_JOBS
+#: ... each with its newest points up to what one GetJob returns (``job show``); a round reads at most LOSS_POINTS.
+#: About 0.55 MiB a job at most (docs/security.md), 560 MiB for all of them.
+METRICS_POINTS_PER_JOB = MAX_POINTS_PER_REPLY
 #: The worker name of the points :meth:`ControllerService.report_metrics` keeps in the metrics store.
 REPORTED = "controller-api"
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
@@ -161,7 +173,7 @@ class ControllerService(Controller):
         self.store = store
         self.engine = engine
         self.backend = backend
-        self.metrics: MetricsStore = metrics if metrics is not None else InMemoryStore()
+        self.metrics: MetricsStore = metrics if metrics is not None else metrics_store()
         self.interval = interval
         self.stall_after = stall_after
         self.capacity = capacity
@@ -379,6 +391,8 @@ class ControllerService(Controller):
         snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
         recorded = []
         decided: set[str] = set()
+        # Each decision with its job's changes, to record all in one transaction, then how to send it.
+        to_send: list[_ToSend] = []
         for decision in self.engine.decide(snapshot):
             job = next(j for j in managed if j.job_id == decision.job_id)
             if self._busy(job.job_id):
@@ -394,23 +408,28 @@ class ControllerService(Controller):
                     job.target,
                     f"replace {', '.join(decision.replace)}: {decision.reason}",
                 )
-                decision_id = self.store.add_decision(record)
-                self.store.update_job(job.job_id, last_resize_at=record.time)
-                recorded.append(record)
-                self._apply(decision_id, record, job.target, replace=tuple(decision.replace))
+                changes: dict[str, Any] = {"last_resize_at": record.time}
+                to_send.append(_ToSend(record, changes, job.target, replace=tuple(decision.replace)))
                 continue
             if decision.target_workers == job.target:
                 if batch is not None:  # the batch alone changes: no resize, no cooldown
                     record = DecisionRecord(job.job_id, self.clock(), job.target, job.target, decision.reason)
-                    decision_id = self.store.add_decision(record)
-                    recorded.append(record)
-                    self._apply(decision_id, record, job.target, batch=batch, restarts_cooldown=False)
+                    to_send.append(_ToSend(record, {}, job.target, batch=batch, restarts_cooldown=False))
                 continue
             record = DecisionRecord(job.job_id, self.clock(), holding, decision.target_workers, decision.reason)
-            decision_id = self.store.add_decision(record)
-            self.store.update_job(job.job_id, target=decision.target_workers, last_resize_at=record.time)
-            recorded.append(record)
-            self._apply(decision_id, record, job.target, batch=batch)
+            changes = {"target": decision.target_workers, "last_resize_at": record.time}
+            to_send.append(_ToSend(record, changes, job.target, batch=batch))
+        ids = self.store.add_decisions([(send.record, send.changes) for send in to_send])
+        for decision_id, send in zip(ids, to_send, strict=True):
+            recorded.append(send.record)
+            self._apply(
+                decision_id,
+                send.record,
+                send.previous_target,
+                send.replace,
+                restarts_cooldown=send.restarts_cooldown,
+                batch=send.batch,
+            )
         recorded += self._lower_short_targets(managed, room, decided, now)
         for job_id in set(self._job_policies) - {job.job_id for job in live}:
             # Its policy has had its after_train: a restarted controller would not set it again.
@@ -851,12 +870,12 @@ class ControllerService(Controller):
                 if history.get(stat.world_size) != measured:
                     history[stat.world_size] = measured
                     self._history_updates.append((job_id, stat.world_size, *measured))
-            points = self.metrics.series(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
-            losses = loss_window((p.point.step, p.point.loss) for p in points if p.point.HasField("loss"))
+            points = self.metrics.recent(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
+            losses = loss_window((p.step, p.loss) for p in points if p.loss is not None)
             points = points[-SERIES_WINDOW:]
             for p in points:
-                if p.point.HasField("step_time_seconds") and p.worker.instance:
-                    step_times.setdefault(p.worker.instance, []).append(p.point.step_time_seconds)
+                if p.step_time_seconds is not None and p.instance:
+                    step_times.setdefault(p.instance, []).append(p.step_time_seconds)
             if summary.noise is not None:
                 noise_scale = summary.noise.gradient_noise_scale
             batch_size = _global_batch(points, summary.world_size)
@@ -879,6 +898,25 @@ class ControllerService(Controller):
         )
 
 
+class _ToSend(NamedTuple):
+    """A decision of a round, recorded with its job's ``changes`` before any is sent (:meth:`ControllerService._apply`
+    takes the rest)."""
+
+    record: DecisionRecord
+    changes: dict[str, Any]
+    previous_target: int
+    replace: tuple[str, ...] = ()
+    batch: pb.Target | None = None
+    restarts_cooldown: bool = True
+
+
+def metrics_store() -> InMemoryStore:
+    """The store of the controller's metrics service: the metrics of :data:`METRICS_JOBS` jobs, each
+    :data:`METRICS_POINTS_PER_JOB` points deep (the store's own default keeps 256 jobs, and a controller of more
+    would run the others without their metrics)."""
+    return InMemoryStore(max_jobs=METRICS_JOBS, points_per_job=METRICS_POINTS_PER_JOB)
+
+
 def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
     """``report`` as the point a training process would stream: the job's throughput split evenly over its
     ``world_size`` workers (the store keeps examples per second per worker)."""
@@ -896,7 +934,7 @@ def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.Re
     )
 
 
-def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
+def _global_batch(points: list[RecentPoint], world_size: int) -> int | None:
     """The job's global batch now, from the steps every rank at ``world_size`` reported among ``points``: the
     sum of the ranks' batches that most of those steps add up to (the newest such sum on a tie); else (no step
     has every rank's report yet) the newest step's batch times ``world_size``; None without one.
@@ -906,10 +944,10 @@ def _global_batch(points: list[RecordedPoint], world_size: int) -> int | None:
     by_step: dict[int, dict[int, int]] = {}
     newest: tuple[int, int] | None = None  # (step, batch) of the newest report
     for p in points:
-        if p.world_size == world_size and p.point.HasField("batch_size"):
-            by_step.setdefault(p.point.step, {})[p.worker.rank] = p.point.batch_size
-            if newest is None or p.point.step >= newest[0]:
-                newest = (p.point.step, p.point.batch_size)
+        if p.world_size == world_size and p.batch_size is not None:
+            by_step.setdefault(p.step, {})[p.rank] = p.batch_size
+            if newest is None or p.step >= newest[0]:
+                newest = (p.step, p.batch_size)
     sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
     if sums:
         counts = collections.Counter(sums)

@@ -104,6 +104,9 @@ class ControllerStore:
         self.path = path
         self.readonly = readonly
         self._lock = threading.Lock()
+        # job id -> its throughput history as written: this store is its only writer, so a round reads every
+        # job's without a query (a read-only store, beside a running controller, queries every time).
+        self._throughput: dict[str, dict[int, tuple[float, int]]] = {}
         if readonly:
             self._db = sqlite3.connect(
                 f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S
@@ -155,6 +158,7 @@ class ControllerStore:
             run = 1 if row is None else int(row["run"]) + 1
             db.execute("DELETE FROM jobs WHERE job_id=?", (job.job_id,))
             db.execute("DELETE FROM throughput WHERE job_id=?", (job.job_id,))
+            self._throughput.pop(job.job_id, None)
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
                 " source, policy, run, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -192,6 +196,8 @@ class ControllerStore:
                 return False
             current.check(state)
             db.execute("UPDATE jobs SET state=? WHERE job_id=?", (state.value, job_id))
+            if state is JobState.FINISHED:
+                self._throughput.pop(job_id, None)  # no round reads it again
             return True
 
     def update_job(
@@ -222,11 +228,8 @@ class ControllerStore:
         }
         if not fields:
             return
-        sets = ", ".join(f"{name}=?" for name in fields)
         with self._tx() as db:
-            cur = db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))  # noqa: S608
-            if cur.rowcount == 0:
-                raise UnknownJobError(f"no job named {job_id!r}")
+            _update_job(db, job_id, fields)
 
     def observe(self, sizes: dict[str, int], observed_at: float) -> None:
         """Record each job's ring size as read at ``observed_at``, all in one transaction (a round reads
@@ -255,23 +258,23 @@ class ControllerStore:
     def add_decision(self, record: DecisionRecord) -> int:
         """Record a decision for the job's current run (``record.run`` is not read)."""
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, stalled,"
-                " progress, run) VALUES (?,?,?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
-                (
-                    record.job_id,
-                    record.time,
-                    record.from_workers,
-                    record.to_workers,
-                    record.reason,
-                    int(record.applied),
-                    record.error,
-                    int(record.state is DecisionState.STALLED),
-                    record.progress,
-                    record.job_id,
-                ),
-            )
-            return int(cur.lastrowid or 0)
+            return _insert_decision(db, record)
+
+    def add_decisions(self, decisions: list[tuple[DecisionRecord, dict[str, Any]]]) -> list[int]:
+        """Record a round's decisions, each with the fields of its job that change with it (as
+        :meth:`update_job` takes them), in one transaction (one commit each had cost a round of 500 resizes
+        0.15 s); their ids, in order.
+
+        Raises:
+            UnknownJobError: a job to change is not stored (nothing is recorded).
+        """
+        with self._tx() as db:
+            ids = []
+            for record, fields in decisions:
+                ids.append(_insert_decision(db, record))
+                if fields:
+                    _update_job(db, record.job_id, fields)
+            return ids
 
     def finish_decision(self, decision_id: int, state: DecisionState, error: str | None = None) -> None:
         """Mark a pending or stalled decision applied, or failed with ``error`` (its progress is cleared).
@@ -349,14 +352,25 @@ class ControllerStore:
                 " samples_per_second=excluded.samples_per_second, steps=excluded.steps",
                 rows,
             )
+        with self._lock:  # committed: the histories read before follow
+            for job_id, world_size, samples_per_second, steps in rows:
+                known = self._throughput.get(job_id)
+                if known is not None:
+                    known[world_size] = (float(samples_per_second), int(steps))
 
     def throughput(self, job_id: str) -> dict[int, tuple[float, int]]:
         """``world_size -> (samples_per_second, steps)`` measured for the job's current run."""
         with self._lock:
+            known = self._throughput.get(job_id)
+            if known is not None:
+                return dict(known)
             rows = self._db.execute(
                 "SELECT world_size, samples_per_second, steps FROM throughput WHERE job_id=?", (job_id,)
             ).fetchall()
-        return {int(r["world_size"]): (float(r["samples_per_second"]), int(r["steps"])) for r in rows}
+            found = {int(r["world_size"]): (float(r["samples_per_second"]), int(r["steps"])) for r in rows}
+            if not self.readonly:
+                self._throughput[job_id] = dict(found)
+        return found
 
     def put(self, key: str, value: Any) -> None:
         with self._tx() as db:
@@ -449,3 +463,30 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         run=row["run"],
         progress=row["progress"] if state.converging else None,
     )
+
+
+def _update_job(db: sqlite3.Connection, job_id: str, fields: dict[str, Any]) -> None:
+    sets = ", ".join(f"{name}=?" for name in fields)
+    cur = db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))  # noqa: S608
+    if cur.rowcount == 0:
+        raise UnknownJobError(f"no job named {job_id!r}")
+
+
+def _insert_decision(db: sqlite3.Connection, record: DecisionRecord) -> int:
+    cur = db.execute(
+        "INSERT INTO decisions (job_id, time, from_workers, to_workers, reason, applied, error, stalled,"
+        " progress, run) VALUES (?,?,?,?,?,?,?,?,?, COALESCE((SELECT run FROM jobs WHERE job_id=?), 1))",
+        (
+            record.job_id,
+            record.time,
+            record.from_workers,
+            record.to_workers,
+            record.reason,
+            int(record.applied),
+            record.error,
+            int(record.state is DecisionState.STALLED),
+            record.progress,
+            record.job_id,
+        ),
+    )
+    return int(cur.lastrowid or 0)

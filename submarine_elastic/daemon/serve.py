@@ -25,7 +25,7 @@ from submarine_elastic.controller.api import ControllerError, ControllerInfo
 from submarine_elastic.controller.backend import YarnJobBackend
 from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.server import ControllerServer
-from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.service import ControllerService, metrics_store
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import ServerStartError
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
@@ -114,6 +114,7 @@ def serve(
             # The CLI reads every job with the operator token; each job reports with its own credential,
             # made from the key (submarine job run asks locate.metrics_credential for it).
             metrics = MetricsServer(
+                metrics_store(),
                 host=host,
                 port=metrics_port,
                 token=locate.token_for(where, locate.METRICS_TOKEN),

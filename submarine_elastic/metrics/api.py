@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from submarine_elastic.metrics.proto import metrics_pb2
 
@@ -35,6 +36,9 @@ MAX_THROUGHPUT_SIZES = 32
 MAX_CONFIGURATIONS = 32
 #: ... and the most recent step times each keeps for its median.
 STEP_TIME_SAMPLES = 64
+#: A job's most recent points kept besides its columns as :class:`RecentPoint` tuples, so that the controller reads
+#: its window every round without building a message per point (:meth:`MetricsStore.recent`); about 40 KiB a job.
+RECENT_POINTS = 256
 #: Resize pauses a job keeps (the most recent), whose median its summary gives...
 RESIZE_PAUSES = 8
 #: ... each at most this long: a longer gap between rank 0's steps at two ring sizes is not a resize's pause
@@ -69,6 +73,31 @@ StepPoint = metrics_pb2.StepPoint
 ReportBatch = metrics_pb2.ReportBatch
 RecordedPoint = metrics_pb2.RecordedPoint
 WatchEvent = metrics_pb2.WatchEvent
+
+
+class RecentPoint(NamedTuple):
+    """One recent step of a worker, the fields a policy's snapshot reads; None where the step left one out."""
+
+    instance: str
+    rank: int
+    world_size: int
+    step: int
+    loss: float | None
+    step_time_seconds: float | None
+    batch_size: int | None
+
+    @classmethod
+    def of(cls, recorded: metrics_pb2.RecordedPoint) -> RecentPoint:
+        point = recorded.point
+        return cls(
+            recorded.worker.instance,
+            recorded.worker.rank,
+            recorded.world_size,
+            point.step,
+            point.loss if point.HasField("loss") else None,
+            point.step_time_seconds if point.HasField("step_time_seconds") else None,
+            point.batch_size if point.HasField("batch_size") else None,
+        )
 
 
 class MetricsError(Exception):
@@ -237,6 +266,16 @@ class MetricsStore(ABC):
         Raises:
             UnknownJobError: the store holds nothing for ``job_id``.
         """
+
+    def recent(self, job_id: str, max_points: int) -> list[RecentPoint]:
+        """The points :meth:`series` gives for ``min(max_points, RECENT_POINTS)``, as :class:`RecentPoint`:
+        what the controller reads for every job every round, which a store may answer without building
+        messages.
+
+        Raises:
+            UnknownJobError: the store holds nothing for ``job_id``.
+        """
+        return [RecentPoint.of(p) for p in self.series(job_id, min(max_points, RECENT_POINTS))]
 
     @abstractmethod
     def forget(self, job_id: str) -> None:

@@ -59,6 +59,11 @@ class Steps(Protocol):
         """The steps as messages (built, for columns)."""
         ...
 
+    def rows(self, limit: int) -> list[tuple[int, float | None, float | None, int | None]]:
+        """``(step, loss, step time, batch size)`` of the last ``limit`` steps, None where a step leaves one
+        out."""
+        ...
+
     @property
     def nbytes(self) -> int:
         """Memory the steps hold, arrays and their Python objects counted (an upper estimate)."""
@@ -176,6 +181,19 @@ class ColumnSteps:
         sizes = self.batch_size[timed]
         times = times[timed]
         return {int(size): times[sizes == size] for size in np.unique(sizes)}
+
+    def rows(self, limit: int) -> list[tuple[int, float | None, float | None, int | None]]:
+        start = max(0, len(self.seq) - limit)
+        steps = self.step[start:].tolist()
+        columns = []
+        for name in ("loss", "step_time_seconds"):
+            values = self.optional.get(name)
+            columns.append(
+                [None] * len(steps) if values is None else [v if v == v else None for v in values[start:].tolist()]
+            )
+        batch = self.batch_size
+        sizes = [None] * len(steps) if batch is None else [b or None for b in batch[start:].tolist()]
+        return list(zip(steps, *columns, sizes, strict=True))
 
     def points(self) -> list[metrics_pb2.StepPoint]:
         # One conversion to Python per column, not one per value.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
@@ -19,6 +20,7 @@ from submarine_elastic.metrics.api import (
     MAX_RESIZE_PAUSE_S,
     MAX_STEPS_PER_SECOND,
     MAX_THROUGHPUT_SIZES,
+    RECENT_POINTS,
     RESIZE_PAUSES,
     SEQ_WINDOW,
     STEP_TIME_SAMPLES,
@@ -30,6 +32,7 @@ from submarine_elastic.metrics.api import (
     JobSummary,
     MetricsStore,
     NoiseEstimate,
+    RecentPoint,
     Subscription,
     ThroughputStat,
     UnknownJobError,
@@ -114,6 +117,8 @@ class _Job:
         self.ring: deque[_Chunk] = deque()
         self.ring_points = 0
         self.ring_bytes = 0
+        # The newest RECENT_POINTS steps of the ring again, as tuples (RecentPoint), in the ring's order.
+        self.recent: deque[RecentPoint] = deque(maxlen=RECENT_POINTS)
         # (instance, incarnation) -> (highest seq held, server time it arrived)
         self.last_seq: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
         self.seen: OrderedDict[str, float] = OrderedDict()
@@ -329,6 +334,10 @@ class InMemoryStore(MetricsStore):
                 last = accepted.last_seq
                 chunk = _Chunk(header, accepted, now)
                 self._keep(job, chunk)
+                job.recent.extend(
+                    RecentPoint(header.instance, header.rank, header.world_size, *row)
+                    for row in accepted.rows(RECENT_POINTS)
+                )
                 if header.rank == 0:
                     self._track_resizes(job, header.world_size, accepted)
                 self._aggregate(job, header.world_size, accepted, self._alpha)
@@ -524,6 +533,15 @@ class InMemoryStore(MetricsStore):
                 wanted -= size
         # Chunks never change once kept, so the messages are built outside the lock.
         return [recorded for chunk in reversed(chunks) for recorded in _recorded(chunk)]
+
+    def recent(self, job_id: str, max_points: int) -> list[RecentPoint]:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise UnknownJobError(job_id)
+            # The ring may hold fewer points than the tuples (it also drops its oldest by bytes).
+            wanted = min(max(max_points, 0), job.ring_points, len(job.recent))
+            return list(itertools.islice(job.recent, len(job.recent) - wanted, None))
 
     def forget(self, job_id: str) -> None:
         with self._lock:

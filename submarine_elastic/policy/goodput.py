@@ -349,6 +349,22 @@ def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> 
     return batch, accum
 
 
+def _cheapest(dp: np.ndarray, ks: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One step of the arbiter's dynamic programme: for every room ``c``, the least ``dp[c - ks[j]] + values[j]``
+    (inf where no option fits) and the first ``j`` that gives it. One pass over the rooms per option (a job has
+    a few), not a rooms x options matrix."""
+    best = np.full(len(dp), np.inf)
+    pick = np.zeros(len(dp), dtype=np.int64)
+    for j, (k, value) in enumerate(zip(ks.tolist(), values.tolist(), strict=True)):
+        if k >= len(dp):
+            continue
+        cand = dp[: len(dp) - k] + value
+        better = cand < best[k:]
+        best[k:][better] = cand[better]
+        pick[k:][better] = j
+    return best, pick
+
+
 # --------------------------------------------------------------------------------------- job policy
 
 
@@ -674,14 +690,13 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         nothing fits."""
         dp = np.zeros(capacity + 1)
         choices = []
-        room = np.arange(capacity + 1)[:, None]
+        most = 0  # the most slots the jobs so far can take: dp is flat from there on
         for request, table in zip(requests, tables, strict=True):
             ks, values, moves = self._options(request, table, now, slots, preempt)
-            idx = room - ks[None, :]
-            cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
-            pick = np.argmin(cand, axis=1)
-            dp = cand[np.arange(capacity + 1), pick]
-            choices.append((ks, moves, pick))
+            most = min(capacity, most + int(ks.max()))
+            best, pick = _cheapest(dp[: most + 1], ks, values)
+            dp = np.concatenate((best, np.full(capacity - most, best[most])))
+            choices.append((ks, moves, np.concatenate((pick, np.full(capacity - most, pick[most])))))
         if not math.isfinite(dp[capacity]):
             return None
         counts: list[int] = []

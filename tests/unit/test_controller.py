@@ -559,3 +559,49 @@ def test_a_rounds_ring_sizes_are_recorded_together_and_unknown_jobs_skipped(tmp_
         ("b", 1, 50.0, 1),
     ]
     store.close()
+
+
+def test_the_throughput_history_a_round_reads_is_what_the_database_holds(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "c.db")
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    store.record_throughputs([("big", 2, 100.0, 5)])
+
+    def queried() -> dict[int, tuple[float, int]]:
+        reader = ControllerStore(tmp_path / "c.db", readonly=True)  # no history kept: a query each time
+        try:
+            return reader.throughput("big")
+        finally:
+            reader.close()
+
+    assert store.throughput("big") == queried() == {2: (100.0, 5)}
+    store.record_throughputs([("big", 2, 110.0, 9), ("big", 4, 190.0, 3)])
+    assert store.throughput("big") == queried() == {2: (110.0, 9), 4: (190.0, 3)}
+    store.throughput("big")[8] = (1.0, 1)  # a copy: what the caller does with it is not kept
+    assert store.throughput("big") == queried()
+    store.upsert_job(JobRecord("big", 1, 4, 2, 2, True, JobState.RUNNING, 2.0, JobSource.CLI))  # a new run
+    assert store.throughput("big") == queried() == {}
+    store.record_throughputs([("big", 1, 60.0, 2)])
+    assert store.throughput("big") == queried() == {1: (60.0, 2)}
+    store.close()
+
+
+def test_a_rounds_decisions_are_recorded_together_with_their_jobs_changes_or_not_at_all(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "c.db")
+    for job in ("a", "b"):
+        store.upsert_job(JobRecord(job, 1, 4, 2, 2, True, JobState.RUNNING, 1.0, JobSource.CLI))
+    one, other = DecisionRecord("a", 10.0, 2, 3, "grow"), DecisionRecord("b", 10.0, 2, 2, "batch only")
+    ids = store.add_decisions([(one, {"target": 3, "last_resize_at": 10.0}), (other, {})])
+    assert ids[1] == ids[0] + 1
+    assert [(d.to_workers, d.reason) for d in store.decisions("a")] == [(3, "grow")]
+    assert [(d.to_workers, d.reason) for d in store.decisions("b")] == [(2, "batch only")]
+    assert (store.job("a").target, store.job("a").last_resize_at) == (3, 10.0)
+    assert (store.job("b").target, store.job("b").last_resize_at) == (2, None)
+    with pytest.raises(UnknownJobError, match="nope"):
+        store.add_decisions(
+            [
+                (DecisionRecord("a", 20.0, 3, 4, "more"), {"target": 4}),
+                (DecisionRecord("nope", 20.0, 1, 2, "more"), {"target": 2}),
+            ]
+        )
+    assert len(store.decisions("a")) == 1 and store.job("a").target == 3  # nothing of the failed round
+    store.close()

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.controller.service import LOSS_POINTS, ControllerService
+from submarine_elastic.controller.service import (
+    LOSS_POINTS,
+    METRICS_JOBS,
+    METRICS_POINTS_PER_JOB,
+    SERIES_WINDOW,
+    ControllerService,
+    metrics_store,
+)
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.api import RECENT_POINTS
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import LOSS_WINDOW, PolicyEngine, Snapshot, StepTime, load_arbiter, load_job_policy
@@ -210,3 +218,50 @@ def test_a_new_run_of_a_name_reads_none_of_the_last_runs_metrics(tmp_path: Path)
     c.report_metrics("job", 2, 0, 50.0, loss=2.0)
     assert [(p.point.step, p.point.loss) for p in metrics.series("job", 10)] == [(0, 2.0)]
     assert c.store.throughput("job") == {2: (50.0, 1)}
+
+
+def test_the_controllers_metrics_store_keeps_every_job_of_a_controller_of_up_to_its_bound(tmp_path: Path) -> None:
+    # More jobs than a metrics store keeps by default (256): each still has its metrics in the snapshot.
+    jobs = 300
+    cluster = ReplacingCluster(capacity=3 * jobs)
+    seen: list[Snapshot] = []
+    engine = PolicyEngine(load_job_policy("static"), load_arbiter("fair-share"), cooldown_s=0)
+    decide = engine.decide
+    engine.decide = lambda snapshot: seen.append(snapshot) or decide(snapshot)  # type: ignore[method-assign]
+    c = ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, capacity=cluster.slots, clock=Clock())
+    for i in range(jobs):
+        job = f"job-{i:03d}"
+        c.job_submitted(job, 1, 2, 1)
+        cluster.sizes[job] = 1
+        c.metrics.ingest(
+            metrics_pb2.ReportBatch(
+                job_id=job,
+                worker=metrics_pb2.WorkerRef(instance="worker-0", rank=0),
+                incarnation="i1",
+                world_size=1,
+                points=[metrics_pb2.StepPoint(seq=1, step=i + 1, loss=1.0, wall_time=1.7e9)],
+            )
+        )
+    c.tick()
+    assert c.wait_idle(10)
+    assert sorted(v.metrics.step for v in seen[-1].jobs) == list(range(1, jobs + 1))
+
+
+def test_the_controllers_metrics_store_is_bounded_in_jobs_and_points() -> None:
+    store = metrics_store()
+    for i in range(METRICS_JOBS + 1):
+        store.ingest(
+            metrics_pb2.ReportBatch(
+                job_id=f"job-{i:04d}",
+                worker=metrics_pb2.WorkerRef(instance="worker-0", rank=0),
+                incarnation="i1",
+                world_size=1,
+                points=[metrics_pb2.StepPoint(seq=1, step=1, wall_time=1.7e9)],
+            )
+        )
+    assert len(store.jobs()) == METRICS_JOBS == 1024
+    assert "job-0000" not in store.jobs()  # the least recently updated went
+    report(store, rank=0, world_size=1, batch=32, step_times=[0.1] * (METRICS_POINTS_PER_JOB + 10), first_step=0)
+    assert len(store.series("job", 10_000)) == METRICS_POINTS_PER_JOB == 1024
+    # A round reads no more of a job than the store keeps as tuples.
+    assert SERIES_WINDOW <= LOSS_POINTS <= RECENT_POINTS <= METRICS_POINTS_PER_JOB

@@ -3,14 +3,17 @@ waiting job, and a fresh job's first size."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import pytest
 
 from submarine_elastic.policy import GoodputArbiter, GoodputPolicy, JobView, PolicyConfigError, PolicyEngine, Request
-from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT
+from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT, _cheapest
 
-from .test_policy_goodput import FAST, allocate, goodput_job, snap
+from .test_policy_goodput import FAST, allocate, allocate_full, goodput_job, snap
 
 
 def remaining(view: JobView, samples: float) -> JobView:
@@ -86,3 +89,65 @@ def test_a_resize_is_charged_against_the_time_the_job_has_left() -> None:
     assert counts(1e9)["job-a"] < 12  # hours left: 30 s is worth moving to an even split
     # a minute or two left: the same 30 s is most of it, and both keep what they hold
     assert counts(2e5).get("job-a", 12) == 12 and counts(2e5).get("job-b", 4) == 4
+
+
+def _cheapest_by_matrix(dp: np.ndarray, ks: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The dynamic programme's step as a rooms x options matrix, the first least option per room."""
+    idx = np.arange(len(dp))[:, None] - ks[None, :]
+    cand = np.where(idx >= 0, dp[np.clip(idx, 0, None)], np.inf) + values[None, :]
+    pick = np.argmin(cand, axis=1)
+    return cand[np.arange(len(dp)), pick], pick
+
+
+def test_the_programmes_step_per_option_is_the_matrix_one_ties_and_unreachable_rooms_included() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        rooms = int(rng.integers(1, 40))
+        dp = rng.choice([0.5, 1.0, 2.0, np.inf], size=rooms)  # few distinct values: ties are common
+        ks = rng.choice(np.arange(0, rooms + 5), size=int(rng.integers(1, 7)), replace=False).astype(np.int64)
+        values = rng.choice([0.25, 0.5, 1.0], size=len(ks))
+        best, pick = _cheapest(dp, ks, values)
+        want_best, want_pick = _cheapest_by_matrix(dp, ks, values)
+        assert np.array_equal(best, want_best)
+        assert np.array_equal(pick, want_pick)
+
+
+def _solve_by_matrix(
+    self: GoodputArbiter,
+    requests: Sequence[Request],
+    tables: Sequence[Any],
+    now: float,
+    capacity: int,
+    slots: int | None,
+    preempt: bool,
+) -> tuple[list[int], list[bool]] | None:
+    """The arbiter's programme over every room for every job, each step a rooms x options matrix."""
+    dp = np.zeros(capacity + 1)
+    choices = []
+    for request, table in zip(requests, tables, strict=True):
+        ks, values, moves = self._options(request, table, now, slots, preempt)
+        dp, pick = _cheapest_by_matrix(dp, ks, values)
+        choices.append((ks, moves, pick))
+    if not np.isfinite(dp[capacity]):
+        return None
+    counts, moved, left = [], [], capacity
+    for ks, moves, pick in reversed(choices):
+        counts.append(int(ks[pick[left]]))
+        moved.append(bool(moves[pick[left]]))
+        left -= counts[-1]
+    return counts[::-1], moved[::-1]
+
+
+@pytest.mark.parametrize("capacity", [130, 200, 400])
+def test_the_arbiter_allocates_as_the_full_matrix_programme_does(
+    capacity: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [
+        goodput_job(f"job-{i:02d}", current=[0, 1, 2, 4, 8][i % 5], submitted_at=100.0 * i, max_workers=4 + i % 13)
+        for i in range(40)
+    ]
+    s = snap(*jobs, capacity=capacity)
+    fast = allocate_full(GoodputArbiter(), s)
+    monkeypatch.setattr(GoodputArbiter, "_solve", _solve_by_matrix)
+    assert allocate_full(GoodputArbiter(), s) == fast
+    assert fast  # the arbiter changes jobs

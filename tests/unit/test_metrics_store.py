@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from submarine_elastic.metrics.api import InvalidPointError, UnknownJobError
+from submarine_elastic.metrics.api import RECENT_POINTS, InvalidPointError, MetricsStore, RecentPoint, UnknownJobError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 
@@ -326,3 +326,41 @@ def test_a_resize_pause_is_rank_0s_gap_between_sizes_less_the_steps_own_time() -
     # A job lost whole and resumed from a checkpoint long after is no resize pause.
     store.ingest(timed(0, 1, [(8, 4000.0, 0.9)]))
     assert store.summary("job-a").resize_pause_s == pytest.approx(1.7)
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [{}, {"points_per_job": 50}, {"bytes_per_job": 64 * 1024}],
+    ids=["default", "ring-of-50-points", "ring-bounded-by-bytes"],
+)
+def test_recent_points_are_the_series_newest_points_without_messages(bounds: dict[str, int]) -> None:
+    store = InMemoryStore(**bounds)
+    for seq in range(1, 400):
+        for rank in range(3):
+            point = metrics_pb2.StepPoint(seq=seq, step=seq, wall_time=1.7e9 + seq)
+            if seq % 3:
+                point.loss = 1.0 / seq
+            if seq % 4:
+                point.step_time_seconds = 0.1 * (rank + 1)
+            if seq % 5:
+                point.batch_size = 32 + rank
+            points = [point]
+            if seq % 7 == 0:  # a resend of the point before, then the new one
+                points.insert(0, metrics_pb2.StepPoint(seq=seq - 1, step=seq - 1, wall_time=1.7e9 + seq - 1))
+            store.ingest(
+                metrics_pb2.ReportBatch(
+                    job_id="job-a",
+                    worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+                    incarnation="inc-1",
+                    world_size=3,
+                    points=points,
+                )
+            )
+    store.ingest(batch([1], job="job-b", loss=0.5))  # another job's points are not among job-a's
+    for max_points in (0, 1, 40, 128, RECENT_POINTS, RECENT_POINTS + 100):
+        built = MetricsStore.recent(store, "job-a", max_points)  # from the messages series() builds
+        assert store.recent("job-a", max_points) == built
+        assert len(built) == min(max_points, RECENT_POINTS, len(store.series("job-a", 10_000)))
+    assert store.recent("job-b", 10) == [RecentPoint("worker-0", 0, 1, 10, 0.5, None, None)]
+    with pytest.raises(UnknownJobError):
+        store.recent("nope", 10)
