@@ -749,14 +749,17 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         )
     # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
     gpus = any(w.gpus for w in st.workers)
-    extra = ["gpus on its node"] if gpus else []
+    # The node each worker runs on (its NodeManager, host:port), where its agent named it.
+    nodes = any(w.node for w in st.workers)
+    extra = (["node"] if nodes else []) + (["gpus on its node"] if gpus else [])
     table = _table("workers", "instance", "container", "state", "rank", "exit", *extra)
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
         state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
+        node = [w.node or "-"] if nodes else []
         devices = [",".join(map(str, w.gpus)) or "-"] if gpus else []
-        table.add_row(w.instance, w.container_id, state, rank, exit_code, *devices)
+        table.add_row(w.instance, w.container_id, state, rank, exit_code, *node, *devices)
     console.print(table)
     _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
     if st.error and phase is not JobPhase.FAILED:
