@@ -30,6 +30,7 @@ digits >= 1, blanks around them allowed; anything else is an error naming the va
 | ``SUBMARINE_CHECKPOINT_EVERY`` | training | write a checkpoint every N commits (default 50; ``job run --checkpoint_every``) |
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
+| ``NM_HOST`` / ``NM_PORT`` | job | set by YARN in each container: the worker's node (``host:port``), which its agent reports so the controller knows each job's placement |
 | ``SUBMARINE_AGENT_FD`` | training | socket to the worker agent; set by the agent, read by ``tf_hooks.elastic.ring`` |
 | ``SUBMARINE_SIGKILL_DELAY_MS`` | job | the NodeManagers' delay from SIGTERM to SIGKILL (``job run`` reads it from the cluster): how long a worker whose container YARN stops (preempted) has to leave its ring |
 | ``SUBMARINE_QUEUE`` | job | the YARN queue the job runs in (``job run --queue``): the driver grows back after a preemption within what it may hold |
@@ -258,6 +259,13 @@ def sigkill_delay_s() -> float | None:
     if not value.isdigit():
         raise ValueError(f"SUBMARINE_SIGKILL_DELAY_MS must be a whole number of milliseconds, got {value!r}")
     return int(value) / 1000
+
+
+def node_id() -> str:
+    """The NodeManager this container runs on as YARN names the node (``NM_HOST:NM_PORT``, which YARN sets in
+    every container); empty outside a container. Two NodeManagers of one host are two nodes."""
+    host, port = _get("NM_HOST"), _get("NM_PORT")
+    return f"{host}:{port}" if host and port else ""
 
 
 def worker_instance() -> str:

@@ -35,6 +35,7 @@ from submarine_elastic.elastic.client import (
     load_outcome,
     refuse_unfit_queue,
     refuse_unplaceable,
+    refuse_unplaceable_placement,
     submit,
     with_kill_delay,
 )
@@ -43,6 +44,7 @@ from submarine_elastic.elastic.jobspec import (
     DriverTls,
     JobRequest,
     JobSpecError,
+    Placement,
     WorkerResources,
     build_service,
     describe_code,
@@ -203,6 +205,12 @@ def job() -> None:
     help="Largest global batch the job's batch may be set to (SUBMARINE_MAX_BATCH_SIZE). Without it and "
     "--min_batch_size the driver takes any batch.",
 )
+@click.option(
+    "--placement",
+    type=click.Choice([p.value for p in Placement]),
+    default=None,
+    help="How YARN places the workers: spread = at most one worker on a node (default: wherever it has room).",
+)
 @click.option("--queue", default=None, help="YARN queue.")
 @click.option("--docker_image", default=None, help="Worker image (needs a Docker-enabled NodeManager).")
 @click.option(
@@ -276,6 +284,7 @@ def run(
     checkpoint_every: int | None,
     min_batch_size: int | None,
     max_batch_size: int | None,
+    placement: str | None,
     queue: str | None,
     docker_image: str | None,
     workdir: Path | None,
@@ -334,6 +343,7 @@ def run(
             checkpoint_path=checkpoint_path,
             checkpoint_every=checkpoint_every,
             batch_limits=batch_limits,
+            placement=None if placement is None else Placement(placement),
             queue=queue,
             docker_image=docker_image,
             workdir=code_dir,
@@ -350,6 +360,7 @@ def run(
         build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
         with YarnServiceClient(req.rm_url) as yarn:
             refuse_unplaceable(yarn, req.resources)
+            refuse_unplaceable_placement(yarn, req)
             refuse_unfit_queue(yarn, req)
             req = with_kill_delay(yarn, req)
             if clear_ended_service(yarn, name):
@@ -738,14 +749,17 @@ def _print_driver_view(st: pb.JobStatus) -> None:
         )
     # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
     gpus = any(w.gpus for w in st.workers)
-    extra = ["gpus on its node"] if gpus else []
+    # The node each worker runs on (its NodeManager, host:port), where its agent named it.
+    nodes = any(w.node for w in st.workers)
+    extra = (["node"] if nodes else []) + (["gpus on its node"] if gpus else [])
     table = _table("workers", "instance", "container", "state", "rank", "exit", *extra)
     for w in st.workers:
         exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
         rank = str(w.rank) if w.rank >= 0 else "-"
         state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
+        node = [w.node or "-"] if nodes else []
         devices = [",".join(map(str, w.gpus)) or "-"] if gpus else []
-        table.add_row(w.instance, w.container_id, state, rank, exit_code, *devices)
+        table.add_row(w.instance, w.container_id, state, rank, exit_code, *node, *devices)
     console.print(table)
     _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
     if st.error and phase is not JobPhase.FAILED:

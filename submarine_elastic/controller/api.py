@@ -676,6 +676,11 @@ class JobBackend(ABC):
         ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none, or not known. Does not block."""
         return None
 
+    def placement(self, job_id: str) -> tuple[int, ...]:
+        """How the job's ring members spread over nodes (the workers on each node it uses), as its driver reported
+        them in the last :meth:`ring_size`; () when not known. Does not block."""
+        return ()
+
     def instances(self, job_id: str) -> tuple[str, ...]:
         """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
         return ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 
 from submarine_elastic import resources
 from submarine_elastic.controller.api import (
@@ -49,6 +50,15 @@ def _size(component: ComponentStatus, default: Resources) -> Resources:
     return default
 
 
+def placement_of(status: pb.JobStatus) -> tuple[int, ...]:
+    """The ring members on each node, most first, from a driver's Status; () unless every member's node is known
+    (an agent of an older release names none: a partial count would tell the policy a wrong spread)."""
+    members = [w.node for w in status.workers if w.rank >= 0]
+    if not members or not all(members):
+        return ()
+    return tuple(sorted(Counter(members).values(), reverse=True))
+
+
 class YarnJobBackend(JobBackend):
     """Jobs of one ResourceManager.
 
@@ -61,6 +71,7 @@ class YarnJobBackend(JobBackend):
         self.yarn = YarnServiceClient(rm_url, timeout=RM_TIMEOUT)
         self._clients: dict[str, JobClient] = {}
         self._batch_limits: dict[str, tuple[int, int]] = {}  # job id -> its batch limits, as its driver reported
+        self._placement: dict[str, tuple[int, ...]] = {}  # job id -> its ring members per node, as its driver reported
         self._driver, self._worker = _template_sizes()
         self._am: Resources | None = None
 
@@ -150,11 +161,16 @@ class YarnJobBackend(JobBackend):
             self._batch_limits[job_id] = (int(status.min_batch_size), int(status.max_batch_size))
         else:
             self._batch_limits.pop(job_id, None)
+        self._placement[job_id] = placement_of(status)
         return int(status.world_size) if status.phase == JobPhase.RUNNING.wire else None
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         """The job's batch limits as its driver reported them in the last :meth:`ring_size` (no call of its own)."""
         return self._batch_limits.get(job_id)
+
+    def placement(self, job_id: str) -> tuple[int, ...]:
+        """The job's ring members per node as its driver reported them in the last :meth:`ring_size`."""
+        return self._placement.get(job_id, ())
 
     def instances(self, job_id: str) -> tuple[str, ...]:
         client = self._client(job_id)
@@ -224,4 +240,5 @@ class YarnJobBackend(JobBackend):
         if client is not None:
             client.close()
         self._batch_limits.pop(job_id, None)
+        self._placement.pop(job_id, None)
         forget_job(job_id)

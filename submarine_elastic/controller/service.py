@@ -368,6 +368,7 @@ class ControllerService(Controller):
             current, pending = room.holding[job.job_id]
             self._use_policy(job)
             batch_limits = self.backend.batch_limits(job.job_id)
+            placement = self.backend.placement(job.job_id) if sizes[job.job_id] is not None else ()
             views.append(
                 JobView(
                     job_id=job.job_id,
@@ -382,6 +383,9 @@ class ControllerService(Controller):
                     metrics=self._metrics(job.job_id),
                     min_batch_size=batch_limits[0] if batch_limits else None,
                     max_batch_size=batch_limits[1] if batch_limits else None,
+                    # What the driver last read; a count that no longer fits what the job holds (a resize
+                    # between the two reads) is left unknown rather than refused.
+                    placement=placement if sum(placement) <= current + pending else (),
                 )
             )
         self.store.record_throughputs(self._history_updates)

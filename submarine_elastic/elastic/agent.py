@@ -174,6 +174,8 @@ class Agent:
         self.instance = instance
         self.container_id = container_id
         self.host = host
+        #: the NodeManager its container runs on (``host:port``), told to the driver in each Hello
+        self.node = env.node_id()
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
         #: the GPUs its training process may use (None: a worker without any)
@@ -456,6 +458,7 @@ class Agent:
                 agent_id=self.agent_id,
                 resume=resume,
                 gpus=self.pinning.minors if self.pinning is not None else (),
+                node=self.node,
             )
         )
 

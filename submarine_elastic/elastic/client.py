@@ -70,6 +70,42 @@ def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> N
         )
 
 
+#: The RM setting that makes its scheduler honour a component's placement constraints, and the values that do
+#: (``disabled``, Hadoop's default, makes the RM refuse the ApplicationMaster's scheduling requests: it fails).
+PLACEMENT_HANDLER = "yarn.resourcemanager.placement-constraints.handler"
+PLACEMENT_HANDLERS = ("scheduler", "placement-processor")
+
+
+def refuse_unplaceable_placement(yarn: YarnServiceClient, req: JobRequest) -> None:
+    """Refuse a ``--placement`` the cluster cannot honour, before anything is submitted: an RM that does not
+    handle placement constraints (the service's ApplicationMaster would fail on its first request), or a spread
+    of more workers than the cluster has running nodes (YARN would keep the extra workers pending for ever; a
+    grow up to ``--max_workers`` too). Blocks for two requests to the RM (none without a placement).
+
+    Raises:
+        JobSpecError: what the cluster lacks, with the flag and the figures.
+        YarnError: the RM did not answer.
+    """
+    if req.placement is None:
+        return
+    handler = yarn.config_value(PLACEMENT_HANDLER)
+    if handler not in PLACEMENT_HANDLERS:
+        raise JobSpecError(
+            f"--placement {req.placement}: the ResourceManager at {yarn.rm_url} does not handle placement "
+            f"constraints ({PLACEMENT_HANDLER} is {handler or 'disabled'!r}); set it to 'scheduler' in its "
+            "yarn-site.xml (the pseudo-cluster does), or run the job without --placement"
+        )
+    nodes = yarn.nodes()
+    most = req.limits.max
+    if most > len(nodes):
+        flag = "--max_workers" if req.elastic and most != req.limits.num else "--num_workers"
+        raise JobSpecError(
+            f"--placement {req.placement} puts at most one worker on a node, but {flag} asks {most} workers and the "
+            f"cluster at {yarn.rm_url} has {len(nodes)} running node{'s' if len(nodes) != 1 else ''}"
+            f"{' (' + ', '.join(n.node_id for n in nodes) + ')' if nodes else ''}: at most {len(nodes)} workers"
+        )
+
+
 #: The YARN Services ApplicationMaster's memory where the RM does not say (``yarn.service.am-resource.memory``,
 #: Hadoop's default).
 AM_DEFAULT_MEMORY_MB = 1024

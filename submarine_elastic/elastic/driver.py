@@ -358,7 +358,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         # Refused before it is registered: a name without its number would fail every Status and resize after.
         instance_problem = WORKER_INSTANCE.problem(hello.instance)
         problems = [] if instance_problem is None else [instance_problem]
-        for what, value in (("container_id", hello.container_id), ("host", hello.host), ("agent_id", hello.agent_id)):
+        for what, value in (
+            ("container_id", hello.container_id),
+            ("host", hello.host),
+            ("agent_id", hello.agent_id),
+            ("node", hello.node),
+        ):
             if len(value) > MAX_AGENT_FIELD_LENGTH:
                 problems.append(f"Hello.{what} is {len(value)} characters, above {MAX_AGENT_FIELD_LENGTH}")
         if not (hello.agent_id or hello.container_id):
@@ -368,7 +373,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused Hello: " + "; ".join(problems))
             return
         agent = AgentHandle(
-            hello.agent_id or hello.container_id, hello.instance, hello.container_id, hello.host, tuple(hello.gpus)
+            hello.agent_id or hello.container_id,
+            hello.instance,
+            hello.container_id,
+            hello.host,
+            tuple(hello.gpus),
+            node=hello.node,
         )
         refusal = self._adopt(agent, hello.resume if hello.HasField("resume") else None)
         if refusal:
@@ -576,6 +586,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 exit_code=a.exit_code,
                 preempted=a.preempted,
                 gpus=a.gpus,
+                node=a.node,
             )
             for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
         ]

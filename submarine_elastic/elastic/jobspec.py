@@ -15,6 +15,7 @@ import shlex
 import socket
 import sys
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -171,6 +172,19 @@ class DriverTls:
         )
 
 
+class Placement(StrEnum):
+    """How a job's workers are placed on the cluster's nodes (``job run --placement``), as YARN's placement
+    constraints on the ``worker`` component say it; without one, YARN puts them wherever it has room."""
+
+    #: at most one worker on a node (anti-affinity of the workers to each other): a job holds as many nodes as
+    #: workers, and never more workers than the cluster has nodes
+    SPREAD = "spread"
+
+    def constraint(self) -> dict[str, object]:
+        """The constraint of the worker component's ``placement_policy`` (the YARN Services API's form)."""
+        return {"type": "ANTI_AFFINITY", "scope": "NODE", "target_tags": [WORKER_COMPONENT]}
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """What ``submarine job run`` was asked for."""
@@ -210,6 +224,8 @@ class JobRequest:
     #: a packed Python environment (``--python_env``) whose interpreter the job runs; None: ``python`` (or, with
     #: ``docker_image``, the image's ``python3``)
     python_env: PackedEnv | None = field(default=None, repr=False)
+    #: how the workers are placed on nodes (``--placement``); None: wherever YARN has room
+    placement: Placement | None = None
 
     @cached_property
     def job_tls(self) -> JobTls | None:
@@ -710,6 +726,9 @@ def build_service(req: JobRequest) -> Service:
             comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
                 req.launch_cmd.encode()
             ).decode()
+            if req.placement is not None:
+                # Fixed for the service's life: YARN applies it to every worker it starts, a flex's too.
+                comp["placement_policy"] = {"constraints": [req.placement.constraint()]}
     try:
         from submarine_elastic.yarn import Service  # pydantic: only a submission needs it
 

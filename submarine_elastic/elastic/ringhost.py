@@ -37,6 +37,8 @@ class AgentHandle:
     host: str
     #: the minor numbers of its node's GPUs its training process sees (its Hello's)
     gpus: tuple[int, ...] = ()
+    #: the NodeManager it runs on, ``host:port`` (its Hello's; empty: not known)
+    node: str = ""
     commands: queue.Queue[pb.AgentCommand | None] = field(default_factory=queue.Queue)
     state: WorkerState = WorkerState.ATTACHED
     exit_code: int | None = None

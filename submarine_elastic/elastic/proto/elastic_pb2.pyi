@@ -70,20 +70,22 @@ class Preempted(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "container_id", "host", "agent_id", "resume", "gpus")
+    __slots__ = ("instance", "container_id", "host", "agent_id", "resume", "gpus", "node")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     host: str
     agent_id: str
     resume: Resume
     gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    node: str
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Resume(_message.Message):
     __slots__ = ("state", "rank", "driver_incarnation")
@@ -242,7 +244,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "preempted", "gpus")
+    __slots__ = ("instance", "container_id", "state", "rank", "exit_code", "preempted", "gpus", "node")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +252,7 @@ class WorkerStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTED_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     instance: str
     container_id: str
     state: WorkerState
@@ -257,7 +260,8 @@ class WorkerStatus(_message.Message):
     exit_code: int
     preempted: bool
     gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., preempted: bool = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    node: str
+    def __init__(self, instance: _Optional[str] = ..., container_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., rank: _Optional[int] = ..., exit_code: _Optional[int] = ..., preempted: bool = ..., gpus: _Optional[_Iterable[int]] = ..., node: _Optional[str] = ...) -> None: ...
 
 class ResizeEvent(_message.Message):
     __slots__ = ("time", "from_workers", "to_workers", "reason")
