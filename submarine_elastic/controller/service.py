@@ -62,6 +62,7 @@ from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import (
+    DEFAULT_QUEUE,
     LOSS_WINDOW,
     Decision,
     JobMetrics,
@@ -208,6 +209,7 @@ class ControllerService(Controller):
         policy: str | None = None,
         app_id: str | None = None,
         gpus: int = 0,
+        queue: str | None = None,
     ) -> JobRecord:
         """A job arrived; a name the controller knew already starts a new run of it (see :class:`JobRecord`).
         A job submitted with ``job run`` is pending until YARN shows its application; the others run.
@@ -217,7 +219,7 @@ class ControllerService(Controller):
                 not load (named, with why), or ``gpus`` per worker that no node of the cluster has (as ``job run``
                 refuses them; not checked with a fixed ``capacity`` or while the nodes are unknown).
         """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus)
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus, queue)
         if job.gpus and self.capacity is None:
             self._refuse_unplaceable(job)
         if job.policy is not None:
@@ -237,6 +239,7 @@ class ControllerService(Controller):
             job.source,
             app_id=app_id,
             policy=job.policy,
+            queue=job.queue,
         )
         run = self.store.upsert_job(record)
         if run > 1:  # what the metrics store holds of the name is the last run's, as the history dropped
@@ -351,6 +354,8 @@ class ControllerService(Controller):
             log.warning("the cluster's nodes are unknown (the ResourceManager did not answer); no decision this round")
             return []
         managed = [job for job in live if job.job_id in room.holding]
+        queues = self.backend.queues() if self.capacity is None else []
+        names = [q.name for q in queues]
         views = []
         for job in managed:
             current, pending = room.holding[job.job_id]
@@ -370,13 +375,16 @@ class ControllerService(Controller):
                     metrics=self._metrics(job.job_id),
                     min_batch_size=batch_limits[0] if batch_limits else None,
                     max_batch_size=batch_limits[1] if batch_limits else None,
+                    queue=_queue_of(job, names),
                 )
             )
         self.store.record_throughputs(self._history_updates)
         self._history_updates.clear()
         total = sum(v.holding for v in views)
         metrics_of = {v.job_id: v.metrics for v in views}
-        snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
+        snapshot = Snapshot(
+            now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views), queues=tuple(queues)
+        )
         recorded = []
         decided: set[str] = set()
         for decision in self.engine.decide(snapshot):
@@ -811,7 +819,14 @@ class ControllerService(Controller):
             new_run = seen is not None and not seen.live and seen.app_id not in (None, app.app_id)
             if (seen is None or new_run) and JOB_NAME.matches(name):
                 self.job_submitted(
-                    name, app.workers, app.workers, app.workers, elastic=False, source=JobSource.YARN, app_id=app.app_id
+                    name,
+                    app.workers,
+                    app.workers,
+                    app.workers,
+                    elastic=False,
+                    source=JobSource.YARN,
+                    app_id=app.app_id,
+                    queue=app.queue,
                 )
 
     def _started(self, job: JobRecord) -> None:
@@ -877,6 +892,14 @@ class ControllerService(Controller):
             configurations=configurations,
             resize_cost_s=resize_cost,
         )
+
+
+def _queue_of(job: JobRecord, queues: list[str]) -> str:
+    """The leaf queue a job counts in: the one it names (a leaf name, or a path's last part), YARN's
+    ``default`` when it names none; the first of ``queues`` when that is not one of them (no queues: the one
+    pool, :data:`DEFAULT_QUEUE`)."""
+    leaf = (job.queue or DEFAULT_QUEUE).rsplit(".", 1)[-1]
+    return leaf if leaf in queues or not queues else queues[0]
 
 
 def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
