@@ -32,8 +32,9 @@ slots alone, by the queue's own copy of the arbiter (made when the queue is firs
 remembers of its jobs stays within their queue). A growth beyond its queue's slots is refused like one beyond
 the cluster's; a queue that holds more than its slots (another queue's jobs asked for their guarantee back)
 shrinks its elastic jobs, the largest first, to their minimum at most, as a waiting job's arrival would (a job
-shrunk within its cooldown already is left). Then growths of the latest-submitted jobs are refused until all
-queues together fit the cluster.
+shrunk within its cooldown already is left), but only as far as the other queues take the slots this round (an
+arrival that cannot start even so takes nothing, as in one pool). Then growths of the latest-submitted jobs are
+refused until all queues together fit the cluster.
 
 The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
 may start by taking workers from a job inside its cooldown, unless that job already gave workers
@@ -526,10 +527,16 @@ class PolicyEngine:
             )
             arbiter = self._queue_arbiter(queue.name, refusals)
             got, why, batches = self._arbitrate(view, mine, refusals, arbiter)
-            self._reclaim(mine, got, why, room, queue.name)
             targets.update(got)
             reasons.update(why)
             chosen.update(batches)
+        for queue in snapshot.queues:
+            # Over its slots, a queue gives back what the others take this round, down to its slots at most:
+            # slots its owner's jobs cannot use yet (an arrival that does not fit) stay where they are.
+            mine = [r for r in requests if r.job.queue == queue.name]
+            others = sum(targets.values()) - sum(targets[r.job_id] for r in mine)
+            keep = min(queue.slots(snapshot.available)[1], max(slots[queue.name], snapshot.available - others))
+            self._reclaim(mine, targets, reasons, keep, queue.name)
         self._refuse_growths(requests, targets, reasons, snapshot.available, refusals, self.arbiter.display_name)
         return targets, reasons, {job_id: a for job_id, a in chosen.items() if targets[job_id] == a.workers}
 
@@ -551,7 +558,7 @@ class PolicyEngine:
     def _reclaim(
         requests: Sequence[Request], targets: dict[str, int], reasons: dict[str, str], room: int, queue: str
     ) -> None:
-        """A queue holding more than its ``room`` shrinks its elastic jobs, the largest (then the latest
+        """A queue's jobs holding more than ``room`` shrink, the elastic ones, the largest (then the latest
         submitted) first, never below their minimum nor a job shrunk within its cooldown (in place)."""
         over = sum(targets[r.job_id] for r in requests) - room
         donors = [r for r in requests if r.job.elastic and not r.job.waiting and r.preemptible]
@@ -719,6 +726,10 @@ class PolicyEngine:
             raise PolicyStateError(f"engine state: queue_arbiters must be a mapping, got {queue_arbiters!r}")
         self._queue_arbiters = {}
         for queue, arbiter_state in queue_arbiters.items():
-            arbiter = self._queue_arbiters[str(queue)] = copy.deepcopy(self.arbiter)
+            try:
+                arbiter = copy.deepcopy(self.arbiter)
+            except Exception as exc:  # noqa: BLE001 - a user arbiter may refuse to be copied in any way
+                raise PolicyStateError(f"engine state: the arbiter cannot be copied for queue {queue}: {exc}") from exc
             arbiter.load_state_dict(arbiter_state)
+            self._queue_arbiters[str(queue)] = arbiter
         self._seen = seen

@@ -30,10 +30,16 @@ def queued(view: JobView, queue: str) -> JobView:
     return replace(view, queue=queue)
 
 
-def decide(engine: PolicyEngine, *jobs: JobView, capacity: int = 10, now: float = 1000.0) -> dict[str, int]:
+def decide(
+    engine: PolicyEngine,
+    *jobs: JobView,
+    capacity: int = 10,
+    now: float = 1000.0,
+    queues: tuple[QueueShare, ...] = QUEUES,
+) -> dict[str, int]:
     """Every job's worker count after one round (those without a decision keep what they hold)."""
     free = max(0, capacity - sum(j.holding for j in jobs))
-    snap = Snapshot(now=now, capacity=capacity, free=free, jobs=jobs, queues=QUEUES)
+    snap = Snapshot(now=now, capacity=capacity, free=free, jobs=jobs, queues=queues)
     counts = {j.job_id: j.holding for j in jobs}
     counts.update({d.job_id: d.target_workers for d in engine.decide(snap)})
     return counts
@@ -88,6 +94,17 @@ def test_a_queue_over_its_slots_with_nothing_to_shrink_keeps_the_other_from_star
     p = queued(job("p", current=0, min_workers=6, max_workers=6, elastic=False, submitted_at=5.0), "prod")
     counts = decide(engine, r, p)
     assert counts == {"r": 5, "p": 0}  # 11 would not fit 10: the arrival waits for the fixed job to end
+
+
+def test_slots_the_owners_arrival_cannot_use_stay_with_the_borrower() -> None:
+    engine = PolicyEngine(GreedyPolicy(), FairShareArbiter(), cooldown_s=0)
+    r = queued(job("r", current=10, max_workers=10), "research")
+    big = queued(job("p", current=0, min_workers=8, max_workers=8, elastic=False, submitted_at=5.0), "prod")
+    queues = (PROD, QueueShare("research", 0.4, 1.0))
+    # prod's guarantee is 6 and research wants all 10: the job of 8 cannot start, so research keeps its 10
+    assert decide(engine, r, big, queues=queues) == {"r": 10, "p": 0}
+    small = replace(big, min_workers=6, max_workers=6)
+    assert decide(engine, r, small, queues=queues) == {"r": 4, "p": 6}
 
 
 def test_one_queue_decides_exactly_as_no_queue() -> None:
