@@ -11,7 +11,10 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
 3. counts the cluster in worker slots as YARN places containers (:mod:`.capacity`: memory and vcores
    per node, each job's container sizes, the ApplicationMasters and drivers still to be placed), or
    takes ``capacity`` slots when one is given;
-4. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
+4. builds a :class:`~submarine_elastic.policy.Snapshot`, with the scheduler's queues and each job's queue,
+   and asks the policy engine for decisions (with two queues or more it decides within each queue: the
+   queue's guarantee, and what it may borrow of idle ones up to its maximum; see
+   :mod:`~submarine_elastic.policy.queues`);
 5. records each decision, then sends it to the job's driver in the background (graceful scale-in,
    stop-free scale-out; the driver takes the target and reconciles YARN and the ring toward it);
 6. follows every decision sent: it is applied once the job's YARN worker component has exactly that
@@ -896,10 +899,10 @@ class ControllerService(Controller):
 
 def _queue_of(job: JobRecord, queues: list[str]) -> str:
     """The leaf queue a job counts in: the one it names (a leaf name, or a path's last part), YARN's
-    ``default`` when it names none; the first of ``queues`` when that is not one of them (no queues: the one
-    pool, :data:`DEFAULT_QUEUE`)."""
+    ``default`` when it names none; the first of ``queues`` when that is not one of them; :data:`DEFAULT_QUEUE`
+    (the one pool) when there are no queues."""
     leaf = (job.queue or DEFAULT_QUEUE).rsplit(".", 1)[-1]
-    return leaf if leaf in queues or not queues else queues[0]
+    return leaf if leaf in queues else queues[0] if queues else DEFAULT_QUEUE
 
 
 def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
