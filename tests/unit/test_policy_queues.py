@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from submarine_elastic.policy import (
     FairShareArbiter,
@@ -58,6 +60,28 @@ def test_split_rounds_down_and_gives_the_rounding_to_who_wants_it() -> None:
     thirds = (QueueShare("a", 1 / 3), QueueShare("b", 1 / 3), QueueShare("c", 1 / 3))
     assert split_slots(10, thirds, {"a": 10, "b": 10, "c": 10}) == {"a": 4, "b": 3, "c": 3}
     assert split_slots(10, thirds, {"a": 1, "b": 1, "c": 1}) == {"a": 1, "b": 1, "c": 1}
+
+
+@st.composite
+def split_inputs(draw: st.DrawFn) -> tuple[int, tuple[QueueShare, ...], dict[str, int]]:
+    """Slots, queues whose whole-percent guarantees add up to 100 with maxima at or above them, and demands."""
+    cuts = sorted(draw(st.lists(st.integers(0, 100), min_size=0, max_size=3)))
+    guarantees = [b - a for a, b in zip([0, *cuts], [*cuts, 100], strict=True)]
+    queues = tuple(QueueShare(f"q{i}", g / 100, draw(st.integers(g, 100)) / 100) for i, g in enumerate(guarantees))
+    demand = {q.name: draw(st.integers(0, 80)) for q in queues}
+    return draw(st.integers(0, 64)), queues, demand
+
+
+@given(split_inputs())
+def test_every_split_honours_guarantees_maxima_and_the_total(case: tuple[int, tuple[QueueShare, ...], dict]) -> None:
+    available, queues, demand = case
+    got = split_slots(available, queues, demand)
+    assert sum(got.values()) <= available
+    for q in queues:
+        guaranteed, maximum = q.slots(available)
+        assert min(guaranteed, demand[q.name]) <= got[q.name] <= min(maximum, max(demand[q.name], 0))
+    wanting = [q for q in queues if got[q.name] < min(q.slots(available)[1], demand[q.name])]
+    assert not wanting or sum(got.values()) == available  # nothing idle while a queue wants more and may have it
 
 
 @pytest.mark.parametrize("arbiter", [FairShareArbiter, GoodputArbiter])
