@@ -85,8 +85,9 @@ class YarnJobBackend(JobBackend):
         ]
 
     def queues(self) -> list[QueueShare]:
-        """The RM's leaf queues (absolute capacities, percent of the cluster, as shares); the last ones read
-        when the RM does not answer, so a round never counts a cluster with queues as one pool."""
+        """The RM's leaf queues (absolute capacities, percent of the cluster, as shares; the RM reports them as
+        single-precision floats, 60 as 60.000004, so they are rounded to a thousandth of a percent); the last
+        ones read when the RM does not answer, so a round never counts a cluster with queues as one pool."""
         try:
             reports = self.yarn.queues()
         except YarnError as exc:
@@ -97,7 +98,8 @@ class YarnJobBackend(JobBackend):
             if len(set(names)) != len(names):
                 raise ValueError(f"two leaf queues share a name ({', '.join(q.path for q in reports)})")
             self._queues = [
-                QueueShare(q.name, q.capacity / 100, max(q.capacity, q.max_capacity) / 100) for q in reports
+                QueueShare(q.name, round(q.capacity, 3) / 100, round(max(q.capacity, q.max_capacity), 3) / 100)
+                for q in reports
             ]
         except ValueError as exc:  # not a CapacityScheduler answer the policies can split by
             log.warning("the scheduler's queues cannot be used (%s); counting the cluster as one pool", exc)

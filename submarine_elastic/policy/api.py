@@ -343,8 +343,8 @@ class QueueShare:
 
     def slots(self, available: int) -> tuple[int, int]:
         """(guaranteed, maximum) whole slots of ``available``; a share's rounding error leaves slots idle,
-        never over the share (a tiny epsilon absorbs float error, ``0.6 * 10``)."""
-        return math.floor(available * self.guaranteed + 1e-9), math.floor(available * self.maximum + 1e-9)
+        never over the share (an epsilon absorbs float error, ``0.6 * 10``)."""
+        return math.floor(available * self.guaranteed + 1e-6), math.floor(available * self.maximum + 1e-6)
 
 
 @dataclass(frozen=True)

@@ -90,14 +90,14 @@ def test_the_backend_reads_the_queues_shares_from_the_rm_and_keeps_them_while_it
         "scheduler": {
             "schedulerInfo": {
                 "type": "capacityScheduler",
-                "queues": {"queue": [leaf("prod", 60.0, 100.0, 8192, 8), leaf("research", 40.0, 50.0, 4096, 4)]},
+                "queues": {"queue": [leaf("prod", 60.000004, 100.0, 8192, 8), leaf("research", 40.0, 50.0, 4096, 4)]},
             }
         }
     }
     backend = YarnJobBackend(RM)
     with responses.RequestsMock() as rsps:
         rsps.get(f"{RM}/ws/v1/cluster/scheduler", json=answer)
-        assert backend.queues() == [PROD, RESEARCH]
+        assert backend.queues() == [PROD, RESEARCH]  # 60.000004 as a live RM reports 60 %: 0.6
         rsps.get(f"{RM}/ws/v1/cluster/scheduler", status=503, body="unavailable")
         assert backend.queues() == [PROD, RESEARCH]
     backend.close()
