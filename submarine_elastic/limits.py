@@ -49,6 +49,12 @@ COMPONENT_NAME = NameRule(
     re.compile(rf"[a-z][a-z0-9-]{{0,{COMPONENT_NAME_MAX_LENGTH - 1}}}"),
     f"a YARN component name: 1-{COMPONENT_NAME_MAX_LENGTH} characters of [a-z0-9-], starting with a letter",
 )
+#: A YARN queue: its leaf name or its path from ``root``, parts joined by dots.
+QUEUE = NameRule(
+    "queue",
+    re.compile(r"[A-Za-z0-9_-]{1,255}(\.[A-Za-z0-9_-]{1,255}){0,15}"),
+    "a YARN queue name or path: parts of letters, digits, '_' and '-', joined by '.' (prod, root.prod)",
+)
 #: A worker as YARN names its container (``worker-3``) or a host name; generous on purpose.
 INSTANCE = NameRule(
     "worker instance",

@@ -44,7 +44,7 @@ T = TypeVar("T")
 #: parameters, one tuple per overload (``String``: str or None, ``int``/``long``: int, ``double``: float,
 #: ``boolean``: bool). Nothing else of the service (no attribute, no dunder, nothing private) is reachable.
 INTERFACE: dict[str, tuple[tuple[type, ...], ...]] = {
-    "jobSubmitted": ((str, int, int, int, bool),),
+    "jobSubmitted": ((str, int, int, int, bool), (str, int, int, int, bool, str)),
     "jobFinished": ((str,),),
     "reportMetrics": ((str, int, int, float), (str, int, int, float, float)),
     "currentDecision": ((str,),),
@@ -124,13 +124,15 @@ class ElasticSchedulerService:
 
     # The names and arguments below are the Java interface's.
 
-    def jobSubmitted(self, jobId: str, minWorkers: int, maxWorkers: int, workers: int, elastic: bool) -> Any:
+    def jobSubmitted(
+        self, jobId: str, minWorkers: int, maxWorkers: int, workers: int, elastic: bool, queue: str | None = None
+    ) -> Any:
         return self._call(
             "jobSubmitted",
             jobId,
             lambda: self.java.job(
                 self.controller.job_submitted(
-                    jobId, minWorkers, maxWorkers, workers, elastic=elastic, source=JobSource.BRIDGE
+                    jobId, minWorkers, maxWorkers, workers, elastic=elastic, source=JobSource.BRIDGE, queue=queue
                 )
             ),
         )

@@ -468,7 +468,14 @@ def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClie
     _tell_controller(
         client,
         lambda c: c.job_submitted(
-            req.name, limits.min, limits.max, limits.num, elastic=req.elastic, policy=policy, gpus=req.resources.gpus
+            req.name,
+            limits.min,
+            limits.max,
+            limits.num,
+            elastic=req.elastic,
+            policy=policy,
+            gpus=req.resources.gpus,
+            queue=req.queue,
         ),
     )
     console.print(f"the controller manages it{' with policy ' + policy if policy else ''}")

@@ -12,6 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from submarine_elastic.cluster.api import QueueSpec
+from submarine_elastic.cluster.queues import parse_queues
+from submarine_elastic.policy import QueueShare
 from submarine_elastic.sim import (
     BatchRule,
     ClusterConfig,
@@ -97,6 +100,29 @@ def summary_table(results: dict[str, SimResult], title: str) -> Table:
     return table
 
 
+def queue_shares(jobs: list[JobSpec], queues: tuple[QueueSpec, ...]) -> tuple[QueueShare, ...]:
+    """``--queues`` as the policies take them; every job's queue must be one of them.
+
+    Raises:
+        click.ClickException: a job names a queue that ``--queues`` does not have (naming both).
+    """
+    names = [q.name for q in queues]
+    if queues:
+        for job in jobs:
+            if job.queue is not None and job.queue not in names:
+                raise click.ClickException(
+                    f"job {job.name!r} is in queue {job.queue!r}, which --queues does not have ({', '.join(names)})"
+                )
+    return tuple(QueueShare(q.name, q.capacity / 100, q.max_capacity / 100) for q in queues)
+
+
+def _queues(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[QueueSpec, ...]:
+    try:
+        return parse_queues(value) if value else ()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @click.group()
 def sim() -> None:
     """Trace-driven cluster simulator (job physics measured by Pollux, OSDI 2021)."""
@@ -176,6 +202,15 @@ def sim() -> None:
     default=None,
     help="The Pollux data directory [default: $SUBMARINE_POLLUX_DATA or the copy the package ships].",
 )
+@click.option(
+    "--queues",
+    callback=_queues,
+    default=None,
+    metavar="NAME:CAPACITY[:MAX],...",
+    help="YARN queues as `cluster up --queues` takes them (prod:60,research:40:50): the policies split the GPUs "
+    "among them (each its guarantee, idle ones lent up to a queue's maximum) and decide within each; a job is in "
+    "its workload `queue`, else the first. The baselines ignore queues [default: one pool].",
+)
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def run(
     workload: str,
@@ -194,6 +229,7 @@ def run(
     seed: int,
     arrival_scale: float,
     data_dir: Path | None,
+    queues: tuple[QueueSpec, ...],
     no_plots: bool,
 ) -> None:
     """Replay a workload under each --policy; print the summary, write results and plots to --out.
@@ -212,10 +248,11 @@ def run(
     )
     config = SimConfig(interval_s=interval, costs=costs, batch_rule=BatchRule(batch_rule))
     jobs, catalog, name = load_jobs(workload, data_dir, sample, seed, arrival_scale)
+    shares = queue_shares(jobs, queues)
     quiet_policy_logs()
     specs = policies or DEFAULT_POLICIES
     try:
-        schedulers = [load_scheduler(spec, cooldown_s=cooldown, elastic=not fixed) for spec in specs]
+        schedulers = [load_scheduler(spec, cooldown_s=cooldown, elastic=not fixed, queues=shares) for spec in specs]
     except SimError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import verdict
-from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE
+from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE, QUEUE
+from submarine_elastic.policy import QueueShare
 
 #: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).
 MAX_POLICY_SPEC_LENGTH = 512
@@ -179,6 +180,8 @@ class JobSubmission:
         policy: the job policy it asked for (``--policy``), at most :data:`MAX_POLICY_SPEC_LENGTH`
             printable characters; None: the controller's default.
         gpus: ``yarn.io/gpu`` of each worker container, 0..:data:`MAX_GPUS_PER_WORKER` (0: none).
+        queue: the YARN queue it runs in (``job run --queue``: a leaf name or a dotted path); None: the
+            cluster's default.
 
     Raises:
         InvalidJobError: any of the above does not hold (the job and the value named).
@@ -192,9 +195,12 @@ class JobSubmission:
     source: JobSource = JobSource.CLI
     policy: str | None = None
     gpus: int = 0
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
+        if self.queue is not None and (problem := QUEUE.problem(self.queue)):
+            raise InvalidJobError(f"job {self.job_id!r}: {problem}")
         _whole(f"job {self.job_id!r}: gpus", self.gpus, 0, MAX_GPUS_PER_WORKER)
         for name in ("min_workers", "max_workers", "workers"):
             _whole(f"job {self.job_id!r}: {name}", getattr(self, name), 1, MAX_WORLD_SIZE)
@@ -276,6 +282,7 @@ class JobRecord:
         observed_at: wall-clock seconds when ``workers`` was last read from the driver, or None.
         policy: the job policy it was submitted with, or None (the controller's default).
         last_resize_at: wall-clock seconds of its last resize (the start of its cooldown), or None.
+        queue: the YARN queue it was submitted to, or None (the cluster's default).
     """
 
     job_id: str
@@ -292,6 +299,7 @@ class JobRecord:
     observed_at: float | None = None
     policy: str | None = None
     last_resize_at: float | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))
@@ -470,6 +478,7 @@ class Controller(ControllerView):
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
         gpus: int = 0,
+        queue: str | None = None,
     ) -> JobRecord:
         """A job arrived (see :class:`JobSubmission` for what is checked). A name the controller knew
         already starts a new run of it. Runs the policies for the new situation (it may take workers
@@ -592,12 +601,14 @@ class ClusterApp:
         app_id: its YARN application id: tells two runs of one name apart.
         workers: the containers it holds besides its ApplicationMaster and driver (at least 1).
         started_at: wall-clock seconds when the ResourceManager started it (0 when not reported).
+        queue: the YARN queue it runs in, when reported.
     """
 
     name: str
     app_id: str
     workers: int
     started_at: float = 0.0
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -692,6 +703,12 @@ class JobBackend(ABC):
             Exception: any failure (the default: this backend cannot replace workers).
         """
         raise NotImplementedError(f"{type(self).__name__} cannot replace workers")
+
+    def queues(self) -> list[QueueShare]:
+        """The scheduler's leaf queues with their guaranteed and maximum shares of the cluster, named by their
+        leaf names; [] where it has none or they cannot be read (the cluster is then one pool). Blocks for at
+        most one request to the RM."""
+        return []
 
     @abstractmethod
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:

@@ -20,6 +20,7 @@ from submarine_elastic.controller.api import (
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
 from submarine_elastic.elastic.client import JobClient, forget_job
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.policy import QueueShare
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class YarnJobBackend(JobBackend):
         self._placement: dict[str, tuple[int, ...]] = {}  # job id -> its ring members per node, as its driver reported
         self._driver, self._worker = _template_sizes()
         self._am: Resources | None = None
+        self._queues: list[QueueShare] = []  # as the RM last reported them
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -92,6 +94,28 @@ class YarnJobBackend(JobBackend):
             NodeResources(n.node_id, free=Resources(n.free_memory_mb, n.free_vcores, n.free_gpus), gpus=n.total_gpus)
             for n in reports
         ]
+
+    def queues(self) -> list[QueueShare]:
+        """The RM's leaf queues (absolute capacities, percent of the cluster, as shares; the RM reports them as
+        single-precision floats, 60 as 60.000004, so they are rounded to a thousandth of a percent); the last
+        ones read when the RM does not answer, so a round never counts a cluster with queues as one pool."""
+        try:
+            reports = self.yarn.queues()
+        except YarnError as exc:
+            log.warning("cannot read the scheduler's queues (%s); counting with the last ones read", exc)
+            return self._queues
+        names = [q.name for q in reports]
+        try:
+            if len(set(names)) != len(names):
+                raise ValueError(f"two leaf queues share a name ({', '.join(q.path for q in reports)})")
+            self._queues = [
+                QueueShare(q.name, round(q.capacity, 3) / 100, round(max(q.capacity, q.max_capacity), 3) / 100)
+                for q in reports
+            ]
+        except ValueError as exc:  # not a CapacityScheduler answer the policies can split by
+            log.warning("the scheduler's queues cannot be used (%s); counting the cluster as one pool", exc)
+            self._queues = []
+        return self._queues
 
     def default_worker(self) -> Resources:
         return self._worker
@@ -231,7 +255,11 @@ class YarnJobBackend(JobBackend):
         for a in sorted(apps, key=lambda a: a.started_time_ms or 0):  # the latest of a name wins
             # A service's containers include its AM (and, for our jobs, the driver): not worker slots.
             found[a.name] = ClusterApp(
-                a.name, a.id, max(1, (a.running_containers or 0) - 2), started_at=(a.started_time_ms or 0) / 1000
+                a.name,
+                a.id,
+                max(1, (a.running_containers or 0) - 2),
+                started_at=(a.started_time_ms or 0) / 1000,
+                queue=a.queue,
             )
         return found
 

@@ -185,6 +185,7 @@ class ControllerClient(Controller):
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
         gpus: int = 0,
+        queue: str | None = None,
     ) -> JobRecord:
         try:
             request = pb.SubmitJobRequest(
@@ -196,6 +197,7 @@ class ControllerClient(Controller):
                 source=source_to_proto(source),
                 policy=policy,
                 gpus=gpus,
+                queue=queue,
             )
         except (TypeError, ValueError) as exc:
             raise InvalidJobError(f"job {job_id!r} cannot be sent to the controller: {exc}") from exc

@@ -58,13 +58,14 @@ class InMemoryController(Controller):
         source: JobSource = JobSource.CLI,
         policy: str | None = None,
         gpus: int = 0,
+        queue: str | None = None,
     ) -> JobRecord:
         """Record a job (a known id is replaced, keeping its place, decisions and metrics).
 
         Raises:
             InvalidJobError: bad id, limits, ``elastic`` flag, source or policy (named in the message).
         """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus)
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus, queue)
         with self._lock:
             record = JobRecord(
                 job.job_id,
@@ -77,6 +78,7 @@ class InMemoryController(Controller):
                 self._clock(),
                 job.source,
                 policy=job.policy,
+                queue=job.queue,
             )
             self._jobs[job_id] = record
             self._decisions.setdefault(job_id, [])

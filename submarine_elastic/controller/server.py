@@ -104,6 +104,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                 source=source_from_proto(request.source),
                 policy=request.policy if request.HasField("policy") else None,
                 gpus=request.gpus,
+                queue=request.queue if request.HasField("queue") else None,
             )
             return pb.SubmitJobResponse(job=job_to_proto(record))
 

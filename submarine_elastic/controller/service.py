@@ -11,7 +11,10 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
 3. counts the cluster in worker slots as YARN places containers (:mod:`.capacity`: memory and vcores
    per node, each job's container sizes, the ApplicationMasters and drivers still to be placed), or
    takes ``capacity`` slots when one is given;
-4. builds a :class:`~submarine_elastic.policy.Snapshot` and asks the policy engine for decisions;
+4. builds a :class:`~submarine_elastic.policy.Snapshot`, with the scheduler's queues and each job's queue,
+   and asks the policy engine for decisions (with two queues or more it decides within each queue: the
+   queue's guarantee, and what it may borrow of idle ones up to its maximum; see
+   :mod:`~submarine_elastic.policy.queues`);
 5. records each decision, then sends it to the job's driver in the background (graceful scale-in,
    stop-free scale-out; the driver takes the target and reconciles YARN and the ring toward it);
 6. follows every decision sent: it is applied once the job's YARN worker component has exactly that
@@ -68,6 +71,7 @@ from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import (
+    DEFAULT_QUEUE,
     LOSS_WINDOW,
     Decision,
     JobMetrics,
@@ -220,6 +224,7 @@ class ControllerService(Controller):
         policy: str | None = None,
         app_id: str | None = None,
         gpus: int = 0,
+        queue: str | None = None,
     ) -> JobRecord:
         """A job arrived; a name the controller knew already starts a new run of it (see :class:`JobRecord`).
         A job submitted with ``job run`` is pending until YARN shows its application; the others run.
@@ -229,7 +234,7 @@ class ControllerService(Controller):
                 not load (named, with why), or ``gpus`` per worker that no node of the cluster has (as ``job run``
                 refuses them; not checked with a fixed ``capacity`` or while the nodes are unknown).
         """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus)
+        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus, queue)
         if job.gpus and self.capacity is None:
             self._refuse_unplaceable(job)
         if job.policy is not None:
@@ -249,6 +254,7 @@ class ControllerService(Controller):
             job.source,
             app_id=app_id,
             policy=job.policy,
+            queue=job.queue,
         )
         run = self.store.upsert_job(record)
         if run > 1:  # what the metrics store holds of the name is the last run's, as the history dropped
@@ -363,6 +369,8 @@ class ControllerService(Controller):
             log.warning("the cluster's nodes are unknown (the ResourceManager did not answer); no decision this round")
             return []
         managed = [job for job in live if job.job_id in room.holding]
+        queues = self.backend.queues() if self.capacity is None else []
+        names = [q.name for q in queues]
         views = []
         for job in managed:
             current, pending = room.holding[job.job_id]
@@ -386,13 +394,16 @@ class ControllerService(Controller):
                     # What the driver last read; a count that no longer fits what the job holds (a resize
                     # between the two reads) is left unknown rather than refused.
                     placement=placement if sum(placement) <= current + pending else (),
+                    queue=_queue_of(job, names),
                 )
             )
         self.store.record_throughputs(self._history_updates)
         self._history_updates.clear()
         total = sum(v.holding for v in views)
         metrics_of = {v.job_id: v.metrics for v in views}
-        snapshot = Snapshot(now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views))
+        snapshot = Snapshot(
+            now=now, capacity=room.capacity, free=max(0, room.capacity - total), jobs=tuple(views), queues=tuple(queues)
+        )
         recorded = []
         decided: set[str] = set()
         # Each decision with its job's changes, to record all in one transaction, then how to send it.
@@ -834,7 +845,14 @@ class ControllerService(Controller):
             new_run = seen is not None and not seen.live and seen.app_id not in (None, app.app_id)
             if (seen is None or new_run) and JOB_NAME.matches(name):
                 self.job_submitted(
-                    name, app.workers, app.workers, app.workers, elastic=False, source=JobSource.YARN, app_id=app.app_id
+                    name,
+                    app.workers,
+                    app.workers,
+                    app.workers,
+                    elastic=False,
+                    source=JobSource.YARN,
+                    app_id=app.app_id,
+                    queue=app.queue,
                 )
 
     def _started(self, job: JobRecord) -> None:
@@ -919,6 +937,14 @@ def metrics_store() -> InMemoryStore:
     :data:`METRICS_POINTS_PER_JOB` points deep (the store's own default keeps 256 jobs, and a controller of more
     would run the others without their metrics)."""
     return InMemoryStore(max_jobs=METRICS_JOBS, points_per_job=METRICS_POINTS_PER_JOB)
+
+
+def _queue_of(job: JobRecord, queues: list[str]) -> str:
+    """The leaf queue a job counts in: the one it names (a leaf name, or a path's last part), YARN's
+    ``default`` when it names none; the first of ``queues`` when that is not one of them; :data:`DEFAULT_QUEUE`
+    (the one pool) when there are no queues."""
+    leaf = (job.queue or DEFAULT_QUEUE).rsplit(".", 1)[-1]
+    return leaf if leaf in queues else queues[0] if queues else DEFAULT_QUEUE
 
 
 def _report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_resize_at REAL,
     run INTEGER NOT NULL DEFAULT 1,
     app_id TEXT,
-    observed_at REAL
+    observed_at REAL,
+    queue TEXT
 );
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -79,6 +80,7 @@ _ADDED_COLUMNS = (
     ("jobs", "run", "INTEGER NOT NULL DEFAULT 1"),
     ("jobs", "app_id", "TEXT"),
     ("jobs", "observed_at", "REAL"),
+    ("jobs", "queue", "TEXT"),
     ("decisions", "run", "INTEGER NOT NULL DEFAULT 1"),
     ("decisions", "stalled", "INTEGER NOT NULL DEFAULT 0"),
     ("decisions", "progress", "TEXT"),
@@ -151,7 +153,7 @@ class ControllerStore:
 
     def upsert_job(self, job: JobRecord) -> int:
         """Start a run of ``job``: a new job, or a new run of a name seen before (its row is reset:
-        limits, state, submission time, policy, application id, last resize; its throughput history is
+        limits, state, submission time, policy, queue, application id, last resize; its throughput history is
         dropped). ``job.run`` is not read. Returns the run number."""
         with self._tx() as db:
             row = db.execute("SELECT run FROM jobs WHERE job_id=?", (job.job_id,)).fetchone()
@@ -161,7 +163,7 @@ class ControllerStore:
             self._throughput.pop(job.job_id, None)
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
-                " source, policy, run, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " source, policy, run, app_id, queue) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.job_id,
                     job.min_workers,
@@ -175,6 +177,7 @@ class ControllerStore:
                     job.policy,
                     run,
                     job.app_id,
+                    job.queue,
                 ),
             )
         return run
@@ -439,6 +442,7 @@ def _job(row: sqlite3.Row) -> JobRecord:
         observed_at=row["observed_at"],
         policy=row["policy"],
         last_resize_at=row["last_resize_at"],
+        queue=row["queue"],
     )
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from submarine_elastic import resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.env import jobs_dir
-from submarine_elastic.limits import JOB_NAME
+from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 
@@ -277,7 +277,7 @@ class JobRequest:
                 raise JobSpecError(problem)
         if self.files_uri is not None and not _FILES_URI.fullmatch(self.files_uri):
             raise JobSpecError(f"the job's files must be on HDFS (hdfs://host:port/path), got {self.files_uri!r}")
-        if self.queue is not None and not _QUEUE.fullmatch(self.queue):
+        if self.queue is not None and not QUEUE.matches(self.queue):
             raise JobSpecError(
                 f"--queue: {self.queue!r} is not a YARN queue name (parts of letters, digits, '_' and '-', "
                 "joined by '.', e.g. root.default)"
@@ -298,8 +298,6 @@ class JobRequest:
 
 #: The HDFS directory a job's files are localized from: a NameNode's address and an absolute path of names.
 _FILES_URI = re.compile(r"hdfs://[A-Za-z0-9.-]+:[0-9]{1,5}(/[A-Za-z0-9._-]+)+")
-#: A YARN queue: its leaf name or its path from ``root``, parts joined by dots.
-_QUEUE = re.compile(r"[A-Za-z0-9_-]{1,255}(\.[A-Za-z0-9_-]{1,255}){0,15}")
 #: A Docker image reference: an optional registry (``localhost``, a host name with a dot, or any host with a
 #: port; as Docker tells a registry from a first path component), lower-case path components, an optional tag
 #: and an optional digest.

@@ -6,6 +6,7 @@ clock. The controller and the trace-driven simulator call the same
 """
 
 from .api import (
+    DEFAULT_QUEUE,
     Allocation,
     ClusterArbiter,
     Decision,
@@ -22,6 +23,7 @@ from .api import (
     PolicyLoadError,
     PolicyNotFoundError,
     PolicyStateError,
+    QueueShare,
     Refusal,
     Request,
     Snapshot,
@@ -57,6 +59,7 @@ __all__ = [
     "CompositePolicy",
     "ConvergencePolicy",
     "DEFAULT_COOLDOWN_S",
+    "DEFAULT_QUEUE",
     "Decision",
     "ENTRY_POINT_GROUP",
     "FairShareArbiter",
@@ -78,6 +81,7 @@ __all__ = [
     "PolicyLoadError",
     "PolicyNotFoundError",
     "PolicyStateError",
+    "QueueShare",
     "Refusal",
     "Request",
     "ScalingEfficiencyPolicy",

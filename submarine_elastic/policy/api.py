@@ -35,6 +35,7 @@ from submarine_elastic.limits import INSTANCE, batch_setting_problem
 __all__ = [
     "Allocation",
     "ClusterArbiter",
+    "DEFAULT_QUEUE",
     "Decision",
     "InvalidDecisionError",
     "InvalidSnapshotError",
@@ -49,6 +50,7 @@ __all__ = [
     "PolicyLoadError",
     "PolicyNotFoundError",
     "PolicyStateError",
+    "QueueShare",
     "Refusal",
     "Request",
     "Snapshot",
@@ -306,6 +308,45 @@ class JobMetrics:
         return None if measured is None else measured.samples_per_second
 
 
+#: The queue of a job that names none, and the one queue of a cluster without queues.
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class QueueShare:
+    """One leaf queue as the policies see it.
+
+    Attributes:
+        name: the queue's name (its leaf name, as jobs name it).
+        guaranteed: its guaranteed share of the cluster, 0..1 (the RM's absolute capacity over 100).
+        maximum: the share it may grow to, ``guaranteed``..1 (absolute maximum capacity over 100).
+
+    Raises:
+        InvalidSnapshotError: an empty name, or a share out of range (naming the queue).
+    """
+
+    name: str
+    guaranteed: float
+    maximum: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidSnapshotError(f"a queue's name must be a non-empty string, got {self.name!r}")
+        for what in ("guaranteed", "maximum"):
+            value = getattr(self, what)
+            if not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 1:
+                raise InvalidSnapshotError(f"queue {self.name!r}: {what} must be a share in [0, 1], got {value!r}")
+        if self.maximum < self.guaranteed:
+            raise InvalidSnapshotError(
+                f"queue {self.name!r}: maximum {self.maximum} is below its guaranteed {self.guaranteed}"
+            )
+
+    def slots(self, available: int) -> tuple[int, int]:
+        """(guaranteed, maximum) whole slots of ``available``; a share's rounding error leaves slots idle,
+        never over the share (an epsilon absorbs float error, ``0.6 * 10``)."""
+        return math.floor(available * self.guaranteed + 1e-6), math.floor(available * self.maximum + 1e-6)
+
+
 @dataclass(frozen=True)
 class JobView:
     """One job as the policies see it.
@@ -333,6 +374,7 @@ class JobView:
             where a policy that explores may start it).
         placement: how its running workers are spread over nodes: the workers on each node it uses, most
             first (``(4, 2)``: four on one node, two on another), when known; empty when not.
+        queue: the YARN queue it runs in (:data:`DEFAULT_QUEUE` when it names none).
     """
 
     job_id: str
@@ -350,6 +392,7 @@ class JobView:
     max_local_batch: int | None = None
     requested_workers: int | None = None
     placement: tuple[int, ...] = ()
+    queue: str = DEFAULT_QUEUE
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -413,6 +456,8 @@ class JobView:
                 f"{self.job_id}: placement {tuple(self.placement)} places more workers than it holds ({self.holding})"
             )
         object.__setattr__(self, "placement", tuple(sorted(self.placement, reverse=True)))
+        if not isinstance(self.queue, str) or not self.queue:
+            raise InvalidSnapshotError(f"{self.job_id}: queue must be a non-empty string, got {self.queue!r}")
 
     @property
     def holding(self) -> int:
@@ -447,6 +492,9 @@ class Snapshot:
         jobs: the jobs the policies manage, in the caller's order; job ids are unique.
         slots_per_node: worker slots of one node, when the nodes are alike (None: unknown); what a
             policy that counts placement takes a job of ``k`` workers to span (``ceil(k / slots)`` nodes).
+        queues: the cluster's leaf queues; every job's queue is one of them. Empty (or one queue): the
+            slots are one pool. With two or more, the engine splits them among the queues
+            (:mod:`~submarine_elastic.policy.queues`) and decides within each.
     """
 
     now: float
@@ -454,6 +502,7 @@ class Snapshot:
     free: int
     jobs: tuple[JobView, ...] = ()
     slots_per_node: int | None = None
+    queues: tuple[QueueShare, ...] = ()
 
     def __post_init__(self) -> None:
         if not _is_number(self.now) or not math.isfinite(self.now):
@@ -474,6 +523,25 @@ class Snapshot:
         object.__setattr__(self, "jobs", tuple(self.jobs))
         if self.slots_per_node is not None:
             _check_count(InvalidSnapshotError, "slots_per_node", self.slots_per_node, minimum=1)
+        self._check_queues()
+
+    def _check_queues(self) -> None:
+        if isinstance(self.queues, str) or not isinstance(self.queues, Sequence):
+            raise InvalidSnapshotError(f"queues must be a sequence of QueueShare, got {self.queues!r}")
+        object.__setattr__(self, "queues", tuple(self.queues))
+        if not self.queues:
+            return
+        names = [q.name for q in self.queues if isinstance(q, QueueShare)]
+        if len(names) != len(self.queues):
+            raise InvalidSnapshotError(f"queues must hold QueueShare objects, got {self.queues!r}")
+        if len(set(names)) != len(names):
+            raise InvalidSnapshotError(f"a queue appears twice in {names}")
+        total = sum(q.guaranteed for q in self.queues)
+        if total > 1 + 1e-6:
+            raise InvalidSnapshotError(f"the queues' guaranteed shares add up to {total:.4f}, over the whole cluster")
+        for job in self.jobs:
+            if job.queue not in names:
+                raise InvalidSnapshotError(f"{job.job_id}: queue {job.queue!r} is not one of the queues {names}")
 
     @property
     def available(self) -> int:

@@ -25,6 +25,17 @@ A round, per job in snapshot order:
    those it spans move its workers closer together: a change of its worker set, which the cooldown holds
    and which a job that is not elastic never makes.
 
+With two or more queues in the snapshot (``Snapshot.queues``), step 4 runs once per queue: the available slots
+are split among the queues (:func:`~submarine_elastic.policy.queues.split_slots`: guarantees first, then the
+idle rest to queues that want more, each up to its maximum), and each queue's jobs are arbitrated on its
+slots alone, by the queue's own copy of the arbiter (made when the queue is first seen, so what an arbiter
+remembers of its jobs stays within their queue). A growth beyond its queue's slots is refused like one beyond
+the cluster's; a queue that holds more than its slots (another queue's jobs asked for their guarantee back)
+shrinks its elastic jobs, the largest first, to their minimum at most, as a waiting job's arrival would (a job
+shrunk within its cooldown already is left), but only as far as the other queues take the slots this round (an
+arrival that cannot start even so takes nothing, as in one pool). Then growths of the latest-submitted jobs are
+refused until all queues together fit the cluster.
+
 The cooldown holds every change of a job, the arbiter's included, with one exception: a waiting job
 may start by taking workers from a job inside its cooldown, unless that job already gave workers
 (was shrunk) within the cooldown. So no job shrinks twice within ``cooldown_s``.
@@ -35,6 +46,7 @@ A job id seen with another ``submitted_at`` than before is a new job: the old on
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import math
@@ -56,6 +68,7 @@ from .api import (
     Request,
     Snapshot,
 )
+from .queues import split_slots
 
 __all__ = ["DEFAULT_COOLDOWN_S", "PolicyEngine"]
 
@@ -169,6 +182,7 @@ class PolicyEngine:
             self.set_job_policy(job_id, policy)
         self._seen: dict[str, _Seen] = {}
         self._refusals: tuple[Refusal, ...] = ()
+        self._queue_arbiters: dict[str, ClusterArbiter] = {}  # queue name -> its copy of the arbiter
 
     # ------------------------------------------------------------------------------------- config
 
@@ -221,7 +235,10 @@ class PolicyEngine:
             if extra is not None:
                 extras[job.job_id] = extra
 
-        targets, arbiter_reasons, batches = self._arbitrate(snapshot, requests, refusals)
+        if len(snapshot.queues) > 1:
+            targets, arbiter_reasons, batches = self._arbitrate_queues(snapshot, requests, refusals)
+        else:
+            targets, arbiter_reasons, batches = self._arbitrate(snapshot, requests, refusals, self.arbiter)
 
         decisions: list[Decision] = []
         for request in requests:
@@ -399,17 +416,17 @@ class PolicyEngine:
         return None
 
     def _arbitrate(
-        self, snapshot: Snapshot, requests: Sequence[Request], refusals: list[Refusal]
+        self, snapshot: Snapshot, requests: Sequence[Request], refusals: list[Refusal], arbiter: ClusterArbiter
     ) -> tuple[dict[str, int], dict[str, str], dict[str, Allocation]]:
-        """The worker count of every job, the arbiter's reasons, and its accepted allocations that set a
+        """The worker count of every job, ``arbiter``'s reasons, and its accepted allocations that set a
         batch size or nodes (for the count they give)."""
-        source = self.arbiter.display_name
+        source = arbiter.display_name
         targets = {r.job_id: r.holding for r in requests}
         by_id = {r.job_id: r for r in requests}
         reasons: dict[str, str] = {}
         if not requests:
             return targets, reasons, {}
-        ok, result = self._call(refusals, None, source, "allocate", lambda: self.arbiter.allocate(snapshot, requests))
+        ok, result = self._call(refusals, None, source, "allocate", lambda: arbiter.allocate(snapshot, requests))
         if not ok:
             return targets, reasons, {}
         if isinstance(result, str | bytes) or not isinstance(result, Sequence):
@@ -449,30 +466,110 @@ class PolicyEngine:
             targets[job_id] = allocation.workers
             reasons[job_id] = allocation.reason
 
-        # over capacity: refuse growths, latest-submitted job first
-        growers = sorted(
-            (r for r in requests if targets[r.job_id] > r.holding),
-            key=lambda r: (r.job.submitted_at, r.job_id),
-            reverse=True,
-        )
-        for request in growers:
-            total = sum(targets.values())
-            if total <= snapshot.available:
-                break
-            self._refuse(
-                refusals,
-                request.job_id,
-                source,
-                f"{total} workers in total exceed the {snapshot.available} available",
-            )
-            targets[request.job_id] = request.holding
-            reasons.pop(request.job_id, None)
+        self._refuse_growths(requests, targets, reasons, snapshot.available, refusals, source)
         chosen = {
             job_id: a
             for job_id, a in accepted.items()
             if (a.batch_size is not None or a.nodes is not None) and targets[job_id] == a.workers
         }
         return targets, reasons, chosen
+
+    def _refuse_growths(
+        self,
+        requests: Sequence[Request],
+        targets: dict[str, int],
+        reasons: dict[str, str],
+        available: int,
+        refusals: list[Refusal],
+        source: str,
+        where: str = "",
+    ) -> None:
+        """Over ``available``: refuse growths, latest-submitted job first, until the jobs fit (in place)."""
+        growers = sorted(
+            (r for r in requests if targets[r.job_id] > r.holding),
+            key=lambda r: (r.job.submitted_at, r.job_id),
+            reverse=True,
+        )
+        for request in growers:
+            total = sum(targets[r.job_id] for r in requests)
+            if total <= available:
+                break
+            self._refuse(
+                refusals, request.job_id, source, f"{total} workers in total exceed the {available} available{where}"
+            )
+            targets[request.job_id] = request.holding
+            reasons.pop(request.job_id, None)
+
+    def _arbitrate_queues(
+        self, snapshot: Snapshot, requests: Sequence[Request], refusals: list[Refusal]
+    ) -> tuple[dict[str, int], dict[str, str], dict[str, Allocation]]:
+        """:meth:`_arbitrate` within each queue on the slots :func:`split_slots` gives it (see the module
+        docstring), then the queues together within the cluster."""
+        demand: dict[str, int] = {}
+        for r in requests:
+            fixed = (r.settled or not r.job.elastic) and not r.job.waiting
+            demand[r.job.queue] = demand.get(r.job.queue, 0) + (r.holding if fixed else r.desired)
+        slots = split_slots(snapshot.available, snapshot.queues, demand)
+        targets: dict[str, int] = {}
+        reasons: dict[str, str] = {}
+        chosen: dict[str, Allocation] = {}
+        for queue in snapshot.queues:
+            mine = [r for r in requests if r.job.queue == queue.name]
+            if not mine:
+                continue
+            room = slots[queue.name]
+            view = Snapshot(
+                now=snapshot.now,
+                capacity=room,
+                free=max(0, room - sum(r.holding for r in mine)),
+                jobs=tuple(r.job for r in mine),
+                slots_per_node=snapshot.slots_per_node,
+            )
+            arbiter = self._queue_arbiter(queue.name, refusals)
+            got, why, batches = self._arbitrate(view, mine, refusals, arbiter)
+            targets.update(got)
+            reasons.update(why)
+            chosen.update(batches)
+        for queue in snapshot.queues:
+            # Over its slots, a queue gives back what the others take this round, down to its slots at most:
+            # slots its owner's jobs cannot use yet (an arrival that does not fit) stay where they are.
+            mine = [r for r in requests if r.job.queue == queue.name]
+            others = sum(targets.values()) - sum(targets[r.job_id] for r in mine)
+            keep = min(queue.slots(snapshot.available)[1], max(slots[queue.name], snapshot.available - others))
+            self._reclaim(mine, targets, reasons, keep, queue.name)
+        self._refuse_growths(requests, targets, reasons, snapshot.available, refusals, self.arbiter.display_name)
+        return targets, reasons, {job_id: a for job_id, a in chosen.items() if targets[job_id] == a.workers}
+
+    def _queue_arbiter(self, queue: str, refusals: list[Refusal]) -> ClusterArbiter:
+        """The queue's own copy of the arbiter (the arbiter itself where it cannot be copied)."""
+        found = self._queue_arbiters.get(queue)
+        if found is None:
+            ok, made = self._call(
+                refusals,
+                None,
+                self.arbiter.display_name,
+                f"copying for queue {queue}",
+                lambda: copy.deepcopy(self.arbiter),
+            )
+            found = self._queue_arbiters[queue] = made if ok and isinstance(made, ClusterArbiter) else self.arbiter
+        return found
+
+    @staticmethod
+    def _reclaim(
+        requests: Sequence[Request], targets: dict[str, int], reasons: dict[str, str], room: int, queue: str
+    ) -> None:
+        """A queue's jobs holding more than ``room`` shrink, the elastic ones, the largest (then the latest
+        submitted) first, never below their minimum nor a job shrunk within its cooldown (in place)."""
+        over = sum(targets[r.job_id] for r in requests) - room
+        donors = [r for r in requests if r.job.elastic and not r.job.waiting and r.preemptible]
+        while over > 0:
+            able = [r for r in donors if targets[r.job_id] > r.job.min_workers]
+            if not able:
+                return
+            donor = max(able, key=lambda r: (targets[r.job_id], r.job.submitted_at, r.job_id))
+            targets[donor.job_id] -= 1
+            reasons[donor.job_id] = f"queue {queue}: gives back to the {room} workers it may hold now"
+            over -= 1
 
     @staticmethod
     def _check_allocation(
@@ -582,7 +679,15 @@ class PolicyEngine:
             "job_policy": self.job_policy.state_dict(),
             "job_policies": {job_id: p.state_dict() for job_id, p in sorted(self._job_policies.items())},
             "arbiter": self.arbiter.state_dict(),
-        }
+        } | (
+            {
+                "queue_arbiters": {
+                    q: a.state_dict() for q, a in sorted(self._queue_arbiters.items()) if a is not self.arbiter
+                }
+            }
+            if self._queue_arbiters
+            else {}
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output. Per-job policies must be set (:meth:`set_job_policy`) first.
@@ -616,4 +721,15 @@ class PolicyEngine:
         for job_id, policy_state in per_job.items():
             self._job_policies[job_id].load_state_dict(policy_state)
         self.arbiter.load_state_dict(state.get("arbiter", {}))
+        queue_arbiters = state.get("queue_arbiters", {})
+        if not isinstance(queue_arbiters, Mapping):
+            raise PolicyStateError(f"engine state: queue_arbiters must be a mapping, got {queue_arbiters!r}")
+        self._queue_arbiters = {}
+        for queue, arbiter_state in queue_arbiters.items():
+            try:
+                arbiter = copy.deepcopy(self.arbiter)
+            except Exception as exc:  # noqa: BLE001 - a user arbiter may refuse to be copied in any way
+                raise PolicyStateError(f"engine state: the arbiter cannot be copied for queue {queue}: {exc}") from exc
+            arbiter.load_state_dict(arbiter_state)
+            self._queue_arbiters[str(queue)] = arbiter
         self._seen = seen

@@ -62,6 +62,7 @@ class JobSpec:
 
     ``num_replicas`` and ``batch_size`` are what a static scheduler runs; elastic schedulers start from
     them and may change both within ``min_replicas``..``max_replicas`` (``None``: the simulator's default).
+    ``queue`` is the YARN queue it is submitted to (``None``: the first queue of the run).
     """
 
     name: str
@@ -71,6 +72,7 @@ class JobSpec:
     batch_size: int
     min_replicas: int | None = None
     max_replicas: int | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -200,7 +202,7 @@ class JobView:
     ``min_batch_size`` and ``max_batch_size`` are the application's validated range of global batch sizes,
     ``max_local_batch`` the largest per-GPU micro-batch measured (more per worker takes gradient accumulation),
     ``configurations`` the iteration time of each configuration it ran in, most recent last; ``placement`` its
-    workers on each node it uses, most first.
+    workers on each node it uses, most first; ``queue`` the queue it was submitted to (None: none named).
     """
 
     name: str
@@ -232,6 +234,7 @@ class JobView:
     max_local_batch: int = 1
     configurations: tuple[MeasuredStep, ...] = ()
     placement: tuple[int, ...] = ()
+    queue: str | None = None
 
 
 @dataclass(frozen=True)

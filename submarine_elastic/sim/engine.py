@@ -456,6 +456,7 @@ class Simulator:
             max_local_batch=max(1, int(app.max_local_bsz)),
             configurations=job.measured_steps(),
             placement=job.placement(),
+            queue=job.spec.queue,
         )
 
     def _apply(

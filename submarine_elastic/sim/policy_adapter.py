@@ -28,6 +28,10 @@ becomes a target :class:`~submarine_elastic.sim.api.Allocation`. What the snapsh
   what the user asked for). ``max_local_batch``: the largest per-GPU micro-batch measured.
 - ``placement``: its workers on each node it uses, most first.
 - ``Snapshot.slots_per_node``: the cluster's GPUs per node.
+- ``Snapshot.queues`` / ``queue``: the run's queues (``sim run --queues``), and each job's queue from the
+  workload (a job that names none is in the first queue). The engine splits the GPUs among the queues and
+  arbitrates within each, as the controller does. No queues: the cluster is one pool, as live without
+  queues, and the workload's queues are not looked at.
 
 A decision's ``batch_size`` is applied to the simulated job at once, without a pause (a live job applies
 it at a commit boundary, without a restart); its accumulation follows from the batch, the workers and
@@ -39,9 +43,18 @@ and learning rates (a ``learning_rate`` decision is ignored).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from submarine_elastic.policy import JobMetrics, PolicyError, Snapshot, StepTime, Throughput, loss_window
+from submarine_elastic.policy import (
+    DEFAULT_QUEUE,
+    JobMetrics,
+    PolicyError,
+    QueueShare,
+    Snapshot,
+    StepTime,
+    Throughput,
+    loss_window,
+)
 from submarine_elastic.policy import JobView as PolicyJobView
 from submarine_elastic.policy.engine import PolicyEngine
 from submarine_elastic.sim.api import Allocation, ClusterView, JobView, MeasuredStep, Scheduler, SchedulerError
@@ -61,25 +74,28 @@ def _step_time(m: MeasuredStep) -> StepTime:
     return found
 
 
-def to_snapshot(view: ClusterView, elastic: bool = True) -> Snapshot:
+def to_snapshot(view: ClusterView, elastic: bool = True, queues: Sequence[QueueShare] = ()) -> Snapshot:
     """The policy snapshot of one simulated round (see the module docstring for the mapping).
 
     Raises:
-        SchedulerError: a value of the view is refused by the policy API (names the job and value).
+        SchedulerError: a value of the view is refused by the policy API (names the job and value: a queue
+            that is not one of ``queues``, say).
     """
+    first = queues[0].name if queues else None
     try:
         return Snapshot(
             now=view.now_s,
             capacity=view.cluster.total_gpus,
             free=view.free_gpus,
-            jobs=tuple(_job(j, view, elastic) for j in view.jobs),
+            jobs=tuple(_job(j, view, elastic, first) for j in view.jobs),
             slots_per_node=view.cluster.gpus_per_node,
+            queues=tuple(queues),
         )
     except PolicyError as exc:
         raise SchedulerError(f"cannot build the policy snapshot at t={view.now_s:.0f}s: {exc}") from exc
 
 
-def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
+def _job(job: JobView, view: ClusterView, elastic: bool, first_queue: str | None) -> PolicyJobView:
     if elastic:
         low, high = job.min_replicas, job.max_replicas
     else:
@@ -111,6 +127,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool) -> PolicyJobView:
         max_local_batch=job.max_local_batch,
         requested_workers=max(low, min(high, job.requested_replicas)),
         placement=job.placement,
+        queue=(job.queue or first_queue) if first_queue is not None else DEFAULT_QUEUE,
     )
 
 
@@ -118,10 +135,18 @@ class PolicyScheduler(Scheduler):
     """A :class:`~submarine_elastic.sim.api.Scheduler` that asks a :class:`PolicyEngine` each round.
 
     ``elastic=False`` presents every job as fixed-size at its requested workers, so the same engine acts
-    as a static scheduler (what the design-space exploration calls "fixed").
+    as a static scheduler (what the design-space exploration calls "fixed"). ``queues``: the cluster's
+    queues, the engine decides within each (see the module docstring).
     """
 
-    def __init__(self, engine: PolicyEngine, name: str | None = None, *, elastic: bool = True) -> None:
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        name: str | None = None,
+        *,
+        elastic: bool = True,
+        queues: Sequence[QueueShare] = (),
+    ) -> None:
         """Raises:
         TypeError: ``engine`` is not a :class:`PolicyEngine`.
         """
@@ -129,6 +154,7 @@ class PolicyScheduler(Scheduler):
             raise TypeError(f"engine must be a PolicyEngine, got {type(engine).__name__}")
         self.engine = engine
         self.elastic = elastic
+        self.queues = tuple(queues)
         self.name = name or f"{engine.job_policy.display_name}+{engine.arbiter.display_name}"
         self.refusals = 0
 
@@ -138,7 +164,7 @@ class PolicyScheduler(Scheduler):
         Raises:
             SchedulerError: the snapshot cannot be built, or a decision cannot be applied.
         """
-        decisions = self.engine.decide(to_snapshot(view, self.elastic))
+        decisions = self.engine.decide(to_snapshot(view, self.elastic, self.queues))
         self.refusals += len(self.engine.last_refusals)
         out: dict[str, Allocation] = {}
         for d in decisions:

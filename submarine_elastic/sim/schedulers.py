@@ -12,9 +12,10 @@ for its maximum and the goodput arbiter gives each worker to the job it speeds u
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from submarine_elastic.policy import PolicyConfigError, PolicyError, load_arbiter, load_job_policy
+from submarine_elastic.policy import PolicyConfigError, PolicyError, QueueShare, load_arbiter, load_job_policy
 from submarine_elastic.policy.engine import DEFAULT_COOLDOWN_S, PolicyEngine
 from submarine_elastic.policy.loader import parse_spec, split_top_level
 from submarine_elastic.sim.api import Scheduler, SchedulerError
@@ -24,11 +25,14 @@ from submarine_elastic.sim.policy_adapter import PolicyScheduler
 DEFAULT_ARBITER = "fair-share"
 
 
-def load_scheduler(spec: str, *, cooldown_s: float = DEFAULT_COOLDOWN_S, elastic: bool = True) -> Scheduler:
+def load_scheduler(
+    spec: str, *, cooldown_s: float = DEFAULT_COOLDOWN_S, elastic: bool = True, queues: Sequence[QueueShare] = ()
+) -> Scheduler:
     """Build the scheduler named by ``spec`` (see the module docstring).
 
     ``cooldown_s`` is the policy engine's minimum time between two resizes of a job; ``elastic=False``
-    presents every job to the policies as fixed at its requested size. Both are ignored for baselines.
+    presents every job to the policies as fixed at its requested size; ``queues`` are the cluster's queues,
+    the policies decide within each. All three are ignored for baselines.
 
     Raises:
         SchedulerError: the spec is empty, or a policy or arbiter cannot be loaded or built (the
@@ -53,7 +57,8 @@ def load_scheduler(spec: str, *, cooldown_s: float = DEFAULT_COOLDOWN_S, elastic
         )
     except PolicyError as exc:
         raise SchedulerError(f"scheduler {spec!r}: {exc}") from exc
-    return PolicyScheduler(engine, spec if len(parts) == 2 else f"{spec}+{DEFAULT_ARBITER}", elastic=elastic)
+    name = spec if len(parts) == 2 else f"{spec}+{DEFAULT_ARBITER}"
+    return PolicyScheduler(engine, name, elastic=elastic, queues=queues)
 
 
 def _parse_part(part: str, spec: str) -> tuple[str, dict[str, Any]]:

@@ -3,7 +3,8 @@
 The first supported format is the one of the Pollux artifact's workloads (``workloads/workload-N.csv`` in
 the data the package ships, see its README): a CSV with the header ``name,time,application,num_replicas,batch_size``,
 one job per row, ``time`` the arrival in seconds. Two optional columns, ``min_replicas`` and
-``max_replicas``, bound what an elastic policy may give a job. Rows may come in any order; jobs are
+``max_replicas``, bound what an elastic policy may give a job; an optional ``queue`` names the YARN queue a job
+is submitted to (``sim run --queues``; empty: the first queue). Rows may come in any order; jobs are
 replayed in arrival order (ties keep file order).
 """
 
@@ -13,6 +14,7 @@ import csv
 import math
 import random
 from collections.abc import Collection, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from submarine_elastic import env
@@ -101,8 +103,9 @@ def parse_workload(
         replicas = _positive_int(row, "num_replicas", source, line, name)
         batch = _positive_int(row, "batch_size", source, line, name)
         limits = {c: _positive_int(row, c, source, line, name) for c in OPTIONAL_COLUMNS if (row.get(c) or "").strip()}
+        queue = (row.get("queue") or "").strip() or None
         try:
-            jobs.append(JobSpec(name, arrival, app, replicas, batch, **limits))
+            jobs.append(JobSpec(name, arrival, app, replicas, batch, **limits, queue=queue))
         except ValueError as exc:
             raise WorkloadError(source, str(exc), line, name) from exc
     if not jobs:
@@ -112,16 +115,17 @@ def parse_workload(
 
 
 def write_workload(jobs: Iterable[JobSpec], path: Path) -> None:
-    """Write jobs in the format :func:`load_workload` reads (limits only when some job has them).
+    """Write jobs in the format :func:`load_workload` reads (limits, and queues, only when some job has them).
 
     Raises:
         OSError: the file cannot be written.
     """
     jobs = list(jobs)
     limits = any(j.min_replicas is not None or j.max_replicas is not None for j in jobs)
+    queues = any(j.queue is not None for j in jobs)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
-        out.writerow(REQUIRED_COLUMNS + (OPTIONAL_COLUMNS if limits else ()))
+        out.writerow(REQUIRED_COLUMNS + (OPTIONAL_COLUMNS if limits else ()) + (("queue",) if queues else ()))
         for j in jobs:
             arrival = int(j.arrival_s) if float(j.arrival_s).is_integer() else j.arrival_s
             row: list[object] = [j.name, arrival, j.application, j.num_replicas, j.batch_size]
@@ -130,6 +134,8 @@ def write_workload(jobs: Iterable[JobSpec], path: Path) -> None:
                     "" if j.min_replicas is None else j.min_replicas,
                     "" if j.max_replicas is None else j.max_replicas,
                 ]
+            if queues:
+                row.append(j.queue or "")
             out.writerow(row)
 
 
@@ -153,12 +159,7 @@ def scale_arrivals(jobs: list[JobSpec], factor: float) -> list[JobSpec]:
     """
     if not math.isfinite(factor) or factor <= 0:
         raise ValueError(f"arrival scale factor must be > 0, got {factor}")
-    return [
-        JobSpec(
-            j.name, j.arrival_s * factor, j.application, j.num_replicas, j.batch_size, j.min_replicas, j.max_replicas
-        )
-        for j in jobs
-    ]
+    return [replace(j, arrival_s=j.arrival_s * factor) for j in jobs]
 
 
 def _number(row: dict[str, str], column: str, source: str, line: int, name: str) -> float:

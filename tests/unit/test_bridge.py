@@ -88,7 +88,7 @@ def _java_methods() -> dict[str, list[int]]:
 def test_the_service_implements_every_method_of_the_java_interface(service: ElasticSchedulerService) -> None:
     methods = _java_methods()
     assert methods == {
-        "jobSubmitted": [5],
+        "jobSubmitted": [5, 6],
         "jobFinished": [1],
         "reportMetrics": [4, 5],
         "currentDecision": [1],
@@ -124,6 +124,15 @@ def test_job_submitted_records_a_bridge_job_and_returns_it(
     assert kind == "Job"
     assert record == JobRecord("job-a", 1, 4, 3, 3, True, "running", CLOCK, "bridge")
     assert controller.jobs() == [record]
+
+
+def test_a_bridge_job_in_a_queue_is_recorded_in_it_and_a_bad_queue_is_named(
+    service: ElasticSchedulerService, controller: InMemoryController
+) -> None:
+    service.jobSubmitted("job-a", 1, 4, 3, True, "research")
+    assert controller.job("job-a").queue == "research"
+    with pytest.raises(Exception, match="queue 'no queue' is not a YARN queue name"):
+        service.jobSubmitted("job-b", 1, 4, 3, True, "no queue")
 
 
 def test_report_metrics_with_and_without_loss(service: ElasticSchedulerService, controller: InMemoryController) -> None:

@@ -178,7 +178,7 @@ def test_a_typed_java_exception_goes_back_as_a_reference() -> None:
 
 def test_the_interface_table_is_the_java_interface() -> None:
     assert {name: sorted(len(types) for types in overloads) for name, overloads in INTERFACE.items()} == {
-        "jobSubmitted": [5],
+        "jobSubmitted": [5, 6],
         "jobFinished": [1],
         "reportMetrics": [4, 5],
         "currentDecision": [1],

@@ -141,6 +141,16 @@ def test_a_job_submitted_through_the_api_is_the_controllers(
     assert [s.job.job_id for s in client.statuses(include_finished=False)] == ["web"]
 
 
+def test_a_jobs_queue_goes_through_the_api_and_a_bad_one_is_named(
+    client: ControllerClient, service: ControllerService
+) -> None:
+    assert client.job_submitted("big", 1, 4, 2, queue="root.research").queue == "root.research"
+    assert service.store.job("big").queue == "root.research"
+    assert client.job_submitted("small", 1, 1, 1, elastic=False).queue is None
+    with pytest.raises(InvalidJobError, match="queue 'research/x' is not a YARN queue name"):
+        client.job_submitted("odd", 1, 1, 1, elastic=False, queue="research/x")
+
+
 def test_decisions_and_every_run_come_back_typed(client: ControllerClient, service: ControllerService) -> None:
     client.job_submitted("big", 1, 4, 2)
     service.backend.sizes["big"] = 2  # type: ignore[attr-defined]

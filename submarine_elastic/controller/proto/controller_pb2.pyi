@@ -42,7 +42,7 @@ DECISION_STATE_FAILED: DecisionState
 DECISION_STATE_STALLED: DecisionState
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "target", "elastic", "state", "submitted_at", "source", "run", "app_id", "observed_at", "policy", "last_resize_at")
+    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "target", "elastic", "state", "submitted_at", "source", "run", "app_id", "observed_at", "policy", "last_resize_at", "queue")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class Job(_message.Message):
     OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_RESIZE_AT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     min_workers: int
     max_workers: int
@@ -71,7 +72,8 @@ class Job(_message.Message):
     observed_at: float
     policy: str
     last_resize_at: float
-    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., target: _Optional[int] = ..., elastic: bool = ..., state: _Optional[_Union[JobState, str]] = ..., submitted_at: _Optional[float] = ..., source: _Optional[_Union[JobSource, str]] = ..., run: _Optional[int] = ..., app_id: _Optional[str] = ..., observed_at: _Optional[float] = ..., policy: _Optional[str] = ..., last_resize_at: _Optional[float] = ...) -> None: ...
+    queue: str
+    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., target: _Optional[int] = ..., elastic: bool = ..., state: _Optional[_Union[JobState, str]] = ..., submitted_at: _Optional[float] = ..., source: _Optional[_Union[JobSource, str]] = ..., run: _Optional[int] = ..., app_id: _Optional[str] = ..., observed_at: _Optional[float] = ..., policy: _Optional[str] = ..., last_resize_at: _Optional[float] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
     __slots__ = ("job_id", "time", "from_workers", "to_workers", "reason", "state", "error", "run", "progress")
@@ -96,7 +98,7 @@ class Decision(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., time: _Optional[float] = ..., from_workers: _Optional[int] = ..., to_workers: _Optional[int] = ..., reason: _Optional[str] = ..., state: _Optional[_Union[DecisionState, str]] = ..., error: _Optional[str] = ..., run: _Optional[int] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "elastic", "source", "policy", "gpus")
+    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "elastic", "source", "policy", "gpus", "queue")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +107,7 @@ class SubmitJobRequest(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     min_workers: int
     max_workers: int
@@ -113,7 +116,8 @@ class SubmitJobRequest(_message.Message):
     source: JobSource
     policy: str
     gpus: int
-    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., elastic: bool = ..., source: _Optional[_Union[JobSource, str]] = ..., policy: _Optional[str] = ..., gpus: _Optional[int] = ...) -> None: ...
+    queue: str
+    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., elastic: bool = ..., source: _Optional[_Union[JobSource, str]] = ..., policy: _Optional[str] = ..., gpus: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job",)

@@ -53,6 +53,18 @@ public interface ElasticScheduler {
     Job jobSubmitted(String jobId, int minWorkers, int maxWorkers, int workers, boolean elastic);
 
     /**
+     * A job arrived in a YARN queue: as {@link #jobSubmitted(String, int, int, int, boolean)}, and the
+     * scheduler decides its size within what that queue may hold (its guarantee, and what it may borrow up
+     * to its maximum).
+     *
+     * @param queue the YARN queue it runs in, a leaf name or a dotted path ({@code prod}, {@code root.prod});
+     *     null: the cluster's default
+     * @return the job as recorded
+     * @throws InvalidJobException bad id, limits or queue name (the message names the value)
+     */
+    Job jobSubmitted(String jobId, int minWorkers, int maxWorkers, int workers, boolean elastic, String queue);
+
+    /**
      * A job left; its workers go back to the others.
      *
      * @param jobId the job's name
