@@ -61,6 +61,7 @@ from submarine_elastic.metrics.server import MetricsServer  # noqa: E402
 from submarine_elastic.metrics.store import InMemoryStore  # noqa: E402
 from submarine_elastic.yarn import YarnError, YarnServiceClient  # noqa: E402
 from tests.integration.conftest import eventually  # noqa: E402
+from tests.integration.jobcheck import steps_by_number  # noqa: E402
 from tests.integration.queues import (  # noqa: E402
     RESEARCH_WORKERS,
     ended,
@@ -103,17 +104,6 @@ VARIANTS = {
     "plain": Variant("plain Horovod elastic script", PLAIN, True, True, (("TF_USE_LEGACY_KERAS", "1"),)),
     "fixed": Variant("fixed-size (job run without --elastic)", TRAIN, False, False),
 }
-
-
-def steps_by_number(log_dir: Path) -> dict[int, list[dict]]:
-    """Every whole record of the step log, by step number (read while the job runs)."""
-    steps: dict[int, list[dict]] = collections.defaultdict(list)
-    for path in log_dir.glob("steps-*.jsonl"):
-        text = path.read_text()
-        for line in text[: text.rfind("\n") + 1].splitlines():
-            record = json.loads(line)
-            steps[record["step"]].append(record)
-    return dict(steps)
 
 
 def committed(log_dir: Path) -> list[tuple[int, float, int]]:

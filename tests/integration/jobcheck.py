@@ -152,15 +152,21 @@ class Step:
     epoch: int
 
 
-def step_times(log_dir: Path) -> list[Step]:
-    """The committed steps so far, in order. Read while the job runs: a line still being written is left
-    for the next read."""
+def steps_by_number(log_dir: Path) -> dict[int, list[dict]]:
+    """Every whole record of the step log, by step number. Read while the job runs: a line still being written
+    is left for the next read."""
     steps: dict[int, list[dict]] = collections.defaultdict(list)
     for path in log_dir.glob("steps-*.jsonl"):
         text = path.read_text()
         for line in text[: text.rfind("\n") + 1].splitlines():
             record = json.loads(line)
             steps[record["step"]].append(record)
+    return dict(steps)
+
+
+def step_times(log_dir: Path) -> list[Step]:
+    """The committed steps so far, in order (read while the job runs, as :func:`steps_by_number`)."""
+    steps = steps_by_number(log_dir)
     return [Step(n, max(r["time"] for r in rs), rs[0]["size"], rs[0]["epoch"]) for n, rs in sorted(steps.items())]
 
 
