@@ -470,11 +470,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         agent.preempted = True
         others = [a for a in self.registry.available() if a is not agent]
         if len(others) < self.limits.min and agent.state is WorkerState.RUNNING:
-            # The ring cannot re-form without it (fewer than --min_workers would stay): withdrawn, it and the
-            # others would wait in Horovod's re-form for its replacement, its own process among them until it
-            # is stopped, and Horovod would count that stop in the re-form after, where no worker of it would
-            # ever come (the ring hung). Left in the ring, it is lost like a failed worker: the others roll
-            # back to their last commit and re-form with the replacement YARN starts; no failure is counted.
+            # The ring cannot re-form without it (fewer than --min_workers would stay). Withdrawn, it would have
+            # Horovod interrupt the ring for a removal only, after which the ranks skip their state sync; but
+            # Horovod then waits for enough workers and re-forms with the replacement, which does sync: it waits
+            # in a broadcast the others never join while they wait in their next allreduce (the ring hung).
+            # Left in the ring, it is lost like a failed worker: the others roll back to their last commit and
+            # re-form, synced, with the replacement YARN starts; no failure is counted.
             log.warning(
                 "%s stays in the ring until it is gone: without it fewer than --min_workers (%d) would be left",
                 agent.instance,
@@ -875,9 +876,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
 
     def _wait_for_reform(self) -> None:
         """Waits while Horovod forms a new ring (its workers all asked for their slots; it may wait there for
-        enough of them): Horovod records an exit only after that, in the next ring's count, where a worker
-        the new ring left out would be counted among workers it never has and its next re-form would hang.
-        Returned after it, the exit of a worker left out is ignored, as Horovod ignores those of removed hosts."""
+        enough of them): Horovod records an exit reported then only after it, among the new ring's workers,
+        so an exit of one the new ring left out would fill a place of that ring's next re-form, which would
+        then go ahead without one of its own workers, left waiting alone. Reported after the re-form, the exit
+        of a worker left out is ignored, as Horovod ignores those of removed hosts."""
         if self._hvd is not None:
             self._hvd._worker_registry._action_event.wait()
 
