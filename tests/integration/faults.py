@@ -564,7 +564,8 @@ def preempt_worker_at_min(run: FaultRun) -> int:
     """SIGTERM of the agent of the ring's rank 1 (not rank 0, see :func:`hang_worker`), as its NodeManager sends
     when YARN preempts its container, in a job already at ``--min_workers``: it cannot shrink, so the worker
     stays in the ring until its agent stops its process (the kill delay less a margin later), the ring rolls
-    back to its last commit, YARN starts the worker again and the ring re-forms with it; no failure is listed."""
+    back to its last commit, YARN starts a replacement and the ring re-forms with it; no failure is listed."""
+    before = ring(run.job)
     (victim,) = [w for w in run.job.status().workers if w.rank == 1]
     run.notes["preempted_worker"] = victim.instance
     (agent,) = [
@@ -576,13 +577,16 @@ def preempt_worker_at_min(run: FaultRun) -> int:
     agent.send_signal(signal.SIGTERM)
     eventually(lambda: not training_pids(victim.container_id), f"{victim.instance}'s agent to stop its process", 30)
     run.mark("process_stopped_s")
-    eventually(
-        lambda: ring(run.job).get(victim.instance, victim.container_id) != victim.container_id,
-        f"the ring to re-form with {victim.instance} in a new container",
-        120,
-        0.2,
-    )
+
+    def re_formed() -> dict[str, str]:
+        members = ring(run.job)
+        return members if len(members) == run.workers and victim.container_id not in members.values() else {}
+
+    # The replacement: the same instance in a new container, or a new instance where the driver had YARN remove
+    # the preempted one by name (it was not the highest-numbered).
+    after = eventually(re_formed, f"the ring to re-form at {run.workers} without {victim.container_id}", 120, 0.2)
     run.mark("ring_re_formed_s")
+    run.notes["replacement"] = [f"{i} {c}" for i, c in after.items() if before.get(i) != c]
     failures = run.job.status().failures
     assert not [f for f in failures if f.instance == victim.instance], f"a preemption listed as failure: {failures}"
     return run.workers
