@@ -23,7 +23,7 @@ from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_the_scale_in, workers_that_fit
 from submarine_elastic.elastic.ringhost import AgentHandle
-from submarine_elastic.yarn import ComponentTarget, NodeReport, QueueReport
+from submarine_elastic.yarn import ComponentTarget, ContainerState, ContainerStatus, NodeReport, QueueReport
 
 #: A training process that leaves when its agent sends anything (a Leave) on its channel.
 LEAVES_WHEN_TOLD = (
@@ -324,3 +324,16 @@ def test_an_exit_during_horovods_re_form_is_reported_after_it() -> None:
     forming.set()
     worker.join(5)
     assert result and result[0][0] == -15
+
+
+def test_a_preempted_worker_kept_in_its_ring_is_not_evicted_when_yarn_counts_its_container_ended() -> None:
+    # YARN lists a preempted container FAILED while its agent still stops the process (seconds before its
+    # SIGKILL): an eviction would withdraw it from a ring at --min_workers and list a lost NodeManager.
+    driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 2))
+    driver._on_preempted(agents[1], "SIGTERM from its NodeManager")
+    listed = (
+        ContainerStatus(id="container-0", component_instance_name="worker-0", state=ContainerState.READY),
+        ContainerStatus(id="container-1", component_instance_name="worker-1", state=ContainerState.FAILED),
+    )
+    assert driver._evict_orphans(listed) == []
+    assert agents[1] in driver.registry.available() and not driver.failures
