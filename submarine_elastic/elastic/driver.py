@@ -478,7 +478,20 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return
         log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
         agent.preempted = True
-        if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+        others = [a for a in self.registry.available() if a is not agent]
+        if len(others) < self.limits.min and agent.state is WorkerState.RUNNING:
+            # The ring cannot re-form without it (fewer than --min_workers would stay). Withdrawn, it would have
+            # Horovod interrupt the ring for a removal only, after which the ranks skip their state sync; but
+            # Horovod then waits for enough workers and re-forms with the replacement, which does sync: it waits
+            # in a broadcast the others never join while they wait in their next allreduce (the ring hung).
+            # Left in the ring, it is lost like a failed worker: the others roll back to their last commit and
+            # re-form, synced, with the replacement YARN starts; no failure is counted.
+            log.warning(
+                "%s stays in the ring until it is gone: without it fewer than --min_workers (%d) would be left",
+                agent.instance,
+                self.limits.min,
+            )
+        elif agent.state in (WorkerState.WARM, WorkerState.RUNNING):
             self.registry.move(agent.agent_id, WorkerState.LEAVING)
         if self._preempted_from is None:
             self._preempted_from = self.targets.requested
@@ -669,8 +682,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
         target."""
         live = list(self.registry.available())
-        # A preempted worker left the ring already (withdrawn when its agent said so); named, it goes all the same.
-        live += [a for a in self.registry.snapshot() if a.preempted and a.instance in target.remove]
+        # A preempted worker left the ring already (withdrawn when its agent said so) or stays until it is gone (the
+        # ring needs it); named, it goes all the same.
+        live += [a for a in self.registry.snapshot() if a.preempted and a.instance in target.remove and a not in live]
         ranks = self._ranks()
         members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
         plan = plan_resize(self.target, target, members)
@@ -865,10 +879,20 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 agent.exited.wait(15)
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
+        self._wait_for_reform()
         if agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not self._hvd_assigned(slot_info):
             # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
             return 0, time.time()
         return code, time.time()
+
+    def _wait_for_reform(self) -> None:
+        """Waits while Horovod forms a new ring (its workers all asked for their slots; it may wait there for
+        enough of them): Horovod records an exit reported then only after it, among the new ring's workers,
+        so an exit of one the new ring left out would fill a place of that ring's next re-form, which would
+        then go ahead without one of its own workers, left waiting alone. Reported after the re-form, the exit
+        of a worker left out is ignored, as Horovod ignores those of removed hosts."""
+        if self._hvd is not None:
+            self._hvd._worker_registry._action_event.wait()
 
     def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
         return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)

@@ -271,13 +271,15 @@ def lost_agents(agents: Sequence[AgentHandle], containers: Sequence[ContainerSta
     agent attaches as a new worker. But the old container's processes may live on without their NodeManager,
     still in the ring. Only what YARN says counts: the agent's container listed as ended, or its instance running
     in a later container. A container YARN does not list at all (an ApplicationMaster still recovering its
-    containers, one started a moment ago) counts nobody out. Agents leaving, ended or disconnected are left alone.
+    containers, one started a moment ago) counts nobody out. Agents leaving, ended or disconnected are left alone,
+    and so are preempted ones: YARN counts a preempted container ended while its agent still stops the process
+    (which the ring of a job at ``--min_workers`` keeps until then), and that is no loss.
     """
     listed = {c.id: c for c in containers}
     running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
     lost: list[tuple[AgentHandle, str]] = []
     for agent in agents:
-        if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING:
+        if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING or agent.preempted:
             continue
         mine = listed.get(agent.container_id)
         if mine is not None and mine.state not in ENDED_CONTAINER_STATES:

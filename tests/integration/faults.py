@@ -560,6 +560,38 @@ def hang_worker(run: FaultRun) -> int:
     return run.workers
 
 
+def preempt_worker_at_min(run: FaultRun) -> int:
+    """SIGTERM of the agent of the ring's rank 1 (not rank 0, see :func:`hang_worker`), as its NodeManager sends
+    when YARN preempts its container, in a job already at ``--min_workers``: it cannot shrink, so the worker
+    stays in the ring until its agent stops its process (the kill delay less a margin later), the ring rolls
+    back to its last commit, YARN starts a replacement and the ring re-forms with it; no failure is listed."""
+    before = ring(run.job)
+    (victim,) = [w for w in run.job.status().workers if w.rank == 1]
+    run.notes["preempted_worker"] = victim.instance
+    (agent,) = [
+        p
+        for p in map(psutil.Process, container_processes(victim.container_id))
+        if "submarine_elastic.elastic.agent" in p.cmdline()
+    ]
+    run.inject()
+    agent.send_signal(signal.SIGTERM)
+    eventually(lambda: not training_pids(victim.container_id), f"{victim.instance}'s agent to stop its process", 30)
+    run.mark("process_stopped_s")
+
+    def re_formed() -> dict[str, str]:
+        members = ring(run.job)
+        return members if len(members) == run.workers and victim.container_id not in members.values() else {}
+
+    # The replacement: the same instance in a new container, or a new instance where the driver had YARN remove
+    # the preempted one by name (it was not the highest-numbered).
+    after = eventually(re_formed, f"the ring to re-form at {run.workers} without {victim.container_id}", 120, 0.2)
+    run.mark("ring_re_formed_s")
+    run.notes["replacement"] = [f"{i} {c}" for i, c in after.items() if before.get(i) != c]
+    failures = run.job.status().failures
+    assert not [f for f in failures if f.instance == victim.instance], f"a preemption listed as failure: {failures}"
+    return run.workers
+
+
 def wait_relaunched(run: FaultRun, lost: dict[str, str]) -> dict[str, str]:
     """Blocks (at most 120 s) until YARN runs every instance of ``lost`` (instance -> its old container) READY
     in a new container; marks ``relaunched_s`` and returns instance -> new container."""
@@ -761,6 +793,13 @@ SCENARIOS: dict[str, Scenario] = {
             title=f"SIGSTOP of a worker's training process past the hung bound ({HUNG_AFTER_S:.0f} s)",
             workers=2,
             inject=hang_worker,
+        ),
+        Scenario(
+            name="worker_preempted_at_min",
+            title="SIGTERM of a worker's agent (YARN preempts it, kill delay 5 s) in a job at --min_workers 2",
+            workers=2,
+            inject=preempt_worker_at_min,
+            job_flags=("--min_workers", "2", "--max_workers", "2", "--env", "SUBMARINE_SIGKILL_DELAY_MS=5000"),
         ),
     )
 }

@@ -1,4 +1,4 @@
-"""A job outlives its driver and its hung workers: real pseudo-cluster, real TensorFlow + Horovod.
+"""A job outlives its driver, its hung workers and a preempted one: real pseudo-cluster, real TensorFlow + Horovod.
 
 Each test runs one scenario of :mod:`tests.integration.faults`, which checks what a user sees as it goes:
 
@@ -8,7 +8,10 @@ Each test runs one scenario of :mod:`tests.integration.faults`, which checks wha
   notification of the new ring reached the new driver);
 - SIGSTOP a worker's training process for longer than the hung bound (``worker_hang``): its agent kills it
   within the bound and 3 s, the ring trains without it, `job show` says it hung, YARN relaunches it and it
-  rejoins.
+  rejoins;
+- SIGTERM a worker's agent, as its NodeManager does when YARN preempts the container, in a job at its
+  ``--min_workers`` (``worker_preempted_at_min``): the ring cannot shrink, so the worker stays in it until its
+  agent stops its process, YARN starts a replacement and the ring re-forms with it from the last commit.
 
 Each ends with the job finishing, every committed step there exactly once, exactly-once data per epoch,
 identical weights on every rank, YARN's READY worker containers exactly the ring's members and a healthy
@@ -56,3 +59,15 @@ def test_a_stopped_worker_is_evicted_within_the_hung_bound_and_replaced(
     # The ring trained without it, then at full size again with it back.
     assert 1 in {s.size for s in step_times(tmp_path / "log") if s.time > report.injected_at}
     assert report.full_size == 2 and report.timings_s["ring_without_it_s"] < report.recovery_s
+
+
+def test_a_worker_preempted_in_a_job_at_its_minimum_is_replaced_and_the_ring_re_forms_with_it(
+    yarn_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    report = run_fault(SCENARIOS["worker_preempted_at_min"], yarn_cluster, tmp_path)
+    recorded(report, tmp_path, capsys)
+    # The ring could not go on without it: training paused, then went on at full size with the other worker and
+    # a replacement in a new container, from the last commit (run_fault checks every committed step is there once).
+    assert report.full_size == 2 and len(report.notes["replacement"]) == 1  # type: ignore[arg-type]
+    assert len(report.containers_kept) == 1 and report.notes["preempted_worker"] not in report.containers_kept
+    assert {s.size for s in step_times(tmp_path / "log") if s.time > report.injected_at} == {2}

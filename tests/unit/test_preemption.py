@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import queue
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from horovod.runner.common.util.hosts import SlotInfo
 
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import AgentState, JobPhase, Limits, WorkerState
@@ -20,7 +23,7 @@ from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_the_scale_in, workers_that_fit
 from submarine_elastic.elastic.ringhost import AgentHandle
-from submarine_elastic.yarn import ComponentTarget, NodeReport, QueueReport
+from submarine_elastic.yarn import ComponentTarget, ContainerState, ContainerStatus, NodeReport, QueueReport
 
 #: A training process that leaves when its agent sends anything (a Leave) on its channel.
 LEAVES_WHEN_TOLD = (
@@ -282,3 +285,55 @@ def test_a_relaunched_driver_still_grows_back_to_the_target_before_the_preemptio
     successor._grow_back(1024, 1)
     grown = successor.targets.next(0)
     assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
+
+
+def test_at_its_minimum_a_preempted_worker_stays_in_the_ring_and_its_stop_is_a_lost_worker_for_horovod() -> None:
+    yarn = RecordingYarn()
+    driver, agents = running_job(yarn, 2, Limits(2, 2, 2))
+    preempted = agents[0]
+    driver._on_preempted(preempted, "SIGTERM from its NodeManager")
+    # Withdrawn, the ring would wait for its replacement with the preempted process in it (the job hung).
+    assert preempted in driver.registry.available() and preempted.preempted
+    target = driver.targets.next(0)
+    assert target is not None and (target.workers, list(target.remove)) == (2, ["worker-0"])
+    driver._note_exit(preempted, pb.Exited(exit_code=-15, joined=True, leaving=True))  # its agent stopped it
+    driver.registry.end(preempted, -15)
+    driver._resize(target)
+    assert yarn.targets == [(2, ("worker-0",))]  # replaced by name
+    assert not driver.failures and not driver._fatal.is_set()
+    # Horovod is told the process failed: the survivor rolls back to its last commit and re-forms with the
+    # replacement (an exit code 0 would have Horovod end the job as finished).
+    code, _ = driver._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+    assert code == -15
+
+
+def test_an_exit_during_horovods_re_form_is_reported_after_it() -> None:
+    driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 2))
+    forming = threading.Event()  # cleared: Horovod is forming a ring (waiting there for enough workers)
+    driver._hvd = SimpleNamespace(  # type: ignore[assignment]
+        _worker_registry=SimpleNamespace(_action_event=forming), has_rank_assignment=lambda host, slot: False
+    )
+    driver.registry.end(agents[1], -15)
+    result: list[tuple[int, float]] = []
+    worker = threading.Thread(
+        target=lambda: result.append(driver._create_worker(SlotInfo("c-1", 1, 0, 1, 2, 1, 2), [threading.Event()]))
+    )
+    worker.start()
+    worker.join(0.5)
+    assert worker.is_alive() and not result  # recorded now, it would count in the next ring, which lacks it
+    forming.set()
+    worker.join(5)
+    assert result and result[0][0] == -15
+
+
+def test_a_preempted_worker_kept_in_its_ring_is_not_evicted_when_yarn_counts_its_container_ended() -> None:
+    # YARN lists a preempted container FAILED while its agent still stops the process (seconds before its
+    # SIGKILL): an eviction would withdraw it from a ring at --min_workers and list a lost NodeManager.
+    driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 2))
+    driver._on_preempted(agents[1], "SIGTERM from its NodeManager")
+    listed = (
+        ContainerStatus(id="container-0", component_instance_name="worker-0", state=ContainerState.READY),
+        ContainerStatus(id="container-1", component_instance_name="worker-1", state=ContainerState.FAILED),
+    )
+    assert driver._evict_orphans(listed) == []
+    assert agents[1] in driver.registry.available() and not driver.failures
