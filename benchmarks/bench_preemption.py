@@ -246,6 +246,8 @@ def main() -> None:
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     results["variants"] = rows
     RESULTS.mkdir(exist_ok=True)
+    if args.only and (RESULTS / "preemption.json").exists():
+        results = merged(json.loads((RESULTS / "preemption.json").read_text()), results)
     (RESULTS / "preemption.json").write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "preemption.md").write_text(markdown(results))
     print(markdown(results))
@@ -258,6 +260,19 @@ def wait_research_empty(rm_url: str) -> None:
         eventually(used, "the queues to empty", 120)
 
 
+def merged(previous: dict, results: dict) -> dict:
+    """``results`` of a run of some variants (``--only``) with the other variants of the ``previous`` results
+    file, each row keeping the load it ran under."""
+    for row in results["variants"].values():
+        row["load_before"], row["load_after"] = results["load_before"], results["load_after"]
+    for row in previous["variants"].values():
+        row.setdefault("load_before", previous["load_before"])
+        row.setdefault("load_after", previous["load_after"])
+    rows = {**previous["variants"], **results["variants"]}
+    return {**results, "variants": {k: rows[k] for k in VARIANTS if k in rows}, "load_before": "per variant",
+            "load_after": "per variant"}  # fmt: skip
+
+
 def markdown(results: dict[str, object]) -> str:
     rows = results["variants"]
     assert isinstance(rows, dict)
@@ -265,7 +280,10 @@ def markdown(results: dict[str, object]) -> str:
         "# YARN preempts a research job's workers: elastic, plain Horovod, fixed-size",
         "",
         f"Machine: {results['machine']}, load (1, 5, 15 min) {results['load_before']} before, "
-        f"{results['load_after']} after. `benchmarks/bench_preemption.py`.",
+        f"{results['load_after']} after. `benchmarks/bench_preemption.py`."
+        if results["load_before"] != "per variant"
+        else f"Machine: {results['machine']}; the variants ran in separate runs, each load (1, 5, 15 min) below the "
+        "table. `benchmarks/bench_preemption.py`.",
         "",
         "2 nodes of 1536 MB, queues prod:50 / research:50; the research job (4 workers of 512 MB, its AM and "
         f"driver: the whole cluster) trains; a prod job of one 512 MB container arrives and runs "
@@ -289,6 +307,11 @@ def markdown(results: dict[str, object]) -> str:
             f"| {at_least}{row['time_lost_s']:.1f} | {row['steps_while_prod_ran']} ({ring}) "
             f"| {back} | {row['worker_failures']} |"
         )
+    lines += [
+        f"\n{row['variant']}: load {row['load_before']} before, {row['load_after']} after."
+        for row in rows.values()
+        if "load_before" in row
+    ]
     lines += [
         "",
         f"Ring still: the sum of the gaps over {STALL_S:.0f} s between consecutive committed steps, from the prod "
