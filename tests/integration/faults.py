@@ -216,6 +216,9 @@ def run_fault(scenario: Scenario, cluster: LocalCluster, work: Path) -> FaultRep
                     size = scenario.then(run)
                     agreed(run, size)
                     run.wait_steps(STEPS, size=size)
+                # The job ends at the end of the epoch it is in: let it reach its second, so that the step log
+                # holds a whole epoch before the stop and one after, whatever the machine's speed.
+                eventually(lambda: any(s.epoch >= 1 for s in step_times(log_dir)), f"{name} in its second epoch", 120)
             finish(yarn, name, work)
         finally:
             yarn.destroy(name, missing_ok=True)
