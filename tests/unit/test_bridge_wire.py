@@ -275,23 +275,32 @@ def _wait(condition: Any, seconds: float = 5.0) -> bool:
     return True
 
 
-def test_logged_in_connections_are_bounded_and_closed_when_idle(fake_jvm: int) -> None:
-    # An idle timeout long enough for three logins on a loaded machine: the third must find both slots held.
-    idle = 2.0
-    limits = BridgeLimits(max_connections=2, max_pending=2, login_timeout_s=idle, idle_timeout_s=idle)
+def test_logged_in_connections_are_bounded(fake_jvm: int) -> None:
+    # Idle connections are kept far longer than the test runs, so both slots are surely held at the third login.
+    limits = BridgeLimits(max_connections=2, max_pending=2, login_timeout_s=60.0, idle_timeout_s=60.0)
     with BridgeServer(InMemoryController(), token=TOKEN, python_port=0, java_port=fake_jvm, limits=limits) as bridge:
-        started = time.monotonic()  # before the first login: its idle time starts after this
         first, second = _login(bridge.port), _login(bridge.port)
         assert first[1] == second[1] == b"!yv\n"
         third, answer = _login(bridge.port)
         assert answer == b"!yv\n"  # the token was right, but no logged-in slot is free
         assert _closed_within(third, 3.0)
         assert bridge.guard.logged_in == 2
-        assert _closed_within(first[0], idle + 6.0) and _closed_within(second[0], idle + 6.0)
-        assert idle <= time.monotonic() - started <= idle + 8.0  # closed for idleness, not before
-        assert _wait(lambda: bridge.guard.logged_in == 0 and bridge.guard.pending == 0)
         for sock in (first[0], second[0], third):
             sock.close()
+        assert _wait(lambda: bridge.guard.logged_in == 0 and bridge.guard.pending == 0)
+
+
+def test_a_logged_in_connection_is_closed_when_idle_and_not_before(fake_jvm: int) -> None:
+    idle = 1.0
+    limits = BridgeLimits(max_connections=2, max_pending=2, login_timeout_s=idle, idle_timeout_s=idle)
+    with BridgeServer(InMemoryController(), token=TOKEN, python_port=0, java_port=fake_jvm, limits=limits) as bridge:
+        started = time.monotonic()  # before the login: its idle time starts after this
+        sock, answer = _login(bridge.port)
+        assert answer == b"!yv\n"
+        assert _closed_within(sock, idle + 6.0)
+        assert time.monotonic() - started >= idle  # closed for idleness, not before
+        assert _wait(lambda: bridge.guard.logged_in == 0 and bridge.guard.pending == 0)
+        sock.close()
 
 
 def test_a_wrong_token_is_refused_in_constant_time_and_the_connection_closed(fake_jvm: int) -> None:
