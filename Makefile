@@ -15,6 +15,8 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider
 PYTEST_TF218 := $(VENV_TF218)/bin/python -m pytest -p no:cacheprovider
 UNIT_WORKERS ?= auto
 INTEGRATION_WORKERS ?= 2
+# The TensorFlow tests on two workers too: each mostly waits on a Horovod ring's start and TensorFlow's import.
+TF_WORKERS ?= 2
 
 install:
 	scripts/install.sh
@@ -27,15 +29,15 @@ demo: install
 	$(PY) -m submarine_elastic.demo
 
 ## Install everything, then lint, type-check, check the built wheel and run the whole test suite (what CI runs):
-## the unit tests on every core, tests/tf (and any other directory), the integration tests on two workers, then
+## the unit tests on every core, tests/tf (and any other directory) and the integration tests on two workers each, then
 ## the TensorFlow tests and the Keras elastic jobs again with TensorFlow 2.18. Every pass runs even after one
 ## failed; the failed ones are named at the end.
 test: install install-tf2.18 lint wheel-smoke
 	failed=""; \
 	$(PYTEST) -n $(UNIT_WORKERS) --durations=10 tests/unit || failed="$$failed unit"; \
-	$(PYTEST) --durations=10 --ignore=tests/unit --ignore=tests/integration || failed="$$failed tf"; \
+	$(PYTEST) -n $(TF_WORKERS) --durations=10 --ignore=tests/unit --ignore=tests/integration || failed="$$failed tf"; \
 	$(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadscope --durations=25 tests/integration || failed="$$failed integration"; \
-	$(PYTEST_TF218) --durations=10 $(TF218_TESTS) || failed="$$failed tf2.18"; \
+	$(PYTEST_TF218) -n $(TF_WORKERS) --dist loadscope --durations=10 $(TF218_TESTS) || failed="$$failed tf2.18"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
 ## The TensorFlow tests and the Keras elastic jobs with TensorFlow 2.18 (tf_keras 2.18, protobuf 5).
