@@ -15,8 +15,9 @@ Each round (every ``interval`` seconds, and at once on an arrival or a departure
    and asks the policy engine for decisions (with two queues or more it decides within each queue: the
    queue's guarantee, and what it may borrow of idle ones up to its maximum; see
    :mod:`~submarine_elastic.policy.queues`);
-5. records each decision, then sends it to the job's driver in the background (graceful scale-in,
-   stop-free scale-out; the driver takes the target and reconciles YARN and the ring toward it);
+5. records each decision, then sends it to the job's driver in the background, through at most
+   :data:`SENDERS` threads (graceful scale-in, stop-free scale-out; the driver takes the target and reconciles
+   YARN and the ring toward it);
 6. follows every decision sent: it is applied once the job's YARN worker component has exactly that
    many containers READY and the driver's ring has that world size (read each round); until then it
    is pending, with why (``YARN has 3 of 1``, ``ring has 2 of 3``), and once it has not converged
@@ -38,6 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -106,6 +108,12 @@ CLOCK_SKEW_S = 30.0  # an application started this much before its run was regis
 #: or two later. A drop of capacity, or a job asking for more than fits, counts once it has lasted this long
 #: (or a round, when rounds are longer).
 SETTLE_S = 10.0
+#: Threads that send decisions to the jobs' drivers, at most, whatever a round decides: a round that resizes
+#: 500 jobs queues its flex calls rather than starting 500 threads (0.2-0.4 s of thread starts). A flex call
+#: ends within its deadline (3 s, 2 s more to locate the driver), so a driver that does not answer holds one
+#: sender that long. A replacement waits for the ring to re-form (up to ``stall_after``): it has a thread of its
+#: own, so that replacements never hold the senders (one per job at a time).
+SENDERS = 16
 
 
 @dataclass
@@ -184,7 +192,8 @@ class ControllerService(Controller):
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._in_flight: dict[str, threading.Thread] = {}  # job id -> the thread sending its decision
+        self._in_flight: dict[str, threading.Event] = {}  # job id -> set once its decision's send has ended
+        self._senders = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="resize")
         self._converging: dict[str, _Converging] = {}  # job id -> its pending or stalled decision
         self._unadopted: set[str] = set()  # jobs whose driver's target is to be read before any resize
         self._lock = threading.Lock()
@@ -334,10 +343,13 @@ class ControllerService(Controller):
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop; decisions queued for a sender are dropped (recorded, never sent: a restarted
+        controller adopts each driver's target), those being sent end within their deadline."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._senders.shutdown(wait=False, cancel_futures=True)
 
     def wake(self) -> None:
         """Run the next round now (an arrival or departure noticed outside this process)."""
@@ -459,11 +471,11 @@ class ControllerService(Controller):
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                threads = list(self._in_flight.values())
-            if not threads:
+                sends = list(self._in_flight.values())
+            if not sends:
                 return True
-            for t in threads:
-                t.join(max(0.0, deadline - time.monotonic()))
+            for done in sends:
+                done.wait(max(0.0, deadline - time.monotonic()))
             if time.monotonic() >= deadline:
                 with self._lock:
                     return not self._in_flight
@@ -636,10 +648,11 @@ class ControllerService(Controller):
         restarts_cooldown: bool = True,
         batch: pb.Target | None = None,
     ) -> None:
-        """Send a recorded decision to the job's driver in the background, then follow it (:meth:`_check`).
-        If the driver does not take it, it fails and the job's target goes back to ``previous_target``
-        until the driver's is read again. ``batch``: the batch part of the target (global batch, accumulation
-        steps, learning rate; unset: the job's rule), sent with the worker count as one target."""
+        """Send a recorded decision to the job's driver in the background (a sender, or a thread of its own for a
+        replacement; see :data:`SENDERS`), then follow it (:meth:`_check`). If the driver does not take it, it
+        fails and the job's target goes back to ``previous_target`` until the driver's is read again. ``batch``:
+        the batch part of the target (global batch, accumulation steps, learning rate; unset: the job's rule),
+        sent with the worker count as one target."""
         job_id = record.job_id
         run = self.store.job(job_id).run
         with self._lock:
@@ -672,12 +685,16 @@ class ControllerService(Controller):
             finally:
                 with self._lock:
                     self._in_flight.pop(job_id, None)
+                done.set()
                 self._wake.set()
 
-        thread = threading.Thread(target=send, daemon=True, name=f"resize-{job_id}")
+        done = threading.Event()
         with self._lock:
-            self._in_flight[job_id] = thread
-        thread.start()
+            self._in_flight[job_id] = done
+        if replace:
+            threading.Thread(target=send, daemon=True, name=f"replace-{job_id}").start()
+        else:
+            self._senders.submit(send)
 
     def _batch_change(self, decision: Decision, metrics: JobMetrics | None) -> pb.Target | None:
         """The batch part of the target ``decision`` asks of its job's driver, or None when it asks none or the
