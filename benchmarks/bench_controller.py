@@ -149,6 +149,7 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
         per_decision: list[float] = []
         per_round: list[float] = []
         cpu_per_round: list[float] = []
+        collect_cpu: list[float] = []
         first: dict[str, float] = {}
         decisions = 0
         next_id = jobs
@@ -179,6 +180,10 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
                 decisions += len(recorded)
             if arriving is not None:
                 cluster.sizes.setdefault(arriving, 4)
+            collect0 = time.process_time()
+            service.collect_garbage()  # as the controller's loop does between rounds
+            if r > 0:
+                collect_cpu.append(time.process_time() - collect0)
         if memory:
             gc.collect()  # what is held, not garbage waiting for the cycle collector
         held = tracemalloc.get_traced_memory()[0] / 2**20 if memory else None
@@ -191,6 +196,7 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
         "decision_ms": _stats(per_decision),
         "round_ms": _stats(per_round),
         "round_cpu_ms": _stats(cpu_per_round),
+        "between_rounds_cpu_ms": _stats(collect_cpu),
         "first_round": first,
         "heap_mib": None if held is None else round(held, 1),
     }

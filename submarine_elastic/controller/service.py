@@ -35,6 +35,7 @@ followed to its end, one it never took is recorded as failed, and nothing is sen
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import threading
 import time
@@ -114,6 +115,8 @@ SETTLE_S = 10.0
 #: sender that long. A replacement waits for the ring to re-form (up to ``stall_after``): it has a thread of its
 #: own, so that replacements never hold the senders (one per job at a time).
 SENDERS = 16
+#: Rounds between full collections of the cycle collector (:meth:`ControllerService.collect_garbage`).
+FULL_COLLECTION_ROUNDS = 60
 
 
 @dataclass
@@ -194,6 +197,7 @@ class ControllerService(Controller):
         self._stop = threading.Event()
         self._in_flight: dict[str, threading.Event] = {}  # job id -> set once its decision's send has ended
         self._senders = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="resize")
+        self._rounds = 0  # rounds the loop ran, for :meth:`collect_garbage`
         self._converging: dict[str, _Converging] = {}  # job id -> its pending or stalled decision
         self._unadopted: set[str] = set()  # jobs whose driver's target is to be read before any resize
         self._lock = threading.Lock()
@@ -361,15 +365,32 @@ class ControllerService(Controller):
                 self.tick()
             except Exception:  # noqa: BLE001 - the controller must outlive any one bad round
                 log.exception("controller round failed; next round in %.0f s", self.interval)
+            self.collect_garbage()
             self._wake.wait(self.interval)
             self._wake.clear()
+
+    def collect_garbage(self) -> None:
+        """Run the cycle collector between rounds, and keep what survives out of its collections during the
+        next one (``gc.freeze``). The process holds every job's recent points (at 500 jobs some 175,000 tracked
+        objects after 30 rounds, more as the jobs' rings fill): a full collection of them took 70-250 ms, and
+        Python ran one every 4-5 rounds, in the middle of a round. Between rounds this scans only what came
+        since the last one; every :data:`FULL_COLLECTION_ROUNDS` rounds it scans everything again (a frozen
+        object is still freed when its last reference goes, but a cycle only by a full collection)."""
+        self._rounds += 1
+        if self._rounds % FULL_COLLECTION_ROUNDS == 0:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
     def tick(self) -> list[DecisionRecord]:
         """One round: sync, follow the decisions sent, count, snapshot, decide, start sending. Returns the
         decisions recorded."""
         self._sync_cluster()
         now = self.clock()
-        self._follow(self.store.jobs(live_only=True), now)
+        with self._lock:
+            following = bool(self._converging or self._unadopted)
+        if following:  # else there is nothing to follow, and no need to read the jobs twice
+            self._follow(self.store.jobs(live_only=True), now)
         live = self.store.jobs(live_only=True)
         sizes = {job.job_id: self.backend.ring_size(job.job_id) for job in live}
         self.store.observe({job_id: size for job_id, size in sizes.items() if size is not None}, now)

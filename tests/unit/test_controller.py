@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from submarine_elastic.controller.api import (
     NodeResources,
     UnknownJobError,
 )
-from submarine_elastic.controller.service import SENDERS, ControllerService
+from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, SENDERS, ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
@@ -427,6 +429,26 @@ def test_a_round_that_resizes_many_jobs_sends_every_decision_through_at_most_sen
     assert cluster.most == SENDERS
     assert sorted(cluster.resizes) == sorted((f"job-{i}", 2) for i in range(jobs))
     assert all(c.store.job(f"job-{i}").workers == 2 for i in range(jobs))
+
+
+def test_what_survives_a_round_is_kept_from_the_collector_until_the_periodic_full_collection(tmp_path: Path):
+    class Node:
+        pass
+
+    c = controller(tmp_path, FakeCluster(capacity=4), Clock())
+    try:
+        cycle = Node()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        alive = weakref.ref(cycle)
+        c.collect_garbage()  # still referenced: it survives, frozen
+        del cycle
+        for _ in range(FULL_COLLECTION_ROUNDS - 2):
+            c.collect_garbage()
+        assert alive() is not None  # the collections between rounds scan only what came since
+        c.collect_garbage()
+        assert alive() is None  # the full one frees the cycle
+    finally:
+        gc.unfreeze()
 
 
 def test_controller_status_lists_live_jobs_with_their_ring_and_all_with_all(
