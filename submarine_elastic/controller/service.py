@@ -457,22 +457,23 @@ class ControllerService(Controller):
                     f"replace {', '.join(decision.replace)}: {decision.reason}",
                 )
                 changes: dict[str, Any] = {"last_resize_at": record.time}
-                to_send.append(_ToSend(record, changes, job.target, replace=tuple(decision.replace)))
+                to_send.append(_ToSend(record, changes, job.run, job.target, replace=tuple(decision.replace)))
                 continue
             if decision.target_workers == job.target:
                 if batch is not None:  # the batch alone changes: no resize, no cooldown
                     record = DecisionRecord(job.job_id, self.clock(), job.target, job.target, decision.reason)
-                    to_send.append(_ToSend(record, {}, job.target, batch=batch, restarts_cooldown=False))
+                    to_send.append(_ToSend(record, {}, job.run, job.target, batch=batch, restarts_cooldown=False))
                 continue
             record = DecisionRecord(job.job_id, self.clock(), holding, decision.target_workers, decision.reason)
             changes = {"target": decision.target_workers, "last_resize_at": record.time}
-            to_send.append(_ToSend(record, changes, job.target, batch=batch))
+            to_send.append(_ToSend(record, changes, job.run, job.target, batch=batch))
         ids = self.store.add_decisions([(send.record, send.changes) for send in to_send])
         for decision_id, send in zip(ids, to_send, strict=True):
             recorded.append(send.record)
             self._apply(
                 decision_id,
                 send.record,
+                send.run,
                 send.previous_target,
                 send.replace,
                 restarts_cooldown=send.restarts_cooldown,
@@ -622,7 +623,7 @@ class ControllerService(Controller):
             decision_id = self.store.add_decision(record)
             self.store.update_job(job.job_id, target=to)
             recorded.append(record)
-            self._apply(decision_id, record, job.target, restarts_cooldown=False)
+            self._apply(decision_id, record, job.run, job.target, restarts_cooldown=False)
         return recorded
 
     # ------------------------------------------------------------------ pieces
@@ -663,6 +664,7 @@ class ControllerService(Controller):
         self,
         decision_id: int,
         record: DecisionRecord,
+        run: int,
         previous_target: int,
         replace: tuple[str, ...] = (),
         *,
@@ -670,12 +672,11 @@ class ControllerService(Controller):
         batch: pb.Target | None = None,
     ) -> None:
         """Send a recorded decision to the job's driver in the background (a sender, or a thread of its own for a
-        replacement; see :data:`SENDERS`), then follow it (:meth:`_check`). If the driver does not take it, it
-        fails and the job's target goes back to ``previous_target`` until the driver's is read again. ``batch``:
-        the batch part of the target (global batch, accumulation steps, learning rate; unset: the job's rule),
-        sent with the worker count as one target."""
+        replacement; see :data:`SENDERS`), then follow it (:meth:`_check`) as a decision of the job's ``run``. If
+        the driver does not take it, it fails and the job's target goes back to ``previous_target`` until the
+        driver's is read again. ``batch``: the batch part of the target (global batch, accumulation steps, learning
+        rate; unset: the job's rule), sent with the worker count as one target."""
         job_id = record.job_id
-        run = self.store.job(job_id).run
         with self._lock:
             self._converging[job_id] = _Converging(decision_id, record, run, restarts_cooldown)
 
@@ -808,9 +809,10 @@ class ControllerService(Controller):
                 if self._converging.get(job_id) is converging:
                     del self._converging[job_id]
             self.store.finish_decision(converging.decision_id, DecisionState.APPLIED)
-            self.store.update_job(job_id, workers=to, observed_at=now)
             if converging.restarts_cooldown:
-                self.store.update_job(job_id, last_resize_at=now)
+                self.store.update_job(job_id, workers=to, observed_at=now, last_resize_at=now)
+            else:
+                self.store.update_job(job_id, workers=to, observed_at=now)
             log.info("resize of %s to %d applied: YARN and the ring have it", job_id, to)
             return
         stalled = converging.stalled or now - converging.record.time >= self.stall_after
@@ -964,6 +966,7 @@ class _ToSend(NamedTuple):
 
     record: DecisionRecord
     changes: dict[str, Any]
+    run: int
     previous_target: int
     replace: tuple[str, ...] = ()
     batch: pb.Target | None = None
