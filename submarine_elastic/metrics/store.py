@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import statistics
 import threading
 import time
@@ -593,10 +594,12 @@ def _slope(points: deque[tuple[int, float]]) -> float | None:
     n = len(points)
     if n < 2:
         return None
-    mean_x = sum(step for step, _ in points) / n
-    mean_y = sum(loss for _, loss in points) / n
-    var_x = sum((step - mean_x) ** 2 for step, _ in points)
+    steps, losses = zip(*points, strict=True)  # the sums below run in C: a round reads every job's summary
+    mean_x = sum(steps) / n
+    mean_y = sum(losses) / n
+    dx = list(map(operator.sub, steps, itertools.repeat(mean_x)))
+    var_x = sum(map(operator.mul, dx, dx))
     if var_x == 0:
         return None
-    cov = sum((step - mean_x) * (loss - mean_y) for step, loss in points)
+    cov = sum(map(operator.mul, dx, map(operator.sub, losses, itertools.repeat(mean_y))))
     return cov / var_x

@@ -134,6 +134,12 @@ def _check_finite(err: type[PolicyError], name: str, value: object, *, positive:
         raise err(f"{name} must be >= 0, got {value!r}")
 
 
+def _finite_floats(values: tuple[object, ...]) -> bool:
+    """Every value a float and their sum finite (so each is): the usual case, checked at once before any value
+    is checked alone; False may still be a valid sequence (ints, a sum that overflows)."""
+    return set(map(type, values)) <= {float} and math.isfinite(sum(values))  # type: ignore[arg-type]
+
+
 def _check_reason(err: type[PolicyError], reason: object) -> None:
     if not isinstance(reason, str) or not reason.strip():
         raise err(f"reason must be a non-empty string, got {reason!r}")
@@ -261,16 +267,20 @@ class JobMetrics:
                 raise InvalidSnapshotError(f"step_times key must be a worker instance name, got {name!r}")
             if isinstance(times, str | bytes) or not isinstance(times, Sequence):
                 raise InvalidSnapshotError(f"step_times[{name!r}] must be a sequence of seconds, got {times!r}")
-            for t in times:
-                _check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
-            step_times[name] = tuple(float(t) for t in times)
+            values = tuple(times)
+            if not (_finite_floats(values) and min(values, default=0.0) >= 0):
+                for t in values:
+                    _check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
+            step_times[name] = tuple(map(float, values))
         object.__setattr__(self, "step_times", dict(sorted(step_times.items())))
         if isinstance(self.loss_window, str | bytes) or not isinstance(self.loss_window, Sequence):
             raise InvalidSnapshotError(f"loss_window must be a sequence of numbers, got {self.loss_window!r}")
-        for loss in self.loss_window:
-            if not _is_number(loss) or not math.isfinite(loss):
-                raise InvalidSnapshotError(f"loss_window entries must be finite numbers, got {loss!r}")
-        object.__setattr__(self, "loss_window", tuple(float(x) for x in self.loss_window))
+        losses = tuple(self.loss_window)
+        if not _finite_floats(losses):
+            for loss in losses:
+                if not _is_number(loss) or not math.isfinite(loss):
+                    raise InvalidSnapshotError(f"loss_window entries must be finite numbers, got {loss!r}")
+        object.__setattr__(self, "loss_window", tuple(map(float, losses)))
         if self.gradient_noise_scale is not None:
             _check_finite(InvalidSnapshotError, "gradient_noise_scale", self.gradient_noise_scale)
         if self.batch_size is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from submarine_elastic.controller.api import (
     NodeResources,
     UnknownJobError,
 )
-from submarine_elastic.controller.service import ControllerService
+from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, SENDERS, ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
@@ -389,6 +391,64 @@ def test_ring_sizes_are_read_every_round_even_while_a_resize_runs(tmp_path: Path
     cluster.release.set()
     settle(c)
     assert c.store.job("job").workers == 4
+
+
+def test_a_round_that_resizes_many_jobs_sends_every_decision_through_at_most_senders_threads(tmp_path: Path):
+    class Blocking(FakeCluster):
+        """Each flex call waits for ``gate``; counts the calls under way at once."""
+
+        def __init__(self, capacity: int) -> None:
+            super().__init__(capacity)
+            self.gate = threading.Event()
+            self.changed = threading.Condition()
+            self.running = self.most = 0
+
+        def set_target(self, job_id: str, target: pb.Target) -> None:
+            with self.changed:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self.changed.notify_all()
+            self.gate.wait(10)
+            super().set_target(job_id, target)
+            with self.changed:
+                self.running -= 1
+
+    jobs = 3 * SENDERS
+    cluster, clock = Blocking(capacity=2 * jobs), Clock()
+    c = controller(tmp_path, cluster, clock)
+    for i in range(jobs):
+        c.job_submitted(f"job-{i}", 1, 2, 1)
+        cluster.sizes[f"job-{i}"] = 1
+    assert len(c.tick()) == jobs  # greedy: every job 1 -> 2
+    with cluster.changed:
+        assert cluster.changed.wait_for(lambda: cluster.running >= SENDERS, timeout=10)
+        # While every sender waits, no other flex call starts.
+        assert not cluster.changed.wait_for(lambda: cluster.running > SENDERS, timeout=0.5)
+    cluster.gate.set()
+    settle(c)
+    assert cluster.most == SENDERS
+    assert sorted(cluster.resizes) == sorted((f"job-{i}", 2) for i in range(jobs))
+    assert all(c.store.job(f"job-{i}").workers == 2 for i in range(jobs))
+
+
+def test_what_survives_a_round_is_kept_from_the_collector_until_the_periodic_full_collection(tmp_path: Path):
+    class Node:
+        pass
+
+    c = controller(tmp_path, FakeCluster(capacity=4), Clock())
+    try:
+        cycle = Node()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        alive = weakref.ref(cycle)
+        c.collect_garbage()  # still referenced: it survives, frozen
+        del cycle
+        for _ in range(FULL_COLLECTION_ROUNDS - 2):
+            c.collect_garbage()
+        assert alive() is not None  # the collections between rounds scan only what came since
+        c.collect_garbage()
+        assert alive() is None  # the full one frees the cycle
+    finally:
+        gc.unfreeze()
 
 
 def test_controller_status_lists_live_jobs_with_their_ring_and_all_with_all(
