@@ -110,6 +110,8 @@ class FakeRunner(JobRunner):
                         batch_size=32,
                     )
                 )
+            for sink in sinks:  # each step delivered before the next: the watcher sees the points step by step
+                sink.flush(5.0)
         for sink in sinks:
             sink.close(timeout=5.0)
         done.set()
