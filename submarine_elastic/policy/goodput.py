@@ -33,10 +33,11 @@ Each job's inverse speedup is weighted by its rank in remaining work, shortest-r
 (as heSRPT, Berg et al. 2020, orders malleable jobs: the share depends on the order of the jobs, not on how
 far apart they are): of the ``m`` jobs that report remaining work, the one with the ``i``-th most (``i`` from 1)
 weighs ``(i / m) ** remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the remaining work measured
-as its ``remaining_samples`` over its modelled goodput at one worker (not at what it holds: a job shrunk must
-not weigh less for it, and be shrunk again). A job near its end gets workers before one far from it; a job
-that reports no remaining work weighs 1. Slots no job is given go to running jobs predicted faster with them
-by more than the resize costs, whatever they hold.
+as its ``remaining_samples`` over its modelled goodput at the count it was submitted with (one worker when that
+is not known): not at what it holds, so that a job shrunk does not weigh less for it and is not shrunk again, and
+not at one worker, where a job that scales well would count as long as one that does not. A job near its end
+gets workers before one far from it; a job that reports no remaining work weighs 1. Slots no job is given go to
+running jobs predicted faster with them by more than the resize costs, whatever they hold.
 
 A job without step times per configuration (a controller that reports only throughput by world size)
 is modelled as before: throughput interpolated between the measured world sizes, with its per-worker
@@ -334,13 +335,14 @@ def _remaining_s(job: JobView, table: _Table) -> float | None:
     return max(remaining / rate, MIN_REMAINING_S)
 
 
-def _remaining_at_one_s(job: JobView, table: _Table) -> float | None:
-    """The job's remaining work as seconds at the modelled goodput of one worker; None without
-    ``remaining_samples`` or a goodput model."""
+def _remaining_as_submitted_s(job: JobView, table: _Table) -> float | None:
+    """The job's remaining work as seconds at the modelled goodput of the count it was submitted with (one worker
+    when that is not known); None without ``remaining_samples`` or a goodput model."""
     remaining = job.metrics.remaining_samples
-    if remaining is None or table.goodput is None or len(table.goodput) < 2 or table.goodput[1] <= 0:
+    if remaining is None or table.goodput is None or len(table.goodput) < 2:
         return None
-    return float(remaining / table.goodput[1])
+    rate = float(table.goodput[min(max(job.requested_workers or 1, 1), len(table.goodput) - 1)])
+    return remaining / rate if rate > 0 else None
 
 
 def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> tuple[int | None, int | None]:
@@ -577,15 +579,15 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
 
     def _weights(self, requests: Sequence[Request], tables: Sequence[_Table]) -> list[float]:
         """How much each job's inverse speedup counts: ``(i / m) ** remaining_exponent`` for the job with the
-        ``i``-th most remaining work at one worker of the ``m`` that report it (ties in the jobs' order); 1.0 for a
-        job that reports no remaining work or has no goodput model."""
+        ``i``-th most remaining work at its submitted count of the ``m`` that report it (ties in the jobs' order);
+        1.0 for a job that reports no remaining work or has no goodput model."""
         weights = [1.0] * len(requests)
         if not self.remaining_exponent:
             return weights
         work = [
             (-seconds, i)
             for i, (request, table) in enumerate(zip(requests, tables, strict=True))
-            if (seconds := _remaining_at_one_s(request.job, table)) is not None
+            if (seconds := _remaining_as_submitted_s(request.job, table)) is not None
         ]
         for rank, (_, i) in enumerate(sorted(work), start=1):
             weights[i] = (rank / len(work)) ** self.remaining_exponent

@@ -49,8 +49,8 @@ def test_jobs_weigh_by_their_order_in_remaining_work_not_by_how_far_apart_they_a
 
 
 def test_a_job_shrunk_weighs_what_it_weighed_before() -> None:
-    """Its remaining work is counted at one worker, not at what it holds: shrunk from 8 to 2 workers, a job keeps its
-    weight (and is not shrunk again for weighing less)."""
+    """Its remaining work is counted at its submitted count, not at what it holds: shrunk from 8 to 2 workers, a job
+    keeps its weight (and is not shrunk again for weighing less)."""
     arbiter = GoodputArbiter()
 
     def weights(held: int) -> list[float]:
@@ -62,6 +62,20 @@ def test_a_job_shrunk_weighs_what_it_weighed_before() -> None:
         return arbiter._weights(requests, [arbiter._job_table(j, s) for j in (a, b, c)])
 
     assert weights(8) == weights(2) == [(2 / 3) ** REMAINING_EXPONENT, (1 / 3) ** REMAINING_EXPONENT, 1.0]
+
+
+def test_remaining_work_is_ranked_at_the_count_each_job_was_submitted_with() -> None:
+    """A job submitted at 16 workers with twice the samples left of one submitted at 1 is nearer its end as its user
+    runs it: it ranks shorter and weighs more (at one worker both would rank the other way)."""
+    arbiter = GoodputArbiter()
+    wide = replace(remaining(goodput_job("job-a", current=16, measured=FAST, noise=1e5), 2e8), requested_workers=16)
+    narrow = replace(remaining(goodput_job("job-b", current=1, measured=FAST, noise=1e5), 1e8), requested_workers=1)
+    s = snap(wide, narrow)
+    requests = [Request(j, j.current_workers, settled=False, reason="wish") for j in (wide, narrow)]
+    assert arbiter._weights(requests, [arbiter._job_table(j, s) for j in (wide, narrow)]) == [
+        1.0,
+        (1 / 2) ** REMAINING_EXPONENT,
+    ]
 
 
 @pytest.mark.parametrize("bad", [-0.5, MAX_REMAINING_EXPONENT + 0.5, float("nan")])
