@@ -29,11 +29,15 @@ model is uncertain it is optimistic (see :mod:`~submarine_elastic.policy.goodput
 at configurations it has not run in; once it ran in one (more workers or another micro-batch than ever
 before), it is given no other for ``explore_interval_s`` (default :data:`EXPLORE_INTERVAL_S`).
 
-Each job's inverse speedup is weighted by its remaining time, shortest-remaining-first in flavour:
-``(remaining / REMAINING_REFERENCE_S) ** -remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the
-remaining time being the job's ``remaining_samples`` over its modelled goodput at what it holds, at least
-:data:`MIN_REMAINING_S`. A job near its end gets workers before one far from it; a job that reports no
-remaining work weighs 1.
+Each job's inverse speedup is weighted by its rank in remaining work, shortest-remaining-first in flavour
+(as heSRPT, Berg et al. 2020, orders malleable jobs: the share depends on the order of the jobs, not on how
+far apart they are): of the ``m`` jobs that report remaining work, the one with the ``i``-th most (``i`` from 1)
+weighs ``(i / m) ** remaining_exponent`` (default :data:`REMAINING_EXPONENT`), the remaining work measured
+as its ``remaining_samples`` over its modelled goodput at the count it was submitted with (one worker when that
+is not known): not at what it holds, so that a job shrunk does not weigh less for it and is not shrunk again, and
+not at one worker, where a job that scales well would count as long as one that does not. A job near its end
+gets workers before one far from it; a job that reports no remaining work weighs 1. Slots no job is given go to
+running jobs predicted faster with them by more than the resize costs, whatever they hold.
 
 A job without step times per configuration (a controller that reports only throughput by world size)
 is modelled as before: throughput interpolated between the measured world sizes, with its per-worker
@@ -76,7 +80,6 @@ __all__ = [
     "MIN_HORIZON_S",
     "MIN_REMAINING_S",
     "REMAINING_EXPONENT",
-    "REMAINING_REFERENCE_S",
     "RESIZE_HYSTERESIS",
     "WAITING_PENALTY",
     "GoodputArbiter",
@@ -97,14 +100,12 @@ MIN_HORIZON_S = 600.0
 RESIZE_HYSTERESIS = 0.15
 #: What a job waiting at no workers adds to the sum of inverse speedups (plus one per second of age).
 WAITING_PENALTY = 1e6
-#: Default of how strongly a job's remaining time weighs in the arbiter's objective: each job's inverse
-#: speedup is multiplied by ``(remaining_s / REMAINING_REFERENCE_S) ** -REMAINING_EXPONENT`` (0: the plain
+#: Default of how strongly a job's rank in remaining work weighs in the arbiter's objective: the inverse speedup
+#: of the job with the ``i``-th most of ``m`` is multiplied by ``(i / m) ** REMAINING_EXPONENT`` (0: the plain
 #: power mean), so that jobs near their end get workers first, as shortest-remaining-first would.
-REMAINING_EXPONENT = 1.0
+REMAINING_EXPONENT = 3.0
 #: The largest ``remaining_exponent`` accepted (a larger one orders jobs strictly, starving long ones).
 MAX_REMAINING_EXPONENT = 4.0
-#: The remaining time at which a job's weight is 1 (seconds).
-REMAINING_REFERENCE_S = 3600.0
 #: Remaining times below this count as this (a job about to finish is not weighted without bound).
 MIN_REMAINING_S = 60.0
 #: Default of how often a job may be given a configuration outside what it was measured at (seconds from
@@ -334,6 +335,16 @@ def _remaining_s(job: JobView, table: _Table) -> float | None:
     return max(remaining / rate, MIN_REMAINING_S)
 
 
+def _remaining_as_submitted_s(job: JobView, table: _Table) -> float | None:
+    """The job's remaining work as seconds at the modelled goodput of the count it was submitted with (one worker
+    when that is not known); None without ``remaining_samples`` or a goodput model."""
+    remaining = job.metrics.remaining_samples
+    if remaining is None or table.goodput is None or len(table.goodput) < 2:
+        return None
+    rate = float(table.goodput[min(max(job.requested_workers or 1, 1), len(table.goodput) - 1)])
+    return remaining / rate if rate > 0 else None
+
+
 def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> tuple[int | None, int | None]:
     """The batch and accumulation of ``k`` workers packed (``stays``: on the placement the job has); at the count the
     job holds, only where they differ from the job's ((None, None) where they do not). At another count they are
@@ -487,7 +498,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             (default :data:`RESIZE_HYSTERESIS`).
         initial_workers: as for :class:`GoodputPolicy`.
         explore_interval_s: as for :class:`GoodputPolicy`.
-        remaining_exponent: how strongly a job's remaining time weighs, in [0, :data:`MAX_REMAINING_EXPONENT`]
+        remaining_exponent: how strongly a job's rank in remaining work weighs, in [0, :data:`MAX_REMAINING_EXPONENT`]
             (default :data:`REMAINING_EXPONENT`; 0: the plain power mean).
 
     Raises:
@@ -526,7 +537,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
         return max(0.0, 1.0 - self._cost(job) / horizon)
 
-    def _grow_from_minimum(
+    def _grow_into_free_slots(
         self,
         requests: Sequence[Request],
         tables: Sequence[_Table],
@@ -535,16 +546,17 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         capacity: int,
         slots: int | None,
     ) -> None:
-        """Slots no job was given go to jobs left at their minimum where more workers are predicted faster by
-        more than the resize costs (the hysteresis, there against churn between jobs, is not charged for slots
-        nobody else takes): no job is parked at its minimum beside free slots. In ``counts``, in place."""
+        """Slots no job was given go to running jobs left at what they hold where more workers are predicted faster
+        by more than the resize costs (the hysteresis, there against churn between jobs, is not charged for slots
+        nobody else takes): no job is parked beside free slots that would make it faster. In ``counts``, in
+        place."""
         left = capacity - sum(counts)
         for i, (request, table) in enumerate(zip(requests, tables, strict=True)):
             job = request.job
-            low = job.min_workers
+            low = job.holding
             if left <= 0:
                 return
-            if not job.elastic or request.settled or job.waiting or counts[i] != job.holding or job.holding != low:
+            if not job.elastic or request.settled or job.waiting or counts[i] != low or low < job.min_workers:
                 continue
             here = table.here.speedup if table.here is not None else _speedup_at(table, low)
             top = min(low + left, self._reach(request, table, slots), len(table.speedup) - 1)
@@ -565,14 +577,21 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             return job.metrics.resize_cost_s
         return DEFAULT_RESIZE_COST_S
 
-    def _weight(self, job: JobView, table: _Table) -> float:
-        """How much the job's inverse speedup counts: ``(remaining / REMAINING_REFERENCE_S) ** -exponent``, the
-        remaining time at the goodput of what it holds (at least one worker), at least
-        :data:`MIN_REMAINING_S`; 1.0 when the job reports no remaining work or has no goodput model."""
-        seconds = _remaining_s(job, table)
-        if not self.remaining_exponent or seconds is None:
-            return 1.0
-        return float((seconds / REMAINING_REFERENCE_S) ** -self.remaining_exponent)
+    def _weights(self, requests: Sequence[Request], tables: Sequence[_Table]) -> list[float]:
+        """How much each job's inverse speedup counts: ``(i / m) ** remaining_exponent`` for the job with the
+        ``i``-th most remaining work at its submitted count of the ``m`` that report it (ties in the jobs' order);
+        1.0 for a job that reports no remaining work or has no goodput model."""
+        weights = [1.0] * len(requests)
+        if not self.remaining_exponent:
+            return weights
+        work = [
+            (-seconds, i)
+            for i, (request, table) in enumerate(zip(requests, tables, strict=True))
+            if (seconds := _remaining_as_submitted_s(request.job, table)) is not None
+        ]
+        for rank, (_, i) in enumerate(sorted(work), start=1):
+            weights[i] = (rank / len(work)) ** self.remaining_exponent
+        return weights
 
     @staticmethod
     def _fits(k: int, job: JobView, slots: int | None) -> bool:
@@ -592,9 +611,15 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         return next((k for k in range(top, bound + 1) if self._fits(k, job, slots)), top)
 
     def _options(
-        self, request: Request, table: _Table, now: float, slots: int | None, preempt: bool = False
+        self,
+        request: Request,
+        table: _Table,
+        now: float,
+        slots: int | None,
+        preempt: bool = False,
+        weight: float = 1.0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The counts a job may end at, the value of each (its weighted inverse speedup; lower is better) and
+        """The counts a job may end at, the value of each (its inverse speedup times ``weight``; lower is better) and
         whether it moves the job's workers closer together. With ``preempt``, a job in its cooldown may also
         shrink (for a waiting job). Every count but the one a job holds, and a move, is charged a resize."""
         job = request.job
@@ -613,7 +638,6 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         movable = job.elastic and not request.settled
         values = []
         moves = []
-        weight = self._weight(job, table)
         for k in ks:
             if k < job.min_workers:  # stays waiting with what it holds
                 values.append(WAITING_PENALTY + max(0.0, now - job.submitted_at))
@@ -644,7 +668,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         if solved is None:
             return []
         counts = solved[0]
-        self._grow_from_minimum(requests, tables, counts, snapshot.now, capacity, slots)
+        self._grow_into_free_slots(requests, tables, counts, snapshot.now, capacity, slots)
         gainers = [r.job_id for r, k in zip(requests, counts, strict=True) if k > r.holding]
         out = []
         for request, table, k, move in zip(requests, tables, *solved, strict=True):
@@ -691,8 +715,8 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         dp = np.zeros(capacity + 1)
         choices = []
         most = 0  # the most slots the jobs so far can take: dp is flat from there on
-        for request, table in zip(requests, tables, strict=True):
-            ks, values, moves = self._options(request, table, now, slots, preempt)
+        for request, table, weight in zip(requests, tables, self._weights(requests, tables), strict=True):
+            ks, values, moves = self._options(request, table, now, slots, preempt, weight)
             most = min(capacity, most + int(ks.max()))
             best, pick = _cheapest(dp[: most + 1], ks, values)
             dp = np.concatenate((best, np.full(capacity - most, best[most])))

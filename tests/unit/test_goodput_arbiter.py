@@ -34,6 +34,50 @@ def test_a_job_near_its_end_gets_more_workers_than_an_alike_job_far_from_it() ->
     assert even.get("job-a", (8, None))[0] == even.get("job-b", (8, None))[0] == 8
 
 
+def test_jobs_weigh_by_their_order_in_remaining_work_not_by_how_far_apart_they_are() -> None:
+    """Two alike jobs, one with twice or ten thousand times the other's remaining work: the same order, the same
+    split (a job far behind is not starved for being far behind)."""
+    arbiter = GoodputArbiter(resize_cost_s=0, hysteresis=0)
+
+    def counts(far_samples: float) -> dict[str, int]:
+        near = remaining(goodput_job("job-a", current=8, measured=FAST, noise=1e5), 1e5)
+        far = remaining(goodput_job("job-b", current=8, measured=FAST, noise=1e5), far_samples)
+        return {job_id: workers for job_id, (workers, _) in allocate(arbiter, snap(near, far)).items()}
+
+    assert counts(2e5) == counts(1e9)
+    assert counts(2e5)["job-a"] > counts(2e5)["job-b"] >= 1
+
+
+def test_a_job_shrunk_weighs_what_it_weighed_before() -> None:
+    """Its remaining work is counted at its submitted count, not at what it holds: shrunk from 8 to 2 workers, a job
+    keeps its weight (and is not shrunk again for weighing less)."""
+    arbiter = GoodputArbiter()
+
+    def weights(held: int) -> list[float]:
+        a = remaining(goodput_job("job-a", current=held, measured=FAST, noise=1e5), 1e8)
+        b = remaining(goodput_job("job-b", current=8, measured=FAST, noise=1e5), 2e8)
+        c = remaining(goodput_job("job-c", current=8, measured=FAST, noise=1e5), 0.5e8)
+        s = snap(a, b, c)
+        requests = [Request(j, 8, settled=False, reason="wish") for j in (a, b, c)]
+        return arbiter._weights(requests, [arbiter._job_table(j, s) for j in (a, b, c)])
+
+    assert weights(8) == weights(2) == [(2 / 3) ** REMAINING_EXPONENT, (1 / 3) ** REMAINING_EXPONENT, 1.0]
+
+
+def test_remaining_work_is_ranked_at_the_count_each_job_was_submitted_with() -> None:
+    """A job submitted at 16 workers with twice the samples left of one submitted at 1 is nearer its end as its user
+    runs it: it ranks shorter and weighs more (at one worker both would rank the other way)."""
+    arbiter = GoodputArbiter()
+    wide = replace(remaining(goodput_job("job-a", current=16, measured=FAST, noise=1e5), 2e8), requested_workers=16)
+    narrow = replace(remaining(goodput_job("job-b", current=1, measured=FAST, noise=1e5), 1e8), requested_workers=1)
+    s = snap(wide, narrow)
+    requests = [Request(j, j.current_workers, settled=False, reason="wish") for j in (wide, narrow)]
+    assert arbiter._weights(requests, [arbiter._job_table(j, s) for j in (wide, narrow)]) == [
+        1.0,
+        (1 / 2) ** REMAINING_EXPONENT,
+    ]
+
+
 @pytest.mark.parametrize("bad", [-0.5, MAX_REMAINING_EXPONENT + 0.5, float("nan")])
 def test_the_remaining_exponent_is_bounded(bad: float) -> None:
     with pytest.raises(PolicyConfigError, match="remaining_exponent"):
@@ -124,8 +168,8 @@ def _solve_by_matrix(
     """The arbiter's programme over every room for every job, each step a rooms x options matrix."""
     dp = np.zeros(capacity + 1)
     choices = []
-    for request, table in zip(requests, tables, strict=True):
-        ks, values, moves = self._options(request, table, now, slots, preempt)
+    for request, table, weight in zip(requests, tables, self._weights(requests, tables), strict=True):
+        ks, values, moves = self._options(request, table, now, slots, preempt, weight)
         dp, pick = _cheapest_by_matrix(dp, ks, values)
         choices.append((ks, moves, pick))
     if not np.isfinite(dp[capacity]):

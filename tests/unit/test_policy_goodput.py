@@ -478,6 +478,20 @@ def test_no_job_stays_at_its_minimum_beside_free_slots_where_more_workers_are_pr
     assert allocate_full(arbiter, snap(slower, capacity=4)) == {}
 
 
+@pytest.mark.parametrize("ratio", [1.05, 1.1])
+def test_a_job_above_its_minimum_grows_into_free_slots_where_more_workers_are_predicted_faster(ratio: float) -> None:
+    """Not only a job at its minimum: a job at 2 workers measured ``ratio`` times as fast at 4 gets 2 free slots,
+    though the gain is below the hysteresis that holds counts between jobs."""
+    measured = (StepTime(2, 1, 32, 0, 0.1, None, 100), StepTime(4, 1, 16, 0, 0.1 / ratio, None, 100))
+    a = goodput_job("job-a", current=2, batch=64, noise=None, measured=measured, batch_range=None, max_workers=4)
+    arbiter = GoodputArbiter()
+    assert ratio * (1 - arbiter.hysteresis) < 1.0  # the hysteresis alone would keep it at 2
+    given = allocate_full(arbiter, snap(a, capacity=8))
+    assert given["job-a"].workers == 4, given
+    # With the slots taken by another job it stays at 2.
+    assert allocate_full(arbiter, snap(a, capacity=2)) == {}
+
+
 def test_the_engine_keeps_a_job_at_its_minimum_only_where_more_workers_are_not_predicted_faster() -> None:
     a = replace(
         goodput_job("job-a", current=1, batch=64, noise=None, measured=_two_counts(1.1), batch_range=None),
