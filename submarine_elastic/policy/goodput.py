@@ -50,6 +50,7 @@ exploration cap, with the batch of that count.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ MIN_REMAINING_S = 60.0
 #: the round its last such configuration was first measured).
 EXPLORE_INTERVAL_S = 120.0
 _STATE_VERSION = 2
+_log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ without step times
@@ -401,6 +403,8 @@ class GoodputPolicy(JobPolicy):
             None if initial_workers is None else check_int(owner, "initial_workers", initial_workers, low=1)
         )
         self.explore_interval_s = check_number(owner, "explore_interval_s", explore_interval_s, low=0.0)
+        self.resize_cost_s: float | None = None  # the arbiter's, when it is one (see GoodputArbiter)
+        self.min_horizon_s = MIN_HORIZON_S
         self._history = _History()
 
     def state_dict(self) -> dict[str, Any]:
@@ -441,8 +445,16 @@ class GoodputPolicy(JobPolicy):
         k = low + int(np.argmax(window)) if len(window) else low
         speedup = float(table.speedup[k]) if k < len(table.speedup) else 0.0
         if not job.waiting and k < job.holding <= job.max_workers:
-            # Fewer workers than it holds, for its own sake: only on what it measured where it runs.
+            # Fewer workers than it holds, for its own sake: only on what it measured where it runs, and only
+            # where they are predicted faster by the resize's cost, the margin a job at its minimum grows by.
             shrink = self._shrink_reason(job, table, k)
+            if shrink is not None and speedup * self._paid(job, table, snapshot.now) < _speedup_at(table, job.holding):
+                return Decision(
+                    job.job_id,
+                    job.holding,
+                    f"goodput: keeps {job.holding} workers: {k} are predicted faster by less than a resize costs "
+                    f"(speedup {speedup:.2f} at {k}, {_speedup_at(table, job.holding):.2f} at {job.holding})",
+                )
             if shrink is None:
                 return Decision(
                     job.job_id,
@@ -460,6 +472,18 @@ class GoodputPolicy(JobPolicy):
             reason += f", batch {batch}"
         nodes = _packed(k, snapshot.slots_per_node) if k != job.holding and snapshot.slots_per_node else None
         return Decision(job.job_id, k, reason, batch_size=batch, accum_steps=accum, nodes=nodes)
+
+    def _paid(self, job: JobView, table: _Table, now: float) -> float:
+        """What is left of a job's speedup at another count after the resize's cost: ``1 - cost / horizon``."""
+        horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
+        return max(0.0, 1.0 - self._cost(job) / horizon)
+
+    def _cost(self, job: JobView) -> float:
+        if self.resize_cost_s is not None:
+            return self.resize_cost_s
+        if job.metrics.resize_cost_s is not None:
+            return job.metrics.resize_cost_s
+        return DEFAULT_RESIZE_COST_S
 
     def _shrink_reason(self, job: JobView, table: _Table, k: int) -> str | None:
         """Why the job gives up workers for its own sake, with the figures it measured at the count it holds
@@ -531,11 +555,7 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             raise PolicyConfigError(
                 f"{owner}: remaining_exponent must be <= {MAX_REMAINING_EXPONENT}, got {remaining_exponent!r}"
             )
-
-    def _paid(self, job: JobView, table: _Table, now: float) -> float:
-        """What is left of a job's speedup at another count after the resize's cost: ``1 - cost / horizon``."""
-        horizon = _remaining_s(job, table) or max(now - job.submitted_at, self.min_horizon_s)
-        return max(0.0, 1.0 - self._cost(job) / horizon)
+        self._stays: dict[str, str] = {}  # what was last logged of each job left at its minimum beside free slots
 
     def _grow_into_free_slots(
         self,
@@ -549,7 +569,8 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         """Slots no job was given go to running jobs left at what they hold where more workers are predicted faster
         by more than the resize costs (the hysteresis, there against churn between jobs, is not charged for slots
         nobody else takes): no job is parked beside free slots that would make it faster. In ``counts``, in
-        place."""
+        place. A job left at its minimum there is logged with what its model predicts (once per change): the
+        record that it was not parked."""
         left = capacity - sum(counts)
         for i, (request, table) in enumerate(zip(requests, tables, strict=True)):
             job = request.job
@@ -569,13 +590,36 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             if best is not None and _speedup_at(table, best) * paid > here:
                 counts[i] = best
                 left -= best - low
+            elif low == job.min_workers:
+                self._log_stays(request, table, here, paid, min(low + left, len(table.speedup) - 1), left, slots)
 
-    def _cost(self, job: JobView) -> float:
-        if self.resize_cost_s is not None:
-            return self.resize_cost_s
-        if job.metrics.resize_cost_s is not None:
-            return job.metrics.resize_cost_s
-        return DEFAULT_RESIZE_COST_S
+    def _log_stays(
+        self, request: Request, table: _Table, here: float, paid: float, top: int, free: int, slots: int | None
+    ) -> None:
+        """Log that a job stays at its minimum beside ``free`` slots, with the most speedup its model predicts at
+        a larger count up to ``top`` and the least a resize needs (and its request, where that holds it)."""
+        job = request.job
+        low = job.min_workers
+        larger = max(
+            (k for k in range(low + 1, top + 1) if self._fits(k, job, slots)),
+            key=lambda k: _speedup_at(table, k),
+            default=None,
+        )
+        needs = here / paid if paid > 0 else math.inf
+        text = (
+            f"goodput: {job.job_id} stays at its minimum of {low} beside {free} free slots: speedup {here:.2f} there, "
+        )
+        text += (
+            f"at most {_speedup_at(table, larger):.2f} predicted at {larger}"
+            if larger is not None
+            else f"no larger count within its cap of {table.cap}"
+        )
+        text += f", a resize needs more than {needs:.2f}"
+        if larger is not None and _speedup_at(table, larger) > needs:
+            text += f"; held: {request.reason}"
+        if self._stays.get(job.job_id) != text:
+            self._stays[job.job_id] = text
+            _log.info("%s", text)
 
     def _weights(self, requests: Sequence[Request], tables: Sequence[_Table]) -> list[float]:
         """How much each job's inverse speedup counts: ``(i / m) ** remaining_exponent`` for the job with the
@@ -655,7 +699,9 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
         return np.array(ks, dtype=np.int64), np.array(values, dtype=float), np.array(moves, dtype=bool)
 
     def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
-        self._history.keep_only({r.job_id for r in requests})
+        ids = {r.job_id for r in requests}
+        self._history.keep_only(ids)
+        self._stays = {j: text for j, text in self._stays.items() if j in ids}
         if not requests:
             return []
         tables = [self._job_table(r.job, snapshot) for r in requests]

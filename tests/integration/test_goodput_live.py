@@ -6,11 +6,14 @@ across the change, the ranks end with the same weights, and `job show` gives the
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec
+from submarine_elastic.controller import locate
+from submarine_elastic.controller.api import JobState
 from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.policy import Decision, JobPolicy, JobView, Snapshot
@@ -98,7 +101,8 @@ def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_
     measurements if they show one worker is as fast as two (as on a small machine; the reason gives the figures),
     else by the arbiter for the arrival (the reason names it). Every change is applied at a commit, `job show`
     and the controller's history give its reason, and every job trains each sample once per epoch with the same
-    weights on every rank."""
+    weights on every rank. Once job b has left, no job is parked at its minimum beside the free slot: it grows, or
+    the controller logged that its model predicts no larger count faster by more than a resize costs."""
     rm = cluster_spec.rm_url
     submarine(rm, "controller", "start", "--policy", "goodput", "--arbiter", "goodput", "--interval", "1",
               "--cooldown", "5", "--capacity", "3")  # fmt: skip
@@ -135,7 +139,12 @@ def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_
                 120,
             )
             assert all(d.reason.startswith("goodput") for d in resized), ctl.timeline(names[0])
-            for name in names:
+            jobcheck.finish(yarn, names[1], work[names[1]])  # job b leaves: a slot is free beside jobs a and c
+            eventually(lambda: ctl.job(names[1]).state is JobState.FINISHED, "the controller seeing job b leave", 60)
+            for name in (names[0], names[2]):
+                verdict = eventually(lambda n=name: not_parked(ctl, controller_dir, n, 3), f"{name} not parked", 60)
+                print(f"{name} beside a free slot: {verdict}")
+            for name in (names[0], names[2]):
                 jobcheck.finish(yarn, name, work[name])
             # Sound decisions: a job is shrunk only for another job, named, or because its own measured speed-up
             # says fewer workers are as fast, with the figures it measured.
@@ -151,3 +160,31 @@ def test_the_goodput_policy_sizes_workers_and_batch_from_what_jobs_report_while_
         jobcheck.check_training(work[name] / "log", samples=jobcheck.DIGITS_SAMPLES)
     first = [s[0] for _, s in sorted(committed_steps(work[names[0]] / "log").items())]
     assert len({r["global_batch"] for r in first}) > 1 and len({r["size"] for r in first}) > 1
+
+
+#: What the goodput arbiter logs of a job it leaves at its minimum beside free slots.
+STAYS = re.compile(
+    r"goodput: (?P<job>\S+) stays at its minimum of (?P<low>\d+) beside (?P<free>\d+) free slots: speedup [\d.]+ "
+    r"there, (?:at most (?P<larger>[\d.]+) predicted at \d+|no larger count within its cap of \d+), "
+    r"a resize needs more than (?P<needs>[\d.]+|inf)(?P<held>; held: .*)?$",
+    re.MULTILINE,
+)
+
+
+def not_parked(ctl: ControllerClient, controller_dir: Path, name: str, capacity: int) -> str | None:
+    """Why the job is not parked at its minimum beside the free slots of the cluster: it holds more than
+    its minimum, or the controller's last word on it there is that no larger count is predicted faster by more
+    than a resize costs; None while neither holds."""
+    job = ctl.job(name)
+    if job.target > job.min_workers:
+        return f"holds {job.target} workers, above its minimum of {job.min_workers}"
+    log = (controller_dir / locate.LOG).read_text()
+    free = capacity - sum(j.target for j in ctl.jobs() if j.state is not JobState.FINISHED)
+    if free <= 0:
+        return "no slot is free"
+    said = [m for m in STAYS.finditer(log) if m["job"] == name and int(m["free"]) == free]
+    if not said:
+        return None
+    last = said[-1]
+    predicted = float("-inf") if last["larger"] is None else float(last["larger"])
+    return last.group(0) if predicted <= float(last["needs"]) and not last["held"] else None

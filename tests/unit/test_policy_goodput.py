@@ -5,6 +5,7 @@ charged its cost; the batch and accumulation of the count each job gets."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -461,7 +462,9 @@ def test_a_job_shrunk_for_another_says_for_which() -> None:
 
 
 @pytest.mark.parametrize("ratio", [1.05, 1.1])
-def test_no_job_stays_at_its_minimum_beside_free_slots_where_more_workers_are_predicted_faster(ratio: float) -> None:
+def test_no_job_stays_at_its_minimum_beside_free_slots_where_more_workers_are_predicted_faster(
+    ratio: float, caplog: pytest.LogCaptureFixture
+) -> None:
     """A gain below the hysteresis but above the resize's cost: between jobs the hysteresis holds the count (against
     churn), but slots no job takes are given."""
     a = goodput_job("job-a", current=1, batch=64, noise=None, measured=_two_counts(ratio), batch_range=None)
@@ -473,9 +476,15 @@ def test_no_job_stays_at_its_minimum_beside_free_slots_where_more_workers_are_pr
     assert f"speedup {ratio:.2f}" in given["job-a"].reason
     # With the slot taken it stays: no job is shrunk or held for it.
     assert allocate_full(arbiter, snap(a, capacity=1)) == {}
-    # Slower at 2: it stays at 1 beside the free slots.
+    # Slower at 2: it stays at 1 beside the free slots, and the log says what its model predicts (once).
     slower = replace(a, metrics=replace(a.metrics, configurations=_two_counts(0.9)))
-    assert allocate_full(arbiter, snap(slower, capacity=4)) == {}
+    with caplog.at_level(logging.INFO, logger="submarine_elastic.policy.goodput"):
+        assert allocate_full(arbiter, snap(slower, capacity=4)) == {}
+        assert allocate_full(arbiter, snap(slower, capacity=4)) == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        "goodput: job-a stays at its minimum of 1 beside 3 free slots: speedup 1.00 there, at most 0.90 predicted "
+        "at 2, a resize needs more than 1.00"
+    ]
 
 
 @pytest.mark.parametrize("ratio", [1.05, 1.1])
@@ -499,3 +508,21 @@ def test_the_engine_keeps_a_job_at_its_minimum_only_where_more_workers_are_not_p
     )
     (decision,) = PolicyEngine(GoodputPolicy(), GoodputArbiter(), cooldown_s=0).decide(snap(a, capacity=4))
     assert decision.target_workers == 2 and "1.10" in decision.reason, decision
+
+
+@pytest.mark.parametrize(("ratio", "shrinks"), [(0.97, False), (0.9, True)])
+def test_a_job_shrinks_for_its_own_sake_only_by_the_margin_it_would_grow_back_by(ratio: float, shrinks: bool) -> None:
+    """Fewer workers for the job's own sake only where they are predicted faster by the resize's cost over its
+    horizon (30 s in 600 s here: 5 %), the margin a job at its minimum grows by: a job is not shrunk for a gain
+    it would not be grown back for."""
+    a = goodput_job("job-a", current=2, batch=64, noise=None, measured=_two_counts(ratio), batch_range=None)
+    a = replace(a, max_workers=2, submitted_at=9_900.0)
+    policy = GoodputArbiter()
+    wish = policy.propose(a, snap(a, capacity=4))
+    assert wish is not None and wish.target_workers == (1 if shrinks else 2), wish
+    decisions = PolicyEngine(policy, GoodputArbiter(), cooldown_s=0).decide(snap(a, capacity=4))
+    if shrinks:
+        assert [d.target_workers for d in decisions] == [1] and "fewer workers are as fast" in decisions[0].reason
+    else:
+        assert decisions == [], decisions
+        assert "predicted faster by less than a resize costs" in wish.reason, wish
