@@ -715,8 +715,19 @@ class ControllerService(Controller):
             self._in_flight[job_id] = done
         if replace:
             threading.Thread(target=send, daemon=True, name=f"replace-{job_id}").start()
-        else:
-            self._senders.submit(send)
+            return
+
+        def dropped() -> None:  # the controller stopped before a sender took it: recorded, never sent
+            with self._lock:
+                self._in_flight.pop(job_id, None)
+            done.set()
+
+        try:
+            queued = self._senders.submit(send)
+        except RuntimeError:  # stopped already (a round that outlived stop()'s wait)
+            dropped()
+            return
+        queued.add_done_callback(lambda future: dropped() if future.cancelled() else None)
 
     def _batch_change(self, decision: Decision, metrics: JobMetrics | None) -> pb.Target | None:
         """The batch part of the target ``decision`` asks of its job's driver, or None when it asks none or the

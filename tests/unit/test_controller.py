@@ -393,26 +393,27 @@ def test_ring_sizes_are_read_every_round_even_while_a_resize_runs(tmp_path: Path
     assert c.store.job("job").workers == 4
 
 
+class Blocking(FakeCluster):
+    """Each flex call waits for ``gate``; counts the calls under way at once."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.gate = threading.Event()
+        self.changed = threading.Condition()
+        self.running = self.most = 0
+
+    def set_target(self, job_id: str, target: pb.Target) -> None:
+        with self.changed:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.changed.notify_all()
+        self.gate.wait(10)
+        super().set_target(job_id, target)
+        with self.changed:
+            self.running -= 1
+
+
 def test_a_round_that_resizes_many_jobs_sends_every_decision_through_at_most_senders_threads(tmp_path: Path):
-    class Blocking(FakeCluster):
-        """Each flex call waits for ``gate``; counts the calls under way at once."""
-
-        def __init__(self, capacity: int) -> None:
-            super().__init__(capacity)
-            self.gate = threading.Event()
-            self.changed = threading.Condition()
-            self.running = self.most = 0
-
-        def set_target(self, job_id: str, target: pb.Target) -> None:
-            with self.changed:
-                self.running += 1
-                self.most = max(self.most, self.running)
-                self.changed.notify_all()
-            self.gate.wait(10)
-            super().set_target(job_id, target)
-            with self.changed:
-                self.running -= 1
-
     jobs = 3 * SENDERS
     cluster, clock = Blocking(capacity=2 * jobs), Clock()
     c = controller(tmp_path, cluster, clock)
@@ -429,6 +430,24 @@ def test_a_round_that_resizes_many_jobs_sends_every_decision_through_at_most_sen
     assert cluster.most == SENDERS
     assert sorted(cluster.resizes) == sorted((f"job-{i}", 2) for i in range(jobs))
     assert all(c.store.job(f"job-{i}").workers == 2 for i in range(jobs))
+
+
+def test_decisions_still_queued_for_a_sender_when_the_controller_stops_are_dropped_not_waited_for(tmp_path: Path):
+    jobs = SENDERS + 2
+    cluster, clock = Blocking(capacity=2 * jobs), Clock()
+    c = controller(tmp_path, cluster, clock)
+    for i in range(jobs):
+        c.job_submitted(f"job-{i}", 1, 2, 1)
+        cluster.sizes[f"job-{i}"] = 1
+    assert len(c.tick()) == jobs
+    with cluster.changed:
+        assert cluster.changed.wait_for(lambda: cluster.running >= SENDERS, timeout=10)
+    c.stop()
+    cluster.gate.set()
+    assert c.wait_idle(5)  # the two queued sends are dropped, the sixteen under way end
+    assert len(cluster.resizes) == SENDERS
+    c.tick()  # a round after stop() sends nothing and leaves nothing in flight
+    assert c.wait_idle(0) and len(cluster.resizes) == SENDERS
 
 
 def test_what_survives_a_round_is_kept_from_the_collector_until_the_periodic_full_collection(tmp_path: Path):
