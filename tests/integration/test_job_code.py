@@ -19,7 +19,7 @@ from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import container_processes, run_job, submarine
 from tests.integration.hosts import HostsCluster
-from tests.integration.jobcheck import REPO, SAMPLES, check_training, finish, training_pids
+from tests.integration.jobcheck import REPO, SAMPLES, check_training, finish, training_pids, wait_for_steps_at
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +98,8 @@ def test_a_job_whose_source_is_deleted_after_job_run_trains_flexes_onto_workers_
                 path = psutil.Process(pid).environ()["PATH"].split(":")
                 assert path[0].endswith(f"/{worker.id}/python-env/bin"), path
             assert len(copies) == 1 and copies.pop().startswith("code-"), copies
+            # The ring of 3 commits a step before the job is told to end (it may otherwise end its epoch first).
+            wait_for_steps_at(work / "log", 3, 1)
             finish(yarn, JOB, work, timeout=120)
         finally:
             yarn.destroy(JOB, missing_ok=True)
