@@ -49,6 +49,7 @@ from tf_hooks.elastic import data as edata
 from tf_hooks.elastic import rules
 from tf_hooks.elastic.optimizer import NOISE_OP_NAME
 from tf_hooks.elastic.ring import init_horovod
+from tf_hooks.emulate import EmulatedAccelerator
 from tf_hooks.sender import make_sink
 
 if TYPE_CHECKING:
@@ -131,6 +132,19 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step (to watch resizes)")
     p.add_argument(
+        "--emulate",
+        metavar="APP",
+        default=None,
+        help="hold each step for the device time of APP's measured GPU profile (cifar10, bert, ...; "
+        "tf_hooks.emulate): the worker's container must hold a GPU; the run's outputs say 'emulated'",
+    )
+    p.add_argument(
+        "--total-samples",
+        type=int,
+        default=None,
+        help="end once this many samples were trained (at a commit, whatever the epoch), at most --epochs",
+    )
+    p.add_argument(
         "--until-file",
         type=Path,
         default=None,
@@ -142,11 +156,16 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="write every step (ring size, sample ids, loss) and the final weights here",
     )
-    return p.parse_args()
+    args = p.parse_args()
+    if args.total_samples is not None and args.total_samples < 1:
+        p.error(f"--total-samples must be at least 1, got {args.total_samples}")
+    return args
 
 
 def main() -> None:
     args = parse_args()
+    # Refused before TensorFlow loads: an emulated accelerator needs a profile and a GPU in the container.
+    device = EmulatedAccelerator.for_job(args.emulate) if args.emulate else None
     import tensorflow as tf
 
     x_all, y_all, x_eval, y_eval = load_data(args.data, args.samples, args.seed)
@@ -230,7 +249,20 @@ def main() -> None:
 
     metrics = make_sink(MetricsConfig.from_env())
     # lr_ramp: (step of the last batch setting, learning rate then, learning rate it goes to)
-    state = ElasticState(model.variables + opt.variables, epoch=0, cursor=0, step=0, lr_ramp=(0, args.lr, args.lr))
+    state = ElasticState(
+        model.variables + opt.variables,
+        optional=("samples",),
+        epoch=0,
+        cursor=0,
+        step=0,
+        samples=0,
+        lr_ramp=(0, args.lr, args.lr),
+    )
+    if device is not None:
+        state.register_reset_callbacks([device.reset])  # a re-formed ring may have another placement
+
+    def done() -> bool:
+        return args.total_samples is not None and (state.samples or 0) >= args.total_samples
 
     def learning_rate() -> float:
         changed_at, from_lr, to_lr = state.lr_ramp
@@ -258,9 +290,9 @@ def main() -> None:
 
     @hvd.elastic.run
     def train(state: ElasticState) -> None:
-        while state.epoch < args.epochs:
+        while state.epoch < args.epochs and not done():
             perm = edata.epoch_permutation(samples, state.epoch, args.seed)
-            while state.cursor < samples:
+            while state.cursor < samples and not done():
                 size, rank = hvd.size(), hvd.rank()
                 setting = state.batch_setting
                 global_batch = setting.batch_size if setting is not None else rule.global_batch(size)
@@ -280,6 +312,8 @@ def main() -> None:
                     ids = np.concatenate(parts)
                     noise.set_batch(len(ids), step_len, len(ids) / step_len if len(ids) else 1.0)
                     loss, measured = accumulated_step(parts, float(step_len))
+                if device is not None:
+                    device.hold(started, step_len, micro)
                 took = time.perf_counter() - started
                 # To the metrics service when the job names one (SUBMARINE_METRICS_ENDPOINT); else a no-op.
                 metrics.record(
@@ -317,13 +351,15 @@ def main() -> None:
                         record["noise"] = noise.record_fields()
                     pending.append(json.dumps(record) + "\n")
                 state.cursor += step_len
+                state.samples = (state.samples or 0) + step_len
                 state.step += 1
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
-                if state.step % args.commit_every == 0:
+                if state.step % args.commit_every == 0 or done():
                     commit()
-            state.epoch += 1
-            state.cursor = 0
+            if state.cursor >= samples:
+                state.epoch += 1
+                state.cursor = 0
             commit()
             if args.until_file is not None and args.until_file.exists():
                 break
@@ -335,10 +371,21 @@ def main() -> None:
     accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_eval))
     if hvd.rank() == 0:
         print(f"finished: {state.step} steps, {state.epoch} epochs, accuracy {accuracy:.3f}", flush=True)
+        if device is not None:
+            print(device.stats.summary(), flush=True)
     if args.log_dir is not None:
         np.savez(args.log_dir / f"weights-rank{hvd.rank()}.npz", *[v.numpy() for v in model.trainable_variables])
         (args.log_dir / f"final-rank{hvd.rank()}.json").write_text(
-            json.dumps({"accuracy": accuracy, "step": state.step, "epoch": state.epoch, "size": hvd.size()})
+            json.dumps(
+                {
+                    "accuracy": accuracy,
+                    "step": state.step,
+                    "epoch": state.epoch,
+                    "samples": state.samples,
+                    "size": hvd.size(),
+                    **({"emulated": args.emulate, "emulation": vars(device.stats)} if device is not None else {}),
+                }
+            )
         )
 
 

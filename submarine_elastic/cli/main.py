@@ -20,6 +20,10 @@ SUBCOMMANDS = {
     ),
     "metrics": ("submarine_elastic.cli.metrics", "Run the metrics service that training processes report to."),
     "sim": ("submarine_elastic.cli.sim", "Trace-driven cluster simulator (job physics measured by Pollux, OSDI 2021)."),
+    "replay": (
+        "submarine_elastic.cli.replay",
+        "Replay a workload live on the pseudo-cluster, on emulated GPUs, static against elastic.",
+    ),
     "dse": ("submarine_elastic.cli.dse", "Design-space exploration on the simulator or on real jobs."),
     "bridge": (
         "submarine_elastic.cli.bridge",

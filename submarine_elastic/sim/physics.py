@@ -197,6 +197,12 @@ class Application:
         step, sync = self.step_time(placement, atomic)
         return IterationCost(step + accum * (step - sync), atomic, accum)
 
+    def samples_to_finish(self, batch_size: float) -> float:
+        """Samples a job trains to its end at a fixed global batch ``batch_size`` (capped as every batch is):
+        each epoch's progress divided by the batch's gain in that epoch, in iterations of that batch."""
+        widths = np.diff(self.epoch_progress, prepend=0.0)
+        return float(np.sum(widths / self.gains(batch_size))) * self.clamp_batch(batch_size)
+
     def throughput(self, placement: Placement, batch_size: float) -> float:
         """Examples per second of the whole job.
 

@@ -1,0 +1,126 @@
+"""``submarine replay WORKLOAD``: a workload's jobs replayed live on the pseudo-cluster, on emulated GPUs."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from submarine_elastic.cluster import ClusterError, LocalCluster
+from submarine_elastic.replay.plan import ReplayError, plan_replay
+from submarine_elastic.replay.report import summary, table, write
+from submarine_elastic.replay.runner import STATIC, LiveReplay, LiveRun, ReplayRunError
+
+console = Console()
+
+DEFAULT_POLICIES = (STATIC, "goodput+goodput")
+
+
+@click.command()
+@click.argument("workload")
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    help=f"Run the workload under this policy: static, or one the controller runs (goodput+goodput, "
+    f"greedy+fair-share, ...); repeat to run each in turn [default: {' and '.join(DEFAULT_POLICIES)}].",
+)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=0.04,
+    show_default=True,
+    help="Arrival times and every job's work are multiplied by this (0 < S <= 1), so that hours run in minutes.",
+)
+@click.option("--sample", type=click.IntRange(min=1), default=None, help="Replay only this many jobs, drawn by --seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Logs, replay.json, replay.md and replay.png [default: a new temporary directory].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=1800,
+    show_default=True,
+    help="Seconds after the last arrival the jobs may take to end; then they are killed and the run fails.",
+)
+@click.option(
+    "--cluster-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="The cluster's directory."
+)
+def replay(
+    workload: str,
+    policies: tuple[str, ...],
+    time_scale: float,
+    sample: int | None,
+    seed: int,
+    out: Path | None,
+    timeout: float,
+    cluster_dir: Path | None,
+) -> None:
+    """Replay WORKLOAD (a simulator workload CSV, or a name such as workload-1) on the running pseudo-cluster.
+
+    Each job is submitted at its arrival time as `submarine job run` would, one emulated GPU a worker (its
+    steps held for its application's measured GPU step time), training the samples its application's profile
+    needs at its batch, scaled by --time-scale. Under each --policy in turn; writes each job's JCT, queueing
+    and GPUs over time, and per policy the mean, median and p95 JCT, makespan and GPU use. Interrupted, it
+    kills what it submitted.
+    """
+    cluster = LocalCluster(cluster_dir)
+    try:
+        if not cluster.running_daemons():
+            raise click.ClickException(
+                "no pseudo-cluster runs: start one with `submarine cluster up --gpus-per-node 4`"
+            )
+        spec = cluster.spec()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    chosen = policies or DEFAULT_POLICIES
+    try:
+        plan = plan_replay(
+            workload,
+            time_scale=time_scale,
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            prefix="r-",
+            sample=sample,
+            seed=seed,
+        )
+        for policy in chosen:  # a policy the live replay cannot run is refused before anything is submitted
+            LiveReplay(plan, policy, rm_url=spec.rm_url, out=Path(tempfile.gettempdir()))
+    except (ReplayError, ReplayRunError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = out or Path(tempfile.mkdtemp(prefix="submarine-replay-"))
+    console.print(f"replay: {plan.describe()}")
+    runs: list[LiveRun] = []
+    for policy in chosen:
+        console.rule(f"{policy} (emulated GPUs)")
+        runner = LiveReplay(
+            plan,
+            policy,
+            rm_url=spec.rm_url,
+            out=out / policy.replace("+", "-"),
+            say=lambda line: console.print(line, soft_wrap=True, highlight=False),
+            timeout_s=timeout,
+        )
+        try:
+            run = runner.run()
+        except ReplayRunError as exc:
+            raise click.ClickException(f"{policy}: {exc}") from exc
+        runs.append(run)
+        s = summary(run)
+        console.print(
+            f"{policy}: {s['finished']}/{s['jobs']} jobs finished, mean JCT {s['mean_jct_s']} s, makespan "
+            f"{s['makespan_s']} s (emulated)"
+        )
+        for name, problems in dict(s["problems"]).items():  # type: ignore[call-overload]
+            console.print(f"[red]{name}: {'; '.join(problems)}[/red]")
+    paths = write(runs, out)
+    console.print(table([summary(r) for r in runs]), soft_wrap=True)
+    console.print(f"results: {paths['json']}, picture: [bold]{paths['png']}[/bold]")
+    if any(summary(r)["problems"] for r in runs):
+        raise SystemExit(1)

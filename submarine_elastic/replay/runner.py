@@ -1,0 +1,350 @@
+"""A live replay: a workload's jobs submitted at their arrival times to the running pseudo-cluster.
+
+Each job is ``submarine job run`` of ``examples/train_elastic.py`` on emulated accelerators (one stand-in GPU
+a worker, :mod:`tf_hooks.emulate`), with the samples its plan gives (:mod:`submarine_elastic.replay.plan`).
+Under a policy (``goodput``, ``goodput+goodput``, ``greedy+fair-share``, ...) every job is submitted elastic
+(1 .. its cap of workers, its global batch fixed) when it arrives and the controller sizes it; under
+``static`` every job runs at its submitted size, never resized, and waits in arrival order until its workers
+are free (FIFO, as the simulator's ``fifo`` scheduler: no job behind a waiting one starts first).
+
+What is recorded: per job its arrival, when it was submitted, its first and last committed step (from its
+step log), the ring size over time and the worker containers YARN held for it, and its end as YARN reports it;
+from those its JCT (arrival to its last committed step), its queueing (arrival to its first step), and the
+exactly-once checks of its step log. Interrupted, it kills every job it submitted.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from submarine_elastic.replay.plan import COMMIT_EVERY, ReplayJob, ReplayPlan
+from submarine_elastic.replay.steplog import read_step_log
+from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = REPO / "examples" / "train_elastic.py"
+STATIC = "static"
+#: Policies a live replay does not run yet, with why.
+NOT_LIVE = {
+    "tiresias": "the live tiresias baseline (suspend and resume whole jobs from their checkpoints) is not built "
+    "yet; `submarine sim run --scheduler tiresias` runs it in the simulator",
+}
+#: Each worker container: a stand-in GPU, one vcore, memory for one TensorFlow process.
+WORKER_RESOURCES = "memory-mb=1024,vcores=1,gpu=1"
+#: Seconds between two looks at the jobs.
+POLL_S = 1.0
+
+Say = Callable[[str], None]
+
+
+class ReplayRunError(RuntimeError):
+    """A live replay could not run (a submission refused, the jobs not done in time)."""
+
+
+@dataclass
+class JobRecord:
+    """One job of a live run, times in seconds after the run began."""
+
+    job: ReplayJob
+    submitted_s: float | None = None
+    ended_s: float | None = None
+    state: str | None = None
+    first_step_s: float | None = None
+    last_step_s: float | None = None
+    samples: int = 0
+    problems: list[str] = field(default_factory=list)
+    #: (time, ring size) at every committed step
+    ring: list[tuple[float, int]] = field(default_factory=list)
+    #: (time, worker containers YARN holds) at every look
+    held: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.last_step_s is None else self.last_step_s - self.job.arrival_s
+
+    @property
+    def queueing_s(self) -> float | None:
+        return None if self.first_step_s is None else self.first_step_s - self.job.arrival_s
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.job.name,
+            "workload_name": self.job.workload_name,
+            "application": self.job.application,
+            "workers": self.job.workers,
+            "max_workers": self.job.max_workers,
+            "batch": self.job.batch,
+            "samples_planned": self.job.samples,
+            "samples_trained": self.samples,
+            "arrival_s": round(self.job.arrival_s, 3),
+            "submitted_s": _round(self.submitted_s),
+            "first_step_s": _round(self.first_step_s),
+            "last_step_s": _round(self.last_step_s),
+            "ended_s": _round(self.ended_s),
+            "jct_s": _round(self.jct_s),
+            "queueing_s": _round(self.queueing_s),
+            "state": self.state,
+            "problems": self.problems,
+            "ring": [(round(t, 2), n) for t, n in self.ring],
+            "held": [(round(t, 2), n) for t, n in self.held],
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass
+class LiveRun:
+    """What one policy's live run of a plan gave."""
+
+    policy: str
+    plan: ReplayPlan
+    started_at: float
+    records: list[JobRecord]
+    #: (time, decision text) of every controller decision, per job name
+    decisions: dict[str, list[tuple[float, int, int, str]]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class LiveReplay:
+    """Runs one plan under one policy on the running cluster at ``rm_url``; logs and results under ``out``.
+
+    Args:
+        plan: the jobs (:func:`submarine_elastic.replay.plan.plan_replay`).
+        policy: ``static``, or a policy the controller runs (``goodput``, ``goodput+goodput``, ...).
+        env: the environment of the ``submarine`` commands it runs (RM, controller directory, ...).
+        say: where progress lines go.
+        timeout_s: how long after the last arrival the jobs may take to end.
+
+    Raises:
+        ReplayRunError: a policy the live replay does not run (named with what to do instead).
+    """
+
+    def __init__(
+        self,
+        plan: ReplayPlan,
+        policy: str,
+        *,
+        rm_url: str,
+        out: Path,
+        env: dict[str, str] | None = None,
+        say: Say = print,
+        timeout_s: float = 1800.0,
+        interval_s: float = 2.0,
+    ) -> None:
+        base = policy.split("+", 1)[0]
+        if base in NOT_LIVE:
+            raise ReplayRunError(f"policy {policy!r}: {NOT_LIVE[base]}")
+        self.plan = plan
+        self.policy = policy
+        self.rm_url = rm_url
+        self.out = out
+        self.say = say
+        self.timeout_s = timeout_s
+        self.interval_s = interval_s
+        self.env = {
+            **(env if env is not None else os.environ),
+            "SUBMARINE_RM_URL": rm_url,
+            "SUBMARINE_CONTROLLER_DIR": str(out / "controller"),
+        }
+        self.records = [JobRecord(job) for job in plan.jobs]
+        self._decisions: dict[str, list[tuple[float, int, int, str]]] = {}
+
+    @property
+    def elastic(self) -> bool:
+        return self.policy != STATIC
+
+    # --- the run -------------------------------------------------------------------------------
+    def run(self) -> LiveRun:
+        """Submit every job at its arrival, follow them to their end, return what was recorded; every job
+        still running when it stops (the jobs done, an error, an interrupt) is killed."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.elastic:
+            self._start_controller()
+        t0 = time.time()
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay-submit")
+        pending: dict[str, concurrent.futures.Future[None]] = {}
+        try:
+            with YarnServiceClient(self.rm_url) as yarn:
+                self._loop(yarn, t0, pool, pending)
+        finally:
+            pool.shutdown(wait=True)
+            self._kill_all()
+            if self.elastic:
+                self._print_decisions(t0)
+                self._submarine("controller", "stop", check=False)
+        for record in self.records:
+            self._read_log(record, t0, check=True)
+        return LiveRun(self.policy, self.plan, t0, self.records, dict(self._decisions), time.time() - t0)
+
+    def _loop(
+        self,
+        yarn: YarnServiceClient,
+        t0: float,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        pending: dict[str, concurrent.futures.Future[None]],
+    ) -> None:
+        deadline = max(j.arrival_s for j in self.plan.jobs) + self.timeout_s
+        queue: list[JobRecord] = []  # arrived, waiting for their workers (static)
+        arrived: set[str] = set()
+        while True:
+            now = time.time() - t0
+            for record in self.records:
+                if record.job.name not in arrived and now >= record.job.arrival_s:
+                    arrived.add(record.job.name)
+                    self.say(
+                        f"+{now:6.0f} s  {record.job.name} arrives ({record.job.application}, "
+                        f"{record.job.workers} workers, batch {record.job.batch})"
+                    )
+                    queue.append(record)
+            for record in self._admit(queue):
+                queue.remove(record)
+                record.submitted_s = time.time() - t0
+                pending[record.job.name] = pool.submit(self._submit, record.job)
+            for name, future in list(pending.items()):
+                if future.done():
+                    future.result()  # a refused submission ends the run (and kills the rest)
+                    del pending[name]
+            self._look(yarn, t0)
+            if self.elastic:
+                self._print_decisions(t0)
+            if all(r.ended_s is not None for r in self.records):
+                return
+            if now > deadline:
+                left = [r.job.name for r in self.records if r.ended_s is None]
+                raise ReplayRunError(f"{len(left)} jobs did not end within {self.timeout_s:.0f} s: {left}")
+            time.sleep(POLL_S)
+
+    def _admit(self, queue: list[JobRecord]) -> list[JobRecord]:
+        """The arrived jobs to submit now: every one under a policy; under static, from the head of the queue
+        while its workers fit beside the jobs still running."""
+        if self.elastic:
+            return list(queue)
+        busy = sum(r.job.workers for r in self.records if r.submitted_s is not None and r.ended_s is None)
+        admitted = []
+        for record in queue:
+            if busy + record.job.workers > self.plan.gpus:
+                break
+            busy += record.job.workers
+            admitted.append(record)
+        return admitted
+
+    def _look(self, yarn: YarnServiceClient, t0: float) -> None:
+        for record in self.records:
+            if record.submitted_s is None or record.ended_s is not None:
+                continue
+            now = time.time() - t0
+            try:
+                status = yarn.status(record.job.name)
+            except ServiceNotFoundError:
+                continue  # not created yet (its submission is under way)
+            except YarnError:
+                continue
+            worker = status.component("worker")
+            record.held.append((now, worker.ready_count if worker is not None else 0))
+            if status.is_terminal:
+                record.ended_s = now
+                record.state = str(status.state)
+                self._read_log(record, t0, check=False)
+                took = record.jct_s
+                self.say(
+                    f"+{now:6.0f} s  {record.job.name} ends {record.state}"
+                    + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
+                )
+
+    def _read_log(self, record: JobRecord, t0: float, check: bool) -> None:
+        log_dir = self._log_dir(record.job)
+        if not log_dir.is_dir():
+            return
+        steps = read_step_log(log_dir, record.job.dataset_samples, check=check)
+        record.ring = [(t - t0, n) for t, n in zip(steps.times, steps.sizes, strict=True)]
+        record.first_step_s = None if steps.first_s is None else steps.first_s - t0
+        record.last_step_s = None if steps.last_s is None else steps.last_s - t0
+        record.samples = steps.samples
+        if check:
+            record.problems = list(steps.problems)
+            if record.samples < record.job.samples:
+                record.problems.append(f"trained {record.samples} of its {record.job.samples} samples")
+
+    # --- submitting and stopping -----------------------------------------------------------------
+    def _log_dir(self, job: ReplayJob) -> Path:
+        return self.out / job.name / "log"
+
+    def command(self, job: ReplayJob) -> str:
+        """The training command of a job's workers."""
+        return (
+            f"{sys.executable} {TRAIN_SCRIPT} --data blobs --samples {job.dataset_samples} "
+            f"--global-batch {job.batch} --total-samples {job.samples} --epochs 1000000 "
+            f"--commit-every {COMMIT_EVERY} --emulate {job.application} --log-dir {self._log_dir(job)}"
+        )
+
+    def job_run_args(self, job: ReplayJob) -> list[str]:
+        """``submarine job run``'s arguments for a job under this run's policy."""
+        args = ["job", "run", "--name", job.name, "--num_workers", str(job.workers)]
+        if self.elastic:
+            args += [
+                "--elastic", "--min_workers", "1", "--max_workers", str(job.max_workers),
+                "--min_batch_size", str(job.batch), "--max_batch_size", str(job.batch),
+            ]  # fmt: skip
+        args += [
+            "--worker_resources", WORKER_RESOURCES,
+            "--env", f"SUBMARINE_EMULATE={job.application}",
+            "--worker_launch_cmd", self.command(job),
+        ]  # fmt: skip
+        return args
+
+    def _submit(self, job: ReplayJob) -> None:
+        self._submarine(*self.job_run_args(job))
+
+    def _kill_all(self) -> None:
+        for record in self.records:
+            if record.submitted_s is not None:
+                self._submarine("job", "kill", record.job.name, check=False)
+
+    def _start_controller(self) -> None:
+        policy, _, arbiter = self.policy.partition("+")
+        args = ["controller", "start", "--policy", policy, "--interval", f"{self.interval_s:g}"]
+        if arbiter:
+            args += ["--arbiter", arbiter]
+        self.say("submarine " + " ".join(args))
+        self._submarine(*args)
+
+    def _submarine(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cli = Path(sys.executable).parent / "submarine"
+        done = subprocess.run([str(cli), *args], env=self.env, capture_output=True, text=True, check=False)
+        if check and done.returncode != 0:
+            raise ReplayRunError(f"submarine {' '.join(args[:3])} failed: {(done.stderr or done.stdout).strip()}")
+        return done
+
+    def _print_decisions(self, t0: float) -> None:
+        from submarine_elastic.controller.api import ControllerError
+        from submarine_elastic.controller.client import view
+
+        try:
+            with view(Path(self.env["SUBMARINE_CONTROLLER_DIR"])) as controller:
+                if controller is None:
+                    return
+                for record in self.records:
+                    if record.submitted_s is None:
+                        continue
+                    try:
+                        timeline = controller.timeline(record.job.name)
+                    except ControllerError:
+                        continue
+                    seen = self._decisions.setdefault(record.job.name, [])
+                    for d in timeline[len(seen) :]:
+                        seen.append((d.time - t0, d.from_workers, d.to_workers, d.reason))
+                        self.say(
+                            f"+{d.time - t0:6.0f} s  {record.job.name}: {d.from_workers} -> {d.to_workers} "
+                            f"workers: {d.reason}"
+                        )
+        except ControllerError as exc:
+            self.say(f"  (the controller did not answer: {exc})")
