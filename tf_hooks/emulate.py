@@ -11,7 +11,8 @@ cifar10 ResNet-18, BERT, YOLOv3, DeepSpeech2, ImageNet ResNet-50, NCF on real GP
 means the same live and simulated. A step of global batch ``B`` in ``m`` micro-batches on ``k`` workers runs
 ``B / (k m)`` samples per GPU and micro-batch; it is held for the profile's step time of that local batch on
 the job's placement (GPUs per node), plus ``m - 1`` times the step time less its synchronisation part (the
-micro-batches that do not allreduce), as the simulator charges it.
+micro-batches that do not allreduce), as the simulator charges it. A micro-batch larger than the largest
+per-GPU batch the profile measured would not fit the device: it is charged as that many more micro-batches.
 
 The placement is read from the ring: each rank names its node (the NodeManager, ``NM_HOST:NM_PORT``, that
 YARN sets in its container; the host name outside YARN) and the names are gathered over the ring at the first
@@ -32,6 +33,7 @@ Use it from a training step::
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import time
 from collections import Counter
@@ -158,9 +160,12 @@ class EmulatedAccelerator:
         """The profile's time of one step of ``global_batch`` samples in ``micro_batches`` on ``placement``."""
         if global_batch < 1 or micro_batches < 1:
             raise ValueError(f"a step has a batch and micro-batches >= 1, got {global_batch}, {micro_batches}")
-        local = global_batch / sum(placement) / micro_batches
-        step, sync = self.profile.step_time(placement, local)
-        return step + (micro_batches - 1) * (step - sync)
+        local = global_batch / sum(placement)
+        # A per-GPU batch above the largest the profile measured does not fit the device: it runs in more
+        # micro-batches, as the simulator charges it.
+        micro = max(micro_batches, math.ceil(local / self.profile.max_local_bsz - 1e-9))
+        step, sync = self.profile.step_time(placement, local / micro)
+        return step + (micro - 1) * (step - sync)
 
     def hold(self, started: float, global_batch: int, micro_batches: int = 1) -> float:
         """Wait until the step begun at ``started`` (this accelerator's clock) has lasted its device time;

@@ -628,6 +628,11 @@ def show(name: str, all_runs: bool) -> None:
             _print_decisions(name, all_runs)
             return
         console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + _queue_line(yarn, name))
+        from submarine_elastic.replay.runner import emulated_application
+
+        emulated = emulated_application(status.raw)
+        if emulated:
+            console.print(f"accelerators: emulated, each step held for {emulated}'s measured GPU step time")
         _print_carried(read_carried(name))
         try:
             with JobClient(name, yarn, locate_timeout=5) as client:

@@ -34,6 +34,13 @@ DEFAULT_POLICIES = (STATIC, "goodput+goodput")
     show_default=True,
     help="Arrival times and every job's work are multiplied by this (0 < S <= 1), so that hours run in minutes.",
 )
+@click.option(
+    "--arrival-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Arrival times are further multiplied by this (< 1: a denser, more contended load).",
+)
 @click.option("--sample", type=click.IntRange(min=1), default=None, help="Replay only this many jobs, drawn by --seed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
 @click.option(
@@ -50,16 +57,24 @@ DEFAULT_POLICIES = (STATIC, "goodput+goodput")
     help="Seconds after the last arrival the jobs may take to end; then they are killed and the run fails.",
 )
 @click.option(
+    "--compare-sim",
+    is_flag=True,
+    help="Also run the simulator on the same jobs under each policy, with the costs each live run measured, "
+    "and print live and simulated mean JCT side by side.",
+)
+@click.option(
     "--cluster-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="The cluster's directory."
 )
 def replay(
     workload: str,
     policies: tuple[str, ...],
     time_scale: float,
+    arrival_scale: float,
     sample: int | None,
     seed: int,
     out: Path | None,
     timeout: float,
+    compare_sim: bool,
     cluster_dir: Path | None,
 ) -> None:
     """Replay WORKLOAD (a simulator workload CSV, or a name such as workload-1) on the running pseudo-cluster.
@@ -84,9 +99,9 @@ def replay(
         plan = plan_replay(
             workload,
             time_scale=time_scale,
+            arrival_scale=arrival_scale,
             nodes=spec.nodes,
             gpus_per_node=spec.gpus_per_node,
-            prefix="r-",
             sample=sample,
             seed=seed,
         )
@@ -114,13 +129,35 @@ def replay(
         runs.append(run)
         s = summary(run)
         console.print(
-            f"{policy}: {s['finished']}/{s['jobs']} jobs finished, mean JCT {s['mean_jct_s']} s, makespan "
-            f"{s['makespan_s']} s (emulated)"
+            f"{policy}: {s['finished']}/{s['jobs']} jobs finished, mean JCT {_seconds(s['mean_jct_s'])}, makespan "
+            f"{_seconds(s['makespan_s'])} (emulated)"
         )
         for name, problems in dict(s["problems"]).items():  # type: ignore[call-overload]
             console.print(f"[red]{name}: {'; '.join(problems)}[/red]")
-    paths = write(runs, out)
-    console.print(table([summary(r) for r in runs]), soft_wrap=True)
+    sims = compare(runs, runner.interval_s) if compare_sim else None
+    paths = write(runs, out, sims)
+    console.print(table([summary(r) for r in runs], sims), soft_wrap=True)
     console.print(f"results: {paths['json']}, picture: [bold]{paths['png']}[/bold]")
     if any(summary(r)["problems"] for r in runs):
         raise SystemExit(1)
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.0f} s" if isinstance(value, float | int) else "-"
+
+
+def compare(runs: list[LiveRun], interval_s: float) -> dict[str, float]:
+    """Each run's policy in the simulator with the costs that run measured: simulated mean JCT per policy."""
+    from submarine_elastic.replay.simulate import measured_costs, simulate_plan
+
+    sims: dict[str, float] = {}
+    for run in runs:
+        measured = measured_costs([run])
+        result = simulate_plan(run.plan, run.policy, measured.costs(), interval_s)
+        sims[run.policy] = result.summary.mean_jct_s
+        live = summary(run)["mean_jct_s"]
+        ratio = f", live/sim {live / sims[run.policy]:.2f}" if isinstance(live, float) else ""
+        console.print(
+            f"{run.policy}: simulated mean JCT {sims[run.policy]:.0f} s{ratio}; live costs {measured.describe()}"
+        )
+    return sims

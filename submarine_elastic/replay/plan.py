@@ -20,10 +20,12 @@ from pathlib import Path
 from submarine_elastic.limits import SERVICE_NAME_MAX_LENGTH
 from submarine_elastic.sim.api import JobSpec, UnknownApplicationError, WorkloadError
 from submarine_elastic.sim.physics import TraceCatalog
-from submarine_elastic.sim.workload import load_workload, resolve_workload, sample_jobs
+from submarine_elastic.sim.workload import load_workload, resolve_workload, sample_jobs, write_workload
 
 #: Steps between two commits of a replayed job (the example's --commit-every).
 COMMIT_EVERY = 4
+#: Characters a run's tag takes before a job's name in its YARN service name (``s1a2b-``).
+TAG_LENGTH = 6
 #: Samples of the generated data set a replayed job trains on, at least; more for a batch that needs them.
 DATASET_SAMPLES = 4096
 
@@ -62,6 +64,8 @@ class ReplayPlan:
 
     workload: str
     time_scale: float
+    #: arrivals are further multiplied by this (< 1: a denser, more contended load)
+    arrival_scale: float
     nodes: int
     gpus_per_node: int
     jobs: tuple[ReplayJob, ...]
@@ -74,19 +78,28 @@ class ReplayPlan:
         last = max(j.arrival_s for j in self.jobs)
         work = sum(j.alone_s * j.workers for j in self.jobs)
         return (
-            f"{len(self.jobs)} jobs of {self.workload} arriving over {last:.0f} s (time scale {self.time_scale:g}) "
-            f"on {self.nodes}x{self.gpus_per_node} emulated GPUs; {work / 60:.1f} GPU-minutes of work at their "
-            "submitted sizes"
+            f"{len(self.jobs)} jobs of {self.workload} arriving over {last:.0f} s (time scale {self.time_scale:g}"
+            + (f", arrivals x{self.arrival_scale:g}" if self.arrival_scale != 1 else "")
+            + f") on {self.nodes}x{self.gpus_per_node} emulated GPUs; {work / 60:.1f} GPU-minutes of work at their "
+            f"submitted sizes, {self.offered_load():.2f} of the GPUs over the arrivals"
         )
+
+    def offered_load(self) -> float:
+        """GPU-seconds of work at the submitted sizes over the GPU-seconds from the first arrival to the last."""
+        span = max(j.arrival_s for j in self.jobs) - min(j.arrival_s for j in self.jobs)
+        work = sum(j.alone_s * j.workers for j in self.jobs)
+        return work / (span * self.gpus) if span > 0 else float("inf")
 
 
 def service_name(prefix: str, name: str) -> str:
     """The YARN service name of a workload job: ``prefix`` then the name in [a-z0-9-]."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     full = f"{prefix}{cleaned}"
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", full) or len(full) > SERVICE_NAME_MAX_LENGTH:
+    longest = SERVICE_NAME_MAX_LENGTH - TAG_LENGTH
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", full) or len(full) > longest:
         raise ReplayError(
-            f"job {name!r}: {full!r} is no YARN service name ([a-z][a-z0-9-]*, at most {SERVICE_NAME_MAX_LENGTH})"
+            f"job {name!r}: {full!r} makes no YARN service name ([a-z0-9-], at most {longest} characters after "
+            "the run's tag)"
         )
     return full
 
@@ -98,6 +111,7 @@ def plan_replay(
     nodes: int,
     gpus_per_node: int,
     prefix: str = "",
+    arrival_scale: float = 1.0,
     sample: int | None = None,
     seed: int = 0,
     catalog: TraceCatalog | None = None,
@@ -116,6 +130,8 @@ def plan_replay(
         )
     if not (math.isfinite(time_scale) and 0 < time_scale <= 1):
         raise ReplayError(f"--time-scale must be in (0, 1], got {time_scale}")
+    if not (math.isfinite(arrival_scale) and arrival_scale > 0):
+        raise ReplayError(f"--arrival-scale must be > 0, got {arrival_scale}")
     catalog = catalog or TraceCatalog()
     try:
         path = resolve_workload(workload)
@@ -131,6 +147,7 @@ def plan_replay(
     plan = ReplayPlan(
         workload=workload,
         time_scale=time_scale,
+        arrival_scale=arrival_scale,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         jobs=tuple(
@@ -139,13 +156,14 @@ def plan_replay(
                 str(path),
                 lines.get(spec.name, 0),
                 time_scale,
+                arrival_scale,
                 nodes * gpus_per_node,
                 gpus_per_node,
                 prefix,
                 catalog,
             )
             for spec in specs
-        ),  # fmt: skip
+        ),
     )
     check_jobs(plan.jobs)
     return plan
@@ -156,6 +174,7 @@ def _job(
     source: str,
     line: int,
     scale: float,
+    arrival_scale: float,
     gpus: int,
     per_node: int,
     prefix: str,
@@ -183,7 +202,7 @@ def _job(
         name=service_name(prefix, spec.name),
         workload_name=spec.name,
         line=line,
-        arrival_s=spec.arrival_s * scale,
+        arrival_s=spec.arrival_s * scale * arrival_scale,
         application=spec.application,
         workers=spec.num_replicas,
         max_workers=max(spec.num_replicas, min(gpus, app.max_useful_replicas())),
@@ -221,3 +240,19 @@ def check_jobs(jobs: Sequence[ReplayJob]) -> None:
                 f"jobs {other.workload_name!r} (line {other.line}) and {job.workload_name!r} (line {job.line}) "
                 f"both become the YARN service {job.name!r}"
             )
+
+
+def fitting_sample(workload: str, count: int, gpus: int, seed: int, path: Path) -> Path:
+    """``count`` jobs drawn by ``seed`` from the rows of ``workload`` whose submitted workers fit ``gpus``,
+    written to ``path`` as a workload CSV (the simulator's format), for a replay on a small cluster.
+
+    Raises:
+        ReplayError: the workload cannot be read, or has fewer than ``count`` such rows.
+    """
+    try:
+        specs = [s for s in load_workload(resolve_workload(workload)) if s.num_replicas <= gpus]
+        picked = sample_jobs(specs, count, seed)
+    except (WorkloadError, ValueError) as exc:
+        raise ReplayError(f"{workload}: {exc}") from None
+    write_workload(picked, path)
+    return path

@@ -91,12 +91,12 @@ def write(runs: Sequence[LiveRun], out: Path, sims: dict[str, float] | None = No
 
 
 def table(summaries: Sequence[dict[str, object]], sims: dict[str, float] | None = None) -> str:
-    """The runs side by side (mean JCT over the first run's beside each), in 80 columns."""
+    """The runs side by side (ratio: mean JCT over the first run's), in 80 columns."""
     base = summaries[0].get("mean_jct_s") if summaries else None
     lines = [
         f"Live replay ({EMULATED_NOTE}).",
         "",
-        "| policy | done | mean JCT | vs first | median | p95 | makespan | GPU use | sim |",
+        "| policy | done | mean JCT | ratio | median | p95 | makespan | GPU use | sim |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import secrets
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.replay.plan import COMMIT_EVERY, ReplayJob, ReplayPlan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
@@ -38,10 +41,21 @@ NOT_LIVE = {
 }
 #: Each worker container: a stand-in GPU, one vcore, memory for one TensorFlow process.
 WORKER_RESOURCES = "memory-mb=1024,vcores=1,gpu=1"
+#: The environment variable that names a job's emulated GPU profile (what `job show` reads back).
+EMULATE_ENV = "SUBMARINE_EMULATE"
 #: Seconds between two looks at the jobs.
 POLL_S = 1.0
 
 Say = Callable[[str], None]
+
+
+def replay_cluster_spec(port_base: int = 18000, nodes: int = 2, gpus_per_node: int = 4) -> ClusterSpec:
+    """A pseudo-cluster a replay fits on: ``nodes`` x ``gpus_per_node`` stand-in GPUs, and memory and vcores
+    for every job's service AM (1 GB) and driver (512 MB) beside the workers (1 GB each), a dozen jobs at once.
+    YARN's memory is accounting: a worker's TensorFlow process uses about 650 MB of it."""
+    return ClusterSpec(
+        nodes=nodes, gpus_per_node=gpus_per_node, node_memory_mb=16384, node_vcores=16, port_base=port_base
+    )
 
 
 class ReplayRunError(RuntimeError):
@@ -53,7 +67,11 @@ class JobRecord:
     """One job of a live run, times in seconds after the run began."""
 
     job: ReplayJob
+    #: its YARN service's name
+    service: str
     submitted_s: float | None = None
+    #: its `job run` returned (the service exists)
+    created: bool = False
     ended_s: float | None = None
     state: str | None = None
     first_step_s: float | None = None
@@ -76,6 +94,7 @@ class JobRecord:
     def as_dict(self) -> dict[str, object]:
         return {
             "name": self.job.name,
+            "service": self.service,
             "workload_name": self.job.workload_name,
             "application": self.job.application,
             "workers": self.job.workers,
@@ -139,6 +158,7 @@ class LiveReplay:
         say: Say = print,
         timeout_s: float = 1800.0,
         interval_s: float = 2.0,
+        tag: str | None = None,
     ) -> None:
         base = policy.split("+", 1)[0]
         if base in NOT_LIVE:
@@ -155,7 +175,9 @@ class LiveReplay:
             "SUBMARINE_RM_URL": rm_url,
             "SUBMARINE_CONTROLLER_DIR": str(out / "controller"),
         }
-        self.records = [JobRecord(job) for job in plan.jobs]
+        # Every run's services are named apart (YARN keeps a stopped service's name): the tag, then the job.
+        self.tag = tag or f"{'s' if policy == STATIC else 'e'}{secrets.token_hex(2)}"
+        self.records = [JobRecord(job, f"{self.tag}-{job.name}") for job in plan.jobs]
         self._decisions: dict[str, list[tuple[float, int, int, str]]] = {}
 
     @property
@@ -172,10 +194,15 @@ class LiveReplay:
         t0 = time.time()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay-submit")
         pending: dict[str, concurrent.futures.Future[None]] = {}
+        previous = _terminate_as_interrupt()
         try:
             with YarnServiceClient(self.rm_url) as yarn:
                 self._loop(yarn, t0, pool, pending)
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            for future in pending.values():
+                future.cancel()
             pool.shutdown(wait=True)
             self._kill_all()
             if self.elastic:
@@ -201,18 +228,19 @@ class LiveReplay:
                 if record.job.name not in arrived and now >= record.job.arrival_s:
                     arrived.add(record.job.name)
                     self.say(
-                        f"+{now:6.0f} s  {record.job.name} arrives ({record.job.application}, "
+                        f"+{now:6.0f} s  {record.service} arrives ({record.job.application}, "
                         f"{record.job.workers} workers, batch {record.job.batch})"
                     )
                     queue.append(record)
             for record in self._admit(queue):
                 queue.remove(record)
                 record.submitted_s = time.time() - t0
-                pending[record.job.name] = pool.submit(self._submit, record.job)
+                pending[record.service] = pool.submit(self._submit, record)
             for name, future in list(pending.items()):
                 if future.done():
                     future.result()  # a refused submission ends the run (and kills the rest)
                     del pending[name]
+                    next(r for r in self.records if r.service == name).created = True
             self._look(yarn, t0)
             if self.elastic:
                 self._print_decisions(t0)
@@ -239,11 +267,11 @@ class LiveReplay:
 
     def _look(self, yarn: YarnServiceClient, t0: float) -> None:
         for record in self.records:
-            if record.submitted_s is None or record.ended_s is not None:
+            if not record.created or record.ended_s is not None:
                 continue
             now = time.time() - t0
             try:
-                status = yarn.status(record.job.name)
+                status = yarn.status(record.service)
             except ServiceNotFoundError:
                 continue  # not created yet (its submission is under way)
             except YarnError:
@@ -256,7 +284,7 @@ class LiveReplay:
                 self._read_log(record, t0, check=False)
                 took = record.jct_s
                 self.say(
-                    f"+{now:6.0f} s  {record.job.name} ends {record.state}"
+                    f"+{now:6.0f} s  {record.service} ends {record.state}"
                     + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
                 )
 
@@ -278,6 +306,9 @@ class LiveReplay:
     def _log_dir(self, job: ReplayJob) -> Path:
         return self.out / job.name / "log"
 
+    def _service(self, job: ReplayJob) -> str:
+        return next(r.service for r in self.records if r.job is job)
+
     def command(self, job: ReplayJob) -> str:
         """The training command of a job's workers."""
         return (
@@ -288,7 +319,7 @@ class LiveReplay:
 
     def job_run_args(self, job: ReplayJob) -> list[str]:
         """``submarine job run``'s arguments for a job under this run's policy."""
-        args = ["job", "run", "--name", job.name, "--num_workers", str(job.workers)]
+        args = ["job", "run", "--name", self._service(job), "--num_workers", str(job.workers)]
         if self.elastic:
             args += [
                 "--elastic", "--min_workers", "1", "--max_workers", str(job.max_workers),
@@ -296,18 +327,18 @@ class LiveReplay:
             ]  # fmt: skip
         args += [
             "--worker_resources", WORKER_RESOURCES,
-            "--env", f"SUBMARINE_EMULATE={job.application}",
+            "--env", f"{EMULATE_ENV}={job.application}",
             "--worker_launch_cmd", self.command(job),
         ]  # fmt: skip
         return args
 
-    def _submit(self, job: ReplayJob) -> None:
-        self._submarine(*self.job_run_args(job))
+    def _submit(self, record: JobRecord) -> None:
+        self._submarine(*self.job_run_args(record.job))
 
     def _kill_all(self) -> None:
         for record in self.records:
-            if record.submitted_s is not None:
-                self._submarine("job", "kill", record.job.name, check=False)
+            if record.submitted_s is not None and record.ended_s is None:
+                self._submarine("job", "kill", record.service, check=False)
 
     def _start_controller(self) -> None:
         policy, _, arbiter = self.policy.partition("+")
@@ -336,15 +367,44 @@ class LiveReplay:
                     if record.submitted_s is None:
                         continue
                     try:
-                        timeline = controller.timeline(record.job.name)
+                        timeline = controller.timeline(record.service)
                     except ControllerError:
                         continue
-                    seen = self._decisions.setdefault(record.job.name, [])
+                    seen = self._decisions.setdefault(record.job.name, [])  # by the job's name in the plan
                     for d in timeline[len(seen) :]:
                         seen.append((d.time - t0, d.from_workers, d.to_workers, d.reason))
                         self.say(
-                            f"+{d.time - t0:6.0f} s  {record.job.name}: {d.from_workers} -> {d.to_workers} "
+                            f"+{d.time - t0:6.0f} s  {record.service}: {d.from_workers} -> {d.to_workers} "
                             f"workers: {d.reason}"
                         )
         except ControllerError as exc:
             self.say(f"  (the controller did not answer: {exc})")
+
+
+def _terminate_as_interrupt() -> Callable[..., object] | int | None:
+    """SIGTERM raises KeyboardInterrupt in the main thread, so a run stopped by it kills what it submitted as
+    one interrupted by ^C does; returns the handler it replaced (None off the main thread: nothing changed)."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def emulated_application(raw: Mapping[str, object]) -> str | None:
+    """The GPU profile a job's workers emulate (:data:`EMULATE_ENV` in its service's or a component's
+    environment, as ``submarine replay`` submits it), or None."""
+    configs = [raw.get("configuration")]
+    components = raw.get("components")
+    configs += (
+        [c.get("configuration") for c in components if isinstance(c, dict)] if isinstance(components, list) else []
+    )
+    for config in configs:
+        env_vars = config.get("env") if isinstance(config, dict) else None
+        if isinstance(env_vars, dict) and env_vars.get(EMULATE_ENV):
+            return str(env_vars[EMULATE_ENV])
+    return None

@@ -107,3 +107,14 @@ def test_placement_counts_ranks_per_node_most_first():
     assert placement_of(["b", "a", "b", "c", "b"]) == (3, 1, 1)
     with pytest.raises(ValueError):
         placement_of([])
+
+
+def test_a_local_batch_the_device_cannot_hold_is_charged_as_the_simulator_charges_it():
+    # bert's largest measured per-GPU batch is below 384 / 6: the simulator runs it in micro-batches.
+    clock = FakeClock()
+    device, _ = accelerator(["n0"] * 4 + ["n1"] * 2, clock, app="bert")
+    app = TraceCatalog().get("bert")
+    assert 384 / 6 > app.max_local_bsz
+    assert device.device_seconds((4, 2), 384) == pytest.approx(app.iteration((4, 2), 384).seconds)
+    for placement, batch in [((1,), 128), ((4,), 64), ((2, 2), 256)]:  # within its validated batches
+        assert device.device_seconds(placement, batch) == pytest.approx(app.iteration(placement, batch).seconds)
