@@ -96,6 +96,7 @@ from submarine_elastic.elastic.reconcile import (
     ENDED_CONTAINER_STATES,
     Member,
     TargetBook,
+    first_ring_ready,
     grow_back,
     lost_agents,
     plan_resize,
@@ -973,11 +974,19 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self.targets.requeue_requested("asked for before the driver was relaunched")
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         started = time.monotonic()
+        placed = {"count": 0, "at": started}
 
         def enough() -> bool:
             # The target, not --num_workers: a controller may have shrunk the job before it started.
             n = len(self.registry.available())
-            return n >= self.target or (n >= self.limits.min and time.monotonic() - started > 30)
+            now = time.monotonic()
+            live = sum(1 for a in self.registry.snapshot() if a.connected and not a.state.ended)
+            if live != placed["count"]:
+                placed["count"], placed["at"] = live, now
+            return first_ring_ready(
+                warm=n, live=live, target=self.target, minimum=self.limits.min,
+                waited_s=now - started, unchanged_s=now - placed["at"],
+            )  # fmt: skip
 
         while not self.registry.wait(lambda: enough() or self._fatal.is_set(), 1.0):
             if time.monotonic() - started > self._elastic_timeout:
@@ -991,6 +1000,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return self._end(server, 3)
         self.phase = JobPhase.RUNNING
         first_ring = len(self.registry.available())
+        if first_ring < self.target:
+            log.info(
+                "first ring of %d of the target %d: YARN started no other worker container for %.0f s",
+                first_ring, self.target, time.monotonic() - placed["at"],
+            )  # fmt: skip
         hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
         if adopting:
             threading.Thread(

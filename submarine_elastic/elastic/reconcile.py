@@ -359,3 +359,21 @@ def grow_back(workers: int, preempted_from: int | None, fits: int) -> int | None
     if preempted_from is None or fits <= 0 or workers >= preempted_from:
         return None
     return min(preempted_from, workers + fits)
+
+
+#: A job's first ring forms once its target of workers is warm; with fewer (at least ``--min_workers``) once
+#: every container YARN started holds a warm worker and none came for START_SETTLE_S (the others are not placed:
+#: the cluster is full; they join the ring as YARN places them), and at the latest after START_WAIT_S.
+START_SETTLE_S = 5.0
+START_WAIT_S = 30.0
+
+
+def first_ring_ready(*, warm: int, live: int, target: int, minimum: int, waited_s: float, unchanged_s: float) -> bool:
+    """Whether a job's first ring may form now: ``warm`` of its ``live`` agents (one a container YARN started)
+    are warm, the job's ``target`` and ``--min_workers`` ``minimum``; it has waited ``waited_s`` and the number
+    of live agents has not changed for ``unchanged_s``."""
+    if warm >= target:
+        return True
+    if warm < minimum:
+        return False
+    return (warm == live and unchanged_s > START_SETTLE_S) or waited_s > START_WAIT_S

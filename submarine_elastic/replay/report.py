@@ -4,6 +4,7 @@ job's GPUs over time; written as JSON, a Markdown table and a PNG. Every output 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,17 +139,24 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
         for r in run.records:
             ax.axvline(r.job.arrival_s, color=color_of[r.job.name], linewidth=0.6, linestyle=":")
         for name, decided in run.decisions.items():
-            for when, _old, _new, _reason in decided:
-                ax.plot([when], [run.plan.gpus + 0.3], marker="v", color=color_of.get(name, "k"), markersize=5)
+            for when, _old, new, reason in decided:
+                color = color_of.get(name, "k")
+                ax.plot([when], [run.plan.gpus + 0.3], marker="v", color=color, markersize=5)
+                predicted = predicted_speedup(reason)
+                label = f"{new}" + (f" ({predicted:.1f}x)" if predicted is not None else "")
+                ax.annotate(label, (when, run.plan.gpus + 0.3), textcoords="offset points", xytext=(0, 5),
+                            ha="center", fontsize=6, color=color)  # fmt: skip
         s = summary(run)
-        ax.set_ylim(0, run.plan.gpus + 1)
+        ax.set_ylim(0, run.plan.gpus + 1.6)
         ax.set_ylabel("GPUs (emulated)")
         ax.set_title(
             f"{run.policy}: mean JCT {_s(s['mean_jct_s'])}, makespan {_s(s['makespan_s'])}, GPU use "
-            f"{_pct(s['gpu_utilisation'])}" + (" (▼ a decision)" if run.decisions else ""),
+            f"{_pct(s['gpu_utilisation'])}" + (" (▼ a decision: workers, predicted speed-up)" if run.decisions else ""),
             fontsize=10,
         )
         ax.grid(alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color_of[n]) for n in names]
+    axes[0].legend(handles, names, loc="upper right", fontsize=7, ncol=max(1, (len(names) + 3) // 4))
     ax_done = axes[-1]
     for i, run in enumerate(runs):
         ends = sorted(r.last_step_s for r in run.records if r.last_step_s is not None)
@@ -162,3 +170,12 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def predicted_speedup(reason: str) -> float | None:
+    """The speed-up a goodput decision predicted at the count it chose (the ``speedup X`` after ``predicted at``
+    where the reason has one, else its first), or None where the reason gives none."""
+    found = re.search(r"predicted at \d+:[^(]*\(speedup (\d+(?:\.\d+)?)", reason) or re.search(
+        r"speedup \(?(\d+(?:\.\d+)?)", reason
+    )
+    return float(found.group(1)) if found else None

@@ -1,47 +1,44 @@
-"""The demo's picture: a job's series from its ranks' step logs, and the PNG of every job with its decisions."""
+"""The demo: its workload plans on the cluster it starts, bad arguments and a cluster without GPUs are refused
+before anything runs, and each decision in its picture carries the speed-up it predicted."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from submarine_elastic.demo import Series, draw, main, predicted_speedup, read_steps
+from submarine_elastic import demo
+from submarine_elastic.cluster import ClusterError, ClusterSpec
+from submarine_elastic.replay import plan_replay
+from submarine_elastic.replay.report import predicted_speedup
+from submarine_elastic.replay.runner import replay_cluster_spec
 
 
-def write_log(directory: Path, rank: int, records: list[dict]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"rank": rank, **r}) for r in records]
-    (directory / f"steps-{rank}.jsonl").write_text("\n".join(lines) + "\n")
+def test_the_demo_workload_plans_on_the_cluster_it_starts_and_every_job_waits_under_static() -> None:
+    spec = replay_cluster_spec()
+    plan = plan_replay(str(demo.WORKLOAD), time_scale=0.03, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node)
+    assert len(plan.jobs) == 5 and {j.application for j in plan.jobs} == {"cifar10", "deepspeech2", "bert", "ncf"}
+    # Each of the first four asks for more than half the GPUs: static FIFO runs them one after the other.
+    assert all(2 * j.workers > plan.gpus for j in plan.jobs[:4])
+    assert max(j.arrival_s for j in plan.jobs) < 60
 
 
-def test_a_step_counts_once_at_its_last_ranks_time_with_rank_0s_loss(tmp_path: Path) -> None:
-    log = tmp_path / "log"
-    write_log(log, 0, [
-        {"step": 0, "size": 1, "global_batch": 64, "loss": 2.0, "time": 10.0},
-        {"step": 1, "size": 2, "global_batch": 64, "loss": 1.5, "time": 11.0},
-        {"step": 2, "size": 2, "global_batch": 96, "loss": 1.2, "time": 12.0},
-    ])  # fmt: skip
-    write_log(log, 1, [
-        {"step": 1, "size": 2, "global_batch": 64, "loss": 1.6, "time": 11.4},
-        {"step": 2, "size": 2, "global_batch": 96, "loss": 1.3, "time": 12.2},
-    ])  # fmt: skip
-    with (log / "steps-1.jsonl").open("a") as f:
-        f.write('{"step": 3, "rank": 1, "si')  # a line cut short by a killed writer
-    s = read_steps(log)
-    assert s.times == [10.0, 11.4, 12.2]
-    assert s.sizes == [1, 2, 2] and s.batches == [64, 64, 96] and s.losses == [2.0, 1.5, 1.2]
+def test_a_running_cluster_without_gpus_is_refused_with_what_to_do() -> None:
+    class NoGpus:
+        def running_daemons(self) -> list[object]:
+            return [object()]
+
+        def spec(self) -> ClusterSpec:
+            return ClusterSpec()
+
+    with pytest.raises(ClusterError, match="no GPUs: stop it with `submarine cluster down`"):
+        demo.cluster_url(NoGpus())  # type: ignore[arg-type]
 
 
-def test_the_picture_is_a_png_of_every_job(tmp_path: Path) -> None:
-    series = {
-        "a": Series([100.0, 101.0, 102.0], [2, 3, 3], [64, 64, 128], [2.0, 1.0, 0.5]),
-        "b": Series([100.5, 103.0], [1, 1], [64, 64], [2.2, 1.9]),
-    }
-    decisions = {"a": [(100.8, 2, 3, "goodput: 3 workers")]}
-    out = draw(series, decisions, 100.0, tmp_path / "pic" / "demo.png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+def test_bad_time_scale_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(demo, "cluster_url", lambda _c: ("http://127.0.0.1:1", 2, 4))
+    assert demo.main(["--time-scale", "0", "--out", str(tmp_path)]) == 1
+    assert not any(tmp_path.iterdir())
 
 
 def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_chose() -> None:
@@ -52,9 +49,3 @@ def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_c
     measured_first = "goodput: fewer workers are as fast: measured at 2 workers ... (speedup 0.61); predicted at 1: "
     assert predicted_speedup(measured_first + "6399 useful samples/s (speedup 1.00)") == 1.0
     assert predicted_speedup("fair share: 2 of the 4 it wants") is None
-
-
-def test_bad_arguments_are_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--epochs", "0"])
-    assert "--epochs must be at least 1, got 0" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from submarine_elastic.elastic import driver as driver_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.reconcile import first_ring_ready
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.yarn import ComponentTarget, YarnServiceClient
 
@@ -198,3 +199,23 @@ def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: 
     driver._reconcile()
     assert not driver._reconciling
     assert len(rsps.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("warm", "live", "waited_s", "unchanged_s", "ready"),
+    [
+        (3, 3, 0.5, 0.5, True),  # the target is warm
+        (2, 2, 6.0, 6.0, True),  # every container YARN started is warm, none came for 6 s: the cluster is full
+        (2, 2, 6.0, 4.0, False),  # a container came 4 s ago: YARN may still be placing the rest
+        (2, 3, 20.0, 15.0, False),  # a worker still warms up: wait for it
+        (2, 3, 31.0, 25.0, True),  # at the latest after 30 s with at least --min_workers
+        (0, 0, 60.0, 60.0, False),  # below --min_workers: never
+    ],
+)
+def test_the_first_ring_forms_without_waiting_for_containers_yarn_has_not_placed(
+    warm: int, live: int, waited_s: float, unchanged_s: float, ready: bool
+) -> None:
+    assert (
+        first_ring_ready(warm=warm, live=live, target=3, minimum=1, waited_s=waited_s, unchanged_s=unchanged_s)
+        is ready
+    )
