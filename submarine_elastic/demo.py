@@ -7,9 +7,10 @@ NCF, arriving within 40 s, each asking for most of the cluster) with ``submarine
 (every job at its submitted size, waiting in arrival order until its GPUs are free), then ``goodput+goodput``
 (every job elastic, the controller sizing it). Each step's model math and allreduce run for real; the step is
 then held for the GPU time its application's measured profile gives (``tf_hooks.emulate``). Every arrival,
-end and controller decision is printed with its reason as it happens; at the end each run's mean JCT, and one
-picture of both runs (every job's GPUs over time, the elastic run's decisions marked, the jobs finished over
-time) whose path is printed. The cluster stays up (``submarine cluster down`` stops it).
+end and controller decision is printed with its reason as it happens; at the end each run's mean JCT beside
+the simulator's for the same runs, and one picture of both runs (every job's GPUs over time, the elastic run's
+decisions marked, the jobs finished over time) whose path is printed. The cluster stays up (``submarine
+cluster down`` stops it).
 
 Run: ``python -m submarine_elastic.demo [--time-scale S] [--out DIR]``
 """
@@ -27,10 +28,13 @@ from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.replay import LiveReplay, LiveRun, ReplayError, ReplayRunError, plan_replay
 from submarine_elastic.replay.report import summary, table, write
 from submarine_elastic.replay.runner import STATIC, replay_cluster_spec
+from submarine_elastic.replay.simulate import compare_runs
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "examples" / "replay" / "demo.csv"
 POLICIES = (STATIC, "goodput+goodput")
+#: The controller's round, as `submarine replay` starts it.
+INTERVAL_S = 2.0
 console = Console()
 
 
@@ -66,13 +70,17 @@ def run(time_scale: float, out: Path) -> int:
             policy,
             rm_url=rm_url,
             out=out / policy.replace("+", "-"),
+            interval_s=INTERVAL_S,
             say=lambda line: console.print(line, soft_wrap=True, highlight=False),
         )
         runs.append(replay.run())
     figures = [summary(r) for r in runs]
-    paths = write(runs, out)
+    sims, lines = compare_runs(runs, INTERVAL_S)
+    paths = write(runs, out, sims)
     console.rule("the cluster's jobs, static and elastic")
-    console.print(table(figures), soft_wrap=True)
+    for line in lines:
+        console.print(line, highlight=False)
+    console.print(table(figures, sims), soft_wrap=True)
     static, elastic = (f["mean_jct_s"] for f in figures)
     if isinstance(static, float) and isinstance(elastic, float):
         console.print(

@@ -134,7 +134,13 @@ def replay(
         )
         for name, problems in dict(s["problems"]).items():  # type: ignore[call-overload]
             console.print(f"[red]{name}: {'; '.join(problems)}[/red]")
-    sims = compare(runs, runner.interval_s) if compare_sim else None
+    sims = None
+    if compare_sim:
+        from submarine_elastic.replay.simulate import compare_runs
+
+        sims, lines = compare_runs(runs, runner.interval_s)
+        for line in lines:
+            console.print(line, highlight=False)
     paths = write(runs, out, sims)
     console.print(table([summary(r) for r in runs], sims), soft_wrap=True)
     console.print(f"results: {paths['json']}, picture: [bold]{paths['png']}[/bold]")
@@ -144,20 +150,3 @@ def replay(
 
 def _seconds(value: object) -> str:
     return f"{value:.0f} s" if isinstance(value, float | int) else "-"
-
-
-def compare(runs: list[LiveRun], interval_s: float) -> dict[str, float]:
-    """Each run's policy in the simulator with the costs that run measured: simulated mean JCT per policy."""
-    from submarine_elastic.replay.simulate import measured_costs, simulate_plan
-
-    sims: dict[str, float] = {}
-    for run in runs:
-        measured = measured_costs([run])
-        result = simulate_plan(run.plan, run.policy, measured.costs(), interval_s)
-        sims[run.policy] = result.summary.mean_jct_s
-        live = summary(run)["mean_jct_s"]
-        ratio = f", live/sim {live / sims[run.policy]:.2f}" if isinstance(live, float) else ""
-        console.print(
-            f"{run.policy}: simulated mean JCT {sims[run.policy]:.0f} s{ratio}; live costs {measured.describe()}"
-        )
-    return sims

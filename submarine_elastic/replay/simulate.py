@@ -142,3 +142,22 @@ def simulate_plan(plan: ReplayPlan, policy: str, costs: ResizeCosts, interval_s:
         config=SimConfig(interval_s=interval_s, costs=costs, batch_rule=BatchRule.FIXED_GLOBAL),
         workload_name=plan.workload,
     )
+
+
+def compare_runs(runs: Sequence[LiveRun], interval_s: float) -> tuple[dict[str, float], list[str]]:
+    """Each run's policy in the simulator on its plan with the costs that run measured: the simulated mean JCT
+    per policy, and a line per policy with the live one beside it and the costs."""
+    from submarine_elastic.replay.report import summary
+
+    sims: dict[str, float] = {}
+    lines = []
+    for run in runs:
+        measured = measured_costs([run])
+        sims[run.policy] = simulate_plan(run.plan, run.policy, measured.costs(), interval_s).summary.mean_jct_s
+        live = summary(run)["mean_jct_s"]
+        ratio = f", live/sim {live / sims[run.policy]:.2f}" if isinstance(live, float) else ""
+        lines.append(
+            f"{run.policy}: simulated mean JCT {sims[run.policy]:.0f} s{ratio}; costs measured live: "
+            f"{measured.describe()}"
+        )
+    return sims, lines
