@@ -37,13 +37,12 @@ sys.path.insert(0, str(REPO))
 from submarine_elastic.cluster import LocalCluster  # noqa: E402
 from submarine_elastic.replay.plan import ReplayPlan, fitting_sample, plan_replay  # noqa: E402
 from submarine_elastic.replay.report import summary, table, write  # noqa: E402
-from submarine_elastic.replay.runner import STATIC, LiveReplay, LiveRun, replay_cluster_spec  # noqa: E402
+from submarine_elastic.replay.runner import INTERVAL_S, STATIC, LiveRun, replay_cluster_spec, run_policies  # noqa: E402
 from submarine_elastic.replay.simulate import measured_costs, simulate_plan  # noqa: E402
 from submarine_elastic.replay.watch import MachineWatch  # noqa: E402
 
 ELASTIC_OVER_STATIC = 0.70
 SIM_WITHIN = 0.15
-INTERVAL_S = 2.0
 
 
 def choose_plan(args: argparse.Namespace, folder: Path) -> tuple[ReplayPlan, int]:
@@ -87,13 +86,10 @@ def main() -> None:
     with MachineWatch() as watch:
         rm_url = cluster.up(replay_cluster_spec(args.port_base), progress=lambda m: print(f"  {m}", flush=True))
         try:
-            for policy in policies:
-                print(f"--- {policy} (emulated GPUs)", flush=True)
-                replay = LiveReplay(
-                    plan, policy, rm_url=rm_url, out=root / policy.replace("+", "-"), interval_s=INTERVAL_S,
-                    say=lambda line: print(line, flush=True), timeout_s=3600,
-                )  # fmt: skip
-                runs.append(replay.run())
+            runs = run_policies(
+                plan, policies, rm_url=rm_url, out=root, say=lambda line: print(line, flush=True),
+                heading=lambda line: print(f"--- {line}", flush=True), timeout_s=3600,
+            )  # fmt: skip
         finally:
             cluster.down()
     sims: dict[str, float] = {}

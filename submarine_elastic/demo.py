@@ -25,16 +25,14 @@ from pathlib import Path
 from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, LocalCluster
-from submarine_elastic.replay import LiveReplay, LiveRun, ReplayError, ReplayRunError, plan_replay
+from submarine_elastic.replay import ReplayError, ReplayRunError, plan_replay
 from submarine_elastic.replay.report import summary, table, write
-from submarine_elastic.replay.runner import STATIC, replay_cluster_spec
+from submarine_elastic.replay.runner import INTERVAL_S, STATIC, replay_cluster_spec, run_policies
 from submarine_elastic.replay.simulate import compare_runs
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "examples" / "replay" / "demo.csv"
 POLICIES = (STATIC, "goodput+goodput")
-#: The controller's round, as `submarine replay` starts it.
-INTERVAL_S = 2.0
 console = Console()
 
 
@@ -62,18 +60,14 @@ def run(time_scale: float, out: Path) -> int:
     rm_url, nodes, per_node = cluster_url(LocalCluster())
     plan = plan_replay(str(WORKLOAD), time_scale=time_scale, nodes=nodes, gpus_per_node=per_node)
     console.print(f"replay: {plan.describe()}", highlight=False)
-    runs: list[LiveRun] = []
-    for policy in POLICIES:
-        console.rule(f"{policy} (emulated GPUs)")
-        replay = LiveReplay(
-            plan,
-            policy,
-            rm_url=rm_url,
-            out=out / policy.replace("+", "-"),
-            interval_s=INTERVAL_S,
-            say=lambda line: console.print(line, soft_wrap=True, highlight=False),
-        )
-        runs.append(replay.run())
+    runs = run_policies(
+        plan,
+        POLICIES,
+        rm_url=rm_url,
+        out=out,
+        say=lambda line: console.print(line, soft_wrap=True, highlight=False),
+        heading=console.rule,
+    )
     figures = [summary(r) for r in runs]
     sims, lines = compare_runs(runs, INTERVAL_S)
     paths = write(runs, out, sims)

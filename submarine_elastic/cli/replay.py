@@ -11,7 +11,7 @@ from rich.console import Console
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.replay.plan import ReplayError, plan_replay
 from submarine_elastic.replay.report import summary, table, write
-from submarine_elastic.replay.runner import STATIC, LiveReplay, LiveRun, ReplayRunError
+from submarine_elastic.replay.runner import INTERVAL_S, STATIC, ReplayRunError, run_policies
 
 console = Console()
 
@@ -105,32 +105,20 @@ def replay(
             sample=sample,
             seed=seed,
         )
-        for policy in chosen:  # a policy the live replay cannot run is refused before anything is submitted
-            LiveReplay(plan, policy, rm_url=spec.rm_url, out=Path(tempfile.gettempdir()))
     except (ReplayError, ReplayRunError) as exc:
         raise click.ClickException(str(exc)) from exc
     out = out or Path(tempfile.mkdtemp(prefix="submarine-replay-"))
     console.print(f"replay: {plan.describe()}")
-    runs: list[LiveRun] = []
-    for policy in chosen:
-        console.rule(f"{policy} (emulated GPUs)")
-        runner = LiveReplay(
-            plan,
-            policy,
-            rm_url=spec.rm_url,
-            out=out / policy.replace("+", "-"),
-            say=lambda line: console.print(line, soft_wrap=True, highlight=False),
-            timeout_s=timeout,
-        )
-        try:
-            run = runner.run()
-        except ReplayRunError as exc:
-            raise click.ClickException(f"{policy}: {exc}") from exc
-        runs.append(run)
+    say = lambda line: console.print(line, soft_wrap=True, highlight=False)  # noqa: E731
+    try:
+        runs = run_policies(plan, chosen, rm_url=spec.rm_url, out=out, say=say, heading=console.rule, timeout_s=timeout)
+    except ReplayRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for run in runs:
         s = summary(run)
         console.print(
-            f"{policy}: {s['finished']}/{s['jobs']} jobs finished, mean JCT {_seconds(s['mean_jct_s'])}, makespan "
-            f"{_seconds(s['makespan_s'])} (emulated)"
+            f"{run.policy}: {s['finished']}/{s['jobs']} jobs finished, mean JCT {_seconds(s['mean_jct_s'])}, "
+            f"makespan {_seconds(s['makespan_s'])} (emulated)"
         )
         for name, problems in dict(s["problems"]).items():  # type: ignore[call-overload]
             console.print(f"[red]{name}: {'; '.join(problems)}[/red]")
@@ -138,7 +126,7 @@ def replay(
     if compare_sim:
         from submarine_elastic.replay.simulate import compare_runs
 
-        sims, lines = compare_runs(runs, runner.interval_s)
+        sims, lines = compare_runs(runs, INTERVAL_S)
         for line in lines:
             console.print(line, highlight=False)
     paths = write(runs, out, sims)

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,8 @@ NOT_LIVE = {
 WORKER_RESOURCES = "memory-mb=1024,vcores=1,gpu=1"
 #: The environment variable that names a job's emulated GPU profile (what `job show` reads back).
 EMULATE_ENV = "SUBMARINE_EMULATE"
+#: The controller's round under a policy (``controller start --interval``), and the simulator's beside it.
+INTERVAL_S = 2.0
 #: Seconds between two looks at the jobs.
 POLL_S = 1.0
 
@@ -157,7 +159,7 @@ class LiveReplay:
         env: dict[str, str] | None = None,
         say: Say = print,
         timeout_s: float = 1800.0,
-        interval_s: float = 2.0,
+        interval_s: float = INTERVAL_S,
         tag: str | None = None,
     ) -> None:
         base = policy.split("+", 1)[0]
@@ -408,3 +410,39 @@ def emulated_application(raw: Mapping[str, object]) -> str | None:
         if isinstance(env_vars, dict) and env_vars.get(EMULATE_ENV):
             return str(env_vars[EMULATE_ENV])
     return None
+
+
+def run_policies(
+    plan: ReplayPlan,
+    policies: Sequence[str],
+    *,
+    rm_url: str,
+    out: Path,
+    say: Say = print,
+    heading: Say | None = None,
+    interval_s: float = INTERVAL_S,
+    timeout_s: float = 1800.0,
+) -> list[LiveRun]:
+    """The plan under each policy in turn on the same cluster (each run's logs under ``out/<policy>``); every
+    policy is checked before the first run starts.
+
+    Raises:
+        ReplayRunError: a policy with no live run (before anything runs), or a run that failed.
+    """
+    replays = [
+        LiveReplay(
+            plan,
+            policy,
+            rm_url=rm_url,
+            out=out / policy.replace("+", "-"),
+            say=say,
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+        )  # fmt: skip
+        for policy in policies
+    ]
+    runs = []
+    for replay in replays:
+        (heading or say)(f"{replay.policy} (emulated GPUs)")
+        runs.append(replay.run())
+    return runs
