@@ -80,7 +80,13 @@ def write(runs: Sequence[LiveRun], out: Path, sims: dict[str, float] | None = No
         "time_scale": runs[0].plan.time_scale if runs else None,
         "cluster": f"{runs[0].plan.nodes}x{runs[0].plan.gpus_per_node}" if runs else None,
         "runs": [
-            {**s, "jobs_detail": [r.as_dict() for r in run.records]} for s, run in zip(summaries, runs, strict=True)
+            {
+                **s,
+                "jobs_detail": [r.as_dict() for r in run.records],
+                # per job: [time, from workers, to workers, reason] of each controller decision
+                "decision_log": {name: [list(d) for d in ds] for name, ds in run.decisions.items()},
+            }
+            for s, run in zip(summaries, runs, strict=True)
         ],
         "simulated_mean_jct_s": sims or {},
     }
@@ -120,14 +126,15 @@ def _pct(value: object) -> str:
 
 
 def draw(runs: Sequence[LiveRun], path: Path) -> Path:
-    """One panel a run: every job's GPUs in its ring over time, stacked, arrivals ticked, the elastic run's
-    decisions marked; and the jobs finished over time of every run."""
+    """One panel a run: every job's GPUs in its ring over time, stacked, with the GPUs YARN holds for the jobs
+    (dashed: held, not training, while a job starts or resizes), arrivals ticked, the elastic run's decisions
+    marked; and the jobs finished over time of every run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(10, 2.6 * (len(runs) + 1)), sharex=True)
+    fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(11, 2.6 * (len(runs) + 1)), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     end = max((r.last_step_s or 0.0 for run in runs for r in run.records), default=1.0) * 1.02
     grid = np.linspace(0.0, end, 1200)
@@ -136,6 +143,8 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
     for ax, run in zip(axes, runs, strict=False):
         stacks = [_steps_at(r.ring, grid, r.last_step_s) for r in run.records]
         ax.stackplot(grid, stacks, colors=[color_of[r.job.name] for r in run.records], step="post", alpha=0.85)
+        held = sum((_steps_at(r.held, grid, r.ended_s) for r in run.records), np.zeros_like(grid))
+        ax.step(grid, held, where="post", color="k", linewidth=0.8, linestyle="--", label="held by YARN")
         for r in run.records:
             ax.axvline(r.job.arrival_s, color=color_of[r.job.name], linewidth=0.6, linestyle=":")
         for name, decided in run.decisions.items():
@@ -148,7 +157,7 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
                             ha="center", fontsize=6, color=color)  # fmt: skip
         s = summary(run)
         ax.set_ylim(0, run.plan.gpus + 1.6)
-        ax.set_ylabel("GPUs (emulated)")
+        ax.set_ylabel("GPUs in a ring")
         ax.set_title(
             f"{run.policy}: mean JCT {_s(s['mean_jct_s'])}, makespan {_s(s['makespan_s'])}, GPU use "
             f"{_pct(s['gpu_utilisation'])}" + (" (▼ a decision: workers, predicted speed-up)" if run.decisions else ""),
@@ -156,14 +165,17 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
         )
         ax.grid(alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=color_of[n]) for n in names]
-    axes[0].legend(handles, names, loc="upper right", fontsize=7, ncol=max(1, (len(names) + 3) // 4))
+    handles.append(plt.Line2D([0], [0], color="k", linewidth=0.8, linestyle="--"))
+    axes[0].legend(
+        handles, [*names, "held by YARN"], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="jobs"
+    )
     ax_done = axes[-1]
     for i, run in enumerate(runs):
         ends = sorted(r.last_step_s for r in run.records if r.last_step_s is not None)
         ax_done.step([0.0, *ends], list(range(len(ends) + 1)), where="post", label=run.policy, color=f"C{i}")
     ax_done.set_ylabel("jobs finished")
     ax_done.set_xlabel("seconds since the replay began (emulated accelerators)")
-    ax_done.legend(loc="lower right")
+    ax_done.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="runs")
     ax_done.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
