@@ -77,8 +77,9 @@ def replay(
     compare_sim: bool,
     cluster_dir: Path | None,
 ) -> None:
-    """Replay WORKLOAD (a simulator workload CSV, or a name such as workload-1) on the running pseudo-cluster.
+    """Replay a workload live on the pseudo-cluster, on emulated GPUs, static against elastic.
 
+    WORKLOAD is a simulator workload CSV, or a name such as workload-1; the pseudo-cluster must run, with GPUs.
     Each job is submitted at its arrival time as `submarine job run` would, one emulated GPU a worker (its
     steps held for its application's measured GPU step time), training the samples its application's profile
     needs at its batch, scaled by --time-scale. Under each --policy in turn; writes each job's JCT, queueing

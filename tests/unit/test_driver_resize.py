@@ -216,6 +216,5 @@ def test_the_first_ring_forms_without_waiting_for_containers_yarn_has_not_placed
     warm: int, live: int, waited_s: float, unchanged_s: float, ready: bool
 ) -> None:
     assert (
-        first_ring_ready(warm=warm, live=live, target=3, minimum=1, waited_s=waited_s, unchanged_s=unchanged_s)
-        is ready
+        first_ring_ready(warm=warm, live=live, target=3, minimum=1, waited_s=waited_s, unchanged_s=unchanged_s) is ready
     )
