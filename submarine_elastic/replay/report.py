@@ -133,6 +133,7 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
 
     fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(11, 2.6 * (len(runs) + 1)), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -164,7 +165,7 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
             fontsize=10,
         )
         ax.grid(alpha=0.3)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=color_of[n]) for n in names]
+    handles: list[Artist] = [plt.Rectangle((0, 0), 1, 1, color=color_of[n]) for n in names]
     handles.append(plt.Line2D([0], [0], color="k", linewidth=0.8, linestyle="--"))
     axes[0].legend(
         handles, [*names, "held by YARN"], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="jobs"
