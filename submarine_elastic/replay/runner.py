@@ -165,6 +165,11 @@ class LiveReplay:
         base = policy.split("+", 1)[0]
         if base in NOT_LIVE:
             raise ReplayRunError(f"policy {policy!r}: {NOT_LIVE[base]}")
+        if not TRAIN_SCRIPT.is_file():
+            raise ReplayRunError(
+                f"a replay's jobs run {TRAIN_SCRIPT.relative_to(REPO)} of a checkout of submarine-elastic, "
+                f"not found at {TRAIN_SCRIPT}: run it from a checkout (the wheel does not ship the examples)"
+            )
         self.plan = plan
         self.policy = policy
         self.rm_url = rm_url
