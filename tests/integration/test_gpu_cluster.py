@@ -279,15 +279,14 @@ def _device_uuids(gpu_cluster: tuple[LocalCluster, ClusterSpec]) -> dict[tuple[i
     return found
 
 
-#: Four jobs of the Pollux applications arriving within seconds on 2 x 2 GPUs (time scale 0.005): each needs
-#: three or four of the four GPUs at its submitted size, so the static run starts them one after the other.
+#: Four cifar10 jobs arriving within 3 s on 2 x 2 GPUs (time scale 0.004): any two of them ask for more than the
+#: four GPUs at their submitted sizes, so the static run starts them one after the other.
 REPLAY_WORKLOAD = """name,time,application,num_replicas,batch_size
 cifar10-a,0,cifar10,3,1024
-cifar10-b,200,cifar10,4,2048
-deepspeech2-c,400,deepspeech2,2,80
-cifar10-d,600,cifar10,3,1024
+cifar10-b,200,cifar10,2,1024
+cifar10-c,400,cifar10,3,1024
+cifar10-d,600,cifar10,2,1024
 """
-
 
 def test_a_live_replay_finishes_its_jobs_sooner_elastic_than_static(
     gpu_cluster: tuple[LocalCluster, ClusterSpec], tmp_path: Path
@@ -298,7 +297,7 @@ def test_a_live_replay_finishes_its_jobs_sooner_elastic_than_static(
     _cluster, spec = gpu_cluster
     workload = tmp_path / "workload.csv"
     workload.write_text(REPLAY_WORKLOAD)
-    plan = plan_replay(str(workload), time_scale=0.005, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node)
+    plan = plan_replay(str(workload), time_scale=0.004, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node)
     runs = [
         LiveReplay(plan, policy, rm_url=spec.rm_url, out=tmp_path / policy, timeout_s=600).run()
         for policy in ("static", "goodput+goodput")
