@@ -15,7 +15,8 @@ of the live mean JCT for every policy, ranking them the same; every job finishes
 once and every sample once per epoch. Each row says how far from its target it is.
 
 Writes ``benchmarks/results/live.json``, ``live.md`` and ``live.png`` (every job's GPUs over time per
-policy). Emulated accelerators: the ratios are the result, not the absolute seconds.
+policy); every job's series (``replay.json``) stays in the run's temporary directory with its logs.
+Emulated accelerators: the ratios are the result, not the absolute seconds.
 
 Run: ``.venv/bin/python benchmarks/bench_live.py [--jobs 12] [--quick] [--policy static --policy goodput+goodput]``
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -103,7 +105,10 @@ def main() -> None:
     summaries = [summary(run) for run in runs]
     verdicts = targets(summaries, sims)
     args.out.mkdir(parents=True, exist_ok=True)
-    paths = write(runs, args.out / "live", sims)
+    # Every job's series stay with the run's logs; the repository keeps the figures and the picture.
+    paths = write(runs, root / "report", sims)
+    picture = args.out / "live.png"
+    shutil.copyfile(paths["png"], picture)
     result = {
         "benchmark": "bench_live",
         "accelerators": "emulated",
@@ -121,7 +126,8 @@ def main() -> None:
         "targets": verdicts,
         "machine": {**watch.as_dict(), "cores": _cores(), "python": platform.python_version()},
         "wall_s": round(time.time() - started, 1),
-        "picture": str(paths["png"].relative_to(REPO)) if paths["png"].is_relative_to(REPO) else str(paths["png"]),
+        "picture": picture.name,
+        "per_job_results": str(paths["json"]),
     }
     (args.out / "live.json").write_text(json.dumps(result, indent=2) + "\n")
     md = [

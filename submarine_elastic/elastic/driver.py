@@ -974,18 +974,19 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self.targets.requeue_requested("asked for before the driver was relaunched")
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         started = time.monotonic()
-        placed = {"count": 0, "at": started}
+        placed, placed_at = 0, started  # live agents (containers YARN started), and since when that many
 
         def enough() -> bool:
+            nonlocal placed, placed_at
             # The target, not --num_workers: a controller may have shrunk the job before it started.
             n = len(self.registry.available())
             now = time.monotonic()
             live = sum(1 for a in self.registry.snapshot() if a.connected and not a.state.ended)
-            if live != placed["count"]:
-                placed["count"], placed["at"] = live, now
+            if live != placed:
+                placed, placed_at = live, now
             return first_ring_ready(
                 warm=n, live=live, target=self.target, minimum=self.limits.min,
-                waited_s=now - started, unchanged_s=now - placed["at"],
+                waited_s=now - started, unchanged_s=now - placed_at,
             )  # fmt: skip
 
         while not self.registry.wait(lambda: enough() or self._fatal.is_set(), 1.0):
@@ -1003,7 +1004,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         if first_ring < self.target:
             log.info(
                 "first ring of %d of the target %d: YARN started no other worker container for %.0f s",
-                first_ring, self.target, time.monotonic() - placed["at"],
+                first_ring, self.target, time.monotonic() - placed_at,
             )  # fmt: skip
         hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
         if adopting:

@@ -21,6 +21,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ class JobRecord:
     submitted_s: float | None = None
     #: its `job run` returned (the service exists)
     created: bool = False
+    #: its step log was read and checked, after its end
+    checked: bool = False
     ended_s: float | None = None
     state: str | None = None
     first_step_s: float | None = None
@@ -216,7 +219,8 @@ class LiveReplay:
                 self._print_decisions(t0)
                 self._submarine("controller", "stop", check=False)
         for record in self.records:
-            self._read_log(record, t0, check=True)
+            if not record.checked:  # killed, or the run stopped before its end was seen
+                self._read_log(record, t0)
         return LiveRun(self.policy, self.plan, t0, self.records, dict(self._decisions), time.time() - t0)
 
     def _loop(
@@ -227,6 +231,7 @@ class LiveReplay:
         pending: dict[str, concurrent.futures.Future[None]],
     ) -> None:
         deadline = max(j.arrival_s for j in self.plan.jobs) + self.timeout_s
+        decisions_read = 0.0
         queue: list[JobRecord] = []  # arrived, waiting for their workers (static)
         arrived: set[str] = set()
         while True:
@@ -249,7 +254,8 @@ class LiveReplay:
                     del pending[name]
                     next(r for r in self.records if r.service == name).created = True
             self._look(yarn, t0)
-            if self.elastic:
+            if self.elastic and now - decisions_read >= self.interval_s:  # the controller decides once a round
+                decisions_read = now
                 self._print_decisions(t0)
             if all(r.ended_s is not None for r in self.records):
                 return
@@ -288,26 +294,27 @@ class LiveReplay:
             if status.is_terminal:
                 record.ended_s = now
                 record.state = str(status.state)
-                self._read_log(record, t0, check=False)
+                self._read_log(record, t0)  # its processes have ended: the log is whole
                 took = record.jct_s
                 self.say(
                     f"+{now:6.0f} s  {record.service} ends {record.state}"
                     + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
                 )
 
-    def _read_log(self, record: JobRecord, t0: float, check: bool) -> None:
+    def _read_log(self, record: JobRecord, t0: float) -> None:
+        """Read and check the job's step log, once."""
+        record.checked = True
         log_dir = self._log_dir(record.job)
         if not log_dir.is_dir():
             return
-        steps = read_step_log(log_dir, record.job.dataset_samples, check=check)
+        steps = read_step_log(log_dir, record.job.dataset_samples)
         record.ring = [(t - t0, n) for t, n in zip(steps.times, steps.sizes, strict=True)]
         record.first_step_s = None if steps.first_s is None else steps.first_s - t0
         record.last_step_s = None if steps.last_s is None else steps.last_s - t0
         record.samples = steps.samples
-        if check:
-            record.problems = list(steps.problems)
-            if record.samples < record.job.samples:
-                record.problems.append(f"trained {record.samples} of its {record.job.samples} samples")
+        record.problems = list(steps.problems)
+        if record.samples < record.job.samples:
+            record.problems.append(f"trained {record.samples} of its {record.job.samples} samples")
 
     # --- submitting and stopping -----------------------------------------------------------------
     def _log_dir(self, job: ReplayJob) -> Path:
@@ -394,8 +401,6 @@ def _terminate_as_interrupt() -> Callable[..., object] | int | None:
 
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt("SIGTERM")
-
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None

@@ -31,10 +31,10 @@ class StepLog:
         return self.times[-1] if self.times else None
 
 
-def read_step_log(log_dir: Path, dataset_samples: int, check: bool = True) -> StepLog:
-    """Read (and with ``check``, check) the step log in ``log_dir``; a line cut short by a killed writer is
-    left out. Problems named: a step missing or twice, ranks that disagree on a step or overlap in its ids,
-    a sample trained twice in an epoch, a finished epoch that missed a sample."""
+def read_step_log(log_dir: Path, dataset_samples: int) -> StepLog:
+    """Read and check the step log in ``log_dir``; a line cut short by a killed writer is left out. Problems
+    named: a step missing or twice, ranks that disagree on a step or overlap in its ids, a sample trained twice
+    in an epoch, a finished epoch that missed a sample."""
     steps: dict[int, list[dict]] = collections.defaultdict(list)
     for path in sorted(log_dir.glob("steps-*.jsonl")):
         text = path.read_text()
@@ -49,8 +49,6 @@ def read_step_log(log_dir: Path, dataset_samples: int, check: bool = True) -> St
         log.times.append(max(r["time"] for r in records))
         log.sizes.append(int(first["size"]))
         log.samples += len(first["batch"])
-        if not check:
-            continue
         if any(r["size"] != first["size"] or r["batch"] != first["batch"] for r in records):
             log.problems.append(f"step {number}: its ranks disagree on the ring size or the batch")
         ranks = [r["rank"] for r in records]
@@ -60,7 +58,7 @@ def read_step_log(log_dir: Path, dataset_samples: int, check: bool = True) -> St
         if len(own) != len(set(own)) or not set(own) <= set(first["batch"]):
             log.problems.append(f"step {number}: the ranks' ids overlap or are not the step's")
         per_epoch[int(first["epoch"])].extend(first["batch"])
-    if check and sorted(steps) != list(range(len(steps))):
+    if sorted(steps) != list(range(len(steps))):
         missing = sorted(set(range(max(steps, default=-1) + 1)) - set(steps))
         log.problems.append(f"committed steps missing: {missing[:10]}")
     last_epoch = max(per_epoch, default=0)
