@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, ReplayError, ReplayRunError, TimeoutError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
+    except KeyboardInterrupt:
+        console.print("interrupted: the jobs it had submitted were killed; the cluster stays up")
+        return 130
 
 
 if __name__ == "__main__":

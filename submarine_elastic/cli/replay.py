@@ -115,6 +115,9 @@ def replay(
         runs = run_policies(plan, chosen, rm_url=spec.rm_url, out=out, say=say, heading=console.rule, timeout_s=timeout)
     except ReplayRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        console.print("interrupted: the jobs it had submitted were killed")
+        raise SystemExit(130) from None
     for run in runs:
         s = summary(run)
         console.print(

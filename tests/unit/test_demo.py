@@ -49,3 +49,15 @@ def test_each_decision_is_marked_with_the_speedup_it_predicted_at_the_count_it_c
     measured_first = "goodput: fewer workers are as fast: measured at 2 workers ... (speedup 0.61); predicted at 1: "
     assert predicted_speedup(measured_first + "6399 useful samples/s (speedup 1.00)") == 1.0
     assert predicted_speedup("fair share: 2 of the 4 it wants") is None
+
+
+def test_an_interrupt_ends_the_demo_with_a_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(demo, "cluster_url", lambda _c: ("http://127.0.0.1:1", 2, 4))
+    monkeypatch.setattr(demo, "run_policies", interrupted)
+    assert demo.main(["--out", str(tmp_path)]) == 130
+    assert "interrupted: the jobs it had submitted were killed" in capsys.readouterr().out
