@@ -288,6 +288,7 @@ cifar10-c,400,cifar10,3,1024
 cifar10-d,600,cifar10,2,1024
 """
 
+
 def test_a_live_replay_finishes_its_jobs_sooner_elastic_than_static(
     gpu_cluster: tuple[LocalCluster, ClusterSpec], tmp_path: Path
 ) -> None:
