@@ -30,6 +30,7 @@ from submarine_elastic.sim import (
     resolve_workload,
     simulate,
 )
+from submarine_elastic.sim.output import write_result
 from submarine_elastic.sim.workload import sample_jobs, scale_arrivals
 
 console = Console()
@@ -279,7 +280,7 @@ def run(
                 raise click.ClickException(f"{scheduler.name}: {exc}") from exc
             progress.update(task, completed=result.summary.finished)
             results[spec] = result
-            result.write(out / slug(spec))
+            write_result(result, out / slug(spec))
 
     (out / "summary.json").write_text(
         json.dumps([json.loads((out / slug(s) / "summary.json").read_text()) for s in results], indent=2) + "\n"

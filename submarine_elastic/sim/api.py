@@ -1,10 +1,11 @@
 """Interfaces, value types and errors of the trace-driven cluster simulator.
 
 A run replays a :class:`JobSpec` workload on a :class:`ClusterConfig` under a :class:`Scheduler` and
-returns a :class:`SimResult`. Schedulers see a :class:`ClusterView` each round and answer a target
-:class:`Allocation` per job; the simulator places workers on nodes, charges :class:`ResizeCosts`, and moves
-each job forward with the measured job physics of :mod:`submarine_elastic.sim.physics`. Everything here is
-pure data: nothing blocks, nothing touches the network.
+returns a :class:`SimResult` (``sim.output.write_result`` writes one to files). Schedulers see a
+:class:`ClusterView` each round and answer a target :class:`Allocation` per job; the simulator places workers
+on nodes, charges :class:`ResizeCosts`, and moves each job forward with the measured job physics of
+:mod:`submarine_elastic.sim.physics`. Everything here is pure data: nothing blocks, nothing touches the
+network, and nothing here imports the modules beside it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 
 class SimError(Exception):
@@ -402,13 +402,3 @@ class SimResult:
     jobs: tuple[JobResult, ...]
     utilisation: tuple[UtilSample, ...]
     allocations: tuple[AllocationChange, ...]
-
-    def write(self, out_dir: Path) -> dict[str, Path]:
-        """Write ``jobs.csv``, ``summary.json``, ``utilisation.csv`` and ``allocations.csv`` into ``out_dir``.
-
-        Raises:
-            OSError: the directory cannot be created or written.
-        """
-        from submarine_elastic.sim.output import write_result
-
-        return write_result(self, out_dir)

@@ -24,6 +24,7 @@ from submarine_elastic.sim import (
     simulate,
 )
 from submarine_elastic.sim.api import SimResult
+from submarine_elastic.sim.output import write_result
 
 from ._sim_toy import TOY, write_toy_data
 
@@ -353,7 +354,7 @@ def test_written_files_hold_one_row_per_job(catalog: TraceCatalog, tmp_path: Pat
     import json
 
     result = run(catalog, [job("a", 0, 4), job("b", 0, 4)], StaticFifo())
-    paths = result.write(tmp_path / "out")
+    paths = write_result(result, tmp_path / "out")
     rows = list(csv.DictReader(paths["jobs"].open()))
     assert [(r["name"], float(r["jct_s"])) for r in rows] == [("a", 25.0), ("b", 50.0)]
     summary = json.loads(paths["summary"].read_text())
