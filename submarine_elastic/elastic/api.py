@@ -1,7 +1,8 @@
 """Errors, names, states and value types of the elastic job runtime (driver, agents, job specs).
 
-Three state machines run a job; each is an enum whose legal transitions are listed in its docstring
-and enforced by :func:`advance` (an illegal one raises :class:`IllegalTransitionError`), as
+Three state machines run a job; each is an enum whose legal transitions are listed in its docstring and in
+its :class:`~submarine_elastic.states.Transitions` table (:data:`MACHINES`, the project's one state-machine
+rule), enforced by :func:`advance` (an illegal one raises :class:`IllegalTransitionError`), as
 ``torch.distributed.elastic``'s ``WorkerState`` does:
 
 - :class:`JobPhase`: the job as its driver sees it (``JobStatus.phase`` on the wire, as ``elastic.proto``'s
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self, TypeVar
 
+from submarine_elastic import states
 from submarine_elastic.limits import MAX_BATCH_SIZE
 
 DRIVER_COMPONENT = "driver"
@@ -40,8 +42,9 @@ class GlooInterfaceError(ElasticError):
     address) has no IPv4 address for Horovod's rendezvous to listen on."""
 
 
-class IllegalTransitionError(ElasticError):
-    """A state change that the state machine does not allow: a bug, or a peer breaking the protocol.
+class IllegalTransitionError(ElasticError, states.IllegalTransitionError):
+    """A state change that the state machine does not allow: a bug, or a peer breaking the protocol (the shared
+    :class:`submarine_elastic.states.IllegalTransitionError`, caught as an :class:`ElasticError` too).
 
     Attributes:
         what: whose state it is (``job mnist``, ``worker-2``).
@@ -49,12 +52,7 @@ class IllegalTransitionError(ElasticError):
     """
 
     def __init__(self, what: str, current: StrEnum, requested: StrEnum) -> None:
-        allowed = ", ".join(sorted(s.value for s in _NEXT[type(current)][current]))
-        then = f"from {current.value} only to {allowed}" if allowed else f"{current.value} is final"
-        super().__init__(f"{what}: no transition from {current.value} to {requested.value} ({then})")
-        self.what = what
-        self.current = current
-        self.requested = requested
+        super().__init__(what, current, requested, MACHINES[type(current)].allowed(current))
 
 
 class WireState(StrEnum):
@@ -152,29 +150,39 @@ class AgentState(WireState):
 
 
 _J, _W, _A = JobPhase, WorkerState, AgentState
-_NEXT: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = {
-    JobPhase: {
-        _J.WAITING: frozenset({_J.RUNNING, _J.FAILED}),
-        _J.RUNNING: frozenset({_J.FINISHED, _J.FAILED}),
-        _J.FINISHED: frozenset(),
-        _J.FAILED: frozenset(),
-    },
-    WorkerState: {
-        _W.ATTACHED: frozenset({_W.WARM, _W.EXITED}),
-        _W.WARM: frozenset({_W.RUNNING, _W.LEAVING, _W.EXITED}),
-        _W.RUNNING: frozenset({_W.LEAVING, _W.EXITED}),
-        _W.LEAVING: frozenset({_W.LEFT}),
-        _W.LEFT: frozenset(),
-        _W.EXITED: frozenset(),
-    },
-    AgentState: {
-        _A.STARTING: frozenset({_A.WARM, _A.STOPPING, _A.EXITED}),
-        _A.WARM: frozenset({_A.RUNNING, _A.LEAVING, _A.STOPPING, _A.EXITED}),
-        _A.RUNNING: frozenset({_A.LEAVING, _A.STOPPING, _A.EXITED}),
-        _A.LEAVING: frozenset({_A.STOPPING, _A.EXITED}),
-        _A.STOPPING: frozenset({_A.EXITED}),
-        _A.EXITED: frozenset(),
-    },
+#: Each machine's transitions (no state moves to itself).
+MACHINES: Mapping[type[StrEnum], states.Transitions[StrEnum]] = {
+    JobPhase: states.Transitions(
+        JobPhase,
+        {
+            _J.WAITING: {_J.RUNNING, _J.FAILED},
+            _J.RUNNING: {_J.FINISHED, _J.FAILED},
+            _J.FINISHED: (),
+            _J.FAILED: (),
+        },
+    ),
+    WorkerState: states.Transitions(
+        WorkerState,
+        {
+            _W.ATTACHED: {_W.WARM, _W.EXITED},
+            _W.WARM: {_W.RUNNING, _W.LEAVING, _W.EXITED},
+            _W.RUNNING: {_W.LEAVING, _W.EXITED},
+            _W.LEAVING: {_W.LEFT},
+            _W.LEFT: (),
+            _W.EXITED: (),
+        },
+    ),
+    AgentState: states.Transitions(
+        AgentState,
+        {
+            _A.STARTING: {_A.WARM, _A.STOPPING, _A.EXITED},
+            _A.WARM: {_A.RUNNING, _A.LEAVING, _A.STOPPING, _A.EXITED},
+            _A.RUNNING: {_A.LEAVING, _A.STOPPING, _A.EXITED},
+            _A.LEAVING: {_A.STOPPING, _A.EXITED},
+            _A.STOPPING: {_A.EXITED},
+            _A.EXITED: (),
+        },
+    ),
 }
 
 _S = TypeVar("_S", JobPhase, WorkerState, AgentState)
@@ -203,7 +211,7 @@ def _from_wire(kind: type[_Wired], value: int) -> _Wired:
 
 def can_advance(current: _S, requested: _S) -> bool:
     """Whether ``current -> requested`` is one of the machine's transitions."""
-    return requested in _NEXT[type(current)][current]
+    return MACHINES[type(current)].can(current, requested)
 
 
 def advance(what: str, current: _S, requested: _S) -> _S:

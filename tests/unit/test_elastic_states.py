@@ -154,3 +154,15 @@ def test_a_start_before_warm_is_refused_and_a_stop_ends_the_process_as_asked(
     assert (event.exit_code, event.leaving, event.joined) == (-signal.SIGTERM, True, False)
     worker._handle(pb.AgentCommand(leave=pb.Leave()))  # too late to matter: nothing changes, nothing raised
     assert worker.state is AgentState.EXITED
+
+
+def test_an_illegal_step_is_the_shared_error_and_an_elastic_one() -> None:
+    from submarine_elastic import states
+    from submarine_elastic.elastic.api import MACHINES, ElasticError
+
+    with pytest.raises(ElasticError) as err:
+        advance("worker-1", W.LEFT, W.WARM)
+    assert isinstance(err.value, states.IllegalTransitionError)
+    assert str(err.value) == "worker-1: no transition from left to warm (left is final)"
+    assert all(isinstance(m, states.Transitions) for m in MACHINES.values())
+    assert MACHINES[WorkerState].final(W.EXITED) and not MACHINES[JobPhase].final(J.RUNNING)
