@@ -7,7 +7,7 @@ its slot's Horovod environment. Each agent process is its own Horovod host (keye
 id and agent pid), so a worker that YARN relaunches is never taken for the blacklisted one, and all
 of it works with every container on one host.
 
-Host discovery answers Horovod's poll (every 0.1 s, :mod:`~submarine_elastic.elastic.hostupdates`) from
+Host discovery answers Horovod's poll (every 0.1 s, :mod:`~submarine_elastic.elastic.horovod_adapter`) from
 the agents' states in memory (no process spawn, no call to the ResourceManager): a worker is offered to
 Horovod only once its training process is warm, so a joiner never stalls the ring, and is withdrawn
 before YARN is asked to remove it, so scale-in happens at a commit boundary. That ring host (the registry,
@@ -70,13 +70,8 @@ from typing import cast
 
 import grpc
 from google.protobuf import json_format
-from horovod.runner.common.util import hosts as hvd_hosts
-from horovod.runner.elastic.driver import ElasticDriver
-from horovod.runner.elastic.rendezvous import create_rendezvous_handler
-from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 
 from submarine_elastic import env
-from submarine_elastic.elastic import hostupdates
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
@@ -89,6 +84,15 @@ from submarine_elastic.elastic.api import (
     Limits,
     WorkerState,
     advance,
+)
+from submarine_elastic.elastic.horovod_adapter import (
+    BoundRendezvousServer,
+    ElasticDriver,
+    SlotInfo,
+    new_ring,
+    ring_registered,
+    slot_env,
+    wait_for_reform,
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -107,7 +111,6 @@ from submarine_elastic.elastic.reconcile import (
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
-    BoundRendezvousServer,
     gloo_endpoint,
     rendezvous_address,
 )
@@ -846,26 +849,20 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
 
     # ------------------------------------------------------------------ Horovod
 
-    def _create_worker(self, slot_info: hvd_hosts.SlotInfo, events: list[threading.Event]) -> tuple[int, float]:
+    def _create_worker(self, slot_info: SlotInfo, events: list[threading.Event]) -> tuple[int, float]:
         agent = self.registry.get(slot_info.hostname)
         if agent is None:
             log.error("no agent for host %s", slot_info.hostname)
             return 1, time.time()
-        slot_env = {
-            **{
-                k: str(v)
-                for k, v in create_run_env_vars(
-                    self._server_ip, [self.iface], self._rendezvous_port, elastic=True
-                ).items()
-            },
-            **create_slot_env_vars(slot_info),
+        env_of_slot = {
+            **slot_env(self._server_ip, self.iface, self._rendezvous_port, slot_info),
             "PYTHONUNBUFFERED": "1",
             "SUBMARINE_DRIVER_INCARNATION": str(self.incarnation),
         }
         if agent.adopted and not agent.reformed and agent.state is WorkerState.RUNNING:
             # It trains in the previous incarnation's ring: it re-forms around this driver's rendezvous.
             agent.reformed = True
-            agent.commands.put(pb.AgentCommand(reform=pb.Reform(env=slot_env)))
+            agent.commands.put(pb.AgentCommand(reform=pb.Reform(env=env_of_slot)))
         else:
             try:
                 self.registry.move(agent.agent_id, WorkerState.RUNNING)
@@ -873,7 +870,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 # Horovod read discovery just before the worker began to leave, or before it ended.
                 log.info("no slot for %s: %s", agent.instance, exc)
             else:
-                agent.commands.put(pb.AgentCommand(start=pb.Start(env=slot_env)))
+                agent.commands.put(pb.AgentCommand(start=pb.Start(env=env_of_slot)))
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):
                 agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
@@ -893,9 +890,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         then go ahead without one of its own workers, left waiting alone. Reported after the re-form, the exit
         of a worker left out is ignored, as Horovod ignores those of removed hosts."""
         if self._hvd is not None:
-            self._hvd._worker_registry._action_event.wait()
+            wait_for_reform(self._hvd)
 
-    def _hvd_assigned(self, slot_info: hvd_hosts.SlotInfo) -> bool:
+    def _hvd_assigned(self, slot_info: SlotInfo) -> bool:
         return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
 
     def serve(
@@ -954,21 +951,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             # What YARN should have is what the previous incarnation last applied (and still removes by name).
             self._set_yarn_target(self.target)
 
-        hostupdates.quicken()
-        hvd_driver = ElasticDriver(
-            self._rendezvous,
-            self.registry,
-            self.limits.min,
-            self.limits.max,
-            timeout=self._elastic_timeout,
-            reset_limit=None,
-            cooldown_range=None,
-            verbose=0,
+        self._server_ip = rendezvous_address(self.iface, host)
+        hvd_driver, self._rendezvous_port = new_ring(
+            self._rendezvous, self.registry, self.limits.min, self.limits.max, self._elastic_timeout, self._server_ip
         )
         self._hvd = hvd_driver
-        hostupdates.watch(hvd_driver)
-        self._server_ip = rendezvous_address(self.iface, host)
-        self._rendezvous_port = self._rendezvous.start(create_rendezvous_handler(hvd_driver), host=self._server_ip)
         adopting = self._await_adoption()
         if not adopting:
             self.targets.requeue_requested("asked for before the driver was relaunched")
@@ -1067,8 +1054,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         up a resize the previous incarnation had been asked for."""
         deadline = time.monotonic() + ADOPT_RING_S
         while time.monotonic() < deadline and not hvd_driver.finished():
-            coordinator = hvd_driver.get_coordinator_info()
-            if coordinator is not None and hvd_driver.get_worker_client(coordinator) is not None:
+            if ring_registered(hvd_driver):
                 me = self.incarnations[-1]
                 me.adopted_workers = adopted
                 me.recovered_after = time.time() - self._started

@@ -6,8 +6,9 @@ worker is offered only once its training process is warm (so a joiner never stal
 before YARN is asked to remove it (so scale-in happens at a commit boundary). Each agent process is its own
 Horovod host (keyed by container id and agent pid), so a worker YARN relaunches is never the blacklisted one.
 Who goes on a scale-in is the reconcile step's (:func:`submarine_elastic.elastic.reconcile.plan_resize`); the
-driver (:mod:`submarine_elastic.elastic.driver`) holds one registry and one :class:`BoundRendezvousServer` and
-carries out its targets through them.
+driver (:mod:`submarine_elastic.elastic.driver`) holds one registry and one rendezvous server
+(:class:`~submarine_elastic.elastic.horovod_adapter.BoundRendezvousServer`) and carries out its targets through
+them.
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from horovod.runner.elastic.discovery import HostDiscovery
-from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
-from horovod.runner.util.threads import in_thread
-
 from submarine_elastic import netif
 from submarine_elastic.elastic.api import GlooInterfaceError, WorkerState, advance
+from submarine_elastic.elastic.horovod_adapter import HostDiscovery
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import instance_number
 
@@ -142,21 +140,6 @@ class AgentRegistry(HostDiscovery):
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
         return {a.agent_id: 1 for a in self.available()}
-
-
-class BoundRendezvousServer(RendezvousServer):
-    """Horovod's rendezvous server listening on one address: Horovod's own binds every interface, where any
-    host that reaches the driver's could read and write the ring's key-value store."""
-
-    def start(self, handler_cls: type = RendezvousHandler, host: str = "127.0.0.1") -> int:
-        """Listens on ``host`` (a free port) and serves in a thread; returns the port.
-
-        Raises:
-            OSError: ``host`` is not an address of this machine.
-        """
-        self._httpd = RendezvousHTTPServer((host, 0), handler_cls, self._verbose)
-        self._listen_thread = in_thread(target=self._httpd.serve_forever)
-        return int(self._httpd.server_address[1])
 
 
 def rendezvous_address(iface: str, advertised: str) -> str:

@@ -1,5 +1,5 @@
 """The ring hears of every host change: Horovod's own elastic driver, rank 0's notification service and its
-elastic state (real, in this process), with :mod:`submarine_elastic.elastic.hostupdates` applied; only the
+elastic state (real, in this process), with :mod:`submarine_elastic.elastic.horovod_adapter` applied; only the
 worker processes and the rendezvous server are left out (the test plays rank 0)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from horovod.runner.elastic.discovery import HostDiscovery
 from horovod.runner.elastic.driver import ElasticDriver
 from horovod.runner.elastic.worker import WorkerNotificationManager, WorkerNotificationService
 
-from submarine_elastic.elastic import hostupdates
+from submarine_elastic.elastic import horovod_adapter
 
 RENOTIFY_S = 0.3
 
@@ -83,7 +83,7 @@ class Ring:
 def ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[Ring]:
     for name in ("DISCOVER_HOSTS_FREQUENCY_SECS", "_epoch_time_s"):  # Horovod's as they were, after the test
         monkeypatch.setattr(horovod_driver, name, getattr(horovod_driver, name))
-    hostupdates.quicken()
+    horovod_adapter.quicken()
     discovery = Discovery()
     driver = ElasticDriver(Rendezvous(), discovery, min_num_proc=1, max_num_proc=4, timeout=10)
     workers_end = threading.Event()
@@ -99,7 +99,7 @@ def ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[Ring]:
     driver.register_worker_server("a", 0, service.addresses(), key)
     state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0)
     manager.register_listener(state)
-    hostupdates.watch(driver, every=RENOTIFY_S)
+    horovod_adapter.watch(driver, every=RENOTIFY_S)
     yield Ring(driver, discovery, state)
     workers_end.set()
     driver.stop()
