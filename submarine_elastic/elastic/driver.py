@@ -53,7 +53,6 @@ stderr line and the outcome record give the reason.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -64,12 +63,10 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
 
 import grpc
-from google.protobuf import json_format
 
 from submarine_elastic import env
 from submarine_elastic.elastic.api import (
@@ -85,6 +82,7 @@ from submarine_elastic.elastic.api import (
     WorkerState,
     advance,
 )
+from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
     ElasticDriver,
@@ -164,51 +162,6 @@ def control_plane_threads(limits: Limits) -> int:
     return 2 * limits.max + CONTROL_CALL_THREADS
 
 
-@dataclass
-class DriverState:
-    """What a driver incarnation leaves its successor: written to a small JSON file (atomically, when it
-    changes), read back by the next incarnation of the same YARN application.
-
-    ``target`` is the worker count the driver last applied, ``requested`` the latest one a client asked
-    for (a resize queued when the driver died is taken up again), ``world_size`` the ring's size then,
-    ``version`` the last target version it gave (the next incarnation's targets go on from it),
-    ``preempted_from`` the target before YARN's preemptions that the job is growing back to (0: none).
-    """
-
-    app: str = ""
-    target: int = 0
-    requested: int = 0
-    world_size: int = 0
-    removing: list[str] = field(default_factory=list)
-    timeline: list[dict[str, object]] = field(default_factory=list)
-    failures: list[dict[str, object]] = field(default_factory=list)
-    incarnations: list[dict[str, object]] = field(default_factory=list)
-    error: str = ""
-    batch_timeline: list[dict[str, object]] = field(default_factory=list)
-    version: int = 0
-    preempted_from: int = 0
-
-    @classmethod
-    def load(cls, path: Path | None, app: str) -> DriverState | None:
-        """The state a previous incarnation of application ``app`` left at ``path``; None when there is none
-        (or it belongs to another run of a job of the same name). An unreadable file is logged and ignored:
-        the new incarnation then rebuilds its view from the agents alone."""
-        if path is None or not path.exists():
-            return None
-        try:
-            raw = json.loads(path.read_text())
-            state = cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError) as exc:
-            log.warning("ignoring the previous driver's state in %s: %s", path, exc)
-            return None
-        return state if state.app == app else None
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(f"{path.name}.tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(path)
-
-
 def application_of(container_id: str) -> str:
     """The YARN application id of a container id (``container_e01_1700000000000_0001_01_000002`` ->
     ``application_1700000000000_0001``); '' when it is not one."""
@@ -285,9 +238,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         previous = DriverState.load(state_file, app)
         #: what the previous incarnation left (None: this is the job's first driver)
         self.previous = previous
-        self.incarnations = (
-            [json_format.ParseDict(i, pb.DriverIncarnation()) for i in previous.incarnations] if previous else []
-        )
+        self.incarnations = list(previous.incarnations) if previous else []
         self.incarnation = len(self.incarnations) + 1
         self._started = time.time()
         self.incarnations.append(
@@ -300,12 +251,12 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 previous.target or limits.num,
                 requested=previous.requested or previous.target or limits.num,
                 version=previous.version,
-                batch_timeline=[json_format.ParseDict(b, pb.Target()) for b in previous.batch_timeline],
-                timeline=[json_format.ParseDict(e, pb.ResizeEvent()) for e in previous.timeline],
+                batch_timeline=previous.batch_timeline,
+                timeline=previous.timeline,
             )
             self._removing = tuple(previous.removing)
             self._preempted_from = previous.preempted_from or None
-            self.failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in previous.failures]
+            self.failures = list(previous.failures)
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 self.incarnation,
@@ -1077,25 +1028,21 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """Writes :class:`DriverState` when it changed (the next incarnation reads it)."""
         if self._state_file is None:
             return
-
-        def plain(message: object) -> dict[str, object]:
-            return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
         state = DriverState(
             app=self._app,
             target=self.target,
             requested=self.requested,
             world_size=self._hvd.world_size() if self._hvd is not None else 0,
-            removing=list(self._removing),
-            timeline=[plain(e) for e in self.timeline],
-            failures=[plain(f) for f in self.failures],
-            incarnations=[plain(i) for i in self.incarnations],
+            removing=self._removing,
+            timeline=tuple(self.timeline),
+            failures=tuple(self.failures),
+            incarnations=tuple(self.incarnations),
             error=self.error,
-            batch_timeline=[plain(b) for b in self.targets.batch_timeline],
+            batch_timeline=tuple(self.targets.batch_timeline),
             version=self.targets.version,
             preempted_from=self._preempted_from or 0,
         )
-        text = json.dumps(asdict(state))
+        text = state.to_json()
         if text == self._persisted:
             return
         try:
@@ -1128,20 +1075,16 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         path = env.job_outcome_file()
         if path is None:
             return
-        record = {
-            "job": self.job,
-            "phase": self.phase,
-            "error": self.error,
-            "time": time.time(),
-            "failures": [json_format.MessageToDict(f, preserving_proto_field_name=True) for f in self.failures],
-            "batch_timeline": [
-                json_format.MessageToDict(b, preserving_proto_field_name=True) for b in self.batch_timeline
-            ],
-        }
-        tmp = path.with_name(f"{path.name}.tmp")
+        record = JobOutcome(
+            job=self.job,
+            phase=self.phase,
+            error=self.error,
+            time=time.time(),
+            failures=tuple(self.failures),
+            batch_timeline=tuple(self.batch_timeline),
+        )
         try:
-            tmp.write_text(json.dumps(record))
-            tmp.replace(path)
+            record.save(path)
         except OSError as exc:
             log.warning("cannot record the job's outcome in %s: %s", path, exc)
 
