@@ -99,7 +99,7 @@ def _job_files(rm_url: str) -> HdfsJobFiles | None:
     the cluster recorded in ``SUBMARINE_CLUSTER_DIR`` when its RM is ``rm_url``, else on the HDFS the RM's own
     configuration names (:func:`_rm_hdfs`). None: the files stay local."""
     from submarine_elastic.cluster import ClusterError, LocalCluster
-    from submarine_elastic.cluster.local import hdfs_addresses
+    from submarine_elastic.cluster.hadoop_conf import hdfs_addresses
     from submarine_elastic.elastic.jobfiles import HdfsJobFiles
     from submarine_elastic.webhdfs import WebHdfs
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from submarine_elastic.yarn import QueueReport
 
+#: What the cluster says as it goes (``up``, ``restart``, ``down``): one line at a time.
+Progress = Callable[[str], None]
 #: Where host addresses come from by default: 198.18.0.0/15, set aside for benchmarking networks (RFC 2544).
 DEFAULT_SUBNET = "198.18.0.0/15"
 #: Hosts one network holds (the first addresses of the subnet go to the bridge, then host 0, 1, ...).

@@ -1,15 +1,18 @@
-"""The pseudo-cluster's jars: resolved by Maven from the project the package ships (``hadoop/pom.xml``)."""
+"""The pseudo-cluster's jars: resolved by Maven from the project the package ships (``hadoop/pom.xml``), and
+packed into the one archive every service's ApplicationMaster localizes (``yarn.service.framework.path``)."""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic import env, resources
-from submarine_elastic.cluster.api import ClusterError
+from submarine_elastic.cluster.api import ClusterError, Progress
+from submarine_elastic.files import atomic_path
 
 STAMP = ".stamp"
 
@@ -61,3 +64,31 @@ def install_jars(dest: Path | None = None, *, progress: Callable[[str], None] = 
     staging.rename(dest)
     progress(f"{sum(1 for _ in dest.glob('*.jar'))} jars in {dest}")
     return dest
+
+
+def am_archive(lib: Path) -> tuple[Path, list[Path]]:
+    """Where the ApplicationMaster's jar archive of the jars in ``lib`` is (beside ``lib``), and the jars to
+    pack into it ([] while it is newer than every jar)."""
+    tarball = lib.parent / "service-dep.tar.gz"
+    jars = sorted(lib.glob("*.jar"))
+    newest = max(j.stat().st_mtime for j in jars)
+    if tarball.is_file() and tarball.stat().st_mtime >= newest:
+        return tarball, []
+    return tarball, jars
+
+
+def pack_am_archive(lib: Path, say: Progress) -> Path:
+    """The service AM's jars as one archive (:func:`am_archive`), packed when stale: without it the RM uploads
+    every jar separately for each service it starts. Blocks while it packs (seconds).
+
+    Raises:
+        OSError: the archive cannot be written (the old one, if any, is left as it was).
+    """
+    tarball, jars = am_archive(lib)
+    if not jars:
+        return tarball
+    say(f"packing {len(jars)} jars for the service ApplicationMaster into {tarball}")
+    with atomic_path(tarball) as tmp, tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+        for jar in jars:
+            tar.add(jar, arcname=jar.name)
+    return tarball

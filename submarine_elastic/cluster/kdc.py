@@ -18,6 +18,7 @@ The tools are MIT's (Debian's ``krb5-kdc`` and ``krb5-admin-server``): ``kdb5_ut
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import shutil
@@ -26,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from submarine_elastic.cluster.api import KerberosSetupError, PrerequisiteError
+from submarine_elastic.cluster.api import ClusterSpec, KerberosSetupError, PrerequisiteError
 
 __all__ = ["KDC_TOOLS", "REALM", "TOOL_TIMEOUT_S", "KerberosRealm", "kdc_answers"]
 
@@ -58,6 +59,18 @@ class KerberosRealm:
     user: str
     logs: Path
     realm: str = REALM
+
+    @classmethod
+    def of_cluster(cls, cluster_dir: Path, spec: ClusterSpec) -> KerberosRealm:
+        """The realm of a ``secure`` cluster in ``cluster_dir`` (its KDC on ``spec``'s host and KDC port; the
+        user's principal is the login user's)."""
+        return cls(
+            dir=cluster_dir / "krb5",
+            host=spec.host,
+            port=spec.kdc_port,
+            user=getpass.getuser(),
+            logs=cluster_dir / "logs",
+        )
 
     @property
     def krb5_conf(self) -> Path:

@@ -16,7 +16,7 @@ from submarine_elastic import resources
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import GPU_RESOURCE, ClusterSpec, GpuDiscoveryError, LocalCluster, Placement
 from submarine_elastic.cluster.gpu import parse_nvidia_smi, standin_output
-from submarine_elastic.cluster.local import _write_files
+from submarine_elastic.cluster.hadoop_conf import write_files
 
 TARBALL = Path("/nonexistent/service-dep.tar.gz")
 FIXTURE = resources.gpu_fixture().read_bytes()
@@ -38,7 +38,7 @@ def test_the_fixture_is_one_h200_as_its_nvidia_smi_printed_it() -> None:
 
 
 def test_the_rm_declares_the_gpu_type_and_schedules_by_every_resource(tmp_path: Path) -> None:
-    files, settings = LocalCluster(tmp_path)._conf_files("rm", ClusterSpec(gpus_per_node=2), TARBALL)
+    files, settings = LocalCluster(tmp_path).conf.daemon_files("rm", ClusterSpec(gpus_per_node=2), TARBALL)
     conf = tmp_path.resolve() / "conf" / "rm"
     assert site(files[conf / "resource-types.xml"]) == {"yarn.resource-types": GPU_RESOURCE}
     calculator = site(files[conf / "capacity-scheduler.xml"])["yarn.scheduler.capacity.resource-calculator"]
@@ -52,8 +52,8 @@ def test_each_nodemanager_runs_the_gpu_plugin_on_its_own_standin(tmp_path: Path)
     spec = ClusterSpec(nodes=2, gpus_per_node=3)
     seen: list[str] = []
     for node in range(2):
-        files, _settings = cluster._conf_files(f"nm-{node}", spec, TARBALL, node=node)
-        _write_files(files)
+        files, _settings = cluster.conf.daemon_files(f"nm-{node}", spec, TARBALL, node=node)
+        write_files(files)
         conf = cluster.dir / "conf" / f"nm-{node}"
         yarn = site(files[conf / "yarn-site.xml"])
         assert yarn["yarn.nodemanager.resource-plugins"] == GPU_RESOURCE
@@ -74,7 +74,7 @@ def test_each_nodemanager_runs_the_gpu_plugin_on_its_own_standin(tmp_path: Path)
 
 def test_the_standin_refuses_what_yarn_does_not_run(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    _write_files(cluster._conf_files("nm-0", ClusterSpec(gpus_per_node=1), TARBALL, node=0)[0])
+    write_files(cluster.conf.daemon_files("nm-0", ClusterSpec(gpus_per_node=1), TARBALL, node=0)[0])
     standin = cluster.dir / "conf" / "nm-0" / "gpu" / "nvidia-smi"
     assert os.access(standin, os.X_OK)
     done = subprocess.run([standin, "-L"], capture_output=True, text=True)
@@ -84,7 +84,7 @@ def test_the_standin_refuses_what_yarn_does_not_run(tmp_path: Path) -> None:
 def test_a_cluster_without_gpus_has_no_gpu_configuration(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
     for name, node in (("rm", None), ("nm-0", 0)):
-        files, _settings = cluster._conf_files(name, ClusterSpec(), TARBALL, node=node)
+        files, _settings = cluster.conf.daemon_files(name, ClusterSpec(), TARBALL, node=node)
         assert not any(p.name in ("resource-types.xml", "nvidia-smi") for p in files)
         assert not any("resource-plugins" in key for content in files.values() for key in _props(content))
 
@@ -97,7 +97,7 @@ def _props(content: bytes) -> dict[str, str]:
 
 
 def test_a_compose_nodemanager_gets_the_same_gpu_files(tmp_path: Path) -> None:
-    plan_files, _settings = LocalCluster(tmp_path)._conf_files(
+    plan_files, _settings = LocalCluster(tmp_path).conf.daemon_files(
         "nm-0", ClusterSpec(nodes=1, gpus_per_node=2), TARBALL, node=0, placement=Placement("zk", "rm", "nodemanager-1")
     )
     names = {p.relative_to(tmp_path.resolve() / "conf" / "nm-0").as_posix() for p in plan_files}
@@ -160,7 +160,7 @@ def _node(port: int, used: int, avail: int) -> dict:
 def test_status_shows_gpus_used_and_free_per_node(tmp_path: Path) -> None:
     spec = ClusterSpec(gpus_per_node=2, port_base=20000)
     cluster = LocalCluster(tmp_path)
-    cluster._write_state(spec, [])
+    cluster.state.write(spec, [])
     rm = spec.rm_url
     responses.get(
         f"{rm}/ws/v1/cluster/metrics",

@@ -59,7 +59,7 @@ def test_a_cluster_on_hosts_that_cannot_be_is_refused_naming_the_value(kwargs: d
 def test_the_spec_of_a_cluster_on_hosts_is_read_back_from_its_directory(tmp_path: Path):
     cluster = LocalCluster(tmp_path)
     spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24")
-    cluster._write_state(spec, [])
+    cluster.state.write(spec, [])
     assert cluster.spec() == spec
     assert json.loads(cluster.state_file.read_text())["rm_url"] == "http://10.77.0.2:18088"
     plan = cluster.network(spec)
@@ -68,7 +68,7 @@ def test_the_spec_of_a_cluster_on_hosts_is_read_back_from_its_directory(tmp_path
 
 
 def _settings(cluster: LocalCluster, spec: ClusterSpec, name: str, node: int | None) -> dict[str, str]:
-    files, settings = cluster._conf_files(name, spec, Path("/am.tar.gz"), node=node)
+    files, settings = cluster.conf.daemon_files(name, spec, Path("/am.tar.gz"), node=node)
     return {k: v for s in settings.values() for k, v in s.items()}
 
 
@@ -86,7 +86,7 @@ def test_each_daemon_binds_its_own_hosts_address_and_reaches_the_others_across_t
     assert nm["yarn.resourcemanager.scheduler.address"] == "10.77.0.2:20030"
     assert nm["hadoop.registry.zk.quorum"] == "10.77.0.2:20181"
     assert "yarn.nodemanager.bind-host" not in nm, "a NodeManager binds its host's address, not every interface"
-    zk = cluster._zk_files(spec, spec.host)[1]
+    zk = cluster.conf.zk_files(spec, spec.host)[1]
     assert next(iter(zk.values()))["clientPortAddress"] == "10.77.0.2"
     # The loopback cluster's NodeManager as it always was.
     loopback = _settings(cluster, ClusterSpec(nodes=3, port_base=20000), "nm-2", 2)
@@ -125,7 +125,7 @@ def test_status_shows_each_host_with_its_address_namespace_and_daemons(tmp_path:
     spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24", port_base=1100, hdfs=False)
     plan = cluster.network(spec)
     assert plan is not None
-    cluster._write_state(spec, [Daemon("zk", 999999, -1, tmp_path / "zk.log")])
+    cluster.state.write(spec, [Daemon("zk", 999999, -1, tmp_path / "zk.log")])
     # Host 1's namespace has gone (removed by hand, or the machine restarted).
     monkeypatch.setattr(netns, "_namespaces", lambda: [plan.host(0).namespace])
     st = cluster.status()

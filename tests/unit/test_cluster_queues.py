@@ -25,7 +25,7 @@ def site(content: bytes) -> dict[str, str]:
 
 
 def test_the_rm_gets_the_queue_hierarchy_and_the_preemption_monitor(tmp_path: Path) -> None:
-    files, settings = LocalCluster(tmp_path)._conf_files("rm", ClusterSpec(queues=QUEUES), TARBALL)
+    files, settings = LocalCluster(tmp_path).conf.daemon_files("rm", ClusterSpec(queues=QUEUES), TARBALL)
     conf = tmp_path.resolve() / "conf" / "rm"
     scheduler = site(files[conf / "capacity-scheduler.xml"])
     assert scheduler[f"{SCHEDULER}.queues"] == "prod,research"
@@ -47,7 +47,7 @@ def test_the_rm_gets_the_queue_hierarchy_and_the_preemption_monitor(tmp_path: Pa
 
 def test_a_nodemanager_gives_a_preempted_container_seconds_between_sigterm_and_sigkill(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    files, _ = cluster._conf_files("nm-1", ClusterSpec(queues=QUEUES), TARBALL, node=1)
+    files, _ = cluster.conf.daemon_files("nm-1", ClusterSpec(queues=QUEUES), TARBALL, node=1)
     yarn = site(files[cluster.dir / "conf" / "nm-1" / "yarn-site.xml"])
     assert 5000 <= int(yarn["yarn.nodemanager.sleep-delay-before-sigkill.ms"]) <= 10000
     assert "yarn.resourcemanager.scheduler.monitor.enable" not in yarn
@@ -55,7 +55,7 @@ def test_a_nodemanager_gives_a_preempted_container_seconds_between_sigterm_and_s
 
 def test_without_queues_the_cluster_keeps_one_queue_and_no_preemption(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    files, _ = cluster._conf_files("rm", ClusterSpec(), TARBALL)
+    files, _ = cluster.conf.daemon_files("rm", ClusterSpec(), TARBALL)
     conf = cluster.dir / "conf" / "rm"
     assert site(files[conf / "capacity-scheduler.xml"])[f"{SCHEDULER}.queues"] == "default"
     assert "yarn.resourcemanager.scheduler.monitor.enable" not in site(files[conf / "yarn-site.xml"])
@@ -76,7 +76,7 @@ def test_queues_parse_with_a_default_maximum() -> None:
 
 def test_the_queue_survives_the_recorded_state(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    cluster._write_state(ClusterSpec(queues=QUEUES), [])
+    cluster.state.write(ClusterSpec(queues=QUEUES), [])
     assert cluster.spec().queues == QUEUES
 
 
@@ -117,7 +117,7 @@ def _queue(name: str, capacity: float, used: float, pending: int, pending_mb: in
 def test_status_shows_each_queues_guaranteed_max_used_and_pending(tmp_path: Path) -> None:
     spec = ClusterSpec(queues=QUEUES, port_base=20000)
     cluster = LocalCluster(tmp_path)
-    cluster._write_state(spec, [])
+    cluster.state.write(spec, [])
     rm = spec.rm_url
     responses.get(
         f"{rm}/ws/v1/cluster/metrics",

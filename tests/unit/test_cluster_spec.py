@@ -23,7 +23,8 @@ from submarine_elastic.cluster import (
     UnknownDaemonError,
 )
 from submarine_elastic.cluster.api import Daemon
-from submarine_elastic.cluster.local import _override_xml, _start_ticks
+from submarine_elastic.cluster.hadoop_conf import override_xml
+from submarine_elastic.cluster.processes import start_ticks
 from submarine_elastic.env import hadoop_conf_template
 
 
@@ -61,7 +62,7 @@ def test_override_replaces_and_adds_properties(tmp_path: Path):
         "<configuration><property><name>a</name><value>1</value></property>"
         "<property><name>b</name><value>2</value></property></configuration>"
     )
-    _override_xml(path, {"a": "10", "c": "30"})
+    override_xml(path, {"a": "10", "c": "30"})
     props = {p.findtext("name"): p.findtext("value") for p in ET.parse(path).getroot()}
     assert props == {"a": "10", "b": "2", "c": "30"}
 
@@ -129,8 +130,8 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path, fake_lib
 def test_up_refuses_while_a_recorded_daemon_runs(tmp_path: Path, fake_lib: Path):
     cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
     cluster.dir.mkdir(parents=True)
-    me = Daemon("rm", os.getpid(), _start_ticks(os.getpid()), tmp_path / "rm.log")
-    cluster._write_state(ClusterSpec(), [me])
+    me = Daemon("rm", os.getpid(), start_ticks(os.getpid()), tmp_path / "rm.log")
+    cluster.state.write(ClusterSpec(), [me])
     with pytest.raises(ClusterAlreadyUpError, match=f"rm={os.getpid()}"):
         cluster.up(ClusterSpec())
 
@@ -138,8 +139,8 @@ def test_up_refuses_while_a_recorded_daemon_runs(tmp_path: Path, fake_lib: Path)
 def test_a_recycled_pid_is_not_taken_for_a_daemon(tmp_path: Path):
     cluster = LocalCluster(tmp_path / "c")
     cluster.dir.mkdir(parents=True)
-    stale = Daemon("rm", os.getpid(), _start_ticks(os.getpid()) - 1, tmp_path / "rm.log")
-    cluster._write_state(ClusterSpec(), [stale])
+    stale = Daemon("rm", os.getpid(), start_ticks(os.getpid()) - 1, tmp_path / "rm.log")
+    cluster.state.write(ClusterSpec(), [stale])
     assert cluster.running_daemons() == []
 
 
@@ -230,7 +231,7 @@ def test_each_daemon_finds_the_clusters_zookeeper_and_each_node_keeps_its_own_re
     zk_host = placement.zk_host if placement else spec.host
     recovery_dirs = set()
     for name, node in (("rm", None), ("nm-0", 0), ("nm-1", 1)):
-        _files, settings = cluster._conf_files(name, spec, tmp_path / "am.tar.gz", node=node, placement=placement)
+        _files, settings = cluster.conf.daemon_files(name, spec, tmp_path / "am.tar.gz", node=node, placement=placement)
         conf = cluster.dir / "conf" / name
         assert settings[conf / "core-site.xml"]["hadoop.zk.address"] == f"{zk_host}:{spec.zk_port}"
         if node is not None:
@@ -246,12 +247,12 @@ def recorded(tmp_path: Path, **alive: bool) -> LocalCluster:
     this process's, with another start time), the others run (this process)."""
     cluster = LocalCluster(tmp_path / "c")
     cluster.dir.mkdir(parents=True)
-    ticks = _start_ticks(os.getpid())
+    ticks = start_ticks(os.getpid())
     daemons = [
         Daemon(name, os.getpid(), ticks if alive.get(name.replace("-", "_"), True) else ticks - 1, tmp_path / "x.log")
         for name in ("zk", "rm", "nm-0", "nm-1")
     ]
-    cluster._write_state(ClusterSpec(nodes=2), daemons)
+    cluster.state.write(ClusterSpec(nodes=2), daemons)
     return cluster
 
 

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster, Placement
 from submarine_elastic.cluster.gpu import parse_nvidia_smi
-from submarine_elastic.cluster.local import HDFS_FRAMEWORK, HDFS_SERVICES
+from submarine_elastic.cluster.hdfs import HDFS_FRAMEWORK, HDFS_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -314,7 +314,7 @@ def test_compose_and_the_cluster_on_hosts_run_each_daemon_with_the_same_command_
     spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24")
     hosts._start_daemon("java", name, spec)
     tarball = tmp_path / "service-dep.tar.gz"
-    files, settings = hosts._conf_files(name, spec, tarball, node=1 if name[-1] == "1" else None)
+    files, settings = hosts.conf.daemon_files(name, spec, tarball, node=1 if name[-1] == "1" else None)
 
     def same(command: list[str] | tuple[str, ...], root: Path, daemon: str) -> list[str]:
         text = [a.replace(str(root), "DIR").replace(daemon, "DAEMON") for a in command]

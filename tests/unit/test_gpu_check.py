@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.cluster.local import _write_files
+from submarine_elastic.cluster.hadoop_conf import write_files
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch would probe CUDA")
@@ -27,7 +27,7 @@ def check(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_it_lists_and_saves_the_devices_and_says_what_it_skipped(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path / "cluster")
-    _write_files(cluster._conf_files("nm-0", ClusterSpec(gpus_per_node=2), tmp_path / "t.tgz", node=0)[0])
+    write_files(cluster.conf.daemon_files("nm-0", ClusterSpec(gpus_per_node=2), tmp_path / "t.tgz", node=0)[0])
     standin = cluster.dir / "conf" / "nm-0" / "gpu" / "nvidia-smi"
     done = check("--nvidia-smi", str(standin), "--save", str(tmp_path / "saved.xml"))
     assert done.returncode == 0, done.stderr

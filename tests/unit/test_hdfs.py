@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, DaemonNotRunningError, LocalCluster, Placement
 from submarine_elastic.cluster.api import Daemon
-from submarine_elastic.cluster.local import HDFS_FRAMEWORK, HDFS_SERVICES
+from submarine_elastic.cluster.hdfs import HDFS_FRAMEWORK, HDFS_SERVICES
 from submarine_elastic.elastic.client import forget_job, submit
 from submarine_elastic.elastic.jobfiles import HdfsJobFiles
 from submarine_elastic.elastic.jobspec import JobSpecError, build_service, job_secrets
@@ -93,7 +93,7 @@ def test_each_daemon_of_a_cluster_with_hdfs_is_configured_on_it(tmp_path: Path, 
     tarball = tmp_path / "service-dep.tar.gz"
     conf = cluster.dir / "conf"
     for name in ("rm", "nm-1", "nn", "dn-2"):
-        files, _ = cluster._conf_files(name, spec, tarball, node=int(name[-1]) if name[-1].isdigit() else None)
+        files, _ = cluster.conf.daemon_files(name, spec, tarball, node=int(name[-1]) if name[-1].isdigit() else None)
         core = site(files, conf / name / "core-site.xml")
         yarn = site(files, conf / name / "yarn-site.xml")
         hdfs = site(files, conf / name / "hdfs-site.xml")
@@ -103,10 +103,10 @@ def test_each_daemon_of_a_cluster_with_hdfs_is_configured_on_it(tmp_path: Path, 
         # The AM's jars and the Services API's files are on HDFS, for every NodeManager.
         assert yarn["yarn.service.framework.path"] == f"hdfs://10.77.0.2:21020{HDFS_FRAMEWORK}"
         assert yarn["yarn.service.base.path"] == HDFS_SERVICES
-    files, _ = cluster._conf_files("nn", spec, tarball)
+    files, _ = cluster.conf.daemon_files("nn", spec, tarball)
     assert site(files, conf / "nn" / "hdfs-site.xml")["dfs.namenode.name.dir"] == str(cluster.dir / "hdfs" / "name")
     assert conf / "nn" / "webapps" / "hdfs" / "WEB-INF" / "web.xml" in files
-    files, _ = cluster._conf_files("dn-2", spec, tarball)
+    files, _ = cluster.conf.daemon_files("dn-2", spec, tarball)
     dn = site(files, conf / "dn-2" / "hdfs-site.xml")
     # Bound to host 2's address, and named by it: WebHDFS sends clients in the root namespace there.
     assert dn["dfs.datanode.address"] == "10.77.0.4:21103" and dn["dfs.datanode.hostname"] == "10.77.0.4"
@@ -114,7 +114,7 @@ def test_each_daemon_of_a_cluster_with_hdfs_is_configured_on_it(tmp_path: Path, 
     assert conf / "dn-2" / "webapps" / "datanode" / "WEB-INF" / "web.xml" in files
 
     without = ClusterSpec(nodes=2, port_base=21000)
-    files, _ = cluster._conf_files("nm-0", without, tarball, node=0)
+    files, _ = cluster.conf.daemon_files("nm-0", without, tarball, node=0)
     assert site(files, conf / "nm-0" / "core-site.xml")["fs.defaultFS"] == "file:///"
     yarn = site(files, conf / "nm-0" / "yarn-site.xml")
     assert yarn["yarn.service.framework.path"] == f"file://{tarball}"
@@ -125,7 +125,7 @@ def test_a_datanode_restart_needs_the_namenode(tmp_path: Path, fake_lib: Path):
     cluster = LocalCluster(tmp_path / "c", hadoop_lib=fake_lib)
     cluster.dir.mkdir(parents=True)
     spec = ClusterSpec(nodes=1, port_base=21000, hdfs=True)
-    cluster._write_state(spec, [Daemon("nn", 999999, -1, tmp_path / "nn.log")])
+    cluster.state.write(spec, [Daemon("nn", 999999, -1, tmp_path / "nn.log")])
     with pytest.raises(DaemonNotRunningError, match="dn-0 needs nn, which is not running"):
         cluster.restart("dn-0")
 

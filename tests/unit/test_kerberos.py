@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from submarine_elastic.cluster import local
+from submarine_elastic.cluster import probes
 from submarine_elastic.cluster.api import PrerequisiteError
 from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.controller.backend import YarnJobBackend
@@ -228,7 +228,7 @@ def test_the_controllers_capacity_check_is_authenticated(
 def test_the_pseudo_clusters_own_reads_of_the_rm_are_authenticated(krb5_config: KerberosRealm) -> None:
     auth = spnego_auth(keytab=krb5_config.user_keytab, principal=krb5_config.user_principal)
     with FakeRM(krb5_config, NODES) as rm:
-        nodes = local._rm_nodes(rm.url, auth)
+        nodes = probes.rm_nodes(rm.url, auth)
     assert [n.node_id for n in nodes] == ["nm-a:1"]
     assert rm.seen.principals == [krb5_config.user_principal]
 
@@ -239,14 +239,14 @@ def test_the_daemons_of_a_secure_cluster_run_their_web_endpoints_behind_spnego(t
     cluster = LocalCluster(tmp_path, hadoop_lib=tmp_path / "lib")
     spec = ClusterSpec(nodes=1, port_base=23000, secure=True)
     realm = cluster.realm(spec)
-    files, settings = cluster._conf_files("rm", spec, tmp_path / "dep.tar.gz")
+    files, settings = cluster.conf.daemon_files("rm", spec, tmp_path / "dep.tar.gz")
     core = settings[tmp_path / "conf" / "rm" / "core-site.xml"]
     assert core["hadoop.http.authentication.type"] == "kerberos"
     assert core["hadoop.http.authentication.simple.anonymous.allowed"] == "false"
     assert core["hadoop.http.authentication.kerberos.principal"] == "HTTP/127.0.0.1@SUBMARINE.TEST"
     assert core["hadoop.http.authentication.kerberos.keytab"] == str(realm.http_keytab)
     assert "AuthenticationFilterInitializer" in core["hadoop.http.filter.initializers"]
-    _files, nm_settings = cluster._conf_files("nm-0", spec, tmp_path / "dep.tar.gz", node=0)
+    _files, nm_settings = cluster.conf.daemon_files("nm-0", spec, tmp_path / "dep.tar.gz", node=0)
     assert nm_settings[tmp_path / "conf" / "nm-0" / "core-site.xml"] == core
     whitelist = nm_settings[tmp_path / "conf" / "nm-0" / "yarn-site.xml"]["yarn.nodemanager.env-whitelist"]
     assert whitelist.split(",")[-1] == "KRB5_CONFIG"
