@@ -24,6 +24,7 @@ from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import verdict
 from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE, QUEUE
 from submarine_elastic.policy import QueueShare
+from submarine_elastic.states import Transitions
 
 #: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).
 MAX_POLICY_SPEC_LENGTH = 512
@@ -60,8 +61,8 @@ class JobState(StrEnum):
 
     ``PENDING`` (submitted with ``job run``, YARN has not shown its application yet) -> ``RUNNING`` ->
     ``FINISHED``; a pending job may finish without running (its submission failed). Setting the state a
-    job is in changes nothing; any other change raises :class:`IllegalTransitionError` (a name submitted
-    again is a new run, not a transition).
+    job is in changes nothing (each state lists itself in :data:`JOB_TRANSITIONS`); any other change raises
+    :class:`IllegalTransitionError` (a name submitted again is a new run, not a transition).
     """
 
     PENDING = "pending"
@@ -74,16 +75,19 @@ class JobState(StrEnum):
         Raises:
             IllegalTransitionError: it may not (named).
         """
-        if new is not self and new not in _JOB_TRANSITIONS[self]:
+        if not JOB_TRANSITIONS.can(self, new):
             raise IllegalTransitionError(f"a {self} job cannot become {new}")
         return new
 
 
-_JOB_TRANSITIONS = {
-    JobState.PENDING: (JobState.RUNNING, JobState.FINISHED),
-    JobState.RUNNING: (JobState.FINISHED,),
-    JobState.FINISHED: (),
-}
+JOB_TRANSITIONS = Transitions(
+    JobState,
+    {
+        JobState.PENDING: (JobState.PENDING, JobState.RUNNING, JobState.FINISHED),
+        JobState.RUNNING: (JobState.RUNNING, JobState.FINISHED),
+        JobState.FINISHED: (JobState.FINISHED,),
+    },
+)
 
 
 class JobSource(StrEnum):
@@ -102,14 +106,15 @@ class JobSource(StrEnum):
 class DecisionState(StrEnum):
     """Where a decision is.
 
-    ``IN_PROGRESS`` (pending: sent to the job's driver, not converged yet) -> ``APPLIED`` once YARN has
-    exactly that many worker containers READY and the driver's ring has that world size, ``FAILED`` when
-    the driver did not take it (or the job ended or was submitted again first), or ``STALLED`` when it has
-    not converged within the controller's bound; a stalled decision may still become ``APPLIED`` or
-    ``FAILED``. Any other change raises :class:`IllegalTransitionError`.
+    ``PENDING`` (sent to the job's driver, not converged yet) -> ``APPLIED`` once YARN has exactly that many
+    worker containers READY and the driver's ring has that world size, ``FAILED`` when the driver did not take
+    it (or the job ended or was submitted again first), or ``STALLED`` when it has not converged within the
+    controller's bound; a stalled decision may still become ``APPLIED`` or ``FAILED``. No state moves to itself
+    (:data:`DECISION_TRANSITIONS`); any other change raises :class:`IllegalTransitionError`. The values are the
+    ones every earlier release wrote (a pending decision reads back as ``pending``).
     """
 
-    IN_PROGRESS = "pending"
+    PENDING = "pending"
     APPLIED = "applied"
     FAILED = "failed"
     STALLED = "stalled"
@@ -117,7 +122,7 @@ class DecisionState(StrEnum):
     @property
     def converging(self) -> bool:
         """Pending or stalled: the job may still reach the decided size."""
-        return self in (DecisionState.IN_PROGRESS, DecisionState.STALLED)
+        return self in (DecisionState.PENDING, DecisionState.STALLED)
 
     def check(self, new: DecisionState) -> DecisionState:
         """``new`` if a decision in this state may move to it.
@@ -125,17 +130,20 @@ class DecisionState(StrEnum):
         Raises:
             IllegalTransitionError: it may not (named).
         """
-        if new not in _DECISION_TRANSITIONS[self]:
+        if not DECISION_TRANSITIONS.can(self, new):
             raise IllegalTransitionError(f"a decision {self} cannot become {new}")
         return new
 
 
-_DECISION_TRANSITIONS = {
-    DecisionState.IN_PROGRESS: (DecisionState.APPLIED, DecisionState.FAILED, DecisionState.STALLED),
-    DecisionState.STALLED: (DecisionState.APPLIED, DecisionState.FAILED),
-    DecisionState.APPLIED: (),
-    DecisionState.FAILED: (),
-}
+DECISION_TRANSITIONS = Transitions(
+    DecisionState,
+    {
+        DecisionState.PENDING: (DecisionState.APPLIED, DecisionState.FAILED, DecisionState.STALLED),
+        DecisionState.STALLED: (DecisionState.APPLIED, DecisionState.FAILED),
+        DecisionState.APPLIED: (),
+        DecisionState.FAILED: (),
+    },
+)
 
 
 def _whole(name: str, value: object, low: int, high: int) -> int:
@@ -230,6 +238,23 @@ class JobSubmission:
                 f"job {self.job_id!r}: a policy is 1-{MAX_POLICY_SPEC_LENGTH} printable characters, "
                 f"got {self.policy if not isinstance(self.policy, str) else self.policy[:40]!r}"
             )
+
+    def record(self, submitted_at: float, *, app_id: str | None = None) -> JobRecord:
+        """The job's record as the controller first keeps it: at its starting size, in its source's first state."""
+        return JobRecord(
+            self.job_id,
+            self.min_workers,
+            self.max_workers,
+            self.workers,
+            self.workers,
+            self.elastic,
+            self.source.first_state,
+            submitted_at,
+            self.source,
+            app_id=app_id,
+            policy=self.policy,
+            queue=self.queue,
+        )
 
 
 @dataclass(frozen=True)
@@ -335,7 +360,7 @@ class DecisionRecord:
     from_workers: int
     to_workers: int
     reason: str
-    state: DecisionState = DecisionState.IN_PROGRESS
+    state: DecisionState = DecisionState.PENDING
     error: str | None = None
     run: int = 1
     progress: str | None = None
@@ -466,7 +491,6 @@ class Controller(ControllerView):
     database write, an RPC); decisions are applied in the background.
     """
 
-    @abstractmethod
     def job_submitted(
         self,
         job_id: str,
@@ -480,12 +504,22 @@ class Controller(ControllerView):
         gpus: int = 0,
         queue: str | None = None,
     ) -> JobRecord:
-        """A job arrived (see :class:`JobSubmission` for what is checked). A name the controller knew
-        already starts a new run of it. Runs the policies for the new situation (it may take workers
-        from others).
+        """A job arrived: :meth:`submit` of the :class:`JobSubmission` these values make.
 
         Raises:
-            InvalidJobError: bad id, limits, source or policy (named), or ``gpus`` per worker that no node of the
+            InvalidJobError: as :meth:`submit`, or values that make no :class:`JobSubmission` (named).
+        """
+        return self.submit(
+            JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus, queue)
+        )
+
+    @abstractmethod
+    def submit(self, job: JobSubmission) -> JobRecord:
+        """A job arrived (checked already: see :class:`JobSubmission`). A name the controller knew already starts
+        a new run of it. Runs the policies for the new situation (it may take workers from others).
+
+        Raises:
+            InvalidJobError: a policy that does not load (named), or ``gpus`` per worker that no node of the
                 cluster has (as ``job run`` refuses them).
         """
 
@@ -639,6 +673,26 @@ class JobSize:
         return "; ".join(why) or None
 
 
+@dataclass(frozen=True)
+class DriverStatus:
+    """A job as its driver answers one Status call: all the controller reads of the job's driver in a round.
+
+    Attributes:
+        size: its target, ring, READY workers and leavers (what a decision is followed by); None when not known.
+        ring: the world size of its ring while the ring runs; None while it has not formed.
+        instances: the instance names of its ring members (``worker-0``, ...).
+        batch_limits: the global batch sizes ``(min, max)`` it lets a policy set its batch to (its driver's
+            ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none.
+        placement: its ring members on each node, most first; () when not known.
+    """
+
+    size: JobSize | None
+    ring: int | None
+    instances: tuple[str, ...] = ()
+    batch_limits: tuple[int, int] | None = None
+    placement: tuple[int, ...] = ()
+
+
 class JobBackend(ABC):
     """How the controller sees and changes the jobs on a cluster (the real one:
     :class:`~submarine_elastic.controller.backend.YarnJobBackend`). Every method blocks for at most its
@@ -659,14 +713,30 @@ class JobBackend(ABC):
         """The worker size assumed for a job whose footprint is not known yet."""
         return DEFAULT_WORKER
 
-    @abstractmethod
+    def status(self, job_id: str) -> DriverStatus | None:
+        """The job as its driver reports it now, in one call; None if its driver does not answer. The default,
+        for a backend that sees only rings (a test's), builds it from :meth:`ring_size` and the optional
+        :meth:`size`, :meth:`instances`, :meth:`batch_limits` and :meth:`placement` of the job."""
+        ring = self.ring_size(job_id)
+        return DriverStatus(
+            size=self.size(job_id),
+            ring=ring,
+            instances=self.instances(job_id) if ring is not None else (),
+            batch_limits=self.batch_limits(job_id),
+            placement=self.placement(job_id) if ring is not None else (),
+        )
+
     def ring_size(self, job_id: str) -> int | None:
-        """The job's current ring size, or None if its driver does not answer (yet)."""
+        """For the default :meth:`status`: the job's ring size, or None while it has no ring.
+
+        Raises:
+            NotImplementedError: the backend answers :meth:`status` itself.
+        """
+        raise NotImplementedError(f"{type(self).__name__} answers status() or ring_size()")
 
     def size(self, job_id: str) -> JobSize | None:
-        """The job's target, ring and READY worker containers as its driver and YARN report them now;
-        None if its driver does not answer. The default, for a backend that sees only the ring, takes the
-        ring size for all three."""
+        """For the default :meth:`status`: the job's target, ring and READY worker containers; the default takes
+        the ring size for all three."""
         ring = self.ring_size(job_id)
         return None if ring is None else JobSize(target=ring, ring=ring, yarn_ready=ring)
 
@@ -676,24 +746,22 @@ class JobBackend(ABC):
         accumulation steps, learning rate); returns once the driver has taken it (it applies the count when its
         resizer gets to it, at once unless a resize of its own is still running; its workers take the batch at
         their next commit, with no restart). The resize itself runs in the driver: the controller follows it
-        with :meth:`size`.
+        with :meth:`status`.
 
         Raises:
             Exception: the driver refused the target or did not answer; the controller records the message.
         """
 
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
-        """The global batch sizes ``(min, max)`` the job lets a policy set its batch to (its driver's
-        ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none, or not known. Does not block."""
+        """For the default :meth:`status`: the job's batch limits; None: none."""
         return None
 
     def placement(self, job_id: str) -> tuple[int, ...]:
-        """How the job's ring members spread over nodes (the workers on each node it uses), as its driver reported
-        them in the last :meth:`ring_size`; () when not known. Does not block."""
+        """For the default :meth:`status`: the job's ring members per node; () when not known."""
         return ()
 
     def instances(self, job_id: str) -> tuple[str, ...]:
-        """Instance names of the job's ring members (``worker-0``, ...); () when unknown."""
+        """For the default :meth:`status`: the instance names of the job's ring members; () when unknown."""
         return ()
 
     def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:

@@ -11,6 +11,7 @@ from submarine_elastic import resources
 from submarine_elastic.controller.api import (
     DEFAULT_WORKER,
     ClusterApp,
+    DriverStatus,
     JobBackend,
     JobFootprint,
     JobSize,
@@ -71,8 +72,6 @@ class YarnJobBackend(JobBackend):
         self.rm_url = rm_url.rstrip("/")
         self.yarn = YarnServiceClient(rm_url, timeout=RM_TIMEOUT)
         self._clients: dict[str, JobClient] = {}
-        self._batch_limits: dict[str, tuple[int, int]] = {}  # job id -> its batch limits, as its driver reported
-        self._placement: dict[str, tuple[int, ...]] = {}  # job id -> its ring members per node, as its driver reported
         self._driver, self._worker = _template_sizes()
         self._am: Resources | None = None
         self._queues: list[QueueShare] = []  # as the RM last reported them
@@ -172,7 +171,9 @@ class YarnJobBackend(JobBackend):
             self._clients[job_id] = client
         return client
 
-    def ring_size(self, job_id: str) -> int | None:
+    def status(self, job_id: str) -> DriverStatus | None:
+        """One Status call to the job's driver: its target, ring, READY workers as it last read them, leavers,
+        ring members, batch limits and placement; None when it does not answer."""
         client = self._client(job_id)
         if client is None:
             return None
@@ -181,30 +182,20 @@ class YarnJobBackend(JobBackend):
         except ElasticError:
             self._clients.pop(job_id, None)
             return None
-        if status.max_batch_size > 0:
-            self._batch_limits[job_id] = (int(status.min_batch_size), int(status.max_batch_size))
-        else:
-            self._batch_limits.pop(job_id, None)
-        self._placement[job_id] = placement_of(status)
-        return int(status.world_size) if status.phase == JobPhase.RUNNING.wire else None
-
-    def batch_limits(self, job_id: str) -> tuple[int, int] | None:
-        """The job's batch limits as its driver reported them in the last :meth:`ring_size` (no call of its own)."""
-        return self._batch_limits.get(job_id)
-
-    def placement(self, job_id: str) -> tuple[int, ...]:
-        """The job's ring members per node as its driver reported them in the last :meth:`ring_size`."""
-        return self._placement.get(job_id, ())
-
-    def instances(self, job_id: str) -> tuple[str, ...]:
-        client = self._client(job_id)
-        if client is None:
-            return ()
-        try:
-            status = client.status()
-        except ElasticError:
-            return ()
-        return tuple(w.instance for w in status.workers if w.rank >= 0)
+        return DriverStatus(
+            size=JobSize(
+                target=int(status.target),
+                ring=int(status.world_size),
+                yarn_ready=int(status.yarn_ready) if status.HasField("yarn_ready") else None,
+                leaving=tuple(w.instance for w in status.workers if w.state == WorkerState.LEAVING.wire),
+            ),
+            ring=int(status.world_size) if status.phase == JobPhase.RUNNING.wire else None,
+            instances=tuple(w.instance for w in status.workers if w.rank >= 0),
+            batch_limits=(
+                (int(status.min_batch_size), int(status.max_batch_size)) if status.max_batch_size > 0 else None
+            ),
+            placement=placement_of(status),
+        )
 
     def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:
         """Swap the named workers for fresh containers at the job's size: grow first where ``--max_workers``
@@ -226,24 +217,6 @@ class YarnJobBackend(JobBackend):
         if client is None:
             raise ElasticError(f"the driver of job {job_id} is not reachable")
         client.set_target(target)
-
-    def size(self, job_id: str) -> JobSize | None:
-        """The driver's target, world size, workers leaving and YARN's READY workers as it last read them (one
-        Status call to the driver)."""
-        client = self._client(job_id)
-        if client is None:
-            return None
-        try:
-            status = client.status()
-        except ElasticError:
-            self._clients.pop(job_id, None)
-            return None
-        return JobSize(
-            target=int(status.target),
-            ring=int(status.world_size),
-            yarn_ready=int(status.yarn_ready) if status.HasField("yarn_ready") else None,
-            leaving=tuple(w.instance for w in status.workers if w.state == WorkerState.LEAVING.wire),
-        )
 
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         try:
@@ -267,6 +240,4 @@ class YarnJobBackend(JobBackend):
         client = self._clients.pop(job_id, None)
         if client is not None:
             client.close()
-        self._batch_limits.pop(job_id, None)
-        self._placement.pop(job_id, None)
         forget_job(job_id)

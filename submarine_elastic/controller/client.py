@@ -17,6 +17,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -37,6 +38,7 @@ from submarine_elastic.controller.api import (
     JobRecord,
     JobSource,
     JobStatus,
+    JobSubmission,
     UnknownJobError,
 )
 from submarine_elastic.controller.proto import controller_pb2 as pb
@@ -187,6 +189,8 @@ class ControllerClient(Controller):
         gpus: int = 0,
         queue: str | None = None,
     ) -> JobRecord:
+        """Sent as given: the controller checks the values (:class:`JobSubmission`) and answers a bad one with
+        ``INVALID_ARGUMENT`` naming it, raised here as :class:`InvalidJobError`."""
         try:
             request = pb.SubmitJobRequest(
                 job_id=job_id,
@@ -202,6 +206,9 @@ class ControllerClient(Controller):
         except (TypeError, ValueError) as exc:
             raise InvalidJobError(f"job {job_id!r} cannot be sent to the controller: {exc}") from exc
         return job_from_proto(self._call(self._stub.SubmitJob, request).job)
+
+    def submit(self, job: JobSubmission) -> JobRecord:
+        return self.job_submitted(**asdict(job))
 
     def job_finished(self, job_id: str) -> None:
         self._call(self._stub.EndJob, _job_request(pb.EndJobRequest, job_id))

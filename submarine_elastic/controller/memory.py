@@ -22,7 +22,6 @@ from submarine_elastic.controller.api import (
     DecisionState,
     InvalidJobError,
     JobRecord,
-    JobSource,
     JobState,
     JobSubmission,
     MetricsReport,
@@ -47,42 +46,13 @@ class InMemoryController(Controller):
 
     # ------------------------------------------------------------------ Controller
 
-    def job_submitted(
-        self,
-        job_id: str,
-        min_workers: int,
-        max_workers: int,
-        workers: int,
-        *,
-        elastic: bool = True,
-        source: JobSource = JobSource.CLI,
-        policy: str | None = None,
-        gpus: int = 0,
-        queue: str | None = None,
-    ) -> JobRecord:
-        """Record a job (a known id is replaced, keeping its place, decisions and metrics).
-
-        Raises:
-            InvalidJobError: bad id, limits, ``elastic`` flag, source or policy (named in the message).
-        """
-        job = JobSubmission(job_id, min_workers, max_workers, workers, elastic, source, policy, gpus, queue)
+    def submit(self, job: JobSubmission) -> JobRecord:
+        """Record a job (a known id is replaced, keeping its place, decisions and metrics)."""
         with self._lock:
-            record = JobRecord(
-                job.job_id,
-                job.min_workers,
-                job.max_workers,
-                job.workers,
-                job.workers,
-                job.elastic,
-                job.source.first_state,
-                self._clock(),
-                job.source,
-                policy=job.policy,
-                queue=job.queue,
-            )
-            self._jobs[job_id] = record
-            self._decisions.setdefault(job_id, [])
-            self._metrics.setdefault(job_id, [])
+            record = job.record(self._clock())
+            self._jobs[job.job_id] = record
+            self._decisions.setdefault(job.job_id, [])
+            self._metrics.setdefault(job.job_id, [])
             return record
 
     def job_finished(self, job_id: str) -> None:
@@ -160,11 +130,7 @@ class InMemoryController(Controller):
         if applied and error is not None:
             raise InvalidJobError(f"job {job_id!r}: a decision that failed was not applied")
         state = (
-            DecisionState.APPLIED
-            if applied
-            else DecisionState.FAILED
-            if error is not None
-            else DecisionState.IN_PROGRESS
+            DecisionState.APPLIED if applied else DecisionState.FAILED if error is not None else DecisionState.PENDING
         )
         with self._lock:
             job = self._job(job_id)

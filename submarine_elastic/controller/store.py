@@ -310,7 +310,7 @@ class ControllerStore:
             state = self._decision_row(db, decision_id).state
             if not state.converging:
                 raise IllegalTransitionError(f"a decision {state} has no progress")
-            if stalled and state is DecisionState.IN_PROGRESS:
+            if stalled and state is DecisionState.PENDING:
                 state.check(DecisionState.STALLED)
             db.execute(
                 "UPDATE decisions SET progress=?, stalled=? WHERE id=?",
@@ -454,7 +454,7 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         if row["error"] is not None
         else DecisionState.STALLED
         if row["stalled"]
-        else DecisionState.IN_PROGRESS
+        else DecisionState.PENDING
     )
     return DecisionRecord(
         job_id=row["job_id"],

@@ -38,6 +38,7 @@ from submarine_elastic.controller.api import (
     JobRecord,
     JobSource,
     JobState,
+    JobSubmission,
     NodeResources,
     UnknownJobError,
 )
@@ -128,7 +129,7 @@ def test_a_job_submitted_through_the_api_is_the_controllers(
     record = client.job_submitted("big", 1, 4, 2, policy="greedy")
     assert record == JobRecord("big", 1, 4, 2, 2, True, JobState.PENDING, 1000.0, JobSource.CLI, policy="greedy")
     assert service.store.job("big") == record
-    service.job_submitted("web", 1, 1, 1, elastic=False, source=JobSource.YARN, app_id="application_7")
+    service.submit(JobSubmission("web", 1, 1, 1, elastic=False, source=JobSource.YARN), app_id="application_7")
     assert client.jobs() == service.jobs()
     assert client.job("web").app_id == "application_7"
     assert client.decision("big") is None and client.timeline("big") == []

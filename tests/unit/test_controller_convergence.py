@@ -94,25 +94,25 @@ def shrinking(tmp_path: Path) -> tuple[Driving, Clock, ControllerService]:
     c.job_submitted("small", 2, 2, 2, elastic=False)
     [decision] = c.tick()
     assert (decision.job_id, decision.from_workers, decision.to_workers) == ("big", 4, 2)
-    assert sent(c).state is DecisionState.IN_PROGRESS
+    assert sent(c).state is DecisionState.PENDING
     assert cluster.targets["big"] == 2
     return cluster, clock, c
 
 
 def test_a_decision_is_applied_only_once_yarn_and_the_ring_both_have_its_size(tmp_path: Path):
     cluster, clock, c = shrinking(tmp_path)
-    assert state(c) == (DecisionState.IN_PROGRESS, "YARN has 4 of 2; ring has 4 of 2")
+    assert state(c) == (DecisionState.PENDING, "YARN has 4 of 2; ring has 4 of 2")
     # The leavers left the ring at a commit; YARN still runs their containers.
     cluster.sizes["big"] = 2
     clock.now += 5
     c.tick()
-    assert state(c) == (DecisionState.IN_PROGRESS, "YARN has 4 of 2")
+    assert state(c) == (DecisionState.PENDING, "YARN has 4 of 2")
     assert c.job("big").workers == 2 and c.job("big").last_resize_at == 1010.0  # set when it was decided
     # YARN stopped one; a container of the ring fails and is relaunched: ring short, YARN right.
     cluster.ready["big"], cluster.sizes["big"] = 2, 1
     clock.now += 5
     c.tick()
-    assert state(c) == (DecisionState.IN_PROGRESS, "ring has 1 of 2")
+    assert state(c) == (DecisionState.PENDING, "ring has 1 of 2")
     cluster.sizes["big"] = 2
     clock.now += 5
     c.tick()
@@ -162,7 +162,7 @@ def test_a_decision_that_does_not_converge_in_time_is_stalled_not_applied(tmp_pa
     cluster.sizes["big"] = 2  # the ring shrank; YARN never lets the containers go
     clock.now += STALL_AFTER - 1
     c.tick()
-    assert state(c) == (DecisionState.IN_PROGRESS, "YARN has 4 of 2")
+    assert state(c) == (DecisionState.PENDING, "YARN has 4 of 2")
     clock.now += 1
     c.tick()
     assert state(c) == (DecisionState.STALLED, "YARN has 4 of 2")
@@ -223,9 +223,9 @@ def test_decision_states_move_one_way(tmp_path: Path):
         "pending: ring has 2 of 4"
     )
     allowed = {
-        (DecisionState.IN_PROGRESS, DecisionState.APPLIED),
-        (DecisionState.IN_PROGRESS, DecisionState.FAILED),
-        (DecisionState.IN_PROGRESS, DecisionState.STALLED),
+        (DecisionState.PENDING, DecisionState.APPLIED),
+        (DecisionState.PENDING, DecisionState.FAILED),
+        (DecisionState.PENDING, DecisionState.STALLED),
         (DecisionState.STALLED, DecisionState.APPLIED),
         (DecisionState.STALLED, DecisionState.FAILED),
     }
@@ -266,7 +266,7 @@ def test_a_restart_adopts_the_resize_the_driver_took_and_sends_nothing_to_undo_i
     assert second.job("big").target == 4, "the driver's target, not the ring the controller last read"
     last = second.decision("big")
     assert last is not None and (last.state, last.progress) == (
-        DecisionState.IN_PROGRESS,
+        DecisionState.PENDING,
         "YARN has 3 of 4; ring has 2 of 4",
     )
     # Rounds while it converges: greedy big is not resized again, and nothing is sent back to 2.
@@ -307,7 +307,7 @@ def test_after_a_restart_a_job_whose_driver_does_not_answer_gets_no_resize_until
     del cluster.targets["big"]  # its driver is restarting
     clock.now += 30
     second = controller(tmp_path, cluster, clock, policy="static")
-    assert second.decision("big").state is DecisionState.IN_PROGRESS  # type: ignore[union-attr]
+    assert second.decision("big").state is DecisionState.PENDING  # type: ignore[union-attr]
     clock.now += 5
     assert second.tick() == []
     assert cluster.resizes == [("big", 4)]
@@ -315,7 +315,7 @@ def test_after_a_restart_a_job_whose_driver_does_not_answer_gets_no_resize_until
     clock.now += 5
     second.tick()
     assert second.job("big").target == 4
-    assert state(second) == (DecisionState.IN_PROGRESS, "YARN has 3 of 4; ring has 2 of 4")
+    assert state(second) == (DecisionState.PENDING, "YARN has 3 of 4; ring has 2 of 4")
     assert cluster.resizes == [("big", 4)]
 
 
@@ -365,7 +365,9 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
 
     with responses.RequestsMock():
         driver.reply = pb.JobStatus(job="big", phase=pb.JOB_RUNNING, target=3, world_size=2, yarn_ready=2)
-        seen = backend.size("big")
+        status = backend.status("big")
+        assert status is not None and status.ring == 2
+        seen = status.size
         assert seen == JobSize(target=3, ring=2, yarn_ready=2)
         assert seen.lag(3) == "YARN has 2 of 3; ring has 2 of 3"
         assert seen.lag(2) == "the driver's target is 3"  # YARN and the ring have 2: only the driver differs
@@ -376,9 +378,10 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
             world_size=3,
             workers=[pb.WorkerStatus(instance="worker-2", state=pb.WORKER_LEAVING, rank=2)],
         )
-        seen = backend.size("big")
+        status = backend.status("big")
+        seen = status.size if status is not None else None
         assert seen is not None and seen.yarn_ready is None and seen.leaving == ("worker-2",)
         assert seen.lag(1) == "YARN's workers unknown; leaving: worker-2; ring has 3 of 1"
     driver.reply = DriverUnreachableError("driver of big: UNAVAILABLE")
-    assert backend.size("big") is None
+    assert backend.status("big") is None
     backend.close()

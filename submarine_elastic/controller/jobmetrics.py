@@ -1,0 +1,141 @@
+"""What the controller reads of a job's metrics each round, and what it writes for a caller that reports them.
+
+The metrics store (:mod:`submarine_elastic.metrics`) holds what the training processes stream and what
+:meth:`~submarine_elastic.controller.service.ControllerService.report_metrics` is given, alike; the controller's
+SQLite store keeps the throughput per world size (history that survives a restart). :func:`read_metrics` turns
+both into the :class:`~submarine_elastic.policy.JobMetrics` of a job's view, with the throughput figures the
+SQLite store has not seen yet.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from submarine_elastic.controller.api import MetricsReport
+from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.api import MAX_JOBS, MAX_POINTS_PER_REPLY, MetricsStore, RecentPoint
+from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
+from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.policy import LOSS_WINDOW, JobMetrics, StepTime, Throughput, loss_window
+
+SERIES_WINDOW = 40  # recent points per job per round that give the step times per worker and the global batch
+#: Most points read per job per round for its loss window (every rank reports each step): LOSS_WINDOW steps of up
+#: to 8 ranks, about 1 ms; a larger ring's window spans fewer steps.
+LOSS_POINTS = 8 * LOSS_WINDOW
+#: Jobs the controller's metrics store keeps, the least recently updated evicted beyond: the most a store may keep,
+#: so that a controller of up to that many live jobs reads every job's metrics...
+METRICS_JOBS = MAX_JOBS
+#: ... each with its newest points up to what one GetJob returns (``job show``); a round reads at most LOSS_POINTS.
+#: About 0.55 MiB a job at most (docs/security.md), 560 MiB for all of them.
+METRICS_POINTS_PER_JOB = MAX_POINTS_PER_REPLY
+#: The worker name of the points a caller's :class:`MetricsReport` is kept as in the metrics store.
+REPORTED = "controller-api"
+
+#: A throughput figure to save: job id, world size, aggregate examples per second, steps measured.
+HistoryRow = tuple[str, int, float, int]
+
+
+@dataclass(frozen=True)
+class ReadMetrics:
+    """A job's metrics for its view, and the throughput figures (:data:`HistoryRow`) new since the last save."""
+
+    metrics: JobMetrics
+    history: tuple[HistoryRow, ...] = ()
+
+
+def metrics_store() -> InMemoryStore:
+    """The store of the controller's metrics service: the metrics of :data:`METRICS_JOBS` jobs, each
+    :data:`METRICS_POINTS_PER_JOB` points deep (the store's own default keeps 256 jobs, and a controller of more
+    would run the others without their metrics)."""
+    return InMemoryStore(max_jobs=METRICS_JOBS, points_per_job=METRICS_POINTS_PER_JOB)
+
+
+def read_metrics(store: ControllerStore, metrics: MetricsStore, job_id: str) -> ReadMetrics:
+    """The job's metrics: its saved throughput history updated with what the metrics store measured, its loss
+    window, step times per worker, noise scale, global batch, resize cost and measured configurations."""
+    history = store.throughput(job_id)
+    updates: list[HistoryRow] = []
+    losses: tuple[float, ...] = ()
+    step = 0
+    step_times: dict[str, list[float]] = {}
+    noise_scale = batch_size = resize_cost = None
+    configurations: tuple[StepTime, ...] = ()
+    try:
+        summary = metrics.summary(job_id)
+    except NoMetricsError:
+        summary = None
+    if summary is not None:
+        step = summary.last_step
+        for stat in summary.throughput:
+            measured = (stat.aggregate_examples_per_second, stat.points)
+            if history.get(stat.world_size) != measured:
+                history[stat.world_size] = measured
+                updates.append((job_id, stat.world_size, *measured))
+        points = metrics.recent(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
+        losses = loss_window((p.step, p.loss) for p in points if p.loss is not None)
+        points = points[-SERIES_WINDOW:]
+        for p in points:
+            if p.step_time_seconds is not None and p.instance:
+                step_times.setdefault(p.instance, []).append(p.step_time_seconds)
+        if summary.noise is not None:
+            noise_scale = summary.noise.gradient_noise_scale
+        batch_size = global_batch(points, summary.world_size)
+        resize_cost = summary.resize_pause_s
+        # Nodes are not in the points: every configuration counts as one node until they are.
+        configurations = tuple(
+            StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
+            for c in summary.configurations
+            if c.batch_size > 0 and c.median_step_time_seconds > 0
+        )
+    job_metrics = JobMetrics(
+        step=step,
+        throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
+        loss_window=losses,
+        step_times={name: tuple(times) for name, times in step_times.items()},
+        gradient_noise_scale=noise_scale,
+        batch_size=batch_size,
+        configurations=configurations,
+        resize_cost_s=resize_cost,
+    )
+    return ReadMetrics(job_metrics, tuple(updates))
+
+
+def report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:
+    """``report`` as the point a training process would stream: the job's throughput split evenly over its
+    ``world_size`` workers (the store keeps examples per second per worker)."""
+    point = metrics_pb2.StepPoint(
+        seq=seq, step=report.step, examples_per_second=report.samples_per_second / report.world_size, wall_time=now
+    )
+    if report.loss is not None:
+        point.loss = report.loss
+    return metrics_pb2.ReportBatch(
+        job_id=report.job_id,
+        worker=metrics_pb2.WorkerRef(instance=REPORTED, rank=0),
+        incarnation=REPORTED,
+        world_size=report.world_size,
+        points=[point],
+    )
+
+
+def global_batch(points: list[RecentPoint], world_size: int) -> int | None:
+    """The job's global batch now, from the steps every rank at ``world_size`` reported among ``points``: the
+    sum of the ranks' batches that most of those steps add up to (the newest such sum on a tie); else (no step
+    has every rank's report yet) the newest step's batch times ``world_size``; None without one.
+
+    One step's batches, never one rank's older batch beside another's newer one (a step just after a batch
+    change would otherwise add up to neither); and the usual sum, not a short last step of an epoch."""
+    by_step: dict[int, dict[int, int]] = {}
+    newest: tuple[int, int] | None = None  # (step, batch) of the newest report
+    for p in points:
+        if p.world_size == world_size and p.batch_size is not None:
+            by_step.setdefault(p.step, {})[p.rank] = p.batch_size
+            if newest is None or p.step >= newest[0]:
+                newest = (p.step, p.batch_size)
+    sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
+    if sums:
+        counts = collections.Counter(sums)
+        most = max(counts.values())
+        return next(total for total in reversed(sums) if counts[total] == most)
+    return newest[1] * world_size if newest is not None else None
