@@ -23,6 +23,7 @@ import psutil
 
 from submarine_elastic import env
 from submarine_elastic.controller.api import ControllerAuthError, ControllerInfo
+from submarine_elastic.files import write_atomic
 
 STATE = "controller.json"
 DB = "controller.db"
@@ -110,9 +111,7 @@ def running(where: Path | None = None) -> ControllerInfo | None:
 
 def write_info(where: Path, info: ControllerInfo) -> None:
     """Publish ``info`` atomically: a reader sees the whole file or none."""
-    tmp = where / (STATE + ".tmp")
-    tmp.write_text(info.to_json())
-    tmp.replace(where / STATE)
+    write_atomic(where / STATE, info.to_json())
 
 
 def remove_info(where: Path) -> None:
