@@ -95,7 +95,6 @@ from submarine_elastic.elastic.horovod_adapter import (
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.elastic.reconcile import (
-    ENDED_CONTAINER_STATES,
     Member,
     TargetBook,
     first_ring_ready,
@@ -112,31 +111,21 @@ from submarine_elastic.elastic.ringhost import (
     gloo_endpoint,
     rendezvous_address,
 )
+from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
-    ComponentNotFoundError,
     ContainerStatus,
-    ReconcileResult,
     ServiceBackend,
-    ServiceNotFoundError,
     YarnError,
     YarnServiceClient,
-    YarnTimeoutError,
 )
-from submarine_elastic.yarn.api import TERMINAL_SERVICE_STATES
 
 log = logging.getLogger("submarine_elastic.driver")
 
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
-#: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
-RECONCILE_SLICE_S = 10.0
-#: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
-#: there, up to the maximum, so a job waiting for capacity does not poll the ResourceManager all the time.
-RECONCILE_PAUSE_S = 1.0
-RECONCILE_PAUSE_MAX_S = 60.0
 #: How long a new driver incarnation waits for the workers of the previous one to re-attach before it forms
 #: its ring with those that did (at least ``--min_workers``).
 ADOPT_WAIT_S = 20.0
@@ -209,16 +198,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.registry = AgentRegistry()
         self._phase = JobPhase.WAITING
         self._ring_formed = False
-        #: the last reconciliation with YARN (read by Status), and when it ended (monotonic); reconciling while
-        #: YARN may lack the target
-        self.yarn_sync: ReconcileResult | None = None
-        self._synced_at = 0.0
-        #: READY workers of YARN's worker component at the container watch's last read, and when (monotonic)
-        self._watched_ready: tuple[int, float] | None = None
-        self._reconciling = False
-        self._reconcile_misses = 0
-        #: instances a scale-in removes by name that YARN has not confirmed gone yet
-        self._removing: tuple[str, ...] = ()
         #: the worker target before YARN preempted the first of the workers it took (None: none since the job,
         #: or a client, last set the target): the job grows back to it when capacity returns
         self._preempted_from: int | None = None
@@ -244,6 +223,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self.incarnations.append(
             pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
         )
+        #: YARN's worker component: the target this driver set, and what YARN had when it last looked
+        self.sync = YarnSync(yarn, job, removing=previous.removing if previous else ())
         #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
         self.targets = TargetBook(limits.num)
         if previous is not None:
@@ -254,7 +235,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 batch_timeline=previous.batch_timeline,
                 timeline=previous.timeline,
             )
-            self._removing = tuple(previous.removing)
             self._preempted_from = previous.preempted_from or None
             self.failures = list(previous.failures)
             log.warning(
@@ -423,7 +403,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             return  # leaving or gone on the driver's word already: its container goes as asked
         live = [Member(a.instance, a.number) for a in self.registry.snapshot()
                 if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
-        if agent.instance in stopped_by_the_scale_in(live, self.targets.workers, self._removing):
+        if agent.instance in stopped_by_the_scale_in(live, self.targets.workers, self.sync.removing):
             # More workers than the target and this is one YARN stops on its way down to it (a container it
             # allocated late for an earlier, larger target): the driver's own scale-in carried out, not a
             # preemption; lowering the target would have YARN stop one more.
@@ -561,8 +541,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         target, version = self.targets.workers, self.targets.version
         world_size = self._hvd.world_size() if self._hvd is not None else 0
         leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING.wire]
-        yarn_lag = self._yarn_lag()
-        yarn_ready = self._yarn_ready()
+        yarn_lag = self.sync.lag()
+        yarn_ready = self.sync.ready()
         judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag)
         batch_timeline = self.targets.batch_timeline
         return pb.JobStatus(
@@ -588,14 +568,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             version=version,
         )
 
-    def _yarn_ready(self) -> int | None:
-        """YARN's READY workers as the driver last read them: its latest reconciliation while it reconciles (or
-        when that is newer), else the container watch's read; None before either."""
-        result, watched = self.yarn_sync, self._watched_ready
-        if result is not None and (self._reconciling or watched is None or self._synced_at >= watched[1]):
-            return result.ready
-        return watched[0] if watched is not None else None
-
     def _waiting_reason(self) -> str:
         """Why the ring has not formed yet ('' once it has, or when nothing is wrong)."""
         if self.ring_formed or self.phase is not JobPhase.WAITING:
@@ -611,27 +583,17 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             )
         return ""
 
-    def _yarn_lag(self) -> str:
-        """Why YARN does not have the worker target yet ('' when it has it, or only starts containers)."""
-        result = self.yarn_sync
-        if not self._reconciling or result is None or result.converged or result.error is None:
-            return ""
-        if result.desired == result.target and isinstance(result.error, YarnTimeoutError):
-            return ""  # YARN has the target and is starting (or relaunching) containers
-        return f"YARN does not have the resize to {result.target} workers yet: {result.error}"
-
     # ------------------------------------------------------------------ resizing
 
     def _resize_loop(self) -> None:
         """Takes targets one at a time, in version order; between them, reconciles YARN with the target until it
         has it."""
         while True:
-            pause = min(RECONCILE_PAUSE_MAX_S, RECONCILE_PAUSE_S * 2**self._reconcile_misses)
-            target = self.targets.next(pause if self._reconciling else None)
+            target = self.targets.next(self.sync.pause())
             if target is not None:
                 self._resize(target)
-            if self._reconciling:
-                self._reconcile()
+            if self.sync.reconciling:
+                self.sync.reconcile()
 
     def _resize(self, target: pb.Target) -> None:
         """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
@@ -665,33 +627,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         for agent in leavers:
             if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
-        self._set_yarn_target(plan.workers, list(plan.remove))
-
-    def _set_yarn_target(self, workers: int, remove: list[str] | None = None) -> None:
-        """Records ``workers`` as YARN's target, with the instances to remove by name (and those of an
-        earlier scale-in YARN has not confirmed gone); the resizer reconciles until YARN has it."""
-        self._removing = tuple(dict.fromkeys((*self._removing, *(remove or ()))))
-        self.yarn.set_target(self.job, WORKER_COMPONENT, workers, remove=self._removing)
-        self._reconciling = True
-        self._reconcile_misses = 0
-
-    def _reconcile(self) -> None:
-        """One slice of reconciliation (at most RECONCILE_SLICE_S); its result is kept for Status."""
-        result = self.yarn.reconcile(self.job, WORKER_COMPONENT, timeout=RECONCILE_SLICE_S)
-        self.yarn_sync, self._synced_at = result, time.monotonic()
-        if result.converged:
-            log.info("YARN has the target: %d workers (%s)", result.target, ", ".join(result.ready_instances))
-            self._reconciling = False
-            self._removing = ()
-            return
-        self._reconcile_misses += 1
-        if isinstance(result.error, ServiceNotFoundError | ComponentNotFoundError) or result.service_state in (
-            TERMINAL_SERVICE_STATES
-        ):
-            log.error("stopped reconciling the workers with YARN: %s", result.error)
-            self._reconciling = False
-        elif result.desired != result.target or not isinstance(result.error, YarnTimeoutError):
-            log.warning("YARN does not have the resize to %d workers yet: %s", result.target, result.error)
+        self.sync.set_target(plan.workers, plan.remove)
 
     # ------------------------------------------------------------------ containers YARN lost
 
@@ -706,11 +642,11 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 log.debug("cannot read the worker containers from YARN: %s", exc)
                 continue
             worker, driver = status.component(WORKER_COMPONENT), status.component(DRIVER_COMPONENT)
-            if driver is not None and (why := self.replaced_by_yarn(driver.containers)):
+            if driver is not None and (why := replaced_by_yarn(self.container_id, driver.containers)):
                 self._step_down(why)
                 return
             if worker is not None:
-                self._watched_ready = (worker.ready_count, time.monotonic())
+                self.sync.watched(worker.ready_count)
                 self._evict_orphans(worker.containers)
                 self._grow_back(worker.memory_mb, worker.vcores)
 
@@ -718,7 +654,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """After a preemption, raises the target back towards what it was, by as many workers as the cluster and
         the job's queue can hold while no queue waits for capacity (:func:`grow_back`): asking while another
         queue waits would only have YARN preempt them again. Nothing while a resize is under way."""
-        if self._preempted_from is None or not memory_mb or self._reconciling:
+        if self._preempted_from is None or not memory_mb or self.sync.reconciling:
             return
         if self.targets.requested != self.targets.workers or self.targets.pending:
             return
@@ -744,20 +680,6 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             )
         except FlexRefusedError as exc:
             log.error("cannot grow back to %d workers: %s", target, exc)
-
-    def replaced_by_yarn(self, containers: tuple[ContainerStatus, ...]) -> str:
-        """Why YARN no longer counts this driver as the job's ('' while it does): its container is listed as
-        ended (lost with its NodeManager), or the driver runs in a later container. Only positive evidence
-        counts, as for the workers (:meth:`_evict_orphans`)."""
-        if not self.container_id:
-            return ""
-        mine = next((c for c in containers if c.id == self.container_id), None)
-        if mine is not None and mine.state in ENDED_CONTAINER_STATES:
-            return f"YARN counts this driver's container {self.container_id} {mine.state}"
-        later = [c.id for c in containers if c.state not in ENDED_CONTAINER_STATES and c.id != self.container_id]
-        if mine is None and later:
-            return f"YARN runs the job's driver in container {later[0]}, not in this one ({self.container_id})"
-        return ""
 
     def _step_down(self, why: str) -> None:
         """A driver YARN replaced (its NodeManager was lost while it ran on): it drops every agent's stream, so
@@ -900,7 +822,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         threading.Thread(target=self._watch_containers, daemon=True, name="containers").start()
         if self.previous is not None:
             # What YARN should have is what the previous incarnation last applied (and still removes by name).
-            self._set_yarn_target(self.target)
+            self.sync.set_target(self.target)
 
         self._server_ip = rendezvous_address(self.iface, host)
         hvd_driver, self._rendezvous_port = new_ring(
@@ -1033,7 +955,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             target=self.target,
             requested=self.requested,
             world_size=self._hvd.world_size() if self._hvd is not None else 0,
-            removing=self._removing,
+            removing=self.sync.removing,
             timeline=tuple(self.timeline),
             failures=tuple(self.failures),
             incarnations=tuple(self.incarnations),

@@ -20,6 +20,7 @@ from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.elastic.yarnsync import replaced_by_yarn
 from submarine_elastic.yarn import (
     ComponentStatus,
     ComponentTarget,
@@ -227,15 +228,13 @@ D_NEW = "container_e01_1700000000000_0001_01_000009"  # the driver YARN runs now
 
 
 def test_a_driver_that_yarn_replaced_knows_it_and_one_it_runs_does_not() -> None:
-    job = JobDriver("job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60, container_id=D_OLD)  # type: ignore[arg-type]
-    assert job.replaced_by_yarn((container(D_OLD, "driver-0", "READY"),)) == ""
-    assert "counts this driver's container" in job.replaced_by_yarn(
-        (container(D_OLD, "driver-0", "FAILED"), container(D_NEW, "driver-0", "READY"))
+    assert replaced_by_yarn(D_OLD, (container(D_OLD, "driver-0", "READY"),)) == ""
+    assert "counts this driver's container" in replaced_by_yarn(
+        D_OLD, (container(D_OLD, "driver-0", "FAILED"), container(D_NEW, "driver-0", "READY"))
     )
-    assert D_NEW in job.replaced_by_yarn((container(D_NEW, "driver-0", "READY"),))
-    assert job.replaced_by_yarn(()) == ""  # no word from YARN: stays
-    outside = JobDriver("job", Limits(2, 1, 3), yarn=None, token="t", iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
-    assert outside.replaced_by_yarn((container(D_NEW, "driver-0", "READY"),)) == ""
+    assert D_NEW in replaced_by_yarn(D_OLD, (container(D_NEW, "driver-0", "READY"),))
+    assert replaced_by_yarn(D_OLD, ()) == ""  # no word from YARN: stays
+    assert replaced_by_yarn("", (container(D_NEW, "driver-0", "READY"),)) == ""  # outside YARN
 
 
 def test_agents_look_for_the_driver_yarn_runs_not_the_one_it_lost() -> None:

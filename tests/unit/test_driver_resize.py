@@ -14,7 +14,7 @@ import requests
 import responses
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic.elastic import driver as driver_mod
+from submarine_elastic.elastic import yarnsync
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
@@ -93,7 +93,7 @@ def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
     # The RM is unavailable for the whole first slice: every flex is answered 503.
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
-    driver._reconcile()
+    driver.sync.reconcile()
     assert {c.request.method for c in rsps.calls} == {"GET", "PUT"}
     assert all(json.loads(c.request.body) == {"number_of_containers": 3} for c in rsps.calls if c.request.body)
     first = status(driver)
@@ -106,10 +106,10 @@ def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, json={"diagnostics": "Updating component (worker) size from 2 to 3"})
     rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
-    driver._reconcile()
+    driver.sync.reconcile()
     assert sent(rsps) == [("GET", 200), ("PUT", 200), ("GET", 200)]
     assert json.loads(rsps.calls[1].request.body) == {"number_of_containers": 3}
-    assert driver.yarn_sync is not None and driver.yarn_sync.converged
+    assert driver.sync.result is not None and driver.sync.result.converged
     assert status(driver).error == ""
 
 
@@ -117,15 +117,15 @@ def test_a_flex_that_cannot_connect_is_reported_then_converges(driver: JobDriver
     driver._resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, body=requests.ConnectionError("connection refused"))
-    driver._reconcile()
+    driver.sync.reconcile()
     assert "ResourceManager at http://rm.test:8088 unreachable" in status(driver).error
 
     rsps.reset()
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, json={"diagnostics": "ok"})
     rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
-    driver._reconcile()
-    assert driver.yarn_sync is not None and driver.yarn_sync.converged and status(driver).error == ""
+    driver.sync.reconcile()
+    assert driver.sync.result is not None and driver.sync.result.converged and status(driver).error == ""
 
 
 def until(done: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -140,19 +140,19 @@ def until(done: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
 def test_the_resizer_keeps_the_target_through_a_refused_flex_and_converges_on_its_own(
     driver: JobDriver, rsps: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(driver_mod, "RECONCILE_PAUSE_S", 0.05)
+    monkeypatch.setattr(yarnsync, "RECONCILE_PAUSE_S", 0.05)
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     refused = rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
     threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
     driver.targets.take(pb.Target(workers=3, reason="test"), driver.limits, None, ())
-    until(lambda: refused.call_count > 0 and driver.yarn_sync is not None, "a refused flex")
+    until(lambda: refused.call_count > 0 and driver.sync.result is not None, "a refused flex")
     assert "HTTP 503" in status(driver).error
 
     # The RM takes flexes again: the resizer, which kept the target, gets YARN there by itself.
     rsps.replace(responses.PUT, FLEX, json={"diagnostics": "ok"})
     rsps.replace(responses.GET, SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
-    until(lambda: driver.yarn_sync is not None and driver.yarn_sync.converged, "YARN at the target")
-    assert status(driver).error == "" and not driver._reconciling
+    until(lambda: driver.sync.result is not None and driver.sync.result.converged, "YARN at the target")
+    assert status(driver).error == "" and not driver.sync.reconciling
 
 
 def warm(driver: JobDriver, instance: str) -> AgentHandle:
@@ -182,7 +182,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
     rsps.get(SERVICE, json=service(["worker-0", "worker-1", "worker-2"]))
     rsps.put(SERVICE, json={"diagnostics": "ok"})
     rsps.get(SERVICE, json=service(["worker-1", "worker-2"], decommissioned=["worker-0"]))
-    driver._reconcile()
+    driver.sync.reconcile()
     assert [(c.request.method, c.request.url.split("?")[0]) for c in rsps.calls] == [
         ("GET", SERVICE),
         ("PUT", SERVICE),
@@ -190,14 +190,14 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
     ]
     body: Any = json.loads(rsps.calls[1].request.body)
     assert body == {"components": [{"name": "worker", "decommissioned_instances": ["worker-0"]}]}
-    assert driver.yarn_sync is not None and driver.yarn_sync.converged
+    assert driver.sync.result is not None and driver.sync.result.converged
 
 
 def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: responses.RequestsMock) -> None:
     driver._resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, status=404, json={"diagnostics": "Service job not found"})
-    driver._reconcile()
-    assert not driver._reconciling
+    driver.sync.reconcile()
+    assert not driver.sync.reconciling
     assert len(rsps.calls) == 1
 
 

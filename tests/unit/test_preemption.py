@@ -258,7 +258,7 @@ def test_the_driver_grows_back_when_capacity_returns_and_stops_at_its_target_bef
     assert taken is not None
     driver.registry.end(agents[2], 0)
     driver._resize(taken)
-    driver._reconciling = False
+    driver.sync.stop()
     driver._grow_back(1024, 1)  # prod still waits: nothing
     assert driver.targets.requested == 2
     yarn.free_queues = [queue_report()]
