@@ -8,7 +8,9 @@ rule), enforced by :func:`advance` (an illegal one raises :class:`IllegalTransit
 - :class:`JobPhase`: the job as its driver sees it (``JobStatus.phase`` on the wire, as ``elastic.proto``'s
   enum of the same name: ``.wire`` and ``from_wire`` convert);
 - :class:`WorkerState`: one worker as the driver sees it (``WorkerStatus.state``);
-- :class:`AgentState`: the training process as its own agent sees it.
+- :class:`AgentState`: the training process as its own agent sees it;
+
+and one that never travels: :class:`Adoption`, whether a worker trains in a ring an earlier driver formed.
 """
 
 from __future__ import annotations
@@ -149,7 +151,21 @@ class AgentState(WireState):
         return self in (AgentState.LEAVING, AgentState.STOPPING)
 
 
-_J, _W, _A = JobPhase, WorkerState, AgentState
+class Adoption(StrEnum):
+    """Whether a worker trains in a ring an earlier incarnation of the job's driver formed, as the driver sees it.
+
+    Transitions::
+
+        NONE    -> ADOPTED    it re-attached training in the previous incarnation's ring (its Resume said so)
+        ADOPTED -> REFORMED   it was sent this incarnation's Reform (its ring re-forms around this driver)
+    """
+
+    NONE = "none"
+    ADOPTED = "adopted"
+    REFORMED = "reformed"
+
+
+_J, _W, _A, _D = JobPhase, WorkerState, AgentState, Adoption
 #: Each machine's transitions (no state moves to itself).
 MACHINES: Mapping[type[StrEnum], states.Transitions[StrEnum]] = {
     JobPhase: states.Transitions(
@@ -183,9 +199,10 @@ MACHINES: Mapping[type[StrEnum], states.Transitions[StrEnum]] = {
             _A.EXITED: (),
         },
     ),
+    Adoption: states.Transitions(Adoption, {_D.NONE: {_D.ADOPTED}, _D.ADOPTED: {_D.REFORMED}, _D.REFORMED: ()}),
 }
 
-_S = TypeVar("_S", JobPhase, WorkerState, AgentState)
+_S = TypeVar("_S", JobPhase, WorkerState, AgentState, Adoption)
 _Wired = TypeVar("_Wired", bound=WireState)
 
 #: The states' numbers on the wire (``elastic.proto``'s enums; tests/unit/test_elastic_states.py checks they

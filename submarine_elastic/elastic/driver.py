@@ -69,10 +69,11 @@ from typing import cast
 import grpc
 
 from submarine_elastic import env
+from submarine_elastic.elastic.adoption import Adopter
 from submarine_elastic.elastic.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
-    AgentState,
+    Adoption,
     BatchLimits,
     FlexRefusedError,
     GlooInterfaceError,
@@ -88,7 +89,6 @@ from submarine_elastic.elastic.horovod_adapter import (
     ElasticDriver,
     SlotInfo,
     new_ring,
-    ring_registered,
     slot_env,
     wait_for_reform,
 )
@@ -126,11 +126,6 @@ log = logging.getLogger("submarine_elastic.driver")
 LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
-#: How long a new driver incarnation waits for the workers of the previous one to re-attach before it forms
-#: its ring with those that did (at least ``--min_workers``).
-ADOPT_WAIT_S = 20.0
-#: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
-ADOPT_RING_S = 120.0
 #: How often the driver's state file is brought up to date.
 PERSIST_EVERY_S = 1.0
 #: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
@@ -245,6 +240,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 previous.world_size,
             )
         self._persisted = ""
+        #: a relaunched incarnation's take-over of its predecessor's ring
+        self.adoption = Adopter(self.registry, previous, limits.min)
 
     @property
     def phase(self) -> JobPhase:
@@ -315,7 +312,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             tuple(hello.gpus),
             node=hello.node,
         )
-        refusal = self._adopt(agent, hello.resume if hello.HasField("resume") else None)
+        refusal = self.admit(agent, hello.resume if hello.HasField("resume") else None)
         if refusal:
             log.warning("refused %s (%s): %s", agent.instance, agent.agent_id, refusal)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
@@ -337,32 +334,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 return
             yield command
 
-    def _adopt(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
-        """Sets a (re-)attaching agent's state from where it says its process stands; returns why it is refused
-        ('' when it is not): a worker this driver already counted out, or one placed by an incarnation that
-        is not this one's predecessor's, cannot come back into the ring."""
-        try:
-            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
-        except ValueError as exc:
-            return f"{agent.instance} resumes in no state of an agent: {exc}"
-        known = self.registry.get(agent.agent_id)
-        if known is not None and known.state.ended:
-            return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
-        if state in (AgentState.STOPPING, AgentState.EXITED):
-            return f"{agent.instance}'s training process is ending"
-        if state is AgentState.WARM:
-            agent.state, agent.joined = WorkerState.WARM, True
-        elif state is AgentState.RUNNING:
-            assert resume is not None
-            if resume.driver_incarnation == self.incarnation:
-                return f"{agent.instance} lost this driver's stream and its ring re-formed without it"
-            if self.ring_formed:
-                return f"{agent.instance} trains in a ring of an earlier driver; this one's ring has formed since"
-            agent.state, agent.joined = WorkerState.RUNNING, True
-            agent.adopted, agent.adopted_rank = True, resume.rank
-        elif state is AgentState.LEAVING:
-            agent.state, agent.joined = WorkerState.LEAVING, True
-        return ""
+    def admit(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
+        """Why a (re-)attaching agent is refused ('' when it is not), its state set from ``resume``
+        (:meth:`Adopter.admit`)."""
+        return self.adoption.admit(agent, resume, incarnation=self.incarnation, ring_formed=self.ring_formed)
 
     def _read_agent(self, agent: AgentHandle, events: Iterator[pb.AgentEvent]) -> None:
         try:
@@ -732,9 +707,9 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             "PYTHONUNBUFFERED": "1",
             "SUBMARINE_DRIVER_INCARNATION": str(self.incarnation),
         }
-        if agent.adopted and not agent.reformed and agent.state is WorkerState.RUNNING:
+        if agent.adoption is Adoption.ADOPTED and agent.state is WorkerState.RUNNING:
             # It trains in the previous incarnation's ring: it re-forms around this driver's rendezvous.
-            agent.reformed = True
+            agent.adoption = advance(agent.instance, agent.adoption, Adoption.REFORMED)
             agent.commands.put(pb.AgentCommand(reform=pb.Reform(env=env_of_slot)))
         else:
             try:
@@ -829,8 +804,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             self._rendezvous, self.registry, self.limits.min, self.limits.max, self._elastic_timeout, self._server_ip
         )
         self._hvd = hvd_driver
-        adopting = self._await_adoption()
-        if not adopting:
+        adopting = self.adoption.await_ring(self._fatal)
+        if adopting:
+            self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
+        else:
             self.targets.requeue_requested("asked for before the driver was relaunched")
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         started = time.monotonic()
@@ -882,63 +859,10 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)
 
-    def _await_adoption(self) -> bool:
-        """A new incarnation whose predecessor had a ring waits (up to ADOPT_WAIT_S) for that ring's workers
-        to re-attach; True when at least ``--min_workers`` did: the registry then offers Horovod only them
-        until their ring re-formed (:meth:`_finish_adoption`)."""
-        previous = self.previous
-        if previous is None:
-            return False
-        self.registry.adopting = True
-        # The ring's size it recorded last; a predecessor that died before it recorded its ring left its target.
-        expected = previous.world_size or previous.target
-        log.info("waiting up to %.0f s for the %d workers of the previous ring to re-attach", ADOPT_WAIT_S, expected)
-
-        def settled() -> bool:
-            # Every adoptable worker is back, or as many agents as the ring had are attached (the rest are new).
-            attached = sum(1 for a in self.registry.snapshot() if a.connected)
-            return len(self.registry.available()) >= expected or attached >= expected or self._fatal.is_set()
-
-        self.registry.wait(settled, ADOPT_WAIT_S)
-        adopted = len(self.registry.available())
-        if adopted >= self.limits.min and not self._fatal.is_set():
-            log.warning(
-                "adopting %d of the previous ring's %d workers; their ring re-forms at their next commit",
-                adopted,
-                expected,
-            )
-            self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
-            return True
-        log.warning(
-            "%d of the previous ring's %d workers kept training (need %d to adopt them): forming a new ring%s",
-            adopted,
-            expected,
-            self.limits.min,
-            " (the whole job was lost: training resumes from its last checkpoint, if it writes any)"
-            if adopted == 0
-            else "",
-        )
-        self.registry.end_adoption()
-        return False
-
     def _finish_adoption(self, hvd_driver: ElasticDriver, adopted: int) -> None:
-        """Once the adopted ring re-formed around this driver (its rank 0 registered Horovod's notification
-        service with this rendezvous, so later host changes reach it), admits warm joiners again and takes
-        up a resize the previous incarnation had been asked for."""
-        deadline = time.monotonic() + ADOPT_RING_S
-        while time.monotonic() < deadline and not hvd_driver.finished():
-            if ring_registered(hvd_driver):
-                me = self.incarnations[-1]
-                me.adopted_workers = adopted
-                me.recovered_after = time.time() - self._started
-                log.info(
-                    "the adopted ring of %d re-formed %.1f s after this driver started", adopted, me.recovered_after
-                )
-                break
-            time.sleep(0.2)
-        else:
-            log.warning("the adopted ring did not register with this driver within %.0f s", ADOPT_RING_S)
-        self.registry.end_adoption()
+        """Once the adopted ring re-formed around this driver (:meth:`Adopter.await_reform`), takes up a resize the
+        previous incarnation had been asked for."""
+        self.adoption.await_reform(hvd_driver, adopted, self.incarnations[-1])
         self.targets.requeue_requested("asked for before the driver was relaunched")
 
     def _persist_loop(self) -> None:

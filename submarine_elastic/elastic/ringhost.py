@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 from submarine_elastic import netif
-from submarine_elastic.elastic.api import GlooInterfaceError, WorkerState, advance
+from submarine_elastic.elastic.api import Adoption, GlooInterfaceError, WorkerState, advance
 from submarine_elastic.elastic.horovod_adapter import HostDiscovery
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import instance_number
@@ -45,17 +45,21 @@ class AgentHandle:
     connected: bool = True
     #: its training process asked to join a ring (it reached WARM)
     joined: bool = False
-    #: it kept training while the job's driver was replaced: this incarnation adopted it (its rank then)
-    adopted: bool = False
+    #: whether it kept training while the job's driver was replaced (this incarnation adopted it, at its rank
+    #: then) and was sent this incarnation's Reform
+    adoption: Adoption = Adoption.NONE
     adopted_rank: int = -1
-    #: it was sent this incarnation's Reform (its ring re-forms around this driver's rendezvous)
-    reformed: bool = False
     #: its NodeManager is stopping its container (YARN preempts it): it leaves without the driver asking
     preempted: bool = False
 
     @property
     def number(self) -> int:
         return instance_number(self.instance)
+
+    @property
+    def adopted(self) -> bool:
+        """It trained in the previous incarnation's ring when it attached to this one."""
+        return self.adoption is not Adoption.NONE
 
 
 class AgentRegistry(HostDiscovery):

@@ -92,31 +92,31 @@ def test_agents_that_kept_training_are_adopted_and_stale_ones_refused() -> None:
     driver = make_driver()
     driver.incarnation = 2
     running, warm, fresh, leaving = handle(0), handle(1), handle(2), handle(3)
-    assert driver._adopt(running, resume("running", rank=0, incarnation=1)) == ""
+    assert driver.admit(running, resume("running", rank=0, incarnation=1)) == ""
     assert running.state is WorkerState.RUNNING and running.adopted and running.adopted_rank == 0
-    assert driver._adopt(warm, resume("warm")) == "" and warm.state is WorkerState.WARM and not warm.adopted
-    assert driver._adopt(fresh, None) == "" and fresh.state is WorkerState.ATTACHED
-    assert driver._adopt(leaving, resume("leaving", rank=2)) == "" and leaving.state is WorkerState.LEAVING
+    assert driver.admit(warm, resume("warm")) == "" and warm.state is WorkerState.WARM and not warm.adopted
+    assert driver.admit(fresh, None) == "" and fresh.state is WorkerState.ATTACHED
+    assert driver.admit(leaving, resume("leaving", rank=2)) == "" and leaving.state is WorkerState.LEAVING
     # Placed by this very incarnation: it lost the stream, and the ring re-formed without it.
-    assert "re-formed without it" in driver._adopt(handle(4), resume("running", rank=1, incarnation=2))
-    assert "ending" in driver._adopt(handle(5), resume("exited"))
+    assert "re-formed without it" in driver.admit(handle(4), resume("running", rank=1, incarnation=2))
+    assert "ending" in driver.admit(handle(5), resume("exited"))
     # A worker this driver counted out cannot come back.
     gone = handle(6)
     driver.registry.add(gone)
     driver.registry.end(gone, 1)
-    assert "counted out" in driver._adopt(handle(6), resume("running", rank=1, incarnation=1))
+    assert "counted out" in driver.admit(handle(6), resume("running", rank=1, incarnation=1))
     # Once this incarnation's ring formed, a late worker of an earlier ring is refused.
     driver.phase = driver.phase.RUNNING
-    assert "earlier driver" in driver._adopt(handle(7), resume("running", rank=1, incarnation=1))
+    assert "earlier driver" in driver.admit(handle(7), resume("running", rank=1, incarnation=1))
 
 
 def test_while_adopting_horovod_is_offered_only_the_adopted_workers_in_their_old_rank_order() -> None:
     driver = make_driver()
     driver.incarnation = 2
     agents = {n: handle(n) for n in range(3)}
-    driver._adopt(agents[0], resume("running", rank=1, incarnation=1))
-    driver._adopt(agents[1], resume("running", rank=0, incarnation=1))
-    driver._adopt(agents[2], resume("warm"))
+    driver.admit(agents[0], resume("running", rank=1, incarnation=1))
+    driver.admit(agents[1], resume("running", rank=0, incarnation=1))
+    driver.admit(agents[2], resume("warm"))
     for a in agents.values():
         driver.registry.add(a)
     driver.registry.adopting = True
@@ -131,7 +131,7 @@ def test_an_adopted_worker_is_sent_reform_with_this_incarnations_rendezvous_not_
     driver = make_driver()
     driver.incarnation = 2
     adopted = handle(0)
-    driver._adopt(adopted, resume("running", rank=0, incarnation=1))
+    driver.admit(adopted, resume("running", rank=0, incarnation=1))
     driver.registry.add(adopted)
     driver.registry.end(adopted, 0)  # so _create_worker does not wait
     adopted.state = WorkerState.RUNNING  # the Reform is chosen before the process's end is seen

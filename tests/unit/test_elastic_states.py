@@ -13,6 +13,7 @@ import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import (
+    Adoption,
     AgentState,
     IllegalTransitionError,
     JobPhase,
@@ -36,6 +37,7 @@ LEGAL_PATHS: list[list[StrEnum]] = [
     [A.STARTING, A.WARM, A.RUNNING, A.LEAVING, A.STOPPING, A.EXITED],
     [A.STARTING, A.STOPPING, A.EXITED],
     [A.STARTING, A.EXITED],
+    [Adoption.NONE, Adoption.ADOPTED, Adoption.REFORMED],
 ]
 
 
@@ -65,6 +67,16 @@ def test_legal_paths_are_walked(path: list) -> None:
         (W.RUNNING, W.RUNNING, "job mnist: no transition from running to running"),
         (A.STARTING, A.RUNNING, "job mnist: no transition from starting to running"),
         (A.EXITED, A.STOPPING, "job mnist: no transition from exited to stopping (exited is final)"),
+        (
+            Adoption.REFORMED,
+            Adoption.ADOPTED,
+            "job mnist: no transition from reformed to adopted (reformed is final)",
+        ),
+        (
+            Adoption.NONE,
+            Adoption.REFORMED,
+            "job mnist: no transition from none to reformed (from none only to adopted)",
+        ),
     ],
 )
 def test_illegal_steps_raise_naming_both_states(current: StrEnum, requested: StrEnum, message: str) -> None:

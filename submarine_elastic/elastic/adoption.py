@@ -1,0 +1,126 @@
+"""How a relaunched job driver takes over the ring its predecessor left, without costing a committed step.
+
+The workers train on while the driver is gone (Gloo's ring needs no driver); their agents re-attach to the next
+incarnation saying where they stand (:class:`pb.Resume`). An :class:`Adopter`:
+
+1. :meth:`Adopter.admit`: sets each (re-)attaching agent's state from its Resume, or says why it is refused
+   (a worker this driver already counted out, or one that trains in a ring this driver's predecessor did not
+   form); one that trains in the predecessor's ring is ADOPTED (:class:`~submarine_elastic.elastic.api.Adoption`).
+2. :meth:`Adopter.await_ring`: waits (up to :data:`ADOPT_WAIT_S`) for the predecessor's ring to re-attach; with
+   at least ``--min_workers`` of it back the registry offers Horovod only the adopted workers, in their old rank
+   order, so rank 0 is a worker holding the committed state, never a fresh joiner.
+3. :meth:`Adopter.await_reform`: once that ring re-formed around this driver's rendezvous (each adopted worker
+   sent ``Reform`` with its new slot, applied at its next commit), warm joiners are admitted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from submarine_elastic.elastic.api import Adoption, AgentState, WorkerState
+from submarine_elastic.elastic.driverstate import DriverState
+from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_registered
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
+
+log = logging.getLogger("submarine_elastic.driver")
+
+#: How long a new driver incarnation waits for the workers of the previous one to re-attach before it forms
+#: its ring with those that did (at least ``--min_workers``).
+ADOPT_WAIT_S = 20.0
+#: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
+ADOPT_RING_S = 120.0
+
+
+class Adopter:
+    """The adoption of one driver incarnation, given what its predecessor left (``previous``; None for the job's
+    first driver)."""
+
+    def __init__(self, registry: AgentRegistry, previous: DriverState | None, min_workers: int) -> None:
+        self._registry = registry
+        self._previous = previous
+        self._min_workers = min_workers
+
+    def admit(self, agent: AgentHandle, resume: pb.Resume | None, *, incarnation: int, ring_formed: bool) -> str:
+        """Sets a (re-)attaching agent's state from where it says its process stands (``resume``; None: a new
+        agent) to driver incarnation ``incarnation``, whose ring has formed or not (an agent of an earlier ring
+        cannot come back into it after that); returns why it is refused ('' when it is not)."""
+        try:
+            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
+        except ValueError as exc:
+            return f"{agent.instance} resumes in no state of an agent: {exc}"
+        known = self._registry.get(agent.agent_id)
+        if known is not None and known.state.ended:
+            return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
+        if state in (AgentState.STOPPING, AgentState.EXITED):
+            return f"{agent.instance}'s training process is ending"
+        if state is AgentState.WARM:
+            agent.state, agent.joined = WorkerState.WARM, True
+        elif state is AgentState.RUNNING and resume is not None:
+            if resume.driver_incarnation == incarnation:
+                return f"{agent.instance} lost this driver's stream and its ring re-formed without it"
+            if ring_formed:
+                return f"{agent.instance} trains in a ring of an earlier driver; this one's ring has formed since"
+            agent.state, agent.joined = WorkerState.RUNNING, True
+            agent.adoption, agent.adopted_rank = Adoption.ADOPTED, resume.rank
+        elif state is AgentState.LEAVING:
+            agent.state, agent.joined = WorkerState.LEAVING, True
+        return ""
+
+    def await_ring(self, fatal: threading.Event) -> bool:
+        """Waits (up to :data:`ADOPT_WAIT_S`, or until ``fatal`` is set) for the previous incarnation's ring to
+        re-attach; True when at least ``--min_workers`` of it did: the registry then offers Horovod only them
+        until :meth:`await_reform` (False at once for the job's first driver)."""
+        previous = self._previous
+        if previous is None:
+            return False
+        self._registry.adopting = True
+        # The ring's size it recorded last; a predecessor that died before it recorded its ring left its target.
+        expected = previous.world_size or previous.target
+        log.info("waiting up to %.0f s for the %d workers of the previous ring to re-attach", ADOPT_WAIT_S, expected)
+
+        def settled() -> bool:
+            # Every adoptable worker is back, or as many agents as the ring had are attached (the rest are new).
+            attached = sum(1 for a in self._registry.snapshot() if a.connected)
+            return len(self._registry.available()) >= expected or attached >= expected or fatal.is_set()
+
+        self._registry.wait(settled, ADOPT_WAIT_S)
+        adopted = len(self._registry.available())
+        if adopted >= self._min_workers and not fatal.is_set():
+            log.warning(
+                "adopting %d of the previous ring's %d workers; their ring re-forms at their next commit",
+                adopted,
+                expected,
+            )
+            return True
+        log.warning(
+            "%d of the previous ring's %d workers kept training (need %d to adopt them): forming a new ring%s",
+            adopted,
+            expected,
+            self._min_workers,
+            " (the whole job was lost: training resumes from its last checkpoint, if it writes any)"
+            if adopted == 0
+            else "",
+        )
+        self._registry.end_adoption()
+        return False
+
+    def await_reform(self, ring: ElasticDriver, adopted: int, me: pb.DriverIncarnation) -> None:
+        """Blocks (up to :data:`ADOPT_RING_S`) until the adopted ring of ``adopted`` workers re-formed around this
+        driver (its rank 0 registered Horovod's notification service with this rendezvous, so later host changes
+        reach it), recording when in ``me``; then admits warm joiners again."""
+        deadline = time.monotonic() + ADOPT_RING_S
+        while time.monotonic() < deadline and not ring.finished():
+            if ring_registered(ring):
+                me.adopted_workers = adopted
+                me.recovered_after = time.time() - me.started
+                log.info(
+                    "the adopted ring of %d re-formed %.1f s after this driver started", adopted, me.recovered_after
+                )
+                break
+            time.sleep(0.2)
+        else:
+            log.warning("the adopted ring did not register with this driver within %.0f s", ADOPT_RING_S)
+        self._registry.end_adoption()
