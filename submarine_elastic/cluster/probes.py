@@ -31,7 +31,7 @@ def zk_ok(host: str, port: int) -> bool:
 def get_json(url: str, params: dict[str, str] | None = None, *, auth: requests.auth.AuthBase | None = None) -> dict:
     """GET a ResourceManager REST resource as the YARN user (the cluster refuses anonymous requests): with
     ``auth`` (SPNEGO on a secure cluster) on a session of its own that sends no cookie in its stead (see
-    ``yarn.client.refuse_cookies``), else simple auth. Blocks for at most 5 s.
+    ``yarn.session.refuse_cookies``), else simple auth. Blocks for at most 5 s.
 
     Raises:
         requests.RequestException: no answer, or an error status.

@@ -35,7 +35,9 @@ from .api import (
     instance_number,
     resource_values,
 )
-from .client import LIVE_APP_STATES, YarnServiceClient, build_session, refuse_cookies, spnego_auth
+from .client import YarnServiceClient
+from .rm import LIVE_APP_STATES, RmClient
+from .session import build_session, refuse_cookies, spnego_auth
 
 
 # The spec models import pydantic (about a tenth of a second): loaded on first use, so a command that only
@@ -98,6 +100,7 @@ __all__ = [
     "ReadinessCheck",
     "ReadinessCheckType",
     "ReconcileResult",
+    "RmClient",
     "Resource",
     "ResourceInformation",
     "RestartPolicy",
