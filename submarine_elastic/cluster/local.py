@@ -319,7 +319,7 @@ class LocalCluster:
             say(f"removed {', '.join(removed)}")
 
     def _start_kdc(self, realm: KerberosRealm, *, append_output: bool = False) -> Daemon:
-        return self._spawn("kdc", realm.kdc_command(), env=realm.kdc_env(), append_output=append_output)
+        return spawn(self.dir, "kdc", realm.kdc_command(), env=realm.kdc_env(), append_output=append_output)
 
     def _rm_auth(self, spec: ClusterSpec) -> requests.auth.AuthBase | None:
         """How this process authenticates to the RM's web endpoints: None (simple, ``?user.name=``) or, on a
@@ -347,7 +347,7 @@ class LocalCluster:
     def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
         (self.dir / "zk").mkdir(exist_ok=True)
         write_files(self.conf.zk_files(spec, spec.host)[0])
-        return self._spawn("zk", self.jvm.zookeeper(java), env=None, host=self._host(spec, "zk"))
+        return spawn(self.dir, "zk", self.jvm.zookeeper(java), env=None, host=self._host(spec, "zk"))
 
     # ------------------------------------------------------------------ restart
 
@@ -409,7 +409,9 @@ class LocalCluster:
         if name == "kdc":
             new = self._start_kdc(self.realm(spec), append_output=True)
         elif name == "zk":
-            new = self._spawn("zk", self.jvm.zookeeper(java), env=None, append_output=True, host=self._host(spec, "zk"))
+            new = spawn(
+                self.dir, "zk", self.jvm.zookeeper(java), env=None, append_output=True, host=self._host(spec, "zk")
+            )
         else:
             new = self._start_daemon(java, name, spec, append_output=True)
         by_name[name] = new
@@ -443,7 +445,8 @@ class LocalCluster:
         """Start the RM (``rm``), a NodeManager (``nm-<i>``), the NameNode (``nn``) or a DataNode (``dn-<i>``)
         from its configuration in ``conf/<name>``."""
         realm = self.realm(spec) if spec.secure else None
-        return self._spawn(
+        return spawn(
+            self.dir,
             name,
             *self.jvm.daemon(java, name, realm=realm),
             append_output=append_output,
@@ -479,18 +482,6 @@ class LocalCluster:
         plan = self.daemon_plan(role, spec, placement, node=node)
         self.prepare(plan)
         return list(plan.command), dict(plan.env)
-
-    def _spawn(
-        self,
-        name: str,
-        cmd: list[str],
-        env: dict[str, str] | None,
-        *,
-        append_output: bool = False,
-        host: Host | None = None,
-    ) -> Daemon:
-        """Start one daemon of this cluster (``processes.spawn`` in its directory)."""
-        return spawn(self.dir, name, cmd, env, append_output=append_output, host=host)
 
     # ------------------------------------------------------------------ down
 

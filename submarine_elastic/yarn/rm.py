@@ -260,6 +260,18 @@ class RmClient:
             return resp
         raise self._error(method, path, resp)
 
+    def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """The JSON answer of ``GET path`` (one request).
+
+        Raises:
+            YarnRequestError: the answer is not JSON; else as :meth:`_request`.
+        """
+        resp = self._request("GET", path, params=params)
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise YarnRequestError(f"GET {path}: answer is not JSON: {resp.text[:200]!r}") from exc
+
     def _error(self, method: str, path: str, resp: requests.Response) -> YarnError:
         status = resp.status_code
         diag, is_json = diagnostics(resp)
@@ -305,14 +317,7 @@ class RmClient:
             params["states"] = ",".join(s.upper() for s in states)
         if user:
             params["user"] = user
-        resp = self._request("GET", _APPS, params=params)
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise YarnRequestError(f"GET {_APPS}: answer is not JSON: {resp.text[:200]!r}") from exc
-        apps = (data.get("apps") or {}) if isinstance(data, dict) else {}
-        items = apps.get("app") or [] if isinstance(apps, dict) else []
-        summaries = [AppSummary.from_json(a) for a in items if isinstance(a, Mapping)]
+        summaries = [AppSummary.from_json(a) for a in _listed(self._get_json(_APPS, params), "apps", "app")]
         return sorted(summaries, key=lambda a: (a.name, a.id))
 
     def nodes(self, states: Sequence[str] = ("RUNNING",)) -> builtins.list[NodeReport]:
@@ -323,14 +328,7 @@ class RmClient:
             RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
         """
         params = {"states": ",".join(s.upper() for s in states)} if states else None
-        resp = self._request("GET", _NODES, params=params)
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise YarnRequestError(f"GET {_NODES}: answer is not JSON: {resp.text[:200]!r}") from exc
-        nodes = (data.get("nodes") or {}) if isinstance(data, dict) else {}
-        items = nodes.get("node") or [] if isinstance(nodes, dict) else []
-        reports = [NodeReport.from_json(n) for n in items if isinstance(n, Mapping)]
+        reports = [NodeReport.from_json(n) for n in _listed(self._get_json(_NODES, params), "nodes", "node")]
         return sorted(reports, key=lambda n: n.node_id)
 
     def queues(self) -> builtins.list[QueueReport]:
@@ -340,12 +338,7 @@ class RmClient:
         Raises:
             RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
         """
-        resp = self._request("GET", _SCHEDULER)
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise YarnRequestError(f"GET {_SCHEDULER}: answer is not JSON: {resp.text[:200]!r}") from exc
-        return leaf_queues(data)
+        return leaf_queues(self._get_json(_SCHEDULER))
 
     def resource_totals(self) -> dict[str, int]:
         """Every resource type the RM knows, with the cluster's total of it (its metrics'
@@ -430,3 +423,11 @@ class RmClient:
         )
         # Not None: tenacity returns the first answer that is not None, or else what give_up returns.
         return cast(_R, retrying(attempt))
+
+
+def _listed(data: Any, outer: str, inner: str) -> builtins.list[Mapping[str, Any]]:
+    """The objects of a cluster API list (``{"apps": {"app": [...]}}``); [] for an empty one (the RM answers
+    ``{"apps": null}``)."""
+    box = (data.get(outer) or {}) if isinstance(data, dict) else {}
+    items = box.get(inner) or [] if isinstance(box, dict) else []
+    return [item for item in items if isinstance(item, Mapping)]

@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.cluster import ClusterSpec, LocalCluster, Placement
+from submarine_elastic.cluster import ClusterSpec, LocalCluster, Placement, local
 from submarine_elastic.cluster.gpu import parse_nvidia_smi
 from submarine_elastic.cluster.hdfs import HDFS_FRAMEWORK, HDFS_SERVICES
 
@@ -309,7 +309,7 @@ def test_compose_and_the_cluster_on_hosts_run_each_daemon_with_the_same_command_
     )
 
     spawned: list[list[str]] = []
-    monkeypatch.setattr(LocalCluster, "_spawn", lambda self, n, cmd, env, **kw: spawned.append(cmd))
+    monkeypatch.setattr(local, "spawn", lambda directory, n, cmd, env, **kw: spawned.append(cmd))
     hosts = LocalCluster(tmp_path / "hosts")
     spec = ClusterSpec(nodes=2, hosts=2, subnet="10.77.0.0/24")
     hosts._start_daemon("java", name, spec)
