@@ -195,8 +195,9 @@ class RmClient:
     ) -> requests.Response:
         """Send one request (with the session's retries) and return whatever the RM answered.
 
-        Inside :meth:`reconcile` the request waits at most what is left of its timeout (at least
-        ``_MIN_REQUEST_S``) and is not sent again after a read timeout.
+        Under the calling thread's deadline (``_deadline.at``, which ``YarnServiceClient.reconcile`` sets) the
+        request waits at most what is left of it (at least ``_MIN_REQUEST_S``) and is not sent again after a
+        read timeout.
 
         Raises:
             RMUnreachableError: no connection or a timeout, after the retries.
