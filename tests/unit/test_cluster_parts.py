@@ -1,22 +1,26 @@
 """The pseudo-cluster's parts as units: the state file, the JVM command lines, the ApplicationMaster's archive,
-the foreground daemon's checks and the processes' identity."""
+the foreground daemon's checks, the processes' identity, a client configuration's HDFS and ZooKeeper's probe."""
 
 from __future__ import annotations
 
 import os
+import socket
 import tarfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from submarine_elastic.cluster import ClusterSpec, QueueSpec
+from submarine_elastic.cluster import ClusterSpec, PrerequisiteError, QueueSpec
 from submarine_elastic.cluster.api import Daemon
 from submarine_elastic.cluster.foreground import check_role
+from submarine_elastic.cluster.hadoop_conf import hdfs_addresses, xml_value
 from submarine_elastic.cluster.jars import am_archive, pack_am_archive
 from submarine_elastic.cluster.jvm import JAVA17_OPENS, RM_MAIN, JvmCommands
 from submarine_elastic.cluster.kdc import KerberosRealm
-from submarine_elastic.cluster.processes import alive, start_ticks
+from submarine_elastic.cluster.probes import zk_ok
+from submarine_elastic.cluster.processes import alive, port_free, start_ticks
 from submarine_elastic.cluster.state import StateFile
 
 
@@ -92,3 +96,40 @@ def test_a_daemon_is_named_by_its_pid_and_start_time(tmp_path: Path) -> None:
     assert alive(Daemon("rm", os.getpid(), me, tmp_path / "rm.log"))
     assert not alive(Daemon("rm", os.getpid(), me + 1, tmp_path / "rm.log"))
     assert start_ticks(2**22 + 12345) == -1
+
+
+def test_a_client_configuration_names_its_hdfs_or_none(tmp_path: Path) -> None:
+    def site(name: str, **props: str) -> None:
+        rows = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
+        (tmp_path / name).write_text(f"<configuration>{rows}</configuration>")
+
+    site("core-site.xml", **{"fs.defaultFS": "file:///"})
+    assert hdfs_addresses(tmp_path) is None
+    site("core-site.xml", **{"fs.defaultFS": "hdfs://nn:8020"})
+    with pytest.raises(PrerequisiteError, match="hdfs-site.xml"):
+        hdfs_addresses(tmp_path)
+    site("hdfs-site.xml", **{"dfs.namenode.http-address": "nn:9870"})
+    assert hdfs_addresses(tmp_path) == ("hdfs://nn:8020", "http://nn:9870")
+    assert xml_value((tmp_path / "hdfs-site.xml").read_bytes(), "dfs.replication") is None
+    with pytest.raises(PrerequisiteError, match="HADOOP_CONF_DIR"):
+        hdfs_addresses(tmp_path / "nowhere")
+
+
+def test_zookeeper_answers_imok_and_a_bound_port_is_not_free() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert not port_free("127.0.0.1", port)
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                if conn.recv(4) == b"ruok":
+                    conn.sendall(b"imok")
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        assert zk_ok("127.0.0.1", port)
+        thread.join(timeout=5)
+    assert not zk_ok("127.0.0.1", port)
