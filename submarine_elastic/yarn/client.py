@@ -42,8 +42,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
-
 from submarine_elastic.limits import YARN_NAME_CHARS
 
 from .api import (
@@ -149,6 +147,8 @@ class YarnServiceClient(RmClient, ServiceBackend):
             ServiceNotFoundError: the RM does not know the service.
             RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
         """
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed  # see RmClient._poll
+
         path = self._service_path(name)
         resp = Retrying(
             stop=stop_after_attempt(SPEC_REWRITE_RETRIES + 1),
