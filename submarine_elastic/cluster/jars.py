@@ -7,7 +7,6 @@ import hashlib
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic import env, resources
@@ -27,7 +26,7 @@ def jars_current(dest: Path) -> bool:
     return stamp.is_file() and stamp.read_text().strip() == pom_digest() and any(dest.glob("*.jar"))
 
 
-def install_jars(dest: Path | None = None, *, progress: Callable[[str], None] = lambda _: None) -> Path:
+def install_jars(dest: Path | None = None, *, progress: Progress = lambda _: None) -> Path:
     """Resolves the Hadoop YARN and ZooKeeper jars into ``dest`` (default ``env.hadoop_lib()``) unless they
     are there already. Blocks while Maven downloads (minutes on a fresh machine, seconds from its cache).
 
