@@ -68,6 +68,8 @@ WORKER_INSTANCE = NameRule(
     re.compile(rf"[a-z][a-z0-9-]{{0,{COMPONENT_NAME_MAX_LENGTH - 1}}}-[0-9]{{1,19}}"),
     "a YARN component instance name: <component>-<number>, like worker-3",
 )
+#: Commits between two checkpoints of a job that names none (``SUBMARINE_CHECKPOINT_EVERY``, ``--checkpoint_every``).
+CHECKPOINT_EVERY_DEFAULT = 50
 #: The longest container id, host or agent id an agent may name itself by (a DNS name has at most 253).
 MAX_AGENT_FIELD_LENGTH = 255
 #: One run of a training process (the agent numbers them); starts of a process never share one.

@@ -211,7 +211,7 @@ def cluster_ca(directory: Path | None = None) -> CertificateAuthority:
         CaError: the directory cannot be made, a file cannot be read or written, holds no CA, or the key
             is readable by group or others (each named, with why).
     """
-    where = directory if directory is not None else env.ca_dir()
+    where = directory if directory is not None else env.settings().ca_directory()
     try:
         where.mkdir(parents=True, exist_ok=True, mode=0o700)
         where.chmod(0o700)
@@ -256,7 +256,7 @@ def cluster_ca_cert(directory: Path | None = None) -> bytes:
     Raises:
         CaError: the CA was not created yet or cannot be read.
     """
-    path = (directory if directory is not None else env.ca_dir()) / CA_CERT
+    path = (directory if directory is not None else env.settings().ca_directory()) / CA_CERT
     try:
         return path.read_bytes()
     except OSError as exc:

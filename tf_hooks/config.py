@@ -141,23 +141,24 @@ class MetricsConfig:
         endpoint, job_id, instance = options.get("endpoint"), options.get("job_id"), options.get("instance")
         token, tls_ca, every_n = options.get("token"), options.get("tls_ca"), options.get("every_n")
         tuning = {name: value for name, value in options.items() if name not in _FROM_ENV and value is not None}
+        settings = env.settings()
         try:
-            every = every_n if every_n is not None else env.metrics_every_n()
+            every = every_n if every_n is not None else settings.metrics_every_n
         except ValueError as e:
             raise MetricsConfigError(str(e)) from None
         if token is None:
             try:
-                token = env.metrics_token()
+                token = settings.read_metrics_token()
             except env.SecretFileError as e:
                 raise MetricsConfigError(str(e)) from None
-        ca_path = Path(tls_ca) if tls_ca is not None else env.metrics_tls_ca()
+        ca_path = Path(tls_ca) if tls_ca is not None else settings.metrics_tls_ca
         ca = _read(ca_path, "the TLS CA file") if ca_path is not None else None
         return cls(
-            endpoint=endpoint if endpoint is not None else env.metrics_endpoint(),
-            job_id=job_id if job_id is not None else env.job_id(),
-            instance=instance if instance is not None else env.worker_instance(),
+            endpoint=endpoint if endpoint is not None else settings.metrics_endpoint,
+            job_id=job_id if job_id is not None else settings.job_id,
+            instance=instance if instance is not None else settings.instance(),
             token=token,
-            tls=ca is not None or env.metrics_tls(),
+            tls=ca is not None or settings.metrics_tls_on(),
             tls_ca=ca,
             every_n=every,
             **tuning,  # type: ignore[arg-type]

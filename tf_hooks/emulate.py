@@ -87,7 +87,7 @@ def _horovod_gather(value: str) -> Sequence[str]:
 
 def node_name() -> str:
     """This process's node: the NodeManager YARN runs its container on, else the host name."""
-    return env.node_id() or socket.gethostname()
+    return env.settings().node_id() or socket.gethostname()
 
 
 def placement_of(nodes: Sequence[str]) -> tuple[int, ...]:
@@ -139,7 +139,7 @@ class EmulatedAccelerator:
     def for_job(cls, application: str, **kwargs: object) -> EmulatedAccelerator:
         """The emulated accelerator of a job's worker, refusing a YARN container that was given no GPU: the
         device it stands for must be one YARN accounts for (``job run --worker_resources gpu=1``)."""
-        if env.node_id() and env.worker_gpus() < 1:
+        if env.settings().node_id() and env.settings().worker_gpus < 1:
             raise EmulationError(
                 f"--emulate {application}: this worker's container holds no GPU; submit the job with "
                 "--worker_resources ...,gpu=1 on a cluster with GPUs (submarine cluster up --gpus-per-node N)"

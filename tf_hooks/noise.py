@@ -103,7 +103,7 @@ class GradientNoiseScale:
     def __init__(self, every: int | None = None, smoothing: float = DEFAULT_SMOOTHING) -> None:
         if every is None:
             try:
-                every = env.noise_every(DEFAULT_NOISE_EVERY)
+                every = env.settings().noise_every or DEFAULT_NOISE_EVERY
             except ValueError as e:
                 raise NoiseConfigError(str(e)) from None
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:

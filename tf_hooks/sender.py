@@ -769,7 +769,7 @@ def _channel(config: MetricsConfig) -> grpc.Channel:
         config.endpoint or "",
         ca=config.tls_ca,
         tls=config.tls,
-        client_cert=env.metrics_tls_client(),
-        insecure=env.insecure(),
+        client_cert=env.settings().read_metrics_tls_client(),
+        insecure=env.settings().insecure,
         options=_CHANNEL_OPTIONS,
     )

@@ -149,7 +149,7 @@ def serve(
     """
     token = _read_token(token_file, create_token)
     try:
-        plaintext = env.insecure() if insecure is None else insecure
+        plaintext = env.settings().insecure if insecure is None else insecure
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     tls: BridgeTls | None = None

@@ -81,7 +81,7 @@ def _rm_down(exc: RMUnreachableError) -> str:
 
 
 def _rm_url() -> str:
-    url = env.rm_url()
+    url = env.settings().rm_url
     if url:
         return url
     from submarine_elastic.cluster import ClusterError, LocalCluster
@@ -103,7 +103,7 @@ def _job_files(rm_url: str) -> HdfsJobFiles | None:
     from submarine_elastic.elastic.jobfiles import HdfsJobFiles
     from submarine_elastic.webhdfs import WebHdfs
 
-    conf = env.hadoop_conf_dir()
+    conf = env.settings().hadoop_conf_dir
     try:
         if conf is not None:
             found = hdfs_addresses(conf)
@@ -119,7 +119,7 @@ def _job_files(rm_url: str) -> HdfsJobFiles | None:
     if found is None:
         return None
     default_fs, webhdfs_url = found
-    return HdfsJobFiles(WebHdfs(webhdfs_url, env.yarn_user()), default_fs)
+    return HdfsJobFiles(WebHdfs(webhdfs_url, env.settings().user()), default_fs)
 
 
 def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
@@ -309,7 +309,7 @@ def run(
             "--tls_cert and --tls_key go together (and --tls_ca needs them)", param_hint="--tls_cert"
         )
     try:
-        insecure = env.insecure() if insecure is None else insecure
+        insecure = env.settings().insecure if insecure is None else insecure
     except ValueError as exc:
         raise _fail(exc) from exc
     if insecure and tls_cert is not None:
@@ -523,7 +523,7 @@ def _metrics_line(name: str) -> str:
 
     try:
         token = locate.read_token(locate.directory(), locate.METRICS_TOKEN)
-        insecure = env.insecure()
+        insecure = env.settings().insecure
         issued = None if insecure else cluster_ca().issue_client("submarine cli")
     except (ControllerError, TlsError, ValueError):
         return ""

@@ -22,7 +22,7 @@ _file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def _token(token_file: Path | None) -> str | None:
     try:
-        return env.read_secret(token_file, "the metrics token") if token_file else env.metrics_token()
+        return env.read_secret(token_file, "the metrics token") if token_file else env.settings().read_metrics_token()
     except env.SecretFileError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -50,7 +50,7 @@ def _server_tls(
         click.UsageError: plaintext asked for beyond loopback, or with TLS options.
         TlsError, OSError, ValueError: the cluster's CA or a file cannot be read.
     """
-    plaintext = env.insecure() if insecure is None else insecure
+    plaintext = env.settings().insecure if insecure is None else insecure
     if plaintext:
         if cert is not None or client_ca is not None:
             raise click.UsageError("--insecure serves plaintext: it takes no --tls-cert or --tls-client-ca")

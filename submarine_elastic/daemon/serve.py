@@ -90,7 +90,7 @@ def serve(
     insecure: bool | None,
 ) -> None:
     """Run the controller in the foreground until SIGTERM (``submarine controller start`` runs this)."""
-    where = where or env.controller_dir()
+    where = where or env.settings().controller_directory()
     where.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=logging.INFO,
@@ -103,7 +103,7 @@ def serve(
     with ExitStack() as running:
         try:
             engine = PolicyEngine(load_job_policy_spec(policy), load_arbiter_spec(arbiter), cooldown_s=cooldown)
-            plaintext = env.insecure() if insecure is None else insecure
+            plaintext = env.settings().insecure if insecure is None else insecure
             if plaintext and bind is None:
                 bind = "127.0.0.1"  # plaintext beyond loopback only where --bind says so
             try:

@@ -336,7 +336,7 @@ class PseudoClusterBackend(Backend):
         store = InMemoryStore(max_jobs=4)
         token = secrets.token_urlsafe(24)
         try:
-            insecure = env.insecure()
+            insecure = env.settings().insecure
             ca = None if insecure else cluster_ca()
         except (ValueError, TlsError) as exc:
             raise BackendError(f"point {point.point_id}: cannot start measuring: {exc}") from exc
@@ -549,7 +549,7 @@ def resolve_rm_url(explicit: str | None = None, *, cluster: LocalCluster | None 
     Raises:
         BackendError: none is given and no pseudo-cluster runs, or the RM does not answer.
     """
-    url = explicit or env.rm_url()
+    url = explicit or env.settings().rm_url
     if not url:
         cluster = cluster or LocalCluster()
         try:

@@ -125,7 +125,7 @@ def site_dir() -> Path:
 
 def log_dir() -> Path:
     """The container's first log directory (YARN's ``LOG_DIRS``), else the working directory."""
-    dirs = [d for d in os.environ.get("LOG_DIRS", "").split(",") if d]
+    dirs = [d for d in (env.settings().log_dirs or "").split(",") if d]
     return Path(dirs[0]) if dirs else Path.cwd()
 
 
@@ -175,7 +175,7 @@ class Agent:
         self.container_id = container_id
         self.host = host
         #: the NodeManager its container runs on (``host:port``), told to the driver in each Hello
-        self.node = env.node_id()
+        self.node = env.settings().node_id()
         # YARN relaunches a failed process in the same container: the pid tells the incarnations apart.
         self.agent_id = f"{container_id}-a{os.getpid()}"
         #: the GPUs its training process may use (None: a worker without any)
@@ -245,7 +245,7 @@ class Agent:
         if self.pinning is not None:
             child_env.update(self.pinning.env())
             claims = tuple(self.pinning.fds)
-        workdir = env.workdir()
+        workdir = env.settings().workdir
         directory = log_dir()
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = next_log_path(directory)
@@ -671,15 +671,15 @@ def pin_gpus(container_id: str) -> Pinning | None:
         GpuPinningError: its NodeManager cannot be asked, or the devices cannot be had (the message says why).
         ValueError: ``SUBMARINE_WORKER_GPUS`` is not a count.
     """
-    count = env.worker_gpus()
+    settings = env.settings()
+    count = settings.worker_gpus
     if not count:
         return None
-    nm_host, nm_port = os.environ.get("NM_HOST", ""), os.environ.get("NM_PORT", "")
-    web_port = os.environ.get("NM_HTTP_PORT", "")
+    nm_host, nm_port, web_port = settings.nm_host, settings.nm_port, settings.nm_http_port
     if not (nm_host and nm_port and web_port):
         raise GpuPinningError("NM_HOST, NM_PORT and NM_HTTP_PORT must be set (YARN sets them in a container)")
-    node = read_node_gpus(f"http://{nm_host}:{web_port}", env.yarn_user())
-    directory = claims_dir(env.gpu_claims_dir(), nm_host, nm_port)
+    node = read_node_gpus(f"http://{nm_host}:{web_port}", settings.user())
+    directory = claims_dir(settings.gpu_claims_directory(), nm_host, nm_port)
     pinning = pin(node, count, container_id, directory, f"{container_id} pid {os.getpid()}")
     log.info(
         "GPUs %s (%s) from %s: %s",
@@ -693,19 +693,24 @@ def pin_gpus(container_id: str) -> Pinning | None:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
-    encoded = os.environ.get("SUBMARINE_WORKER_CMD_B64")
-    if not encoded:
+    try:
+        settings = env.settings()
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    if not settings.worker_cmd_b64:
         log.error("SUBMARINE_WORKER_CMD_B64 is not set: nothing to run")
         return 2
-    command = base64.b64decode(encoded).decode()
-    instance = os.environ.get("SUBMARINE_WORKER_INSTANCE") or socket.gethostname()
-    container_id = os.environ.get("CONTAINER_ID") or f"{instance}-{os.getpid()}"
-    host = os.environ.get("NM_HOST") or socket.gethostname()
+    command = base64.b64decode(settings.worker_cmd_b64).decode()
+    instance = settings.instance()
+    container_id = settings.container_id or f"{instance}-{os.getpid()}"
+    host = settings.nm_host or socket.gethostname()
     try:
-        token, tls_ca, client_cert, insecure = env.job_token(), env.driver_tls_ca(), env.agent_tls(), env.insecure()
-        hung_after = env.positive_seconds("SUBMARINE_HUNG_AFTER_S", HUNG_AFTER_S)
-        grace = env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", DRIVER_GRACE_S)
-        kill_delay = env.sigkill_delay_s()
+        token, tls_ca, client_cert = settings.read_job_token(), settings.read_driver_tls_ca(), settings.read_agent_tls()
+        insecure = settings.insecure
+        hung_after = settings.hung_after_s or HUNG_AFTER_S
+        grace = settings.driver_grace_s or DRIVER_GRACE_S
+        kill_delay = settings.sigkill_delay_s()
         target = driver_address()
     except (ElasticError, OSError, ValueError) as exc:
         log.error("%s", exc)
@@ -739,7 +744,7 @@ def main() -> int:
             locate=lambda: driver_address(timeout=5.0),
             grace=grace,
             client_cert=client_cert,
-            server_name=env.driver_tls_name(),
+            server_name=settings.driver_tls_name,
             insecure=insecure,
         )
     except InsecureChannelError as exc:

@@ -307,7 +307,7 @@ def last_driver_address(job: str) -> str | None:
 
 def load_tls_ca(job: str) -> bytes | None:
     """The certificates the job's driver is checked against, if it was started with TLS."""
-    path = job_dir(job) / TLS_FILES["SUBMARINE_DRIVER_TLS_CA_FILE"]
+    path = job_dir(job) / TLS_FILES["driver_tls_ca_file"]
     return path.read_bytes() if path.is_file() else None
 
 
@@ -322,7 +322,7 @@ def load_server_name(job: str) -> str | None:
     certificate given with ``--tls_cert`` names the driver's hosts)."""
     from submarine_elastic.tls import common_name, driver_server_name
 
-    path = job_dir(job) / TLS_FILES["SUBMARINE_DRIVER_TLS_CERT_FILE"]
+    path = job_dir(job) / TLS_FILES["driver_tls_cert_file"]
     try:
         issued = common_name(path.read_bytes()) == DRIVER_CN
     except (OSError, ValueError):

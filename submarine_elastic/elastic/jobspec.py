@@ -20,9 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from submarine_elastic import resources
+from submarine_elastic import env, resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
-from submarine_elastic.env import jobs_dir
 from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
@@ -109,11 +108,10 @@ class YarnLogin:
             JobSpecError: kerberos without a keytab (a credentials cache cannot be given to a job), or a
                 keytab that cannot be read or is not one (the file named).
         """
-        from submarine_elastic import env
-
-        if env.yarn_auth() != "kerberos":
+        settings = env.settings()
+        if settings.yarn_auth != "kerberos":
             return None
-        path = env.yarn_keytab()
+        path = settings.yarn_keytab
         if path is None:
             raise JobSpecError(
                 "SUBMARINE_YARN_AUTH=kerberos: the job's driver logs in to the ResourceManager from a keytab; "
@@ -125,7 +123,7 @@ class YarnLogin:
             raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: cannot read it ({exc.strerror})") from exc
         if not keytab or keytab[0] != _KEYTAB_MAGIC:
             raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: not a Kerberos keytab")
-        principal = env.yarn_principal()
+        principal = settings.yarn_principal
         if principal is not None and not _PRINCIPAL.fullmatch(principal):
             raise JobSpecError(
                 f"SUBMARINE_YARN_PRINCIPAL {principal!r} is not a Kerberos principal (name[/instance]@REALM of "
@@ -374,7 +372,7 @@ def job_dir(job: str) -> Path:
     """
     if (problem := JOB_NAME.problem(job)) is not None:
         raise JobSpecError(problem)
-    return jobs_dir() / job
+    return env.settings().jobs_directory() / job
 
 
 #: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``elastic.jobcode``): the
@@ -462,29 +460,32 @@ def outcome_path(job: str) -> Path:
     return job_dir(job).with_name(f"{job}.outcome.json")
 
 
-#: Variables whose values are secrets, and the file each is localized to in a container. The spec
-#: carries ``<NAME>_FILE`` instead of the value: the ResourceManager logs every spec it is sent, and
-#: shows it to whoever may read the service.
+#: Variables whose values are secrets, and the file each is localized to in a container. The spec carries
+#: ``<NAME>_FILE`` (:data:`SECRET_FILE_SETTINGS`) instead of the value: the ResourceManager logs every spec it
+#: is sent, and shows it to whoever may read the service.
 SECRET_ENV = {"SUBMARINE_JOB_TOKEN": "job.token", "SUBMARINE_METRICS_TOKEN": "metrics.token"}
+#: The setting that names each secret's file in a container.
+SECRET_FILE_SETTINGS = {"SUBMARINE_JOB_TOKEN": "job_token_file", "SUBMARINE_METRICS_TOKEN": "metrics_token_file"}
 #: The keytab of :class:`YarnLogin` in the job's directory and its containers (``SUBMARINE_YARN_KEYTAB`` there).
 KEYTAB_FILE = "yarn.keytab"
-#: The job's TLS files and the variable naming each in a container: the driver's certificate and key
-#: (``--tls_cert/--tls_key``, else issued by the job's CA), the certificates the agents trust for it, the
-#: job's CA the driver checks its clients' certificates against, and the agents' client certificate.
+#: The job's TLS files and the setting (``settings.Environment``'s field) naming each in a container: the
+#: driver's certificate and key (``--tls_cert/--tls_key``, else issued by the job's CA), the certificates the
+#: agents trust for it, the job's CA the driver checks its clients' certificates against, and the agents'
+#: client certificate.
 TLS_FILES = {
-    "SUBMARINE_DRIVER_TLS_CERT_FILE": "driver.crt",
-    "SUBMARINE_DRIVER_TLS_KEY_FILE": "driver.key",
-    "SUBMARINE_DRIVER_TLS_CA_FILE": "driver-ca.crt",
-    "SUBMARINE_DRIVER_TLS_CLIENT_CA_FILE": "job-ca.crt",
-    "SUBMARINE_AGENT_TLS_CERT_FILE": "agent.crt",
-    "SUBMARINE_AGENT_TLS_KEY_FILE": "agent.key",
+    "driver_tls_cert_file": "driver.crt",
+    "driver_tls_key_file": "driver.key",
+    "driver_tls_ca_file": "driver-ca.crt",
+    "driver_tls_client_ca_file": "job-ca.crt",
+    "agent_tls_cert_file": "agent.crt",
+    "agent_tls_key_file": "agent.key",
 }
 #: The hooks' TLS files for the metrics service (issued by the cluster's CA when the job reports to the
-#: controller's service).
+#: controller's service), by setting.
 METRICS_TLS_FILES = {
-    "SUBMARINE_METRICS_TLS_CA": "metrics-ca.crt",
-    "SUBMARINE_METRICS_TLS_CERT_FILE": "metrics.crt",
-    "SUBMARINE_METRICS_TLS_KEY_FILE": "metrics.key",
+    "metrics_tls_ca": "metrics-ca.crt",
+    "metrics_tls_cert_file": "metrics.crt",
+    "metrics_tls_key_file": "metrics.key",
 }
 #: The client certificate ``job flex|show`` and the controller present to the job's driver: kept in the
 #: job's directory, never localized into a container.
@@ -549,8 +550,8 @@ def job_secrets(req: JobRequest) -> dict[str, str | bytes]:
 
 #: What the submitting side keeps of a job whose containers' files are on HDFS: the token and the driver's
 #: certificates ``job flex|show`` check it with (besides the client certificate); no key a container uses.
-CLIENT_FILES = (SECRET_ENV["SUBMARINE_JOB_TOKEN"], TLS_FILES["SUBMARINE_DRIVER_TLS_CERT_FILE"],
-                TLS_FILES["SUBMARINE_DRIVER_TLS_CA_FILE"])  # fmt: skip
+CLIENT_FILES = (SECRET_ENV["SUBMARINE_JOB_TOKEN"], TLS_FILES["driver_tls_cert_file"],
+                TLS_FILES["driver_tls_ca_file"])  # fmt: skip
 
 
 def write_secrets(req: JobRequest) -> Path:
@@ -618,6 +619,81 @@ def free_port() -> int:
     raise OSError(f"no free port for the job driver in {DRIVER_PORTS.start}-{DRIVER_PORTS.stop - 1}")
 
 
+def container_settings(req: JobRequest) -> dict[str, str]:
+    """What every container of the job is told (``settings.Environment``, written by
+    ``settings.container_env``), with ``--env`` over it; the secrets as the files YARN localizes, never as
+    values in the spec.
+
+    Raises:
+        SettingsError: a value its setting's rule refuses (naming the variable).
+    """
+    from submarine_elastic.settings import container_env, env_name
+
+    if req.python_env is not None:
+        path = f"$PWD/{ENV_DIR}/bin:{SYSTEM_PATH}"
+    else:
+        path = SYSTEM_PATH if req.docker_image else f"{Path(req.python).parent}:{SYSTEM_PATH}"
+    batch = req.batch_limits
+    common = container_env(
+        job_id=req.name,
+        rm_url=req.rm_url,
+        driver_port=req.driver_port,
+        num_workers=req.limits.num,
+        min_workers=req.limits.min,
+        max_workers=req.limits.max,
+        elastic=req.elastic,
+        workdir=f"$PWD/{CODE_DIR}" if req.code is not None else req.workdir,
+        job_outcome_file=outcome_path(req.name).resolve(),
+        # Unset: the driver tells its ranks the interface holding its own address (driver.gloo_endpoint), the
+        # one that routes to its workers' hosts. A loopback cluster runs every container on this machine, where
+        # the host's name may resolve to an address the containers were not given: lo, as its NodeManagers.
+        gloo_iface="lo" if is_loopback(req.rm_url) else None,
+        queue=req.queue or None,
+        input_path=req.input_path or None,
+        checkpoint_path=req.checkpoint_path or None,
+        checkpoint_every=req.checkpoint_every,
+        min_batch_size=None if batch is None else batch.min,
+        max_batch_size=None if batch is None else batch.max,
+    )
+    common.update(
+        {
+            "PATH": path,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            # Set before the ring forms so a warm process can trace its step (the ring size is read at run time).
+            "HOROVOD_ELASTIC": "1",
+            # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": "20",
+        }
+    )
+    common.update(req.env)
+    # Secrets travel as files YARN localizes into each container, never as values in the spec.
+    secrets_given = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
+    for name, dest in SECRET_ENV.items():
+        common.pop(name, None)
+        if secrets_given.get(name):
+            common.update(container_env(**{SECRET_FILE_SETTINGS[name]: f"$PWD/{dest}"}))
+    if (job_tls := req.job_tls) is not None:
+        common.update(container_env(**{field: f"$PWD/{dest}" for field, dest in TLS_FILES.items()}))
+        common.update(container_env(driver_tls_name=job_tls.server_name or None))
+    else:
+        common.update(container_env(insecure=True))
+    if req.metrics_tls is not None:
+        # A CA given with --env SUBMARINE_METRICS_TLS_CA (a service with a certificate of its own) stays.
+        given_ca = req.env.get(env_name("metrics_tls_ca"))
+        common.update(container_env(**{field: f"$PWD/{dest}" for field, dest in METRICS_TLS_FILES.items()}))
+        if given_ca is not None:
+            common[env_name("metrics_tls_ca")] = given_ca
+    if req.yarn_login is not None:
+        # The driver resizes its own job: it logs in from the localized keytab, into a cache of its own.
+        common.update(
+            container_env(
+                yarn_auth="kerberos", yarn_keytab=f"$PWD/{KEYTAB_FILE}", yarn_principal=req.yarn_login.principal
+            )
+        )
+    return common
+
+
 def build_service(req: JobRequest) -> Service:
     """The job's YARN service: a ``driver`` (ends the service) and ``num`` ``worker`` agents.
 
@@ -632,66 +708,14 @@ def build_service(req: JobRequest) -> Service:
     raw["name"] = req.name
     if req.queue:
         raw["queue"] = req.queue
+    from submarine_elastic.settings import SettingsError, container_env
+
     python = interpreter(req)
-    if req.python_env is not None:
-        path = f"$PWD/{ENV_DIR}/bin:{SYSTEM_PATH}"
-    else:
-        path = SYSTEM_PATH if req.docker_image else f"{Path(req.python).parent}:{SYSTEM_PATH}"
-    common = {
-        "SUBMARINE_JOB_ID": req.name,
-        "SUBMARINE_RM_URL": req.rm_url,
-        "SUBMARINE_DRIVER_PORT": str(req.driver_port),
-        "SUBMARINE_JOB_TOKEN": req.token,
-        "SUBMARINE_NUM_WORKERS": str(req.limits.num),
-        "SUBMARINE_MIN_WORKERS": str(req.limits.min),
-        "SUBMARINE_MAX_WORKERS": str(req.limits.max),
-        "SUBMARINE_ELASTIC": "1" if req.elastic else "0",
-        "SUBMARINE_WORKDIR": f"$PWD/{CODE_DIR}" if req.code is not None else str(req.workdir),
-        "SUBMARINE_JOB_OUTCOME_FILE": str(outcome_path(req.name).resolve()),
-        "PATH": path,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        # Empty: the driver tells its ranks the interface holding its own address (driver.gloo_endpoint), the
-        # one that routes to its workers' hosts. A loopback cluster runs every container on this machine, where
-        # the host's name may resolve to an address the containers were not given: lo, as its NodeManagers.
-        "SUBMARINE_GLOO_IFACE": "lo" if is_loopback(req.rm_url) else "",
-        # Set before the ring forms so a warm process can trace its step (the ring size is read at run time).
-        "HOROVOD_ELASTIC": "1",
-        # Above a joiner's start, far below the 30 s default a dead peer would otherwise cost.
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": "20",
-    }
-    if req.queue:
-        common["SUBMARINE_QUEUE"] = req.queue
-    if req.input_path:
-        common["SUBMARINE_INPUT_PATH"] = req.input_path
-    if req.checkpoint_path:
-        common["SUBMARINE_CHECKPOINT_PATH"] = req.checkpoint_path
-    if req.checkpoint_every is not None:
-        common["SUBMARINE_CHECKPOINT_EVERY"] = str(req.checkpoint_every)
-    if req.batch_limits is not None:
-        common["SUBMARINE_MIN_BATCH_SIZE"] = str(req.batch_limits.min)
-        common["SUBMARINE_MAX_BATCH_SIZE"] = str(req.batch_limits.max)
-    common.update(req.env)
-    # Secrets travel as files YARN localizes into each container, never as values in the spec.
+    try:
+        common = container_settings(req)
+    except SettingsError as exc:
+        raise JobSpecError(str(exc)) from exc
     secret_files = job_secrets(req)
-    for name, dest in SECRET_ENV.items():
-        if common.pop(name, None):
-            common[f"{name}_FILE"] = f"$PWD/{dest}"
-    if (job_tls := req.job_tls) is not None:
-        common.update({name: f"$PWD/{dest}" for name, dest in TLS_FILES.items()})
-        if job_tls.server_name:
-            common["SUBMARINE_DRIVER_TLS_NAME"] = job_tls.server_name
-    else:
-        common["SUBMARINE_INSECURE"] = "1"
-    if req.metrics_tls is not None:
-        # A CA given with --env SUBMARINE_METRICS_TLS_CA (a service with a certificate of its own) stays.
-        metrics_files = {name: f"$PWD/{dest}" for name, dest in METRICS_TLS_FILES.items()}
-        common.update(metrics_files | {k: v for k, v in req.env.items() if k == "SUBMARINE_METRICS_TLS_CA"})
-    if req.yarn_login is not None:
-        # The driver resizes its own job: it logs in from the localized keytab, into a cache of its own.
-        common.update(SUBMARINE_YARN_AUTH="kerberos", SUBMARINE_YARN_KEYTAB=f"$PWD/{KEYTAB_FILE}")
-        if req.yarn_login.principal:
-            common["SUBMARINE_YARN_PRINCIPAL"] = req.yarn_login.principal
     if req.docker_image:
         common.update(YARN_CONTAINER_RUNTIME_TYPE="docker", YARN_CONTAINER_RUNTIME_DOCKER_IMAGE=req.docker_image)
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
@@ -720,10 +744,12 @@ def build_service(req: JobRequest) -> Service:
             comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
             if req.resources.gpus:
                 comp["resource"]["additional"] = {GPU_RESOURCE: {"value": req.resources.gpus, "unit": ""}}
-                comp["configuration"]["env"]["SUBMARINE_WORKER_GPUS"] = str(req.resources.gpus)
-            comp["configuration"]["env"]["SUBMARINE_WORKER_CMD_B64"] = base64.b64encode(
-                req.launch_cmd.encode()
-            ).decode()
+            comp["configuration"]["env"].update(
+                container_env(
+                    worker_gpus=req.resources.gpus or None,
+                    worker_cmd_b64=base64.b64encode(req.launch_cmd.encode()).decode(),
+                )
+            )
             if req.placement is not None:
                 # Fixed for the service's life: YARN applies it to every worker it starts, a flex's too.
                 comp["placement_policy"] = {"constraints": [req.placement.constraint()]}

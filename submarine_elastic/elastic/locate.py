@@ -36,12 +36,12 @@ def driver_address(
         DriverUnreachableError: no job name, no port, no ResourceManager, no driver in time, or the job's
             service has ended (at once, not after ``timeout``).
     """
-    job = job or env.job_id()
+    job = job or env.settings().job_id
     if not job:
         raise DriverUnreachableError("no job name: SUBMARINE_JOB_ID is not set")
     owns = client is None
     if client is None:
-        rm = env.rm_url()
+        rm = env.settings().rm_url
         if not rm:
             raise DriverUnreachableError("no ResourceManager address: SUBMARINE_RM_URL is not set")
         client = YarnServiceClient(rm)
@@ -62,7 +62,7 @@ def driver_address(
             )
         host = driver_host(status)
         if port is None:
-            port = env.driver_port() or _spec_port(status)
+            port = env.settings().driver_port or _spec_port(status)
         if host and port:
             return f"{host}:{port}"
         last = f"service state {status.state}, driver container {'without address' if not host else 'ok'}"

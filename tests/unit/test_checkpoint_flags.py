@@ -87,7 +87,7 @@ def test_the_request_refuses_what_the_flags_refuse():
 def test_a_bad_checkpoint_every_in_the_environment_is_named(monkeypatch: pytest.MonkeyPatch, value: str):
     monkeypatch.setenv("SUBMARINE_CHECKPOINT_EVERY", value)
     with pytest.raises(ValueError, match=f"SUBMARINE_CHECKPOINT_EVERY must be a positive integer .*{value!r}"):
-        env.checkpoint_every()
+        _ = env.settings().checkpoint_every
     monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", "/shared/ckpt")
     with pytest.raises(CheckpointConfigError, match="SUBMARINE_CHECKPOINT_EVERY"):
         Checkpointer.from_env()

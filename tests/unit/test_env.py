@@ -9,15 +9,16 @@ from collections.abc import Callable
 import pytest
 
 from submarine_elastic import env
+from submarine_elastic.limits import CHECKPOINT_EVERY_DEFAULT
 
 WORKERS = {"SUBMARINE_NUM_WORKERS": "2", "SUBMARINE_MIN_WORKERS": "1", "SUBMARINE_MAX_WORKERS": "4"}
 BATCH = {"SUBMARINE_MIN_BATCH_SIZE": "32", "SUBMARINE_MAX_BATCH_SIZE": "512"}
 
 #: (variable, what reads it, the other variables it needs, its value when unset: None if required)
 READERS: list[tuple[str, Callable[[], int], dict[str, str], int | None]] = [
-    ("SUBMARINE_METRICS_EVERY_N", env.metrics_every_n, {}, 1),
-    ("SUBMARINE_NOISE_EVERY", lambda: env.noise_every(10), {}, 10),
-    ("SUBMARINE_CHECKPOINT_EVERY", env.checkpoint_every, {}, env.CHECKPOINT_EVERY_DEFAULT),
+    ("SUBMARINE_METRICS_EVERY_N", lambda: env.settings().metrics_every_n, {}, 1),
+    ("SUBMARINE_NOISE_EVERY", lambda: env.settings().noise_every or 10, {}, 10),
+    ("SUBMARINE_CHECKPOINT_EVERY", lambda: env.settings().checkpoint_every, {}, CHECKPOINT_EVERY_DEFAULT),
     ("SUBMARINE_NUM_WORKERS", lambda: env.worker_limits()[0], WORKERS, None),
     ("SUBMARINE_MIN_WORKERS", lambda: env.worker_limits()[1], WORKERS, None),
     ("SUBMARINE_MAX_WORKERS", lambda: env.worker_limits()[2], WORKERS, None),
@@ -91,7 +92,7 @@ def test_the_unit_is_named_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(
         ValueError, match=r"^SUBMARINE_CHECKPOINT_EVERY must be a positive integer \(commits\), got '0'$"
     ):
-        env.checkpoint_every()
+        _ = env.settings().checkpoint_every
 
 
 def test_no_batch_limits_when_neither_is_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -329,7 +329,7 @@ def join_or_leave() -> None:
     from submarine_elastic import env
     from tf_hooks.elastic import ring
 
-    if env.agent_fd() is not None:
+    if env.settings().agent_fd is not None:
         ring.wait_for_slot()
         return
     ring.prepare_reinit()

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from submarine_elastic import env
+from submarine_elastic.limits import CHECKPOINT_EVERY_DEFAULT
 from tf_hooks.api import TfHooksError
 
 logger = logging.getLogger(__name__)
@@ -228,7 +229,7 @@ class Checkpointer:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        every: int = env.CHECKPOINT_EVERY_DEFAULT,
+        every: int = CHECKPOINT_EVERY_DEFAULT,
         *,
         keep: int = KEEP,
         write: WriteFn | None = None,
@@ -272,11 +273,12 @@ class Checkpointer:
         Raises:
             CheckpointConfigError: either variable is unusable (named).
         """
-        path = env.checkpoint_path()
+        settings = env.settings()
+        path = settings.checkpoint_path
         if path is None:
             return None
         try:
-            every = env.checkpoint_every()
+            every = settings.checkpoint_every
         except ValueError as exc:
             raise CheckpointConfigError(str(exc)) from None
         try:
@@ -414,7 +416,7 @@ def resolve(checkpoint: Checkpointer | str | os.PathLike[str] | bool | None) -> 
     if isinstance(checkpoint, Checkpointer):
         return checkpoint
     try:
-        every = env.checkpoint_every()
+        every = env.settings().checkpoint_every
     except ValueError as exc:
         raise CheckpointConfigError(str(exc)) from None
     return Checkpointer(checkpoint, every)

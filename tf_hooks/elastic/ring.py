@@ -204,7 +204,7 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
         TimeoutError: ``timeout`` passed first.
     """
     global _channel
-    fd = env.agent_fd()
+    fd = env.settings().agent_fd
     if fd is None:
         return {}
     sock = socket.socket(fileno=fd)
