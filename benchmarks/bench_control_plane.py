@@ -217,7 +217,7 @@ def measure_before(n: int, procs: int) -> dict[str, Any]:
     64 threads, no bound on concurrent calls. How many of ``n`` agents attach, and whether Status answers."""
     driver = JobDriver("bench", Limits(n, 1, n), RecordingYarn(), None, "lo", 600)  # type: ignore[arg-type]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=BEFORE_POOL))
-    pb_grpc.add_ElasticDriverServicer_to_server(driver, server)
+    pb_grpc.add_ElasticDriverServicer_to_server(driver.servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     fleet = AgentFleet(port, n, procs)
@@ -417,7 +417,7 @@ def measure_partition(mode: str) -> dict[str, Any]:
     driver = JobDriver("bench", Limits(1, 1, 1), RecordingYarn(), None, "lo", 600)  # type: ignore[arg-type]
     if mode == "none":
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
-        pb_grpc.add_ElasticDriverServicer_to_server(driver, server)
+        pb_grpc.add_ElasticDriverServicer_to_server(driver.servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
     else:

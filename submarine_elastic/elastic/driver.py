@@ -61,7 +61,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import cast
@@ -83,6 +82,7 @@ from submarine_elastic.elastic.api import (
     WorkerState,
     advance,
 )
+from submarine_elastic.elastic.driver_servicer import DriverServicer
 from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
@@ -112,7 +112,6 @@ from submarine_elastic.elastic.ringhost import (
     rendezvous_address,
 )
 from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
-from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 from submarine_elastic.yarn import (
     ContainerStatus,
@@ -159,8 +158,9 @@ def application_of(container_id: str) -> str:
 LIVE_STATES = frozenset({WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING})
 
 
-class JobDriver(pb_grpc.ElasticDriverServicer):
-    """The control plane of one job: agents attach, clients resize it and read its status.
+class JobDriver:
+    """The control plane of one job: agents attach, clients resize it and read its status (through
+    :class:`DriverServicer`, ``servicer``).
 
     ``phase`` (:class:`JobPhase`) moves only along its transitions: assigning one it does not have
     raises :class:`IllegalTransitionError`. ``yarn`` holds the worker component's target and reconciles
@@ -242,6 +242,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         self._persisted = ""
         #: a relaunched incarnation's take-over of its predecessor's ring
         self.adoption = Adopter(self.registry, previous, limits.min)
+        #: the gRPC servicer of its control plane
+        self.servicer = DriverServicer(self)
 
     @property
     def phase(self) -> JobPhase:
@@ -277,46 +279,14 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
         """The job has been RUNNING: its ring formed once."""
         return self._ring_formed
 
-    # ------------------------------------------------------------------ gRPC
+    # ------------------------------------------------------------------ agents and clients (DriverServicer)
 
-    def Attach(
-        self, request_iterator: Iterator[pb.AgentEvent], context: grpc.ServicerContext
-    ) -> Iterator[pb.AgentCommand]:
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("event") != "hello":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an agent must start with Hello")
-            return
-        hello = first.hello
-        # Refused before it is registered: a name without its number would fail every Status and resize after.
-        instance_problem = WORKER_INSTANCE.problem(hello.instance)
-        problems = [] if instance_problem is None else [instance_problem]
-        for what, value in (
-            ("container_id", hello.container_id),
-            ("host", hello.host),
-            ("agent_id", hello.agent_id),
-            ("node", hello.node),
-        ):
-            if len(value) > MAX_AGENT_FIELD_LENGTH:
-                problems.append(f"Hello.{what} is {len(value)} characters, above {MAX_AGENT_FIELD_LENGTH}")
-        if not (hello.agent_id or hello.container_id):
-            problems.append("Hello names neither an agent_id nor a container_id")
-        if problems:
-            log.warning("refused an agent's Hello: %s", "; ".join(problems))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused Hello: " + "; ".join(problems))
-            return
-        agent = AgentHandle(
-            hello.agent_id or hello.container_id,
-            hello.instance,
-            hello.container_id,
-            hello.host,
-            tuple(hello.gpus),
-            node=hello.node,
-        )
-        refusal = self.admit(agent, hello.resume if hello.HasField("resume") else None)
+    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
+        """Registers an agent whose Hello was valid, unless :meth:`admit` refuses it (then returns why); sends it
+        the batch in force."""
+        refusal = self.admit(agent, resume)
         if refusal:
-            log.warning("refused %s (%s): %s", agent.instance, agent.agent_id, refusal)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
-            return
+            return refusal
         self.registry.add(agent)
         batch = self.targets.batch
         if batch is not None:
@@ -327,46 +297,39 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             agent.container_id,
             f", adopted at rank {agent.adopted_rank}" if agent.adopted else "",
         )
-        threading.Thread(target=self._read_agent, args=(agent, request_iterator), daemon=True).start()
-        while True:
-            command = agent.commands.get()
-            if command is None:
-                return
-            yield command
+        return ""
 
     def admit(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
         """Why a (re-)attaching agent is refused ('' when it is not), its state set from ``resume``
         (:meth:`Adopter.admit`)."""
         return self.adoption.admit(agent, resume, incarnation=self.incarnation, ring_formed=self.ring_formed)
 
-    def _read_agent(self, agent: AgentHandle, events: Iterator[pb.AgentEvent]) -> None:
+    def on_event(self, agent: AgentHandle, event: pb.AgentEvent) -> None:
+        """One event of ``agent``'s stream: warm, exited or preempted; one its state does not allow is logged and
+        ignored."""
+        kind = event.WhichOneof("event")
         try:
-            for event in events:
-                kind = event.WhichOneof("event")
-                try:
-                    if kind == "warm":
-                        log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
-                        self.registry.move(agent.agent_id, WorkerState.WARM)
-                    elif kind == "exited":
-                        code = event.exited.exit_code
-                        log.info(
-                            "%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else ""
-                        )
-                        if agent.state.ended:
-                            raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
-                        self._note_exit(agent, event.exited)
-                        self.registry.end(agent, code)
-                    elif kind == "preempted":
-                        self._on_preempted(agent, event.preempted.reason)
-                except IllegalTransitionError as exc:
-                    log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
-        except grpc.RpcError:
-            pass
-        finally:
-            self.registry.disconnect(agent.agent_id)
-            self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
-            agent.commands.put(None)
-            log.info("agent detached: %s", agent.instance)
+            if kind == "warm":
+                log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
+                self.registry.move(agent.agent_id, WorkerState.WARM)
+            elif kind == "exited":
+                code = event.exited.exit_code
+                log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
+                if agent.state.ended:
+                    raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
+                self._note_exit(agent, event.exited)
+                self.registry.end(agent, code)
+            elif kind == "preempted":
+                self._on_preempted(agent, event.preempted.reason)
+        except IllegalTransitionError as exc:
+            log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
+
+    def detach(self, agent: AgentHandle) -> None:
+        """``agent``'s stream ended: its process is lost to the job if it had not ended, and its commands end."""
+        self.registry.disconnect(agent.agent_id)
+        self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
+        agent.commands.put(None)
+        log.info("agent detached: %s", agent.instance)
 
     def _on_preempted(self, agent: AgentHandle, reason: str) -> None:
         """The worker's NodeManager is stopping its container (YARN preempts it): a scale-in the driver did not
@@ -468,19 +431,21 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
                 ranks[host] = slots[0].rank if slots else -1
         return ranks
 
-    def SetTarget(self, request: pb.Target, context: grpc.ServicerContext) -> pb.FlexReply:
-        self._preempted_from = None  # a client's target replaces growing back on the driver's own
-        try:
-            taken, previous = self.targets.take(
-                request,
-                self.limits,
-                self.batch_limits,
-                (a.instance for a in self.registry.snapshot()),
-                on_batch=self._relay_batch,
-            )
-        except FlexRefusedError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return pb.FlexReply(previous=previous, target=taken.workers, message="resize queued", version=taken.version)
+    def take_target(self, target: pb.Target) -> tuple[pb.Target, int]:
+        """A client's target (:meth:`TargetBook.take`): the target as taken and the worker count before it; it
+        replaces growing back on the driver's own after a preemption.
+
+        Raises:
+            FlexRefusedError: it is refused (naming why).
+        """
+        self._preempted_from = None
+        return self.targets.take(
+            target,
+            self.limits,
+            self.batch_limits,
+            (a.instance for a in self.registry.snapshot()),
+            on_batch=self._relay_batch,
+        )
 
     def _relay_batch(self, target: pb.Target) -> None:
         """A target that changes the job's batch (called in version order): sent to every attached agent, which
@@ -498,7 +463,8 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             if agent.connected and not agent.state.ended:
                 agent.commands.put(pb.AgentCommand(target=target))
 
-    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
+    def status(self) -> pb.JobStatus:
+        """The job as the driver sees it now, with the reconcile step's verdict on its target."""
         ranks = self._ranks()
         workers = [
             pb.WorkerStatus(
@@ -763,7 +729,7 @@ class JobDriver(pb_grpc.ElasticDriverServicer):
             options=STREAM_KEEPALIVE_SERVER_OPTIONS,
             maximum_concurrent_rpcs=threads,
         )
-        pb_grpc.add_ElasticDriverServicer_to_server(self, server)
+        pb_grpc.add_ElasticDriverServicer_to_server(self.servicer, server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if tls is None:
             bound = server.add_insecure_port(address)

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from concurrent import futures
 
 import grpc
+from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
 
 from submarine_elastic.elastic.client import remember_driver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 
 
@@ -20,7 +20,7 @@ def serving(servicer: JobDriver, name: str, token: str) -> Iterator[JobDriver]:
     """``servicer`` serving job ``name``'s control plane on a port of 127.0.0.1, plaintext (a job run
     ``--insecure``), the job's token and the driver's address where the CLI looks; all gone on the way out."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_ElasticDriverServicer_to_server(servicer, server)
+    pb_grpc.add_ElasticDriverServicer_to_server(servicer.servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     directory = job_dir(name)

@@ -81,14 +81,14 @@ def commands(agent: AgentHandle) -> list[pb.AgentCommand]:
 
 
 def flex(driver: JobDriver, **fields: object) -> pb.FlexReply:
-    return driver.SetTarget(pb.Target(**fields), Context())  # type: ignore[arg-type]
+    return driver.servicer.SetTarget(pb.Target(**fields), Context())  # type: ignore[arg-type]
 
 
 def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent() -> None:
     driver = make_driver()
     agents = [attach(driver, 0), attach(driver, 1)]
     flex(driver, workers=2, batch_size=128, accum_steps=1, reason="goodput: noise scale 900 allows batch 128")
-    status = driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    status = driver.servicer.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
     assert (status.batch.batch_size, status.batch.accum_steps, status.batch.version) == (128, 1, 1)
     assert status.batch.reason == "goodput: noise scale 900 allows batch 128"
     assert (status.min_batch_size, status.max_batch_size) == (32, 512)
@@ -97,7 +97,7 @@ def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent
         assert command.WhichOneof("command") == "target" and command.target.batch_size == 128
 
     flex(driver, workers=2, batch_size=256, learning_rate=0.2, reason="operator")
-    status = driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    status = driver.servicer.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
     assert [(b.version, b.batch_size, b.reason) for b in status.batch_timeline] == [
         (1, 128, "goodput: noise scale 900 allows batch 128"),
         (2, 256, "operator"),
@@ -109,7 +109,7 @@ def test_the_driver_takes_a_batch_setting_reports_it_and_sends_it_to_every_agent
     assert commands(late)[0].target.version == 2
     # A resize alone leaves the batch as it is.
     flex(driver, workers=3)
-    assert driver.Status(pb.StatusRequest(), None).batch.version == 2  # type: ignore[arg-type]
+    assert driver.servicer.Status(pb.StatusRequest(), None).batch.version == 2  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_a_relaunched_driver_keeps_the_batch_setting_and_its_timeline(tmp_path: 
     first._persist()
     assert json.loads(state_file.read_text())["batch_timeline"][0]["batch_size"] == 64
     second = make_driver(state_file)
-    status = second.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    status = second.servicer.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
     assert (status.batch.batch_size, status.batch.accum_steps, status.batch.reason) == (64, 3, "goodput")
     flex(second, workers=2, batch_size=96)
     assert second.batch_timeline[-1].version == 2  # versions go on from the predecessor's

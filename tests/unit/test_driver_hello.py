@@ -13,8 +13,10 @@ from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_dela
 
 from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.driver_servicer import hello_problems
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH
 from tests.unit.test_driver_scale import RecordingYarn
 
 #: What a user waits at most for an answer of the driver.
@@ -144,3 +146,15 @@ def test_a_hello_the_driver_cannot_keep_is_refused_and_status_and_flex_still_wor
         await asyncio.gather(agents[0], return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+def test_hello_problems_name_each_bad_field_and_a_good_hello_has_none() -> None:
+    assert hello_problems(pb.Hello(instance="worker-0", container_id="c0")) == []
+    long = "x" * (MAX_AGENT_FIELD_LENGTH + 1)
+    problems = hello_problems(pb.Hello(instance="worker-1", host=long, node=long))
+    assert problems == [
+        f"Hello.host is {len(long)} characters, above {MAX_AGENT_FIELD_LENGTH}",
+        f"Hello.node is {len(long)} characters, above {MAX_AGENT_FIELD_LENGTH}",
+        "Hello names neither an agent_id nor a container_id",
+    ]
+    assert len(hello_problems(pb.Hello(instance="worker", agent_id="a"))) == 1  # a name without its number

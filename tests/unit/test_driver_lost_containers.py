@@ -123,7 +123,7 @@ def test_an_agent_whose_container_yarn_lists_stopped_and_relaunched_is_stopped_a
         f"worker-1's container {OLD} was lost with its NodeManager on node-a: YARN counts it STOPPED and "
         f"relaunched worker-1 in container {NEW}; its agent still ran and was stopped, out of the ring"
     )
-    status = driver.Status(pb.StatusRequest(), None)
+    status = driver.servicer.Status(pb.StatusRequest(), None)
     assert [(w.container_id, w.state) for w in status.workers if w.instance == "worker-1"] == [
         (OLD, pb.WORKER_LEAVING),
         (NEW, pb.WORKER_WARM),
@@ -135,7 +135,7 @@ def test_an_agent_whose_container_yarn_lists_stopped_and_relaunched_is_stopped_a
     assert commands(old) == [] and len(driver.failures) == 1
 
     # Its process ends (Stop): it is counted out as having left, with no second failure.
-    driver._read_agent(old, iter([pb.AgentEvent(exited=pb.Exited(exit_code=-15, leaving=True, joined=True))]))
+    driver.servicer.read_events(old, iter([pb.AgentEvent(exited=pb.Exited(exit_code=-15, leaving=True, joined=True))]))
     assert old.state is WorkerState.LEFT and len(driver.failures) == 1
 
 

@@ -62,7 +62,7 @@ def test_a_relaunched_driver_takes_over_its_predecessors_target_timeline_and_inc
     assert (second.target, second.requested, second.targets.version) == (3, 1, 1)
     assert [e.to_workers for e in second.timeline] == [3]
     assert [f.instance for f in second.failures] == ["worker-1"]
-    status = second.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    status = second.servicer.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
     assert [i.number for i in status.incarnations] == [1, 2]
     second._persist()
     assert [i["number"] for i in json.loads(state_file.read_text())["incarnations"]] == [1, 2]

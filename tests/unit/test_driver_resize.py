@@ -76,7 +76,7 @@ def driver() -> Iterator[JobDriver]:
 
 
 def status(driver: JobDriver) -> pb.JobStatus:
-    return driver.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
+    return driver.servicer.Status(pb.StatusRequest(), None)  # type: ignore[arg-type]
 
 
 def sent(rsps: responses.RequestsMock) -> list[tuple[str, int]]:

@@ -178,7 +178,7 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
     assert not driver.failures and not driver._fatal.is_set()
     assert yarn.targets == [(3, ("worker-1",))]
     assert [e.reason for e in driver.targets.timeline] == ["preempted by YARN: worker-1"]
-    status = driver.Status(pb.StatusRequest(), None)
+    status = driver.servicer.Status(pb.StatusRequest(), None)
     assert [(w.instance, w.preempted) for w in status.workers if w.preempted] == [("worker-1", True)]
 
 

@@ -222,7 +222,7 @@ def test_a_client_without_a_ca_refuses_and_never_sends_its_token() -> None:
     (directory / INSECURE_MARK).unlink()  # a directory without a CA, and without plaintext asked for
     driver = JobDriver(req.name, req.limits, yarn=None, token=TOKEN, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
     server = grpc.server(futures.ThreadPoolExecutor(2), interceptors=[Recorder()])
-    pb_grpc.add_ElasticDriverServicer_to_server(driver, server)
+    pb_grpc.add_ElasticDriverServicer_to_server(driver.servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
