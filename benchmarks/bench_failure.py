@@ -29,8 +29,9 @@ from bench_elastic import step_times
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.elastic.api import Limits, WorkerState
-from submarine_elastic.elastic.client import JobClient, submit
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.jobspec import JobRequest, WorkerResources
+from submarine_elastic.submit.service import submit
 from submarine_elastic.yarn import YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.jobcode import PackedEnv, snapshot
+from submarine_elastic.submit.jobcode import PackedEnv, snapshot
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ import submarine_elastic.elastic.agent
 import submarine_elastic.elastic.driver  # noqa: F401  (imports Horovod's elastic runner)
 from submarine_elastic import env, resources
 from submarine_elastic.elastic.api import Limits
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service
+from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service
 
 installed = Path(submarine_elastic.__file__).resolve().parent
 problems = [f"the package was imported from {installed}, inside the checkout"] if root in installed.parents else []

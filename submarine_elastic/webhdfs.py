@@ -2,7 +2,7 @@
 
 What the project puts on a cluster's HDFS goes through here: ``cluster up`` making the users' home
 directories and uploading the ApplicationMaster's jar archive, ``job run`` writing a job's files
-(``elastic.jobfiles``), ``job kill`` removing them. Simple auth: every request names its user with
+(``submit.jobfiles``), ``job kill`` removing them. Simple auth: every request names its user with
 ``?user.name=`` (the cluster refuses anonymous requests), and HDFS checks that user's permissions.
 
 A file is written in WebHDFS's two steps: the NameNode answers ``CREATE`` with a redirect to a DataNode,

@@ -25,22 +25,9 @@ from submarine_elastic.elastic.api import (
     Limits,
     WorkerState,
 )
-from submarine_elastic.elastic.client import (
-    JobClient,
-    JobOutcome,
-    clear_ended_service,
-    forget_job,
-    forget_outcome,
-    last_driver_address,
-    load_outcome,
-    refuse_unfit_queue,
-    refuse_unplaceable,
-    refuse_unplaceable_placement,
-    submit,
-    with_kill_delay,
-)
-from submarine_elastic.elastic.jobcode import Localization, PackedEnv, pack_current_env, read_carried, snapshot
-from submarine_elastic.elastic.jobspec import (
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.jobcode import Localization, PackedEnv, pack_current_env, read_carried, snapshot
+from submarine_elastic.submit.jobspec import (
     DriverTls,
     JobRequest,
     JobSpecError,
@@ -51,15 +38,24 @@ from submarine_elastic.elastic.jobspec import (
     describe_environment,
     parse_env,
 )
+from submarine_elastic.submit.service import (
+    clear_ended_service,
+    refuse_unfit_queue,
+    refuse_unplaceable,
+    refuse_unplaceable_placement,
+    submit,
+    with_kill_delay,
+)
+from submarine_elastic.submit.store import JobOutcome, forget_job, forget_outcome, last_driver_address, load_outcome
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import AppSummary, RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
-    from submarine_elastic.elastic.jobfiles import HdfsJobFiles
     from submarine_elastic.elastic.proto import elastic_pb2 as pb
     from submarine_elastic.metrics.proto import metrics_pb2
+    from submarine_elastic.submit.jobfiles import HdfsJobFiles
 
 console = Console()
 
@@ -100,7 +96,7 @@ def _job_files(rm_url: str) -> HdfsJobFiles | None:
     configuration names (:func:`_rm_hdfs`). None: the files stay local."""
     from submarine_elastic.cluster import ClusterError, LocalCluster
     from submarine_elastic.cluster.hadoop_conf import hdfs_addresses
-    from submarine_elastic.elastic.jobfiles import HdfsJobFiles
+    from submarine_elastic.submit.jobfiles import HdfsJobFiles
     from submarine_elastic.webhdfs import WebHdfs
 
     conf = env.settings().hadoop_conf_dir

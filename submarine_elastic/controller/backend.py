@@ -19,9 +19,10 @@ from submarine_elastic.controller.api import (
     Resources,
 )
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
-from submarine_elastic.elastic.client import JobClient, forget_job
+from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import QueueShare
+from submarine_elastic.submit.store import forget_job
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)

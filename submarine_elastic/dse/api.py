@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.jobspec import JobRequest
+    from submarine_elastic.submit.jobspec import JobRequest
 
 #: A parameter level or fixed setting: what YAML scalars give.
 Value = str | int | float | bool

@@ -76,7 +76,6 @@ from submarine_elastic.elastic import channel
 from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
 from submarine_elastic.elastic.channel import ChannelError, FrameReader
 from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
-from submarine_elastic.elastic.jobcode import unpack_code
 from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
@@ -87,6 +86,7 @@ from submarine_elastic.rpc import (
     open_channel,
     plaintext_refused,
 )
+from submarine_elastic.submit.jobcode import unpack_code
 
 log = logging.getLogger("submarine_elastic.agent")
 

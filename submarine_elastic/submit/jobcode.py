@@ -32,12 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from submarine_elastic.elastic.jobspec import (
+from submarine_elastic.submit.api import CHUNK, CodeSnapshot, JobCodeError, JobSpecError, PackedEnv
+from submarine_elastic.submit.jobspec import (
     CODE_ARCHIVE,
     CODE_DIR,
     ENV_CACHE,
     JobRequest,
-    JobSpecError,
     describe_code,
     describe_environment,
     job_dir,
@@ -57,14 +57,8 @@ EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 #: A directory holding one of these is a Python environment (virtualenv, conda), never code: left out.
 ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
 #: Suffixes YARN extracts as a gzip'd tar.
-_TAR_GZ = (".tar.gz", ".tgz")
 #: gzip level of a snapshot: code compresses well at any level, and level 1 is the fastest.
 _GZIP_LEVEL = 1
-_CHUNK = 1 << 20
-
-
-class JobCodeError(JobSpecError):
-    """The job's code or environment cannot be shipped; the message names the flag and the path."""
 
 
 @dataclass(frozen=True)
@@ -112,79 +106,6 @@ class Localization:
         if not src.exists():
             raise JobCodeError(f"{flag}: the source {src} does not exist")
         return cls(src, dest, read_only=mode == "ro")
-
-
-@dataclass(frozen=True)
-class CodeSnapshot:
-    """A job's code as packed on this machine: the archive (a temporary file until it is put on the cluster),
-    its content hash, size and what it holds."""
-
-    archive: Path
-    sha256: str
-    archive_bytes: int
-    files: int
-    content_bytes: int
-
-    @property
-    def name(self) -> str:
-        """Its name in the job's directory: by content, so two jobs of the same code share a name."""
-        return f"code-{self.sha256[:16]}.tar.gz"
-
-
-@dataclass(frozen=True)
-class PackedEnv:
-    """A packed Python environment on this machine (``--python_env``) and its content hash."""
-
-    archive: Path
-    sha256: str
-    archive_bytes: int
-
-    @property
-    def name(self) -> str:
-        """Its name in the user's cache of environments: one upload per content."""
-        return f"{self.sha256[:32]}.tar.gz"
-
-    @classmethod
-    def load(cls, path: Path) -> PackedEnv:
-        """Reads the archive once: its hash, and that it is a gzip'd tar holding ``bin/python``.
-
-        Raises:
-            JobCodeError: the file is missing, not a ``.tar.gz``, not a gzip'd tar, or has no ``bin/python``
-                (the path named).
-        """
-        flag = f"--python_env {path}"
-        if not path.is_file():
-            raise JobCodeError(f"{flag}: no such file")
-        if not path.name.endswith(_TAR_GZ):
-            raise JobCodeError(f"{flag}: must be a .tar.gz (as venv-pack and conda-pack write), which YARN extracts")
-        digest = hashlib.sha256()
-        found = False
-        with path.open("rb") as raw:
-            reader = _Hashing(raw, digest)
-            try:
-                with tarfile.open(fileobj=reader, mode="r|gz") as tar:  # type: ignore[call-overload]
-                    for member in tar:
-                        found = found or member.name.removeprefix("./") == "bin/python"
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                raise JobCodeError(f"{flag}: not a gzip'd tar ({exc})") from exc
-            while reader.read(_CHUNK):
-                pass
-        if not found:
-            raise JobCodeError(f"{flag}: no bin/python in it: not a packed environment (venv-pack, conda-pack)")
-        return cls(path.resolve(), digest.hexdigest(), path.stat().st_size)
-
-
-class _Hashing:
-    """A binary reader that hashes what is read through it."""
-
-    def __init__(self, raw: object, digest: hashlib._Hash) -> None:
-        self._raw = raw
-        self._digest = digest
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self._raw.read(n)  # type: ignore[attr-defined]
-        self._digest.update(data)
-        return data
 
 
 def is_environment(directory: Path) -> bool:
@@ -288,7 +209,7 @@ def snapshot(workdir: Path, localizations: list[Localization], into: Path, *, li
                 for source, arcname, read_only in members:
                     _add(tar, source, arcname.as_posix(), read_only)
             out.seek(0)
-            while chunk := out.read(_CHUNK):
+            while chunk := out.read(CHUNK):
                 digest.update(chunk)
     except BaseException:
         path.unlink(missing_ok=True)

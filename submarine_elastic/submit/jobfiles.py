@@ -14,10 +14,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.jobspec import ENV_CACHE, JOB_NAME, JobRequest, JobSpecError, job_secrets
+from submarine_elastic.submit.jobspec import ENV_CACHE, JOB_NAME, JobRequest, JobSpecError, job_secrets
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.jobcode import PackedEnv
+    from submarine_elastic.submit.jobcode import PackedEnv
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 
 #: The jobs' directories on HDFS: ``/submarine-jobs/<user>/<job>``. ``cluster up`` makes it with mode 1777

@@ -24,18 +24,14 @@ from submarine_elastic import env, resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
+from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, PackedEnv
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.jobcode import CodeSnapshot, PackedEnv
     from submarine_elastic.tls import Issued
     from submarine_elastic.yarn import Service
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class JobSpecError(ValueError):
-    """A ``submarine job run`` flag is invalid; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -214,9 +210,9 @@ class JobRequest:
     #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret
     yarn_login: YarnLogin | None = field(default_factory=YarnLogin.from_env, repr=False)
     #: where the containers' files are localized from: the job's directory on the cluster's HDFS
-    #: (``hdfs://nn:port/submarine-jobs/<user>/<job>``, ``elastic.jobfiles``); None: :func:`job_dir`
+    #: (``hdfs://nn:port/submarine-jobs/<user>/<job>``, ``submit.jobfiles``); None: :func:`job_dir`
     files_uri: str | None = None
-    #: the job's code, packed by ``job run`` (``elastic.jobcode``): the command runs in its copy in each container;
+    #: the job's code, packed by ``job run`` (``submit.jobcode``): the command runs in its copy in each container;
     #: None: in ``workdir`` on each node's own file system
     code: CodeSnapshot | None = field(default=None, repr=False)
     #: a packed Python environment (``--python_env``) whose interpreter the job runs; None: ``python`` (or, with
@@ -375,7 +371,7 @@ def job_dir(job: str) -> Path:
     return env.settings().jobs_directory() / job
 
 
-#: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``elastic.jobcode``): the
+#: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``submit.jobcode``): the
 #: training command runs there.
 CODE_DIR = "code"
 #: The snapshot as localized into a container, which its agent unpacks into :data:`CODE_DIR`.

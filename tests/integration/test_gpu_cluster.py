@@ -27,9 +27,9 @@ from submarine_elastic.cluster import GPU_RESOURCE, ClusterSpec, LocalCluster
 from submarine_elastic.cluster.gpu import parse_nvidia_smi
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.gpus import holders
-from submarine_elastic.elastic.jobspec import job_dir
 from submarine_elastic.replay import LiveReplay, plan_replay
 from submarine_elastic.replay.report import summary, write
+from submarine_elastic.submit.jobspec import job_dir
 from submarine_elastic.yarn import YarnServiceClient
 from submarine_elastic.yarn.spec import Component, Resource, ResourceInformation, RestartPolicy, Service
 from tests.integration.conftest import AS_USER, PORT_BASE, committed_steps, eventually, submarine

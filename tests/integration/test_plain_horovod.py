@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.client import JobClient, load_outcome
+from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 from tests.integration.conftest import committed_steps, eventually, run_job, wait_finished
 from tests.integration.jobcheck import wait_for_steps_at

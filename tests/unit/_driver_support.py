@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from concurrent import futures
 
 import grpc
-from submarine_elastic.elastic.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
 
-from submarine_elastic.elastic.client import remember_driver
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.submit.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
+from submarine_elastic.submit.store import remember_driver
 
 
 @contextlib.contextmanager

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from submarine_elastic import env
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.client import load_token
-from submarine_elastic.elastic.jobspec import JobSpecError, build_service
+from submarine_elastic.submit.jobspec import JobSpecError, build_service
+from submarine_elastic.submit.store import load_token
 from tests.unit.test_jobspec import request
 from tf_hooks.elastic.checkpoint import CheckpointConfigError, Checkpointer, resolve
 

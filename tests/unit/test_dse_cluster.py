@@ -32,8 +32,8 @@ from submarine_elastic.dse import (
     sample_points,
 )
 from submarine_elastic.dse.pseudo_cluster import METRICS, LossTracker
-from submarine_elastic.elastic.jobspec import JobRequest
 from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.submit.jobspec import JobRequest
 from tf_hooks.api import StepRecord
 from tf_hooks.config import MetricsConfig
 from tf_hooks.sender import make_sink

@@ -41,8 +41,8 @@ from submarine_elastic.elastic.gpus import (
     pin,
     read_node_gpus,
 )
-from submarine_elastic.elastic.jobspec import JobRequest, WorkerResources, build_service
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service
 from tests.unit._driver_support import serving
 
 RECORDED = Path(__file__).parent / "recorded"

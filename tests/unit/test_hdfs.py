@@ -18,9 +18,10 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, DaemonNotRunningError, LocalCluster, Placement
 from submarine_elastic.cluster.api import Daemon
 from submarine_elastic.cluster.hdfs import HDFS_FRAMEWORK, HDFS_SERVICES
-from submarine_elastic.elastic.client import forget_job, submit
-from submarine_elastic.elastic.jobfiles import HdfsJobFiles
-from submarine_elastic.elastic.jobspec import JobSpecError, build_service, job_secrets
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
+from submarine_elastic.submit.jobspec import JobSpecError, build_service, job_secrets
+from submarine_elastic.submit.service import submit
+from submarine_elastic.submit.store import forget_job
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 from submarine_elastic.yarn import YarnError
 from tests.unit.test_jobspec import RecordingYarn, request

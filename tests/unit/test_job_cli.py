@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.jobspec import job_dir, outcome_path
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.submit.jobspec import job_dir, outcome_path
 from tests.unit._driver_support import serving
 
 TOKEN = "job-token"
@@ -185,7 +185,8 @@ def test_following_a_job_to_its_end_reports_a_failed_job_as_failed(phase: str, f
 
 def test_waiting_for_a_size_names_why_the_ring_has_not_formed_and_stops_on_failure(driver: JobDriver) -> None:
     from submarine_elastic.elastic.api import FlexRefusedError
-    from submarine_elastic.elastic.client import JobClient, last_driver_address
+    from submarine_elastic.elastic.client import JobClient
+    from submarine_elastic.submit.store import last_driver_address
 
     with JobClient("mnist", None, address=last_driver_address("mnist"), timeout=5) as client:
         with pytest.raises(TimeoutError, match="no worker agent has attached yet"):
@@ -214,8 +215,8 @@ class _Yarn:
 
 
 def test_a_new_job_may_take_the_name_of_an_ended_one_but_not_of_a_running_one() -> None:
-    from submarine_elastic.elastic.client import clear_ended_service
-    from submarine_elastic.elastic.jobspec import JobSpecError
+    from submarine_elastic.submit.jobspec import JobSpecError
+    from submarine_elastic.submit.service import clear_ended_service
 
     ended, running, unknown = _Yarn("STOPPED"), _Yarn("STABLE"), _Yarn(None)
     assert clear_ended_service(ended, "big") is True and ended.destroyed == ["big"]  # type: ignore[arg-type]

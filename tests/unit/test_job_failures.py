@@ -12,11 +12,11 @@ import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
-from submarine_elastic.elastic.client import load_outcome
 from submarine_elastic.elastic.driver import JobDriver, _last_line
-from submarine_elastic.elastic.jobspec import outcome_path
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.submit.jobspec import outcome_path
+from submarine_elastic.submit.store import load_outcome
 
 TRACEBACK = """\
 2026-11-24 04:33:30.132885: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.

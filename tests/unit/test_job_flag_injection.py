@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.client import load_token
-from submarine_elastic.elastic.jobspec import JobRequest, JobSpecError, build_service
+from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, build_service
+from submarine_elastic.submit.store import load_token
 from tests.unit.test_jobspec import request as spec_request
 
 #: What an attack leaves behind when it runs: a file in the directory the launch script runs in.

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import Limits
-from submarine_elastic.elastic.client import PLACEMENT_HANDLER
-from submarine_elastic.elastic.jobspec import JobRequest, Placement, WorkerResources, build_service, job_dir
+from submarine_elastic.submit.jobspec import JobRequest, Placement, WorkerResources, build_service, job_dir
+from submarine_elastic.submit.service import PLACEMENT_HANDLER
 from tests.unit.test_job_gpu import RM, recorded
 
 CONF = f"{RM}/conf"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from responses import matchers
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.jobspec import JobRequest, Limits, WorkerResources, build_service, job_dir
+from submarine_elastic.submit.jobspec import JobRequest, Limits, WorkerResources, build_service, job_dir
 
 RM = "http://rm.example:8088"
 

@@ -65,7 +65,7 @@ def flex_batch(batch: int, accum: int, lr: float | None, reason: str) -> None:
 
 
 def remember_address() -> str:
-    from submarine_elastic.elastic.client import last_driver_address
+    from submarine_elastic.submit.store import last_driver_address
 
     address = last_driver_address("mnist")
     assert address is not None

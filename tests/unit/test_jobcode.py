@@ -1,4 +1,4 @@
-"""What a job carries to the nodes (``elastic.jobcode``): the code snapshot (what it holds and leaves out, its
+"""What a job carries to the nodes (``submit.jobcode``): the code snapshot (what it holds and leaves out, its
 bound, its refusals, ``--localization``), the packed environment, the Docker settings, and where ``job run``
 puts each."""
 
@@ -18,9 +18,8 @@ import responses
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic import jobcode
-from submarine_elastic.elastic.client import submit
-from submarine_elastic.elastic.jobcode import (
+from submarine_elastic.submit import jobcode
+from submarine_elastic.submit.jobcode import (
     CodeSnapshot,
     JobCodeError,
     Localization,
@@ -28,8 +27,9 @@ from submarine_elastic.elastic.jobcode import (
     read_carried,
     snapshot,
 )
-from submarine_elastic.elastic.jobfiles import HdfsJobFiles
-from submarine_elastic.elastic.jobspec import JobSpecError, build_service, job_dir
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
+from submarine_elastic.submit.jobspec import JobSpecError, build_service, job_dir
+from submarine_elastic.submit.service import submit
 from submarine_elastic.yarn import YarnError
 from tests.unit.test_hdfs import FS, FakeHdfs
 from tests.unit.test_jobspec import RecordingYarn, request

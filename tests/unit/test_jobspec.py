@@ -13,8 +13,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import FlexRefusedError, Limits
-from submarine_elastic.elastic.client import forget_job, load_token, submit
-from submarine_elastic.elastic.jobspec import (
+from submarine_elastic.submit.jobspec import (
     CLIENT_CERT,
     CLIENT_KEY,
     TLS_FILES,
@@ -26,6 +25,8 @@ from submarine_elastic.elastic.jobspec import (
     parse_env,
     write_secrets,
 )
+from submarine_elastic.submit.service import submit
+from submarine_elastic.submit.store import forget_job, load_token
 from submarine_elastic.yarn import YarnError
 from tests.tls import self_signed
 

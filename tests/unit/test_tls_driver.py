@@ -20,10 +20,10 @@ from submarine_elastic import tls
 from submarine_elastic.elastic.api import DriverUnreachableError, Limits
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.driver import JobDriver, advertised_host
-from submarine_elastic.elastic.jobspec import INSECURE_MARK, JobRequest, WorkerResources, build_service, write_secrets
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import InsecureChannelError, bearer, open_channel
+from submarine_elastic.submit.jobspec import INSECURE_MARK, JobRequest, WorkerResources, build_service, write_secrets
 
 TOKEN = "t0ken-of-the-job-1234"
 

@@ -1,0 +1,223 @@
+"""The submit side's service: ``submarine job run`` is flags -> :func:`prepare` -> the cluster's checks ->
+:func:`submit`.
+
+1. :func:`prepare` turns the command's flags (:class:`JobFlags`) into a :class:`~.jobspec.JobRequest`: pure
+   but for reading the files the flags name, and validated once (every error names its flag).
+2. The cluster's checks (:func:`refuse_unplaceable`, :func:`refuse_unplaceable_placement`,
+   :func:`refuse_unfit_queue`) refuse, before anything is sent, what YARN would accept and never run;
+   :func:`with_kill_delay` and :func:`clear_ended_service` adapt the request and the cluster to each other.
+3. :func:`submit` writes the job's secrets and files, then sends the spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+
+from submarine_elastic.submit.jobcode import keep_locally, write_carried
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
+from submarine_elastic.submit.jobspec import (
+    JobRequest,
+    JobSpecError,
+    WorkerResources,
+    build_service,
+    outcome_path,
+    write_secrets,
+)
+from submarine_elastic.webhdfs import WebHdfsError
+from submarine_elastic.yarn import GPU_RESOURCE, ServiceNotFoundError, YarnError, YarnServiceClient
+
+
+def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> None:
+    """Refuse workers that ask GPUs the cluster cannot give one of them, before anything is submitted: YARN
+    would accept the service and its ApplicationMaster fail three times over a resource type its RM does not
+    know, or keep a worker pending for ever on nodes that all have too few. Blocks for one or two requests to
+    the RM (none when the workers ask no GPU).
+
+    Raises:
+        JobSpecError: the RM declares no ``yarn.io/gpu``, or no running node has ``resources.gpus`` (naming what
+            the cluster offers).
+        YarnError: the RM did not answer.
+    """
+    if resources.gpus == 0:
+        return
+    asked = f"--worker_resources asks {GPU_RESOURCE} {resources.gpus} per worker"
+    totals = yarn.resource_totals()
+    if GPU_RESOURCE not in totals:
+        raise JobSpecError(
+            f"{asked}, but the ResourceManager at {yarn.rm_url} has no {GPU_RESOURCE} resource type (it offers "
+            f"{', '.join(sorted(totals))}); declare it in the cluster's resource-types.xml "
+            f"(the pseudo-cluster: submarine cluster up --gpus-per-node N), or ask no gpu"
+        )
+    nodes = yarn.nodes()
+    largest = max((n.total_gpus for n in nodes), default=0)
+    if largest < resources.gpus:
+        offers = ", ".join(f"{n.node_id} {n.total_gpus}" for n in nodes) or "no running node"
+        raise JobSpecError(
+            f"{asked}, but the largest node of the cluster at {yarn.rm_url} has {largest} ({GPU_RESOURCE} by "
+            f"node: {offers}); a worker's GPUs come from one node"
+        )
+
+
+#: The RM setting that makes its scheduler honour a component's placement constraints, and the values that do
+#: (``disabled``, Hadoop's default, makes the RM refuse the ApplicationMaster's scheduling requests: it fails).
+PLACEMENT_HANDLER = "yarn.resourcemanager.placement-constraints.handler"
+PLACEMENT_HANDLERS = ("scheduler", "placement-processor")
+
+
+def refuse_unplaceable_placement(yarn: YarnServiceClient, req: JobRequest) -> None:
+    """Refuse a ``--placement`` the cluster cannot honour, before anything is submitted: an RM that does not
+    handle placement constraints (the service's ApplicationMaster would fail on its first request), or a spread
+    of more workers than the cluster has running nodes (YARN would keep the extra workers pending for ever; a
+    grow up to ``--max_workers`` too). Blocks for two requests to the RM (none without a placement).
+
+    Raises:
+        JobSpecError: what the cluster lacks, with the flag and the figures.
+        YarnError: the RM did not answer.
+    """
+    if req.placement is None:
+        return
+    handler = yarn.config_value(PLACEMENT_HANDLER)
+    if handler not in PLACEMENT_HANDLERS:
+        raise JobSpecError(
+            f"--placement {req.placement}: the ResourceManager at {yarn.rm_url} does not handle placement "
+            f"constraints ({PLACEMENT_HANDLER} is {handler or 'disabled'!r}); set it to 'scheduler' in its "
+            "yarn-site.xml (the pseudo-cluster does), or run the job without --placement"
+        )
+    nodes = yarn.nodes()
+    most = req.limits.max
+    if most > len(nodes):
+        flag = "--max_workers" if req.elastic and most != req.limits.num else "--num_workers"
+        raise JobSpecError(
+            f"--placement {req.placement} puts at most one worker on a node, but {flag} asks {most} workers and the "
+            f"cluster at {yarn.rm_url} has {len(nodes)} running node{'s' if len(nodes) != 1 else ''}"
+            f"{' (' + ', '.join(n.node_id for n in nodes) + ')' if nodes else ''}: at most {len(nodes)} workers"
+        )
+
+
+#: The YARN Services ApplicationMaster's memory where the RM does not say (``yarn.service.am-resource.memory``,
+#: Hadoop's default).
+AM_DEFAULT_MEMORY_MB = 1024
+
+
+def refuse_unfit_queue(yarn: YarnServiceClient, req: JobRequest) -> None:
+    """Refuse a job whose queue (``req.queue``, a leaf name or its path) the scheduler does not have, or whose
+    fewest containers cannot fit under that queue's maximum even when the queue holds nothing else: the
+    ApplicationMaster, the driver and ``req.limits.min`` workers. YARN would accept either and leave the
+    service waiting for ever. Blocks for two requests to the RM (none without a queue).
+
+    Raises:
+        JobSpecError: no such queue (naming the queues there are), or the minimum over the queue's maximum
+            (naming the queue, its guaranteed and maximum share and the maximum in memory and vcores).
+        YarnError: the RM did not answer.
+    """
+    if not req.queue:
+        return
+    queues = yarn.queues()
+    found = next((q for q in queues if req.queue in (q.name, q.path)), None)
+    if found is None:
+        offered = ", ".join(q.path for q in queues) or "none"
+        raise JobSpecError(
+            f"--queue: the scheduler at {yarn.rm_url} has no queue {req.queue!r} (its queues: {offered})"
+        )
+    driver = build_service(req).component("driver")
+    driver_mb, driver_vcores = (
+        (int(driver.resource.memory), driver.resource.cpus) if driver and driver.resource else (0, 0)
+    )
+    am_mb = int(yarn.config_value("yarn.service.am-resource.memory") or AM_DEFAULT_MEMORY_MB)
+    need_mb = am_mb + driver_mb + req.limits.min * req.resources.memory_mb
+    need_vcores = 1 + driver_vcores + req.limits.min * req.resources.vcores
+    if not found.max_memory_mb:
+        return  # the RM does not say the queue's maximum in resources: YARN alone decides
+    if need_mb > found.max_memory_mb or need_vcores > found.max_vcores:
+        raise JobSpecError(
+            f"--queue {req.queue}: the job's fewest containers (ApplicationMaster, driver and --min_workers "
+            f"{req.limits.min}) need {need_mb} MB and {need_vcores} vcores, over queue {found.path}'s maximum "
+            f"of {found.max_memory_mb} MB and {found.max_vcores} vcores (guaranteed {found.capacity:g}%, "
+            f"maximum {found.max_capacity:g}% of the cluster)"
+        )
+
+
+#: The NodeManagers' SIGTERM-to-SIGKILL delay, as the cluster's configuration names it.
+SIGKILL_DELAY = "yarn.nodemanager.sleep-delay-before-sigkill.ms"
+
+
+def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
+    """``req`` with the cluster's SIGTERM-to-SIGKILL delay in its containers' environment
+    (``SUBMARINE_SIGKILL_DELAY_MS``, read from the RM's configuration), so that a worker whose container YARN
+    stops (preempted from any queue, its NodeManager decommissioned) knows how long its process has to leave
+    the ring; unchanged where the RM does not say, or, for a job without a queue, does not answer (its workers
+    are then stopped at once on SIGTERM, as on Hadoop's default delay of 250 ms). Blocks for one request to the RM.
+
+    Raises:
+        YarnError: the RM did not answer for a job in a queue (where YARN preempts, the delay is what a worker
+            has to leave its ring).
+    """
+    try:
+        delay = yarn.config_value(SIGKILL_DELAY)
+    except YarnError:
+        if req.queue:
+            raise
+        return req
+    if delay is None or not delay.strip().isdigit():
+        return req
+    return dataclasses.replace(req, env={**req.env, "SUBMARINE_SIGKILL_DELAY_MS": delay.strip()})
+
+
+def submit(
+    yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False, files: HdfsJobFiles | None = None
+) -> None:
+    """Submit the job's YARN service (without waiting for it to start) and keep its control token.
+
+    The token, the job's secrets and its TLS files are written first (see :func:`write_secrets`), with
+    ``files`` the containers' files into the job's directory on HDFS (``req.files_uri`` must name it); if
+    a write fails or the RM refuses the job, everything written is removed again.
+
+    Raises:
+        JobSpecError: the request makes no valid spec, or ``files`` and ``req.files_uri`` disagree (nothing
+            is sent).
+        WebHdfsError: HDFS refused the job's files or did not answer.
+        YarnError: the RM refused it (with ``replace``, a job of that name is destroyed first).
+    """
+    service = build_service(req)
+    if files is not None and req.files_uri != files.uri(req.name):
+        raise JobSpecError(f"the job's files go to {files.uri(req.name)}, but its spec names {req.files_uri}")
+    if replace:
+        yarn.destroy(req.name, missing_ok=True)
+    outcome_path(req.name).unlink(missing_ok=True)  # an earlier job of that name
+    kept = write_secrets(req)
+    try:
+        if files is not None:
+            files.put(req)
+        else:
+            keep_locally(req)
+        write_carried(req)
+        yarn.create(service, wait=False)
+    except BaseException:
+        shutil.rmtree(kept, ignore_errors=True)
+        if files is not None:
+            with contextlib.suppress(WebHdfsError):
+                files.remove(req.name)
+        raise
+
+
+def clear_ended_service(yarn: YarnServiceClient, name: str) -> bool:
+    """Makes room for a new job called ``name``: YARN keeps an ended service's definition, and refuses a
+    new service of that name until it is destroyed. Returns True when an ended one was removed.
+
+    Raises:
+        JobSpecError: a job of that name is running (naming ``--name`` and its state).
+        YarnError: the RM refused or did not answer.
+    """
+    try:
+        existing = yarn.status(name)
+    except ServiceNotFoundError:
+        return False
+    if not existing.is_terminal:
+        raise JobSpecError(
+            f"--name {name}: a job of that name is running (YARN state {existing.state}); "
+            f"choose another name, or stop it with `submarine job kill {name}`"
+        )
+    yarn.destroy(name, wait=True, missing_ok=True)
+    return True
