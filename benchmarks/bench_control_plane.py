@@ -246,7 +246,7 @@ def measure_driver(n: int, procs: int) -> dict[str, Any]:
     if served is None:
         raise RuntimeError("the driver could not bind a port")
     server, port = served
-    threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
+    threading.Thread(target=driver.resizer.loop, daemon=True, name="resizer").start()
     fleet = AgentFleet(port, n, procs)
     base_rss, base_threads = me.memory_info().rss, me.num_threads()
 

@@ -74,7 +74,6 @@ from submarine_elastic.elastic.api import (
     WORKER_COMPONENT,
     Adoption,
     BatchLimits,
-    FlexRefusedError,
     GlooInterfaceError,
     IllegalTransitionError,
     JobPhase,
@@ -95,16 +94,12 @@ from submarine_elastic.elastic.horovod_adapter import (
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.elastic.reconcile import (
-    Member,
     TargetBook,
     first_ring_ready,
-    grow_back,
     lost_agents,
-    plan_resize,
-    stopped_by_the_scale_in,
     verdict,
-    workers_that_fit,
 )
+from submarine_elastic.elastic.resizer import Resizer
 from submarine_elastic.elastic.ringhost import (
     AgentHandle,
     AgentRegistry,
@@ -122,7 +117,6 @@ from submarine_elastic.yarn import (
 
 log = logging.getLogger("submarine_elastic.driver")
 
-LEAVE_TIMEOUT_S = 300.0
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8
 #: How often the driver's state file is brought up to date.
@@ -152,10 +146,6 @@ def application_of(container_id: str) -> str:
     if len(parts) > 1 and parts[1].startswith("e"):
         del parts[1]
     return f"application_{parts[1]}_{parts[2]}" if len(parts) >= 5 and parts[0] == "container" else ""
-
-
-#: The states of a worker that is the job's (attached, warm or in the ring) and not on its way out.
-LIVE_STATES = frozenset({WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING})
 
 
 class JobDriver:
@@ -193,9 +183,6 @@ class JobDriver:
         self.registry = AgentRegistry()
         self._phase = JobPhase.WAITING
         self._ring_formed = False
-        #: the worker target before YARN preempted the first of the workers it took (None: none since the job,
-        #: or a client, last set the target): the job grows back to it when capacity returns
-        self._preempted_from: int | None = None
         self._hvd: ElasticDriver | None = None
         self._rendezvous = BoundRendezvousServer(verbose=0)
         self._elastic_timeout = elastic_timeout
@@ -230,7 +217,6 @@ class JobDriver:
                 batch_timeline=previous.batch_timeline,
                 timeline=previous.timeline,
             )
-            self._preempted_from = previous.preempted_from or None
             self.failures = list(previous.failures)
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
@@ -240,6 +226,18 @@ class JobDriver:
                 previous.world_size,
             )
         self._persisted = ""
+        #: carries out the targets, one at a time, in version order (its thread runs :meth:`Resizer.loop`)
+        self.resizer = Resizer(
+            self.registry,
+            self.targets,
+            self.sync,
+            yarn,
+            limits,
+            batch_limits,
+            queue=queue,
+            ranks=self._ranks,
+            preempted_from=previous.preempted_from or None if previous else None,
+        )
         #: a relaunched incarnation's take-over of its predecessor's ring
         self.adoption = Adopter(self.registry, previous, limits.min)
         #: the gRPC servicer of its control plane
@@ -320,7 +318,7 @@ class JobDriver:
                 self._note_exit(agent, event.exited)
                 self.registry.end(agent, code)
             elif kind == "preempted":
-                self._on_preempted(agent, event.preempted.reason)
+                self.resizer.on_preempted(agent, event.preempted.reason)
         except IllegalTransitionError as exc:
             log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
 
@@ -330,53 +328,6 @@ class JobDriver:
         self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
         agent.commands.put(None)
         log.info("agent detached: %s", agent.instance)
-
-    def _on_preempted(self, agent: AgentHandle, reason: str) -> None:
-        """The worker's NodeManager is stopping its container (YARN preempts it): a scale-in the driver did not
-        ask for. The worker is withdrawn from the ring at once (Horovod re-forms without it at its next commit,
-        while its process leaves), and the job's target drops by one with the instance removed by name (not
-        below ``--min_workers``), so YARN Services does not ask again for a container its queue cannot keep;
-        no failure is counted. The job grows back when capacity returns (:meth:`_grow_back`)."""
-        if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
-            return  # leaving or gone on the driver's word already: its container goes as asked
-        live = [Member(a.instance, a.number) for a in self.registry.snapshot()
-                if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
-        if agent.instance in stopped_by_the_scale_in(live, self.targets.workers, self.sync.removing):
-            # More workers than the target and this is one YARN stops on its way down to it (a container it
-            # allocated late for an earlier, larger target): the driver's own scale-in carried out, not a
-            # preemption; lowering the target would have YARN stop one more.
-            log.info("%s's container is stopped by YARN on the way to %d workers", agent.instance, self.targets.workers)
-            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
-                self.registry.move(agent.agent_id, WorkerState.LEAVING)
-            return
-        log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
-        agent.preempted = True
-        others = [a for a in self.registry.available() if a is not agent]
-        if len(others) < self.limits.min and agent.state is WorkerState.RUNNING:
-            # The ring cannot re-form without it (fewer than --min_workers would stay). Withdrawn, it would have
-            # Horovod interrupt the ring for a removal only, after which the ranks skip their state sync; but
-            # Horovod then waits for enough workers and re-forms with the replacement, which does sync: it waits
-            # in a broadcast the others never join while they wait in their next allreduce (the ring hung).
-            # Left in the ring, it is lost like a failed worker: the others roll back to their last commit and
-            # re-form, synced, with the replacement YARN starts; no failure is counted.
-            log.warning(
-                "%s stays in the ring until it is gone: without it fewer than --min_workers (%d) would be left",
-                agent.instance,
-                self.limits.min,
-            )
-        elif agent.state in (WorkerState.WARM, WorkerState.RUNNING):
-            self.registry.move(agent.agent_id, WorkerState.LEAVING)
-        if self._preempted_from is None:
-            self._preempted_from = self.targets.requested
-        target = pb.Target(
-            workers=max(self.limits.min, self.targets.requested - 1),
-            remove=[agent.instance],
-            reason=f"preempted by YARN: {agent.instance}",
-        )
-        try:
-            self.targets.take(target, self.limits, self.batch_limits, (a.instance for a in self.registry.snapshot()))
-        except FlexRefusedError as exc:
-            log.error("cannot take %s out of the job's target: %s", agent.instance, exc)
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
         """Keeps a failed (or never joined) training process's reason; fails the job when the ring
@@ -438,7 +389,7 @@ class JobDriver:
         Raises:
             FlexRefusedError: it is refused (naming why).
         """
-        self._preempted_from = None
+        self.resizer.forget_preemption()
         return self.targets.take(
             target,
             self.limits,
@@ -524,52 +475,6 @@ class JobDriver:
             )
         return ""
 
-    # ------------------------------------------------------------------ resizing
-
-    def _resize_loop(self) -> None:
-        """Takes targets one at a time, in version order; between them, reconciles YARN with the target until it
-        has it."""
-        while True:
-            target = self.targets.next(self.sync.pause())
-            if target is not None:
-                self._resize(target)
-            if self.sync.reconciling:
-                self.sync.reconcile()
-
-    def _resize(self, target: pb.Target) -> None:
-        """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new
-        target."""
-        live = list(self.registry.available())
-        # A preempted worker left the ring already (withdrawn when its agent said so) or stays until it is gone (the
-        # ring needs it); named, it goes all the same.
-        live += [a for a in self.registry.snapshot() if a.preempted and a.instance in target.remove and a not in live]
-        ranks = self._ranks()
-        members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
-        plan = plan_resize(self.target, target, members)
-        if plan is None:
-            return
-        log.info("resize %d -> %d (%s)", self.target, plan.workers, target.reason)
-        self.targets.applied(plan.workers, target.reason)
-        leavers = [a for a in live if a.instance in plan.leavers]
-        # Leave first, then withdraw: Horovod reads discovery every 0.1 s and only then interrupts the ring
-        # (at its next commit), so the leavers know before their re-form that they go; their hvd.init() then
-        # finds no slot and they exit cleanly (tf_hooks.elastic.autojoin) instead of being aborted by Horovod.
-        for agent in leavers:
-            if not agent.preempted:
-                agent.commands.put(pb.AgentCommand(leave=pb.Leave()))
-        for agent in leavers:
-            if agent.preempted:
-                continue
-            try:
-                self.registry.move(agent.agent_id, WorkerState.LEAVING)
-            except IllegalTransitionError:
-                log.info("%s ended before it was told to leave", agent.instance)
-        deadline = time.monotonic() + LEAVE_TIMEOUT_S
-        for agent in leavers:
-            if not agent.exited.wait(max(0.0, deadline - time.monotonic())):
-                log.warning("%s did not leave within %.0f s; removing it anyway", agent.instance, LEAVE_TIMEOUT_S)
-        self.sync.set_target(plan.workers, plan.remove)
-
     # ------------------------------------------------------------------ containers YARN lost
 
     def _watch_containers(self) -> None:
@@ -589,38 +494,7 @@ class JobDriver:
             if worker is not None:
                 self.sync.watched(worker.ready_count)
                 self._evict_orphans(worker.containers)
-                self._grow_back(worker.memory_mb, worker.vcores)
-
-    def _grow_back(self, memory_mb: int | None, vcores: int | None) -> None:
-        """After a preemption, raises the target back towards what it was, by as many workers as the cluster and
-        the job's queue can hold while no queue waits for capacity (:func:`grow_back`): asking while another
-        queue waits would only have YARN preempt them again. Nothing while a resize is under way."""
-        if self._preempted_from is None or not memory_mb or self.sync.reconciling:
-            return
-        if self.targets.requested != self.targets.workers or self.targets.pending:
-            return
-        try:
-            fits = workers_that_fit(self.yarn.queues(), self.yarn.nodes(), memory_mb, vcores or 1, self.queue)
-        except YarnError as exc:
-            log.debug("cannot read the cluster's capacity: %s", exc)
-            return
-        target = grow_back(self.targets.workers, self._preempted_from, fits)
-        if target is None:
-            if self.targets.workers >= self._preempted_from:
-                self._preempted_from = None
-            return
-        if target >= self._preempted_from:
-            self._preempted_from = None
-        log.info("capacity returned: growing back to %d workers", target)
-        try:
-            self.targets.take(
-                pb.Target(workers=target, reason="capacity returned after preemption"),
-                self.limits,
-                self.batch_limits,
-                (),
-            )
-        except FlexRefusedError as exc:
-            log.error("cannot grow back to %d workers: %s", target, exc)
+                self.resizer.grow_back(worker.memory_mb, worker.vcores)
 
     def _step_down(self, why: str) -> None:
         """A driver YARN replaced (its NodeManager was lost while it ran on): it drops every agent's stream, so
@@ -758,7 +632,7 @@ class JobDriver:
             "plaintext" if tls is None else "mutual TLS" if tls.client_ca else "TLS",
             self.limits,
         )
-        threading.Thread(target=self._resize_loop, daemon=True, name="resizer").start()
+        threading.Thread(target=self.resizer.loop, daemon=True, name="resizer").start()
         threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
         threading.Thread(target=self._watch_containers, daemon=True, name="containers").start()
         if self.previous is not None:
@@ -852,7 +726,7 @@ class JobDriver:
             error=self.error,
             batch_timeline=tuple(self.targets.batch_timeline),
             version=self.targets.version,
-            preempted_from=self._preempted_from or 0,
+            preempted_from=self.resizer.preempted_from or 0,
         )
         text = state.to_json()
         if text == self._persisted:

@@ -86,7 +86,7 @@ def sent(rsps: responses.RequestsMock) -> list[tuple[str, int]]:
 def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
     driver: JobDriver, rsps: responses.RequestsMock
 ) -> None:
-    driver._resize(pb.Target(workers=3, reason="test"))
+    driver.resizer.resize(pb.Target(workers=3, reason="test"))
     assert driver.yarn.target("job", "worker") == ComponentTarget(3)
     assert len(rsps.calls) == 0  # recorded: the resizer's reconciliation sends it
 
@@ -114,7 +114,7 @@ def test_a_flex_the_rm_refuses_is_held_and_sent_again_until_yarn_has_it(
 
 
 def test_a_flex_that_cannot_connect_is_reported_then_converges(driver: JobDriver, rsps: responses.RequestsMock) -> None:
-    driver._resize(pb.Target(workers=3, reason="test"))
+    driver.resizer.resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     rsps.put(FLEX, body=requests.ConnectionError("connection refused"))
     driver.sync.reconcile()
@@ -143,7 +143,7 @@ def test_the_resizer_keeps_the_target_through_a_refused_flex_and_converges_on_it
     monkeypatch.setattr(yarnsync, "RECONCILE_PAUSE_S", 0.05)
     rsps.get(SERVICE, json=service(["worker-0", "worker-1"]))
     refused = rsps.put(FLEX, status=503, json={"diagnostics": "ResourceManager is in standby"})
-    threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
+    threading.Thread(target=driver.resizer.loop, daemon=True, name="resizer").start()
     driver.targets.take(pb.Target(workers=3, reason="test"), driver.limits, None, ())
     until(lambda: refused.call_count > 0 and driver.sync.result is not None, "a refused flex")
     assert "HTTP 503" in status(driver).error
@@ -167,7 +167,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
 ) -> None:
     agents = [warm(driver, f"worker-{i}") for i in range(3)]
     driver.targets.applied(3, "three workers")
-    resize = threading.Thread(target=driver._resize, args=(pb.Target(workers=2, remove=["worker-0"], reason="test"),))
+    resize = threading.Thread(target=driver.resizer.resize, args=(pb.Target(workers=2, remove=["worker-0"], reason="test"),))
     resize.start()
     leave = agents[0].commands.get(timeout=10)
     assert leave.WhichOneof("command") == "leave"
@@ -194,7 +194,7 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
 
 
 def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: responses.RequestsMock) -> None:
-    driver._resize(pb.Target(workers=3, reason="test"))
+    driver.resizer.resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, status=404, json={"diagnostics": "Service job not found"})
     driver.sync.reconcile()
     assert not driver.sync.reconciling

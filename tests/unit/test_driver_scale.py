@@ -58,7 +58,7 @@ def driver(yarn: RecordingYarn) -> Iterator[tuple[JobDriver, int]]:
     served = job.serve(0)
     assert served is not None
     server, port = served
-    threading.Thread(target=job._resize_loop, daemon=True, name="resizer").start()
+    threading.Thread(target=job.resizer.loop, daemon=True, name="resizer").start()
     yield job, port
     for agent in job.registry.snapshot():
         agent.commands.put(None)

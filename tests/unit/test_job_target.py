@@ -34,7 +34,7 @@ def served() -> Iterator[tuple[JobDriver, RecordingYarn, pb_grpc.ElasticDriverSt
     out = driver.serve(0)
     assert out is not None
     server, port = out
-    threading.Thread(target=driver._resize_loop, daemon=True, name="resizer").start()
+    threading.Thread(target=driver.resizer.loop, daemon=True, name="resizer").start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield driver, yarn, pb_grpc.ElasticDriverStub(channel)
     channel.close()

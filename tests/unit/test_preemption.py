@@ -164,7 +164,7 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
     yarn = RecordingYarn()
     driver, agents = running_job(yarn, 4, Limits(4, 1, 4))
     preempted = agents[1]
-    driver._on_preempted(preempted, "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(preempted, "SIGTERM from its NodeManager")
     assert preempted not in driver.registry.available()  # Horovod re-forms without it at its next commit
     assert preempted.state is WorkerState.LEAVING
     target = driver.targets.next(0)
@@ -172,7 +172,7 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
     assert (target.workers, list(target.remove), target.reason) == (3, ["worker-1"], "preempted by YARN: worker-1")
     driver._note_exit(preempted, pb.Exited(exit_code=-15, joined=True))  # even a process the agent had to stop
     driver.registry.end(preempted, -15)
-    driver._resize(target)
+    driver.resizer.resize(target)
     # No Leave sent (the agent is leaving on its own), no failure, and YARN removes that very instance.
     assert preempted.commands.empty()
     assert not driver.failures and not driver._fatal.is_set()
@@ -185,14 +185,14 @@ def test_the_driver_withdraws_a_preempted_worker_at_once_and_lowers_its_target_w
 def test_a_worker_the_driver_removes_is_not_taken_for_a_preempted_one() -> None:
     driver, agents = running_job(RecordingYarn(), 3, Limits(3, 1, 3))
     driver.registry.move(agents[2].agent_id, WorkerState.LEAVING)  # chosen by a scale-in
-    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[2], "SIGTERM from its NodeManager")
     assert not agents[2].preempted and driver.targets.pending == 0
 
 
 def test_a_worker_yarn_stops_while_it_brings_the_job_down_to_its_target_is_no_preemption() -> None:
     # Target 2, three workers: YARN allocated a container late for an earlier target of 3 and now stops one.
     driver, agents = running_job(RecordingYarn(), 3, Limits(2, 1, 3))
-    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[2], "SIGTERM from its NodeManager")
     assert not agents[2].preempted and agents[2].state is WorkerState.LEAVING
     assert driver.targets.pending == 0 and driver.targets.workers == 2  # the target stays: no second stop
 
@@ -201,7 +201,7 @@ def test_a_worker_preempted_while_yarn_brings_the_job_down_to_its_target_is_a_pr
     # Target 2, three workers: YARN's flex down stops worker-2 (its highest-numbered); a SIGTERM to worker-0 is not
     # that scale-in but the scheduler taking worker-0's container.
     driver, agents = running_job(RecordingYarn(), 3, Limits(2, 1, 3))
-    driver._on_preempted(agents[0], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
     assert agents[0].preempted and agents[0].state is WorkerState.LEAVING
     target = driver.targets.next(0)
     assert target is not None and (target.workers, list(target.remove)) == (1, ["worker-0"])
@@ -216,7 +216,7 @@ def test_yarn_stops_the_highest_numbered_workers_on_its_way_down_unless_the_driv
 
 def test_at_its_minimum_a_preempted_worker_is_replaced_not_dropped() -> None:
     driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 4))
-    driver._on_preempted(agents[0], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
     target = driver.targets.next(0)
     assert target is not None and (target.workers, list(target.remove)) == (2, ["worker-0"])
 
@@ -253,19 +253,19 @@ def test_a_preempted_job_grows_back_towards_its_target_before(
 def test_the_driver_grows_back_when_capacity_returns_and_stops_at_its_target_before() -> None:
     yarn = RecordingYarn(free_queues=[queue_report(pending=1)], free_nodes=[node(4096)])
     driver, agents = running_job(yarn, 3, Limits(3, 1, 3))
-    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[2], "SIGTERM from its NodeManager")
     taken = driver.targets.next(0)
     assert taken is not None
     driver.registry.end(agents[2], 0)
-    driver._resize(taken)
+    driver.resizer.resize(taken)
     driver.sync.stop()
-    driver._grow_back(1024, 1)  # prod still waits: nothing
+    driver.resizer.grow_back(1024, 1)  # prod still waits: nothing
     assert driver.targets.requested == 2
     yarn.free_queues = [queue_report()]
-    driver._grow_back(1024, 1)
+    driver.resizer.grow_back(1024, 1)
     grown = driver.targets.next(0)
     assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
-    assert driver._preempted_from is None
+    assert driver.resizer.preempted_from is None
 
 
 def test_a_relaunched_driver_still_grows_back_to_the_target_before_the_preemption(tmp_path: Path) -> None:
@@ -273,16 +273,16 @@ def test_a_relaunched_driver_still_grows_back_to_the_target_before_the_preemptio
     yarn = RecordingYarn(free_queues=[queue_report()], free_nodes=[node(4096)])
     state_file = tmp_path / "job.driver.json"
     driver, agents = running_job(yarn, 3, Limits(3, 1, 3), state_file)
-    driver._on_preempted(agents[2], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[2], "SIGTERM from its NodeManager")
     taken = driver.targets.next(0)
     assert taken is not None
     driver.registry.end(agents[2], 0)
-    driver._resize(taken)
+    driver.resizer.resize(taken)
     driver._persist()
 
     successor, _ = running_job(yarn, 2, Limits(3, 1, 3), state_file)
     assert successor.incarnation == 2 and successor.targets.workers == 2
-    successor._grow_back(1024, 1)
+    successor.resizer.grow_back(1024, 1)
     grown = successor.targets.next(0)
     assert grown is not None and (grown.workers, grown.reason) == (3, "capacity returned after preemption")
 
@@ -291,14 +291,14 @@ def test_at_its_minimum_a_preempted_worker_stays_in_the_ring_and_its_stop_is_a_l
     yarn = RecordingYarn()
     driver, agents = running_job(yarn, 2, Limits(2, 2, 2))
     preempted = agents[0]
-    driver._on_preempted(preempted, "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(preempted, "SIGTERM from its NodeManager")
     # Withdrawn, the ring would wait for its replacement with the preempted process in it (the job hung).
     assert preempted in driver.registry.available() and preempted.preempted
     target = driver.targets.next(0)
     assert target is not None and (target.workers, list(target.remove)) == (2, ["worker-0"])
     driver._note_exit(preempted, pb.Exited(exit_code=-15, joined=True, leaving=True))  # its agent stopped it
     driver.registry.end(preempted, -15)
-    driver._resize(target)
+    driver.resizer.resize(target)
     assert yarn.targets == [(2, ("worker-0",))]  # replaced by name
     assert not driver.failures and not driver._fatal.is_set()
     # Horovod is told the process failed: the survivor rolls back to its last commit and re-forms with the
@@ -330,7 +330,7 @@ def test_a_preempted_worker_kept_in_its_ring_is_not_evicted_when_yarn_counts_its
     # YARN lists a preempted container FAILED while its agent still stops the process (seconds before its
     # SIGKILL): an eviction would withdraw it from a ring at --min_workers and list a lost NodeManager.
     driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 2))
-    driver._on_preempted(agents[1], "SIGTERM from its NodeManager")
+    driver.resizer.on_preempted(agents[1], "SIGTERM from its NodeManager")
     listed = (
         ContainerStatus(id="container-0", component_instance_name="worker-0", state=ContainerState.READY),
         ContainerStatus(id="container-1", component_instance_name="worker-1", state=ContainerState.FAILED),
