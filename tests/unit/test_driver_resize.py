@@ -167,7 +167,9 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
 ) -> None:
     agents = [warm(driver, f"worker-{i}") for i in range(3)]
     driver.targets.applied(3, "three workers")
-    resize = threading.Thread(target=driver.resizer.resize, args=(pb.Target(workers=2, remove=["worker-0"], reason="test"),))
+    resize = threading.Thread(
+        target=driver.resizer.resize, args=(pb.Target(workers=2, remove=["worker-0"], reason="test"),)
+    )
     resize.start()
     leave = agents[0].commands.get(timeout=10)
     assert leave.WhichOneof("command") == "leave"
