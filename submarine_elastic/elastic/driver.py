@@ -55,8 +55,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import signal
 import socket
 import sys
 import threading
@@ -83,6 +81,7 @@ from submarine_elastic.elastic.api import (
 )
 from submarine_elastic.elastic.driver_servicer import DriverServicer
 from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
+from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
     ElasticDriver,
@@ -117,8 +116,6 @@ from submarine_elastic.yarn import (
 
 log = logging.getLogger("submarine_elastic.driver")
 
-#: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
-MAX_FAILURES = 8
 #: How often the driver's state file is brought up to date.
 PERSIST_EVERY_S = 1.0
 #: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
@@ -330,47 +327,21 @@ class JobDriver:
         log.info("agent detached: %s", agent.instance)
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
-        """Keeps a failed (or never joined) training process's reason; fails the job when the ring
-        has not formed yet, or when the process finished without ever joining it. A process that left (scale-in,
-        or its container preempted) is no failure."""
-        if exited.leaving or agent.preempted or agent.state is WorkerState.LEAVING:
+        """Keeps a failed (or never joined) training process's reason (:func:`exit_failure`); fails the job when
+        the ring has not formed yet, or when the process finished without ever joining it."""
+        failure = exit_failure(agent, exited, self._ranks().get(agent.agent_id, -1))
+        if failure is None:
             return
-        code = exited.exit_code
-        if code == 0 and exited.joined:
-            return
-        if code == 0:
-            reason = (
-                f"{agent.instance}'s training process finished without joining the job's ring: it never called "
-                f"hvd.init(), so it trained alone. Call hvd.init() (any Horovod binding) before training."
-            )
-        elif exited.hung_seconds > 0:
-            reason = (
-                f"{agent.instance}'s training process hung: it sent no heartbeat for {exited.hung_seconds:.1f} s, "
-                f"so its agent killed it and the ring re-formed without it"
-            )
-        else:
-            reason = f"{agent.instance}'s training process {_describe_exit(code)}" + (
-                "" if exited.joined else " before it joined the ring"
-            )
-        failure = pb.WorkerFailure(
-            time=time.time(),
-            instance=agent.instance,
-            container_id=agent.container_id,
-            rank=self._ranks().get(agent.agent_id, -1),
-            exit_code=code,
-            reason=reason,
-            stderr_tail=exited.stderr_tail,
-            log_path=exited.log_path,
-        )
         if len(self.failures) < MAX_FAILURES:
             self.failures.append(failure)
-        log.error("%s%s", reason, f"; its stderr ended with:\n{exited.stderr_tail}" if exited.stderr_tail else "")
-        if code == 0 or not self.ring_formed:
+        tail = exited.stderr_tail
+        log.error("%s%s", failure.reason, f"; its stderr ended with:\n{tail}" if tail else "")
+        if exited.exit_code == 0 or not self.ring_formed:
             self._give_up(failure)
 
     def _give_up(self, failure: pb.WorkerFailure) -> None:
         if not self.error:
-            self.error = _job_reason(failure)
+            self.error = job_reason(failure)
         self._fatal.set()
         if self._hvd is not None:
             self._hvd.stop(error_message=self.error)
@@ -523,16 +494,7 @@ class JobDriver:
                 continue  # an agent not yet warm is told again each round until its process ends
             log.warning("%s", reason)
             if len(self.failures) < MAX_FAILURES:
-                self.failures.append(
-                    pb.WorkerFailure(
-                        time=time.time(),
-                        instance=agent.instance,
-                        container_id=agent.container_id,
-                        rank=rank,
-                        exit_code=-int(signal.SIGTERM),
-                        reason=reason,
-                    )
-                )
+                self.failures.append(lost_failure(agent, reason, rank))
         return evicted
 
     # ------------------------------------------------------------------ Horovod
@@ -694,7 +656,7 @@ class JobDriver:
         if results.error_message or failed or self._fatal.is_set():
             if not self.error:
                 horovod_said = f"Horovod ended the job: {results.error_message or failed}"
-                self.error = _job_reason(self.failures[0]) if self.failures else horovod_said
+                self.error = job_reason(self.failures[0]) if self.failures else horovod_said
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)
@@ -773,35 +735,6 @@ class JobDriver:
             record.save(path)
         except OSError as exc:
             log.warning("cannot record the job's outcome in %s: %s", path, exc)
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with status {code}"
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b")
-REASON_CHARS = 600
-
-
-def _job_reason(failure: pb.WorkerFailure) -> str:
-    """The job's reason from a failed process: its reason, and the error its stderr ended with."""
-    last = _last_line(failure.stderr_tail) if failure.exit_code != 0 else ""
-    return failure.reason + (f": {last}" if last else "")
-
-
-def _last_line(text: str) -> str:
-    """The exception a traceback ends with (from its first line on), else the last non-empty line."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    for i in range(len(lines) - 1, -1, -1):
-        if _EXCEPTION_LINE.match(lines[i]):
-            return " ".join(line.strip() for line in lines[i:])[:REASON_CHARS]
-    return lines[-1].strip()[:REASON_CHARS] if lines else ""
 
 
 def advertised_host() -> str:

@@ -12,7 +12,8 @@ import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
-from submarine_elastic.elastic.driver import JobDriver, _last_line
+from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.failures import last_line as _last_line
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.submit.jobspec import outcome_path
