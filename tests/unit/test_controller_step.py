@@ -4,17 +4,16 @@ job's entry in the book, and a backend's one status call."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 from submarine_elastic.controller.api import (
     DECISION_TRANSITIONS,
     JOB_TRANSITIONS,
-    ClusterApp,
     DecisionRecord,
     DecisionState,
     DriverStatus,
-    JobBackend,
     JobFootprint,
     JobRecord,
     JobSize,
@@ -27,6 +26,7 @@ from submarine_elastic.controller.api import (
 from submarine_elastic.controller.book import Converging, Follow, JobBook, Tracked
 from submarine_elastic.controller.capacity import SlotCount
 from submarine_elastic.controller.jobmetrics import ReadMetrics
+from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.step import (
     ClusterRoom,
     Held,
@@ -44,8 +44,10 @@ from submarine_elastic.controller.step import (
     step,
     takes_part,
 )
+from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.policy import Decision, JobMetrics, Snapshot
+from submarine_elastic.policy import Decision, JobMetrics, PolicyEngine, Snapshot, load_arbiter, load_job_policy
+from tests.unit.test_controller import FakeCluster
 
 STALL = 100.0
 
@@ -336,18 +338,8 @@ def test_reports_are_numbered_in_order_under_the_book_lock() -> None:
 # ----------------------------------------------------------------------------- the backend's one status call
 
 
-class RingsOnly(JobBackend):
-    def __init__(self) -> None:
-        self.rings = {"big": 2}
-
-    def nodes(self) -> list[NodeResources] | None:
-        return None
-
-    def footprint(self, job_id: str) -> JobFootprint | None:
-        return None
-
-    def ring_size(self, job_id: str) -> int | None:
-        return self.rings.get(job_id)
+class RingsOnly(FakeCluster):
+    """A backend that sees only rings, with the optional hooks the default status call reads."""
 
     def instances(self, job_id: str) -> tuple[str, ...]:
         return ("worker-0", "worker-1")
@@ -355,15 +347,10 @@ class RingsOnly(JobBackend):
     def batch_limits(self, job_id: str) -> tuple[int, int] | None:
         return (16, 64)
 
-    def set_target(self, job_id: str, target: pb.Target) -> None:
-        pass
-
-    def cluster_jobs(self) -> dict[str, ClusterApp] | None:
-        return None
-
 
 def test_a_backend_that_sees_only_rings_answers_one_status_per_job() -> None:
-    backend = RingsOnly()
+    backend = RingsOnly(capacity=4)
+    backend.sizes["big"] = 2
     assert backend.status("big") == DriverStatus(JobSize(2, 2, 2), 2, ("worker-0", "worker-1"), (16, 64), ())
     assert backend.status("new") == DriverStatus(None, None, (), (16, 64), ())
 
@@ -395,3 +382,29 @@ def test_a_submission_makes_its_first_record() -> None:
         policy="greedy",
         queue="prod",
     )
+
+
+class Counted(FakeCluster):
+    """Answers each status call from ``sizes`` and counts them."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.calls: list[str] = []
+
+    def status(self, job_id: str) -> DriverStatus | None:
+        self.calls.append(job_id)
+        ring = self.sizes.get(job_id)
+        return None if ring is None else DriverStatus(JobSize(ring, ring, ring), ring)
+
+
+def test_a_round_asks_each_jobs_driver_once(tmp_path: Path) -> None:
+    cluster = Counted(capacity=8)
+    engine = PolicyEngine(load_job_policy("static"), load_arbiter("fair-share"))
+    c = ControllerService(ControllerStore(tmp_path / "c.db"), engine, cluster, interval=1, capacity=8)
+    c.job_submitted("a", 1, 4, 2)
+    c.job_submitted("b", 1, 4, 2)
+    cluster.sizes.update(a=2, b=2)
+    cluster.calls.clear()
+    assert c.tick() == []
+    assert sorted(cluster.calls) == ["a", "b"]
+    assert c.job("a").state is JobState.RUNNING and c.job("a").workers == 2
