@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic.elastic import driver as driver_mod
+from submarine_elastic.elastic import jobdriver as driver_mod
 from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb

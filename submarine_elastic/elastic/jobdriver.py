@@ -1,0 +1,695 @@
+"""The job driver (:class:`JobDriver`): one job's control plane, made of parts with one owner each.
+
+1. :class:`~submarine_elastic.elastic.driver_servicer.DriverServicer` (``servicer``): the gRPC face; it checks
+   what arrives and hands it to the driver (:meth:`JobDriver.attach`, :meth:`JobDriver.on_event`,
+   :meth:`JobDriver.take_target`, :meth:`JobDriver.status`).
+2. :class:`~submarine_elastic.elastic.ringhost.AgentRegistry` (``registry``): the agents, which double as
+   Horovod's host discovery; Horovod itself is reached only through
+   :mod:`~submarine_elastic.elastic.horovod_adapter`.
+3. :class:`~submarine_elastic.elastic.reconcile.TargetBook` (``targets``) and
+   :class:`~submarine_elastic.elastic.resizer.Resizer` (``resizer``): the targets, numbered, carried out in
+   version order by the pure reconcile step's plans.
+4. :class:`~submarine_elastic.elastic.yarnsync.YarnSync` (``sync``): YARN's worker component, the target the
+   driver set and what YARN had when it last looked.
+5. :class:`~submarine_elastic.elastic.adoption.Adopter` (``adoption``): a relaunched incarnation's take-over of
+   its predecessor's ring.
+6. :class:`~submarine_elastic.elastic.driverstate.DriverState` and
+   :class:`~submarine_elastic.elastic.driverstate.JobOutcome`: what the next incarnation reads, and how the job
+   ended.
+
+The driver itself runs the job: the first ring, each slot's start, the workers' failures
+(:mod:`~submarine_elastic.elastic.failures`), the containers YARN lost, and the end. The job follows
+:class:`~submarine_elastic.elastic.api.JobPhase`; a transition it does not have raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import cast
+
+import grpc
+
+from submarine_elastic import env
+from submarine_elastic.elastic.adoption import Adopter
+from submarine_elastic.elastic.api import (
+    DRIVER_COMPONENT,
+    WORKER_COMPONENT,
+    Adoption,
+    BatchLimits,
+    IllegalTransitionError,
+    JobPhase,
+    Limits,
+    WorkerState,
+    advance,
+)
+from submarine_elastic.elastic.driver_servicer import DriverServicer
+from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
+from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
+from submarine_elastic.elastic.horovod_adapter import (
+    BoundRendezvousServer,
+    ElasticDriver,
+    SlotInfo,
+    new_ring,
+    slot_env,
+    wait_for_reform,
+)
+from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.elastic.reconcile import (
+    TargetBook,
+    first_ring_ready,
+    lost_agents,
+    verdict,
+)
+from submarine_elastic.elastic.resizer import Resizer
+from submarine_elastic.elastic.ringhost import (
+    AgentHandle,
+    AgentRegistry,
+    rendezvous_address,
+)
+from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
+from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
+from submarine_elastic.yarn import (
+    ContainerStatus,
+    ServiceBackend,
+    YarnError,
+)
+
+log = logging.getLogger("submarine_elastic.driver")
+
+#: How often the driver's state file is brought up to date.
+PERSIST_EVERY_S = 1.0
+#: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
+CONTROL_CALL_THREADS = 16
+#: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
+CONTAINER_CHECK_S = 5.0
+
+
+def control_plane_threads(limits: Limits) -> int:
+    """The driver's gRPC threads, and the calls it serves at once: ``2 * limits.max + CONTROL_CALL_THREADS``.
+
+    Every attached agent's ``Attach`` stream holds one thread for its whole life. A worker instance can
+    have two agents attached at a time: the one YARN relaunched and the old incarnation the driver has
+    not yet seen go (up to :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`), or a leaver that
+    stays until YARN stops its container while its replacement attaches. The rest serves SetTarget and Status.
+    """
+    return 2 * limits.max + CONTROL_CALL_THREADS
+
+
+class JobDriver:
+    """The control plane of one job: agents attach, clients resize it and read its status (through
+    :class:`DriverServicer`, ``servicer``).
+
+    ``phase`` (:class:`JobPhase`) moves only along its transitions: assigning one it does not have
+    raises :class:`IllegalTransitionError`. ``yarn`` holds the worker component's target and reconciles
+    it (:meth:`ServiceBackend.set_target`, :meth:`ServiceBackend.reconcile`).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        limits: Limits,
+        yarn: ServiceBackend,
+        token: str | None,
+        iface: str,
+        elastic_timeout: int,
+        *,
+        state_file: Path | None = None,
+        app: str = "",
+        container_id: str = "",
+        batch_limits: BatchLimits | None = None,
+        queue: str | None = None,
+    ) -> None:
+        self.job = job
+        #: the YARN queue the job runs in (None: the cluster's default)
+        self.queue = queue
+        self.limits = limits
+        self.batch_limits = batch_limits
+        self.yarn = yarn
+        self.token = token
+        self.iface = iface
+        self.registry = AgentRegistry()
+        self._phase = JobPhase.WAITING
+        self._ring_formed = False
+        self._hvd: ElasticDriver | None = None
+        self._rendezvous = BoundRendezvousServer(verbose=0)
+        self._elastic_timeout = elastic_timeout
+        self._server_ip = "127.0.0.1"
+        self._rendezvous_port = 0
+        self.failures: list[pb.WorkerFailure] = []
+        self.error = ""
+        self._fatal = threading.Event()
+        self._state_file = state_file
+        self._app = app
+        #: this driver's own YARN container ('' outside YARN): when YARN counts it out, the driver steps down
+        self.container_id = container_id
+        self._server: grpc.Server | None = None
+        previous = DriverState.load(state_file, app)
+        #: what the previous incarnation left (None: this is the job's first driver)
+        self.previous = previous
+        self.incarnations = list(previous.incarnations) if previous else []
+        self.incarnation = len(self.incarnations) + 1
+        self._started = time.time()
+        self.incarnations.append(
+            pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
+        )
+        #: YARN's worker component: the target this driver set, and what YARN had when it last looked
+        self.sync = YarnSync(yarn, job, removing=previous.removing if previous else ())
+        #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
+        self.targets = TargetBook(limits.num)
+        if previous is not None:
+            self.targets = TargetBook(
+                previous.target or limits.num,
+                requested=previous.requested or previous.target or limits.num,
+                version=previous.version,
+                batch_timeline=previous.batch_timeline,
+                timeline=previous.timeline,
+            )
+            self.failures = list(previous.failures)
+            log.warning(
+                "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
+                self.incarnation,
+                job,
+                self.target,
+                previous.world_size,
+            )
+        self._persisted = ""
+        #: carries out the targets, one at a time, in version order (its thread runs :meth:`Resizer.loop`)
+        self.resizer = Resizer(
+            self.registry,
+            self.targets,
+            self.sync,
+            yarn,
+            limits,
+            batch_limits,
+            queue=queue,
+            ranks=self._ranks,
+            preempted_from=previous.preempted_from or None if previous else None,
+        )
+        #: a relaunched incarnation's take-over of its predecessor's ring
+        self.adoption = Adopter(self.registry, previous, limits.min)
+        #: the gRPC servicer of its control plane
+        self.servicer = DriverServicer(self)
+
+    @property
+    def phase(self) -> JobPhase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, to: JobPhase) -> None:
+        """Raises IllegalTransitionError for a transition :class:`JobPhase` does not have."""
+        self._phase = advance(f"job {self.job}", self._phase, JobPhase(to))
+        self._ring_formed = self._ring_formed or self._phase is JobPhase.RUNNING
+
+    @property
+    def target(self) -> int:
+        """The worker count the resizer applies now."""
+        return self.targets.workers
+
+    @property
+    def requested(self) -> int:
+        """The worker count of the newest target taken."""
+        return self.targets.requested
+
+    @property
+    def timeline(self) -> list[pb.ResizeEvent]:
+        return self.targets.timeline
+
+    @property
+    def batch_timeline(self) -> list[pb.Target]:
+        """Every target that set the job's batch, oldest first (at most MAX_BATCH_TIMELINE)."""
+        return self.targets.batch_timeline
+
+    @property
+    def ring_formed(self) -> bool:
+        """The job has been RUNNING: its ring formed once."""
+        return self._ring_formed
+
+    # ------------------------------------------------------------------ agents and clients (DriverServicer)
+
+    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
+        """Registers an agent whose Hello was valid, unless :meth:`admit` refuses it (then returns why); sends it
+        the batch in force."""
+        refusal = self.admit(agent, resume)
+        if refusal:
+            return refusal
+        self.registry.add(agent)
+        batch = self.targets.batch
+        if batch is not None:
+            agent.commands.put(pb.AgentCommand(target=batch))
+        log.info(
+            "agent attached: %s (%s)%s",
+            agent.instance,
+            agent.container_id,
+            f", adopted at rank {agent.adopted_rank}" if agent.adopted else "",
+        )
+        return ""
+
+    def admit(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
+        """Why a (re-)attaching agent is refused ('' when it is not), its state set from ``resume``
+        (:meth:`Adopter.admit`)."""
+        return self.adoption.admit(agent, resume, incarnation=self.incarnation, ring_formed=self.ring_formed)
+
+    def on_event(self, agent: AgentHandle, event: pb.AgentEvent) -> None:
+        """One event of ``agent``'s stream: warm, exited or preempted; one its state does not allow is logged and
+        ignored."""
+        kind = event.WhichOneof("event")
+        try:
+            if kind == "warm":
+                log.info("%s warm after %.1f s", agent.instance, event.warm.warmup_seconds)
+                self.registry.move(agent.agent_id, WorkerState.WARM)
+            elif kind == "exited":
+                code = event.exited.exit_code
+                log.info("%s exited with %d%s", agent.instance, code, " (leaving)" if event.exited.leaving else "")
+                if agent.state.ended:
+                    raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
+                self._note_exit(agent, event.exited)
+                self.registry.end(agent, code)
+            elif kind == "preempted":
+                self.resizer.on_preempted(agent, event.preempted.reason)
+        except IllegalTransitionError as exc:
+            log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
+
+    def detach(self, agent: AgentHandle) -> None:
+        """``agent``'s stream ended: its process is lost to the job if it had not ended, and its commands end."""
+        self.registry.disconnect(agent.agent_id)
+        self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
+        agent.commands.put(None)
+        log.info("agent detached: %s", agent.instance)
+
+    def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
+        """Keeps a failed (or never joined) training process's reason (:func:`exit_failure`); fails the job when
+        the ring has not formed yet, or when the process finished without ever joining it."""
+        failure = exit_failure(agent, exited, self._ranks().get(agent.agent_id, -1))
+        if failure is None:
+            return
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append(failure)
+        tail = exited.stderr_tail
+        log.error("%s%s", failure.reason, f"; its stderr ended with:\n{tail}" if tail else "")
+        if exited.exit_code == 0 or not self.ring_formed:
+            self._give_up(failure)
+
+    def _give_up(self, failure: pb.WorkerFailure) -> None:
+        if not self.error:
+            self.error = job_reason(failure)
+        self._fatal.set()
+        if self._hvd is not None:
+            self._hvd.stop(error_message=self.error)
+
+    def _ranks(self) -> dict[str, int]:
+        ranks: dict[str, int] = {}
+        if self._hvd is not None:
+            for host, slots in self._hvd.host_assignments.items():
+                ranks[host] = slots[0].rank if slots else -1
+        return ranks
+
+    def take_target(self, target: pb.Target) -> tuple[pb.Target, int]:
+        """A client's target (:meth:`TargetBook.take`): the target as taken and the worker count before it; it
+        replaces growing back on the driver's own after a preemption.
+
+        Raises:
+            FlexRefusedError: it is refused (naming why).
+        """
+        self.resizer.forget_preemption()
+        return self.targets.take(
+            target,
+            self.limits,
+            self.batch_limits,
+            (a.instance for a in self.registry.snapshot()),
+            on_batch=self._relay_batch,
+        )
+
+    def _relay_batch(self, target: pb.Target) -> None:
+        """A target that changes the job's batch (called in version order): sent to every attached agent, which
+        hands it to its training process once that is in a ring; the ranks take rank 0's at their next commit
+        (an agent that attaches later gets it first thing)."""
+        log.info(
+            "batch %d, accumulation %d%s (target %d): %s",
+            target.batch_size,
+            target.accum_steps,
+            f", learning rate {target.learning_rate:g}" if target.HasField("learning_rate") else "",
+            target.version,
+            target.reason,
+        )
+        for agent in self.registry.snapshot():
+            if agent.connected and not agent.state.ended:
+                agent.commands.put(pb.AgentCommand(target=target))
+
+    def status(self) -> pb.JobStatus:
+        """The job as the driver sees it now, with the reconcile step's verdict on its target."""
+        ranks = self._ranks()
+        workers = [
+            pb.WorkerStatus(
+                instance=a.instance,
+                container_id=a.container_id,
+                state=cast(pb.WorkerState, a.state.wire),
+                rank=ranks.get(a.agent_id, -1),
+                exit_code=a.exit_code,
+                preempted=a.preempted,
+                gpus=a.gpus,
+                node=a.node,
+            )
+            for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
+        ]
+        target, version = self.targets.workers, self.targets.version
+        world_size = self._hvd.world_size() if self._hvd is not None else 0
+        leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING.wire]
+        yarn_lag = self.sync.lag()
+        yarn_ready = self.sync.ready()
+        judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag)
+        batch_timeline = self.targets.batch_timeline
+        return pb.JobStatus(
+            job=self.job,
+            phase=cast(pb.JobPhase, self.phase.wire),
+            target=target,
+            world_size=world_size,
+            min_workers=self.limits.min,
+            max_workers=self.limits.max,
+            workers=workers,
+            timeline=self.targets.timeline,
+            error=self.error or "; ".join(why for why in (self._waiting_reason(), yarn_lag) if why),
+            failures=self.failures,
+            incarnations=self.incarnations,
+            batch=batch_timeline[-1] if batch_timeline else None,
+            batch_timeline=batch_timeline,
+            min_batch_size=self.batch_limits.min if self.batch_limits else 0,
+            max_batch_size=self.batch_limits.max if self.batch_limits else 0,
+            ring_at_target=judged.ring_at_target,
+            yarn_ready=yarn_ready,
+            converged=judged.converged,
+            lag=judged.lag,
+            version=version,
+        )
+
+    def _waiting_reason(self) -> str:
+        """Why the ring has not formed yet ('' once it has, or when nothing is wrong)."""
+        if self.ring_formed or self.phase is not JobPhase.WAITING:
+            return ""
+        agents = [a for a in self.registry.snapshot() if a.connected]
+        joined = [a for a in agents if a.joined]
+        if not agents:
+            return "no worker agent has attached yet (containers starting?)"
+        if len(joined) < self.limits.min:
+            return (
+                f"{len(agents)} worker(s) attached, {len(joined)} asked to join the ring (need {self.limits.min}): "
+                f"the training processes have not called hvd.init() yet"
+            )
+        return ""
+
+    # ------------------------------------------------------------------ containers YARN lost
+
+    def _watch_containers(self) -> None:
+        """Every CONTAINER_CHECK_S, reads the worker component from YARN and evicts the agents whose container
+        YARN counts out (:meth:`_evict_orphans`); a read that fails is tried again at the next round."""
+        while not self._fatal.is_set():
+            time.sleep(CONTAINER_CHECK_S)
+            try:
+                status = self.yarn.status(self.job)
+            except YarnError as exc:
+                log.debug("cannot read the worker containers from YARN: %s", exc)
+                continue
+            worker, driver = status.component(WORKER_COMPONENT), status.component(DRIVER_COMPONENT)
+            if driver is not None and (why := replaced_by_yarn(self.container_id, driver.containers)):
+                self._step_down(why)
+                return
+            if worker is not None:
+                self.sync.watched(worker.ready_count)
+                self._evict_orphans(worker.containers)
+                self.resizer.grow_back(worker.memory_mb, worker.vcores)
+
+    def _step_down(self, why: str) -> None:
+        """A driver YARN replaced (its NodeManager was lost while it ran on): it drops every agent's stream, so
+        they find and re-attach to the driver YARN runs now, and exits."""
+        log.error("stepping down: %s; the agents re-attach to the driver YARN runs now", why)
+        if self._server is not None:
+            self._server.stop(grace=0)
+        logging.shutdown()
+        os._exit(0)
+
+    def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
+        """Evicts the agents still attached whose container YARN no longer runs (:func:`lost_agents`); returns
+        them. Each is withdrawn from discovery (its ring re-forms without it), told to Stop, and recorded among
+        the failures with why."""
+        evicted: list[AgentHandle] = []
+        for agent, reason in lost_agents(self.registry.snapshot(), containers):
+            rank = self._ranks().get(agent.agent_id, -1)
+            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+                try:
+                    self.registry.move(agent.agent_id, WorkerState.LEAVING)
+                except IllegalTransitionError:
+                    continue  # its process ended meanwhile
+            agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
+            evicted.append(agent)
+            if any(f.container_id == agent.container_id for f in self.failures):
+                continue  # an agent not yet warm is told again each round until its process ends
+            log.warning("%s", reason)
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append(lost_failure(agent, reason, rank))
+        return evicted
+
+    # ------------------------------------------------------------------ Horovod
+
+    def _create_worker(self, slot_info: SlotInfo, events: list[threading.Event]) -> tuple[int, float]:
+        agent = self.registry.get(slot_info.hostname)
+        if agent is None:
+            log.error("no agent for host %s", slot_info.hostname)
+            return 1, time.time()
+        env_of_slot = {
+            **slot_env(self._server_ip, self.iface, self._rendezvous_port, slot_info),
+            "PYTHONUNBUFFERED": "1",
+            "SUBMARINE_DRIVER_INCARNATION": str(self.incarnation),
+        }
+        if agent.adoption is Adoption.ADOPTED and agent.state is WorkerState.RUNNING:
+            # It trains in the previous incarnation's ring: it re-forms around this driver's rendezvous.
+            agent.adoption = advance(agent.instance, agent.adoption, Adoption.REFORMED)
+            agent.commands.put(pb.AgentCommand(reform=pb.Reform(env=env_of_slot)))
+        else:
+            try:
+                self.registry.move(agent.agent_id, WorkerState.RUNNING)
+            except IllegalTransitionError as exc:
+                # Horovod read discovery just before the worker began to leave, or before it ended.
+                log.info("no slot for %s: %s", agent.instance, exc)
+            else:
+                agent.commands.put(pb.AgentCommand(start=pb.Start(env=env_of_slot)))
+        while not agent.exited.wait(0.5):
+            if any(e.is_set() for e in events):
+                agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
+                agent.exited.wait(15)
+                break
+        code = agent.exit_code if agent.exit_code is not None else 1
+        self._wait_for_reform()
+        if agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not self._hvd_assigned(slot_info):
+            # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
+            return 0, time.time()
+        return code, time.time()
+
+    def _wait_for_reform(self) -> None:
+        """Waits while Horovod forms a new ring (its workers all asked for their slots; it may wait there for
+        enough of them): Horovod records an exit reported then only after it, among the new ring's workers,
+        so an exit of one the new ring left out would fill a place of that ring's next re-form, which would
+        then go ahead without one of its own workers, left waiting alone. Reported after the re-form, the exit
+        of a worker left out is ignored, as Horovod ignores those of removed hosts."""
+        if self._hvd is not None:
+            wait_for_reform(self._hvd)
+
+    def _hvd_assigned(self, slot_info: SlotInfo) -> bool:
+        return self._hvd is not None and self._hvd.has_rank_assignment(slot_info.hostname, slot_info.local_rank)
+
+    def serve(
+        self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1"
+    ) -> tuple[grpc.Server, int] | None:
+        """Starts the control plane on ``host:port`` (port 0: any free one), TLS only given ``tls`` (mutual
+        when it names a client CA). Every call needs the job token when the driver has one. Returns the
+        server and its port, or None when the port cannot be bound.
+
+        It serves :func:`control_plane_threads` calls at once, every agent's stream and SetTarget and Status
+        beside them; a call beyond that is refused with ``RESOURCE_EXHAUSTED`` rather than queued behind
+        streams that do not end. Both ends of a stream ping each other
+        (:data:`~submarine_elastic.rpc.STREAM_KEEPALIVE_SERVER_OPTIONS`), so an agent cut off without a word
+        is detached within :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`."""
+        interceptors = [BearerTokenInterceptor(self.token)] if self.token else []
+        threads = control_plane_threads(self.limits)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="driver-grpc"),
+            interceptors=interceptors,
+            options=STREAM_KEEPALIVE_SERVER_OPTIONS,
+            maximum_concurrent_rpcs=threads,
+        )
+        pb_grpc.add_ElasticDriverServicer_to_server(self.servicer, server)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, tls.credentials())
+        if bound == 0:
+            return None
+        server.start()
+        return server, bound
+
+    def run(self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1") -> int:
+        """Serves the control plane on ``host:port`` (see :meth:`serve`) and drives the job until it ends;
+        returns the exit code. Horovod's rendezvous listens on the address its workers are told
+        (:func:`rendezvous_address` of the Gloo interface), not on every interface."""
+        served = self.serve(port, tls, host=host)
+        if served is None:
+            log.error("cannot listen on %s port %d (taken?)", host, port)
+            return 2
+        server, _ = served
+        self._server = server
+        log.info(
+            "driver of job %s listening on %s port %d (%s); limits %s",
+            self.job,
+            host,
+            port,
+            "plaintext" if tls is None else "mutual TLS" if tls.client_ca else "TLS",
+            self.limits,
+        )
+        threading.Thread(target=self.resizer.loop, daemon=True, name="resizer").start()
+        threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
+        threading.Thread(target=self._watch_containers, daemon=True, name="containers").start()
+        if self.previous is not None:
+            # What YARN should have is what the previous incarnation last applied (and still removes by name).
+            self.sync.set_target(self.target)
+
+        self._server_ip = rendezvous_address(self.iface, host)
+        hvd_driver, self._rendezvous_port = new_ring(
+            self._rendezvous, self.registry, self.limits.min, self.limits.max, self._elastic_timeout, self._server_ip
+        )
+        self._hvd = hvd_driver
+        adopting = self.adoption.await_ring(self._fatal)
+        if adopting:
+            self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
+        else:
+            self.targets.requeue_requested("asked for before the driver was relaunched")
+        log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
+        started = time.monotonic()
+        placed, placed_at = 0, started  # live agents (containers YARN started), and since when that many
+
+        def enough() -> bool:
+            nonlocal placed, placed_at
+            # The target, not --num_workers: a controller may have shrunk the job before it started.
+            n = len(self.registry.available())
+            now = time.monotonic()
+            live = sum(1 for a in self.registry.snapshot() if a.connected and not a.state.ended)
+            if live != placed:
+                placed, placed_at = live, now
+            return first_ring_ready(
+                warm=n, live=live, target=self.target, minimum=self.limits.min,
+                waited_s=now - started, unchanged_s=now - placed_at,
+            )  # fmt: skip
+
+        while not self.registry.wait(lambda: enough() or self._fatal.is_set(), 1.0):
+            if time.monotonic() - started > self._elastic_timeout:
+                ready = len(self.registry.available())
+                why = self._waiting_reason() or f"only {ready} of at least {self.limits.min} workers became ready"
+                self.error = f"the ring did not form within {self._elastic_timeout} s (HOROVOD_ELASTIC_TIMEOUT): {why}"
+                return self._end(server, 3)
+            if self._fatal.is_set():
+                return self._end(server, 3)
+        if self._fatal.is_set():
+            return self._end(server, 3)
+        self.phase = JobPhase.RUNNING
+        first_ring = len(self.registry.available())
+        if first_ring < self.target:
+            log.info(
+                "first ring of %d of the target %d: YARN started no other worker container for %.0f s",
+                first_ring, self.target, time.monotonic() - placed_at,
+            )  # fmt: skip
+        hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
+        if adopting:
+            threading.Thread(
+                target=self._finish_adoption, args=(hvd_driver, first_ring), daemon=True, name="adoption"
+            ).start()
+        results = hvd_driver.get_results()
+        hvd_driver.stop()
+        failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
+        if results.error_message or failed or self._fatal.is_set():
+            if not self.error:
+                horovod_said = f"Horovod ended the job: {results.error_message or failed}"
+                self.error = job_reason(self.failures[0]) if self.failures else horovod_said
+            return self._end(server, 1)
+        log.info("job finished: every worker exited cleanly")
+        return self._end(server, 0)
+
+    def _finish_adoption(self, hvd_driver: ElasticDriver, adopted: int) -> None:
+        """Once the adopted ring re-formed around this driver (:meth:`Adopter.await_reform`), takes up a resize the
+        previous incarnation had been asked for."""
+        self.adoption.await_reform(hvd_driver, adopted, self.incarnations[-1])
+        self.targets.requeue_requested("asked for before the driver was relaunched")
+
+    def _persist_loop(self) -> None:
+        while True:
+            self._persist()
+            time.sleep(PERSIST_EVERY_S)
+
+    def _persist(self) -> None:
+        """Writes :class:`DriverState` when it changed (the next incarnation reads it)."""
+        if self._state_file is None:
+            return
+        state = DriverState(
+            app=self._app,
+            target=self.target,
+            requested=self.requested,
+            world_size=self._hvd.world_size() if self._hvd is not None else 0,
+            removing=self.sync.removing,
+            timeline=tuple(self.timeline),
+            failures=tuple(self.failures),
+            incarnations=tuple(self.incarnations),
+            error=self.error,
+            batch_timeline=tuple(self.targets.batch_timeline),
+            version=self.targets.version,
+            preempted_from=self.resizer.preempted_from or 0,
+        )
+        text = state.to_json()
+        if text == self._persisted:
+            return
+        try:
+            state.save(self._state_file)
+        except OSError as exc:
+            log.warning("cannot keep the driver's state in %s: %s", self._state_file, exc)
+        self._persisted = text
+
+    def _end(self, server: grpc.Server, rc: int) -> int:
+        """Stops every agent stream and the server; logs the reason of a failure as the last line."""
+        if rc == 0:
+            self.phase = JobPhase.FINISHED
+        else:
+            self.phase = JobPhase.FAILED
+            log.error("job failed: %s", self.error or "unknown reason")
+            for failure in self.failures[:1]:
+                if failure.stderr_tail:
+                    sys.stderr.write(f"--- {failure.instance} stderr (last lines) ---\n{failure.stderr_tail}\n")
+            sys.stderr.write(f"submarine-elastic job {self.job} failed: {self.error or 'unknown reason'}\n")
+            sys.stderr.flush()
+        self._record_outcome()
+        self._persist()
+        for agent in self.registry.snapshot():
+            agent.commands.put(None)
+        server.stop(grace=2)
+        return rc
+
+    def _record_outcome(self) -> None:
+        """Writes how the job ended where ``submarine job show`` reads it after the service is gone."""
+        path = env.job_outcome_file()
+        if path is None:
+            return
+        record = JobOutcome(
+            job=self.job,
+            phase=self.phase,
+            error=self.error,
+            time=time.time(),
+            failures=tuple(self.failures),
+            batch_timeline=tuple(self.batch_timeline),
+        )
+        try:
+            record.save(path)
+        except OSError as exc:
+            log.warning("cannot record the job's outcome in %s: %s", path, exc)
