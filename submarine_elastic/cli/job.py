@@ -17,35 +17,22 @@ from submarine_elastic import env
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.elastic.api import (
-    BatchLimits,
     DriverUnreachableError,
     ElasticError,
     FlexRefusedError,
     JobPhase,
-    Limits,
     WorkerState,
 )
 from submarine_elastic.elastic.client import JobClient
-from submarine_elastic.submit.jobcode import Localization, PackedEnv, pack_current_env, read_carried, snapshot
+from submarine_elastic.submit.jobcode import pack_current_env, read_carried
 from submarine_elastic.submit.jobspec import (
-    DriverTls,
     JobRequest,
     JobSpecError,
     Placement,
-    WorkerResources,
-    build_service,
     describe_code,
     describe_environment,
-    parse_env,
 )
-from submarine_elastic.submit.service import (
-    clear_ended_service,
-    refuse_unfit_queue,
-    refuse_unplaceable,
-    refuse_unplaceable_placement,
-    submit,
-    with_kill_delay,
-)
+from submarine_elastic.submit.service import FlagError, JobFlags, check_cluster, pack_code, prepare, submit
 from submarine_elastic.submit.store import JobOutcome, forget_job, forget_outcome, last_driver_address, load_outcome
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
@@ -296,78 +283,57 @@ def run(
     timeout: float,
 ) -> None:
     """Submit a training job: a driver and --num_workers worker containers."""
-    lo = min_workers if min_workers is not None else (1 if elastic else num_workers)
-    hi = max_workers if max_workers is not None else num_workers
-    if not elastic and (lo != num_workers or hi != num_workers):
-        raise click.BadParameter("--min_workers/--max_workers need --elastic", param_hint="--min_workers")
-    if (tls_cert is None) != (tls_key is None) or (tls_ca is not None and tls_cert is None):
-        raise click.BadParameter(
-            "--tls_cert and --tls_key go together (and --tls_ca needs them)", param_hint="--tls_cert"
-        )
+    flags = JobFlags(
+        name=name,
+        worker_launch_cmd=worker_launch_cmd,
+        framework=framework,
+        elastic=elastic,
+        num_workers=num_workers,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        worker_resources=worker_resources,
+        env=env_pairs,
+        input_path=input_path,
+        checkpoint_path=checkpoint_path,
+        checkpoint_every=checkpoint_every,
+        min_batch_size=min_batch_size,
+        max_batch_size=max_batch_size,
+        placement=placement,
+        queue=queue,
+        docker_image=docker_image,
+        workdir=workdir,
+        localizations=localizations,
+        snapshot=take_snapshot,
+        python_env=python_env,
+        policy=policy,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        insecure=insecure,
+    )
+    found: list[HdfsJobFiles | None] = []
+
+    def cluster(job_name: str) -> tuple[str, str | None]:
+        rm_url = _rm_url()
+        found.append(_job_files(rm_url))
+        return rm_url, None if found[0] is None else found[0].uri(job_name)
+
     try:
-        insecure = env.settings().insecure if insecure is None else insecure
-    except ValueError as exc:
-        raise _fail(exc) from exc
-    if insecure and tls_cert is not None:
-        raise click.BadParameter("--insecure and --tls_cert exclude each other", param_hint="--insecure")
-    batch_limits = _batch_limits(min_batch_size, max_batch_size)
-    if localizations and not take_snapshot:
-        raise click.BadParameter(
-            "--localization goes into the snapshot: not with --no_snapshot", param_hint="--localization"
-        )
-    code_dir = (workdir or Path.cwd()).resolve()
-    try:
-        carried = [Localization.parse(text, Path.cwd()) for text in localizations]
-        packed = PackedEnv.load(python_env) if python_env is not None else None
-    except JobSpecError as exc:
-        raise _fail(exc) from exc
-    rm_url = _rm_url()
-    files = _job_files(rm_url)
-    try:
-        limits = Limits(num_workers, lo, hi)
-        tls = DriverTls.load(tls_cert, tls_key, tls_ca) if tls_cert is not None and tls_key is not None else None
-        req = JobRequest(
-            name=name,
-            launch_cmd=worker_launch_cmd,
-            limits=limits,
-            resources=WorkerResources.parse(worker_resources),
-            rm_url=rm_url,
-            elastic=elastic,
-            framework=framework,
-            env=parse_env(env_pairs),
-            input_path=input_path,
-            checkpoint_path=checkpoint_path,
-            checkpoint_every=checkpoint_every,
-            batch_limits=batch_limits,
-            placement=None if placement is None else Placement(placement),
-            queue=queue,
-            docker_image=docker_image,
-            workdir=code_dir,
-            python_env=packed,
-            tls=tls,
-            insecure=insecure,
-            files_uri=None if files is None else files.uri(name),
-        )
-    except (ValueError, JobSpecError) as exc:
-        raise _fail(exc) from exc
-    if policy is not None and not elastic:
-        raise click.BadParameter("a --policy resizes the job: it needs --elastic", param_hint="--policy")
-    try:
-        build_service(req)  # refuse a bad spec before the controller or YARN hears of the job
+        req = prepare(flags, cluster, cwd=Path.cwd())
         with YarnServiceClient(req.rm_url) as yarn:
-            refuse_unplaceable(yarn, req.resources)
-            refuse_unplaceable_placement(yarn, req)
-            refuse_unfit_queue(yarn, req)
-            req = with_kill_delay(yarn, req)
-            if clear_ended_service(yarn, name):
-                console.print(f"removed the ended job {name} from YARN to run the new one")
-    except (JobSpecError, YarnError) as exc:
+            req, cleared = check_cluster(yarn, req)
+    except FlagError as exc:
+        if exc.flag is None:
+            raise click.UsageError(str(exc)) from exc
+        raise click.BadParameter(str(exc), param_hint=exc.flag) from exc
+    except (ValueError, YarnError) as exc:
         raise _fail(exc) from exc
+    if cleared:
+        console.print(f"removed the ended job {name} from YARN to run the new one")
+    files = found[0]
     with tempfile.TemporaryDirectory(prefix="submarine-code-") as packing:
         try:
-            if take_snapshot:
-                req = dataclasses.replace(req, code=snapshot(code_dir, carried, Path(packing)))
-            req = _with_metrics_certificate(req)
+            req = _with_metrics_certificate(pack_code(req, Path(packing)))
         except (JobSpecError, OSError, TlsError) as exc:
             raise _fail(exc) from exc
         ctl, req = _controller_for(req, policy)
@@ -381,6 +347,7 @@ def run(
             finally:
                 if ctl is not None:
                     ctl.close()
+    limits = req.limits
     with YarnServiceClient(req.rm_url) as yarn:
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
@@ -420,22 +387,6 @@ def pack_env(output: Path, force: bool) -> None:
             f"[yellow]installed editable, so only linked from the archive to this machine:[/yellow] "
             f"{', '.join(editable)}; install them normally before packing for a cluster whose nodes lack that path"
         )
-
-
-def _batch_limits(min_batch_size: int | None, max_batch_size: int | None) -> BatchLimits | None:
-    """The job's batch limits from ``--min_batch_size``/``--max_batch_size`` (None: neither given). A minimum
-    alone is refused: the largest batch is what a job's memory and its learning-rate rule must hold."""
-    if max_batch_size is None:
-        if min_batch_size is not None:
-            raise click.BadParameter(
-                "--min_batch_size needs --max_batch_size (the largest global batch the job may be set to)",
-                param_hint="--min_batch_size",
-            )
-        return None
-    try:
-        return BatchLimits(1 if min_batch_size is None else min_batch_size, max_batch_size)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
 
 
 def _controller_for(req: JobRequest, policy: str | None) -> tuple[ControllerClient | None, JobRequest]:

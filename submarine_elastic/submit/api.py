@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 #: The names a packed environment's archive may have.
 TAR_GZ = (".tar.gz", ".tgz")
@@ -95,3 +95,48 @@ class Hashing:
         return data
 
 
+@dataclass(frozen=True)
+class Localization:
+    """One ``--localization SRC:DEST[:ro|rw]`` entry, with Hadoop Submarine's meaning: ``SRC`` (a file or a
+    directory on this machine) appears at ``DEST`` in every container; a relative ``DEST`` is under the
+    directory the command runs in. ``ro`` makes its files read-only there (``rw``, the default, does not).
+
+    Submarine also took remote sources (``hdfs://...``) and absolute destinations (Docker mounts); here a
+    source is always local (it goes into the snapshot) and a destination always relative."""
+
+    src: Path
+    dest: PurePosixPath
+    read_only: bool = False
+
+    @classmethod
+    def parse(cls, text: str, base: Path) -> Localization:
+        """``SRC:DEST[:ro|rw]``; a relative ``SRC`` is taken from ``base``.
+
+        Raises:
+            JobCodeError: not of that form, a remote or missing source, a destination that is absolute or
+                leaves the command's directory (the entry named).
+        """
+        flag = f"--localization {text!r}"
+        parts = text.split(":")
+        if "://" in text or (len(parts) > 1 and parts[1].startswith("//")):
+            raise JobCodeError(
+                f"{flag}: a remote source is not supported; give a local file or directory (it goes into the "
+                "job's code snapshot), or read remote data from the job itself"
+            )
+        mode = "rw"
+        if len(parts) == 3:
+            *parts, mode = parts
+        if len(parts) != 2 or not parts[0] or not parts[1] or mode not in ("ro", "rw"):
+            raise JobCodeError(f"{flag}: expected SRC:DEST or SRC:DEST:ro|rw")
+        dest = PurePosixPath(parts[1])
+        if dest.is_absolute():
+            raise JobCodeError(
+                f"{flag}: DEST must be relative to the directory the command runs in (an absolute DEST is a "
+                "Docker mount, not supported)"
+            )
+        if ".." in dest.parts or dest == PurePosixPath("."):
+            raise JobCodeError(f"{flag}: DEST must name a path inside the directory the command runs in")
+        src = (base / parts[0]).resolve()
+        if not src.exists():
+            raise JobCodeError(f"{flag}: the source {src} does not exist")
+        return cls(src, dest, read_only=mode == "ro")

@@ -6,6 +6,7 @@ Everything is validated here, before anything is sent: a bad flag is refused wit
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import random
@@ -16,7 +17,6 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from submarine_elastic import env, resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
-from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, PackedEnv
+from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, Localization, PackedEnv
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 
 if TYPE_CHECKING:
@@ -200,15 +200,17 @@ class JobRequest:
     docker_image: str | None = None
     workdir: Path = field(default_factory=Path.cwd)
     python: str = sys.executable
-    driver_port: int = field(default_factory=lambda: free_port())
-    token: str = field(default_factory=lambda: new_token(), repr=False)
+    #: the port of the driver's control plane and its token; None: chosen by :func:`with_credentials` (``submit``)
+    driver_port: int | None = None
+    token: str | None = field(default=None, repr=False)
     tls: DriverTls | None = None
     #: plaintext control plane (``job run --insecure``): no certificates, the containers told so
     insecure: bool = False
     #: the client certificate (and the CA of the service) the job's hooks present to the metrics service
     metrics_tls: Issued | None = field(default=None, repr=False)
-    #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret
-    yarn_login: YarnLogin | None = field(default_factory=YarnLogin.from_env, repr=False)
+    #: the driver's Kerberos login to the RM (``SUBMARINE_YARN_AUTH=kerberos``): the keytab travels as a secret;
+    #: read by :func:`with_credentials`
+    yarn_login: YarnLogin | None = field(default=None, repr=False)
     #: where the containers' files are localized from: the job's directory on the cluster's HDFS
     #: (``hdfs://nn:port/submarine-jobs/<user>/<job>``, ``submit.jobfiles``); None: :func:`job_dir`
     files_uri: str | None = None
@@ -220,11 +222,12 @@ class JobRequest:
     python_env: PackedEnv | None = field(default=None, repr=False)
     #: how the workers are placed on nodes (``--placement``); None: wherever YARN has room
     placement: Placement | None = None
-
-    @cached_property
-    def job_tls(self) -> JobTls | None:
-        """The job's own certificates (None with ``insecure``): issued once per request."""
-        return None if self.insecure else JobTls.issue(self.name, self.tls)
+    #: the job's own certificates (none with ``insecure``), issued by :func:`with_credentials`
+    job_tls: JobTls | None = field(default=None, repr=False)
+    #: ``--localization`` entries, packed into the code snapshot with ``workdir``
+    localizations: tuple[Localization, ...] = ()
+    #: whether ``job run`` packs ``workdir`` (``--snapshot``, the default) into :attr:`code`
+    snapshot: bool = False
 
     def __post_init__(self) -> None:
         """Refuses, before anything is written or sent, every flag that would reach a shell or a path unsafely.
@@ -529,7 +532,7 @@ class JobTls:
 def job_secrets(req: JobRequest) -> dict[str, str | bytes]:
     """The files a job's containers get, by name: its control token, the secret variables of ``--env``,
     the job's TLS files, and the keytab its driver logs in to the RM from."""
-    values = {"SUBMARINE_JOB_TOKEN": req.token, **req.env}
+    values = {"SUBMARINE_JOB_TOKEN": req.token or "", **req.env}
     files: dict[str, str | bytes] = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
     if req.yarn_login is not None:
         files[KEYTAB_FILE] = req.yarn_login.keytab
@@ -759,3 +762,22 @@ def build_service(req: JobRequest) -> Service:
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def with_credentials(req: JobRequest) -> JobRequest:
+    """``req`` with what it lacks of its credentials: a free port for its driver (:func:`free_port`), a control
+    token, the submitter's Kerberos login when the RM asks one (:meth:`YarnLogin.from_env`) and, unless it runs
+    ``--insecure``, the job's certificates (:meth:`JobTls.issue`). What ``req`` has is kept, so it may be called
+    again. Binds sockets, reads the keytab and issues certificates: ``submit`` calls it, nothing earlier.
+
+    Raises:
+        OSError: no free port.
+        JobSpecError: the Kerberos login is unusable (naming the variable).
+    """
+    return dataclasses.replace(
+        req,
+        driver_port=req.driver_port if req.driver_port is not None else free_port(),
+        token=req.token if req.token is not None else new_token(),
+        yarn_login=req.yarn_login if req.yarn_login is not None else YarnLogin.from_env(),
+        job_tls=req.job_tls if req.job_tls is not None or req.insecure else JobTls.issue(req.name, req.tls),
+    )

@@ -14,15 +14,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from submarine_elastic.submit.jobcode import keep_locally, write_carried
+from submarine_elastic import env
+from submarine_elastic.elastic.api import BatchLimits, Limits
+from submarine_elastic.submit.api import Localization, PackedEnv
+from submarine_elastic.submit.jobcode import keep_locally, snapshot, write_carried
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.jobspec import (
+    DriverTls,
     JobRequest,
     JobSpecError,
+    Placement,
     WorkerResources,
     build_service,
     outcome_path,
+    parse_env,
+    with_credentials,
     write_secrets,
 )
 from submarine_elastic.webhdfs import WebHdfsError
@@ -167,8 +177,10 @@ def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
 
 def submit(
     yarn: YarnServiceClient, req: JobRequest, *, replace: bool = False, files: HdfsJobFiles | None = None
-) -> None:
-    """Submit the job's YARN service (without waiting for it to start) and keep its control token.
+) -> JobRequest:
+    """Submit the job's YARN service (without waiting for it to start) and keep its control token; returns
+    ``req`` with its credentials (:func:`~.jobspec.with_credentials`: the driver's port, the token, the
+    certificates), which are chosen here.
 
     The token, the job's secrets and its TLS files are written first (see :func:`write_secrets`), with
     ``files`` the containers' files into the job's directory on HDFS (``req.files_uri`` must name it); if
@@ -179,7 +191,9 @@ def submit(
             is sent).
         WebHdfsError: HDFS refused the job's files or did not answer.
         YarnError: the RM refused it (with ``replace``, a job of that name is destroyed first).
+        OSError: no free port for the driver.
     """
+    req = with_credentials(req)
     service = build_service(req)
     if files is not None and req.files_uri != files.uri(req.name):
         raise JobSpecError(f"the job's files go to {files.uri(req.name)}, but its spec names {req.files_uri}")
@@ -200,6 +214,7 @@ def submit(
             with contextlib.suppress(WebHdfsError):
                 files.remove(req.name)
         raise
+    return req
 
 
 def clear_ended_service(yarn: YarnServiceClient, name: str) -> bool:
@@ -221,3 +236,162 @@ def clear_ended_service(yarn: YarnServiceClient, name: str) -> bool:
         )
     yarn.destroy(name, wait=True, missing_ok=True)
     return True
+
+
+class FlagError(JobSpecError):
+    """A ``submarine job run`` flag that contradicts another or is missing its partner; ``flag`` names it (None:
+    the command line as a whole)."""
+
+    def __init__(self, message: str, flag: str | None = None) -> None:
+        super().__init__(message)
+        self.flag = flag
+
+
+@dataclass(frozen=True)
+class JobFlags:
+    """What ``submarine job run`` was given, flag by flag, as the command line parsed it (nothing checked yet)."""
+
+    name: str
+    worker_launch_cmd: str
+    framework: str = "tensorflow"
+    elastic: bool = False
+    num_workers: int = 2
+    min_workers: int | None = None
+    max_workers: int | None = None
+    worker_resources: str = "memory-mb=2048,vcores=1"
+    env: tuple[str, ...] = ()
+    input_path: str | None = None
+    checkpoint_path: str | None = None
+    checkpoint_every: int | None = None
+    min_batch_size: int | None = None
+    max_batch_size: int | None = None
+    placement: str | None = None
+    queue: str | None = None
+    docker_image: str | None = None
+    workdir: Path | None = None
+    localizations: tuple[str, ...] = ()
+    snapshot: bool = True
+    python_env: Path | None = None
+    policy: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    #: None: ``SUBMARINE_INSECURE``
+    insecure: bool | None = None
+
+
+def batch_limits(min_batch_size: int | None, max_batch_size: int | None) -> BatchLimits | None:
+    """The job's batch limits from ``--min_batch_size``/``--max_batch_size`` (None: neither given). A minimum
+    alone is refused: the largest batch is what a job's memory and its learning-rate rule must hold.
+
+    Raises:
+        FlagError: a minimum alone (naming ``--min_batch_size``), or limits :class:`BatchLimits` refuses.
+    """
+    if max_batch_size is None:
+        if min_batch_size is not None:
+            raise FlagError(
+                "--min_batch_size needs --max_batch_size (the largest global batch the job may be set to)",
+                "--min_batch_size",
+            )
+        return None
+    try:
+        return BatchLimits(1 if min_batch_size is None else min_batch_size, max_batch_size)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from exc
+
+
+def prepare(flags: JobFlags, cluster: Callable[[str], tuple[str, str | None]], *, cwd: Path) -> JobRequest:
+    """The request ``flags`` ask for, every flag checked here once (each error names its flag). Reads only the
+    files the flags name (``--python_env``, ``--tls_*``) and ``SUBMARINE_INSECURE``; chooses no port and issues
+    no certificate (:func:`submit` does).
+
+    Args:
+        cluster: the job's name -> the ResourceManager's address and the HDFS directory of the job's files
+            (None: they stay on this machine); called once the flags themselves are checked.
+        cwd: the directory relative ``--workdir`` and ``--localization`` sources are taken from.
+
+    Raises:
+        FlagError: flags that contradict each other (naming the flag).
+        JobSpecError: a flag's value is refused (naming it).
+        SettingsError: ``SUBMARINE_INSECURE`` is neither on nor off.
+    """
+    lo = flags.min_workers if flags.min_workers is not None else (1 if flags.elastic else flags.num_workers)
+    hi = flags.max_workers if flags.max_workers is not None else flags.num_workers
+    if not flags.elastic and (lo != flags.num_workers or hi != flags.num_workers):
+        raise FlagError("--min_workers/--max_workers need --elastic", "--min_workers")
+    if (flags.tls_cert is None) != (flags.tls_key is None) or (flags.tls_ca is not None and flags.tls_cert is None):
+        raise FlagError("--tls_cert and --tls_key go together (and --tls_ca needs them)", "--tls_cert")
+    insecure = env.settings().insecure if flags.insecure is None else flags.insecure
+    if insecure and flags.tls_cert is not None:
+        raise FlagError("--insecure and --tls_cert exclude each other", "--insecure")
+    limits_of_batch = batch_limits(flags.min_batch_size, flags.max_batch_size)
+    if flags.localizations and not flags.snapshot:
+        raise FlagError("--localization goes into the snapshot: not with --no_snapshot", "--localization")
+    code_dir = (cwd / flags.workdir if flags.workdir is not None else cwd).resolve()
+    carried = tuple(Localization.parse(text, cwd) for text in flags.localizations)
+    packed = PackedEnv.load(flags.python_env) if flags.python_env is not None else None
+    rm_url, files_uri = cluster(flags.name)
+    try:
+        limits = Limits(flags.num_workers, lo, hi)
+    except ValueError as exc:
+        raise JobSpecError(str(exc)) from exc
+    tls = None
+    if flags.tls_cert is not None and flags.tls_key is not None:
+        tls = DriverTls.load(flags.tls_cert, flags.tls_key, flags.tls_ca)
+    req = JobRequest(
+        name=flags.name,
+        launch_cmd=flags.worker_launch_cmd,
+        limits=limits,
+        resources=WorkerResources.parse(flags.worker_resources),
+        rm_url=rm_url,
+        elastic=flags.elastic,
+        framework=flags.framework,
+        env=parse_env(flags.env),
+        input_path=flags.input_path,
+        checkpoint_path=flags.checkpoint_path,
+        checkpoint_every=flags.checkpoint_every,
+        batch_limits=limits_of_batch,
+        placement=None if flags.placement is None else Placement(flags.placement),
+        queue=flags.queue,
+        docker_image=flags.docker_image,
+        workdir=code_dir,
+        python_env=packed,
+        tls=tls,
+        insecure=insecure,
+        files_uri=files_uri,
+        localizations=carried,
+        snapshot=flags.snapshot,
+    )
+    if flags.policy is not None and not flags.elastic:
+        raise FlagError("a --policy resizes the job: it needs --elastic", "--policy")
+    build_service(req)  # the spec's own checks, before the controller or YARN hears of the job
+    return req
+
+
+def check_cluster(yarn: YarnServiceClient, req: JobRequest) -> tuple[JobRequest, bool]:
+    """The cluster's checks of a prepared request, before anything is written or sent: GPUs, placement and queue
+    it can honour, its SIGTERM-to-SIGKILL delay told to the job, and room made for the name. Returns the request
+    and whether an ended job of that name was removed from YARN. Blocks for a few requests to the RM.
+
+    Raises:
+        JobSpecError: what the cluster cannot give the job (the flag named), or a job of that name runs.
+        YarnError: the RM refused or did not answer.
+    """
+    refuse_unplaceable(yarn, req.resources)
+    refuse_unplaceable_placement(yarn, req)
+    refuse_unfit_queue(yarn, req)
+    req = with_kill_delay(yarn, req)
+    return req, clear_ended_service(yarn, req.name)
+
+
+def pack_code(req: JobRequest, into: Path) -> JobRequest:
+    """``req`` with its code snapshot (``workdir`` and its localizations) packed into the directory ``into``,
+    when it asks one (:attr:`~.jobspec.JobRequest.snapshot`).
+
+    Raises:
+        JobSpecError: the code cannot be packed (the source named).
+        OSError: writing the archive failed.
+    """
+    if not req.snapshot:
+        return req
+    return dataclasses.replace(req, code=snapshot(req.workdir, list(req.localizations), into))

@@ -15,6 +15,7 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic.api import BatchLimits, Limits
 from submarine_elastic.limits import MAX_BATCH_SIZE
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service, job_dir
+from submarine_elastic.submit.service import batch_limits
 
 RM = "http://rm.example:8088"
 
@@ -70,8 +71,8 @@ def test_the_batch_limits_reach_the_submitted_jobs_environment(monkeypatch: pyte
 def test_a_maximum_alone_lets_the_batch_go_down_to_one_and_the_driver_reads_both(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert job_cli._batch_limits(None, 256) == BatchLimits(1, 256)
-    assert job_cli._batch_limits(None, None) is None
+    assert batch_limits(None, 256) == BatchLimits(1, 256)
+    assert batch_limits(None, None) is None
     spec_env = build_service(request(BatchLimits(1, 256))).to_dict()["configuration"]["env"]
     for name in ("SUBMARINE_MIN_BATCH_SIZE", "SUBMARINE_MAX_BATCH_SIZE"):
         monkeypatch.setenv(name, spec_env[name])

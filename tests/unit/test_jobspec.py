@@ -23,6 +23,7 @@ from submarine_elastic.submit.jobspec import (
     WorkerResources,
     build_service,
     parse_env,
+    with_credentials,
     write_secrets,
 )
 from submarine_elastic.submit.service import submit
@@ -49,7 +50,7 @@ def request(**kw: object) -> JobRequest:
         "python": "/venv/bin/python",
     }
     args.update(kw)
-    return JobRequest(**args)
+    return with_credentials(JobRequest(**args))
 
 
 def test_the_spec_has_a_relaunched_driver_that_ends_the_service_and_n_worker_agents():

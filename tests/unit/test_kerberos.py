@@ -36,6 +36,7 @@ from submarine_elastic.submit.jobspec import (
     JobSpecError,
     WorkerResources,
     build_service,
+    with_credentials,
     write_secrets,
 )
 from submarine_elastic.yarn import YarnAuthError, YarnServiceClient, spnego_auth
@@ -257,15 +258,17 @@ def test_the_daemons_of_a_secure_cluster_run_their_web_endpoints_behind_spnego(t
 
 
 def _request(**kwargs: Any) -> JobRequest:
-    return JobRequest(
-        name="krb-job",
-        launch_cmd="python train.py",
-        limits=Limits(1, 1, 2),
-        resources=WorkerResources.parse("memory-mb=1024,vcores=1"),
-        rm_url="http://127.0.0.1:18088",
-        driver_port=21234,
-        insecure=True,
-        **kwargs,
+    return with_credentials(
+        JobRequest(
+            name="krb-job",
+            launch_cmd="python train.py",
+            limits=Limits(1, 1, 2),
+            resources=WorkerResources.parse("memory-mb=1024,vcores=1"),
+            rm_url="http://127.0.0.1:18088",
+            driver_port=21234,
+            insecure=True,
+            **kwargs,
+        )
     )
 
 

@@ -23,7 +23,14 @@ from submarine_elastic.elastic.driver import JobDriver, advertised_host
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import InsecureChannelError, bearer, open_channel
-from submarine_elastic.submit.jobspec import INSECURE_MARK, JobRequest, WorkerResources, build_service, write_secrets
+from submarine_elastic.submit.jobspec import (
+    INSECURE_MARK,
+    JobRequest,
+    WorkerResources,
+    build_service,
+    with_credentials,
+    write_secrets,
+)
 
 TOKEN = "t0ken-of-the-job-1234"
 
@@ -53,7 +60,7 @@ def _request(name: str = "mnist", **kw: object) -> JobRequest:
         "python": sys.executable,
     }
     args.update(kw)
-    return JobRequest(**args)
+    return with_credentials(JobRequest(**args))
 
 
 def _container_env(req: JobRequest, **changes: str | None) -> dict[str, str]:
