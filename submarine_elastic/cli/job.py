@@ -5,23 +5,30 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from submarine_elastic import env
-from submarine_elastic.cli.tables import decisions_table
+from submarine_elastic.cli.jobview import (
+    console,
+    newest_app,
+    print_carried,
+    print_decisions,
+    print_driver_view,
+    print_outcome,
+    queue_line,
+    show_outcome,
+    summary_line,
+)
 from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.elastic.api import (
     DriverUnreachableError,
     ElasticError,
     FlexRefusedError,
     JobPhase,
-    WorkerState,
 )
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.submit.jobcode import pack_current_env, read_carried
@@ -33,25 +40,20 @@ from submarine_elastic.submit.jobspec import (
     describe_environment,
 )
 from submarine_elastic.submit.service import FlagError, JobFlags, check_cluster, pack_code, prepare, submit
-from submarine_elastic.submit.store import JobOutcome, forget_job, forget_outcome, last_driver_address, load_outcome
+from submarine_elastic.submit.store import forget_job, forget_outcome, last_driver_address, load_outcome
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import AppSummary, RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
-    from submarine_elastic.metrics.proto import metrics_pb2
     from submarine_elastic.submit.jobfiles import HdfsJobFiles
 
-console = Console()
 
 #: ``job show|flex|list|kill`` give up on an unresponsive ResourceManager after about 20 s: a 5 s connect
 #: and 10 s read timeout, one retry.
 RM_TIMEOUT = (5.0, 10.0)
 RM_RETRIES = 1
-#: Lines of a failed worker's stderr ``job show`` prints.
-SHOWN_TAIL_LINES = 12
 
 
 def _yarn() -> YarnServiceClient:
@@ -353,7 +355,7 @@ def run(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
             f"({'elastic ' + str(limits.min) + '..' + str(limits.max) if elastic else 'fixed'})"
         )
-        _print_carried({"code": describe_code(req), "python": describe_environment(req)})
+        print_carried({"code": describe_code(req), "python": describe_environment(req)})
         console.print(f"watch it: submarine job show {name}   resize: submarine job flex {name} --workers N")
         if wait_job_finish:
             _follow(yarn, name, timeout)
@@ -490,23 +492,6 @@ def _metrics_line(name: str) -> str:
     return summary_line(reply.summary)
 
 
-def summary_line(summary: metrics_pb2.JobSummary) -> str:
-    """Step, loss, throughput and gradient noise scale of a job's metrics summary (a ``JobSummary``), and the
-    points the service refused from it with the last reason: a worker whose reports are refused feeds the
-    policies nothing."""
-    line = f", step {summary.last_step}"
-    if summary.HasField("last_loss"):
-        line += f", loss {summary.last_loss:.4g}"
-    rate = [t for t in summary.throughput if t.world_size == summary.world_size]
-    if rate:
-        line += f", {rate[0].aggregate_examples_per_second:.0f} samples/s"
-    if summary.HasField("gradient_noise_scale"):
-        line += f", gradient noise scale {summary.gradient_noise_scale:.4g} samples (step {summary.noise_step})"
-    if summary.points_rejected:
-        line += f"; {summary.points_rejected} metric points refused (last: {summary.last_rejection})"
-    return line
-
-
 def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
     """Print the job's state whenever it changes, until it ends (at most ``timeout`` s)."""
     deadline = time.monotonic() + timeout
@@ -517,8 +502,8 @@ def _follow(yarn: YarnServiceClient, name: str, timeout: float) -> None:
         if status.is_terminal:
             # The service ends with its driver, as STOPPED whether the job finished or failed: the driver's
             # outcome record (or, without one, the RM's final status) tells which.
-            outcome, app = load_outcome(name), _newest_app(yarn, name)
-            _print_outcome(name, outcome, app, str(status.state))
+            outcome, app = load_outcome(name), newest_app(yarn, name)
+            print_outcome(name, outcome, app, str(status.state))
             failed = (
                 outcome.phase != "finished"
                 if outcome is not None
@@ -551,7 +536,7 @@ def show(name: str, all_runs: bool) -> None:
         try:
             status = yarn.status(name)
         except ServiceNotFoundError as exc:
-            if _show_outcome(name, None) | _print_decisions(name, all_runs):
+            if show_outcome(name, None) | print_decisions(name, all_runs):
                 return
             raise _fail(exc) from exc
         except RMUnreachableError as exc:
@@ -567,222 +552,28 @@ def show(name: str, all_runs: bool) -> None:
                     st = client.status()
             except DriverUnreachableError as err:
                 raise click.ClickException(f"cannot show job {name}: {_rm_down(exc)}; {err}") from err
-            _print_driver_view(st)
+            print_driver_view(st)
             return
         if status.is_terminal:
-            _show_outcome(name, yarn, yarn_state=str(status.state))
-            _print_carried(read_carried(name))
-            _print_decisions(name, all_runs)
+            show_outcome(name, yarn, yarn_state=str(status.state))
+            print_carried(read_carried(name))
+            print_decisions(name, all_runs)
             return
-        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + _queue_line(yarn, name))
+        console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + queue_line(yarn, name))
         from submarine_elastic.replay.runner import emulated_application
 
         emulated = emulated_application(status.raw)
         if emulated:
             console.print(f"accelerators: emulated, each step held for {emulated}'s measured GPU step time")
-        _print_carried(read_carried(name))
+        print_carried(read_carried(name))
         try:
             with JobClient(name, yarn, locate_timeout=5) as client:
                 st = client.status()
         except DriverUnreachableError as exc:
             console.print(f"driver not reachable yet: {exc}")
             return
-    _print_driver_view(st)
-    _print_decisions(name, all_runs)
-
-
-def _queue_line(yarn: YarnServiceClient, name: str) -> str:
-    """``, queue Q (...)``: the queue the RM runs the job in, with that queue's guaranteed, maximum and used
-    share of the cluster and what it waits for; "" where the RM does not say."""
-    app = _newest_app(yarn, name)
-    if app is None or not app.queue:
-        return ""
-    try:
-        queue = next((q for q in yarn.queues() if app.queue in (q.name, q.path)), None)
-    except YarnError:
-        queue = None
-    if queue is None:
-        return f", queue {app.queue}"
-    waiting = ""
-    if queue.pending_containers:
-        full = "at its maximum" if queue.used_capacity >= queue.max_capacity - 0.5 else "below its maximum"
-        waiting = f", {queue.pending_containers} containers pending ({full})"
-    return (
-        f", queue {queue.path} (guaranteed {queue.capacity:g}%, maximum {queue.max_capacity:g}%, "
-        f"using {queue.used_capacity:.0f}% of the cluster{waiting})"
-    )
-
-
-def _print_carried(carried: dict[str, str]) -> None:
-    """Where the job's code and its Python come from (nothing for a job submitted elsewhere)."""
-    for what in ("code", "python"):
-        if what in carried:
-            console.print(f"{what}: {carried[what]}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _newest_app(yarn: YarnServiceClient, name: str) -> AppSummary | None:
-    """The RM's newest application named ``name`` (None: unknown)."""
-    try:
-        apps = [a for a in yarn.list(states=None) if a.name == name]
-    except YarnError:
-        return None
-    return max(apps, key=lambda a: a.id, default=None)
-
-
-def _show_outcome(name: str, yarn: YarnServiceClient | None, yarn_state: str | None = None) -> bool:
-    """Prints how an ended job ended; False when nothing is known of it."""
-    app = _newest_app(yarn, name) if yarn is not None else None
-    return _print_outcome(name, load_outcome(name), app, yarn_state)
-
-
-def _print_outcome(name: str, outcome: JobOutcome | None, app: AppSummary | None, yarn_state: str | None) -> bool:
-    if outcome is None and yarn_state is None:
-        return False
-    final = app.final_status if app is not None else None
-    verdict = (outcome.phase.upper() if outcome is not None else None) or final or "ENDED"
-    # With a record, the RM's final status is the driver's (it exits 0 whenever it concluded the job, so that
-    # YARN does not relaunch it): shown only when no record says how the job itself ended.
-    shown_final = final if outcome is None else None
-    facts = (f"YARN state {yarn_state}" if yarn_state else "", f"final status {shown_final}" if shown_final else "")
-    where = ", ".join(x for x in facts if x)
-    console.print(f"job [bold]{name}[/bold] ended: {verdict}" + (f" ({where})" if where else ""))
-    if outcome is None:
-        # No driver ran to the end (an ApplicationMaster that failed starts none): what YARN says of the job.
-        if app is not None and app.diagnostics:
-            console.print(f"YARN's diagnostics of {app.id}:", highlight=False)
-            console.print(app.diagnostics.strip(), markup=False, highlight=False, soft_wrap=True)
-        else:
-            console.print("its driver left no record of how it ended (see the driver container's stderr.txt)")
-        return True
-    _print_failures(outcome.error, outcome.failures)
-    if outcome.batch_timeline:
-        _print_batch_settings(outcome.batch_timeline[-1], outcome.batch_timeline)
-    return True
-
-
-def _print_failures(error: str, failures: Iterable[pb.WorkerFailure]) -> None:
-    if error:
-        console.print("reason: " + error, style="bold red", markup=False, highlight=False)
-    shown = list(failures)
-    if not shown:
-        return
-    table = _table("failed training processes (first ones)", "time", "worker", "rank", "exit", "reason")
-    for f in shown:
-        table.add_row(
-            time.strftime("%H:%M:%S", time.localtime(f.time)),
-            f.instance,
-            str(f.rank) if f.rank >= 0 else "-",
-            str(f.exit_code),
-            f.reason,
-        )
-    console.print(table)
-    first = next((f for f in shown if f.stderr_tail), None)
-    if first is not None:
-        lines = first.stderr_tail.rstrip().splitlines()[-SHOWN_TAIL_LINES:]
-        console.print(f"{first.instance} stderr, last {len(lines)} lines:", markup=False)
-        console.print("\n".join("  " + line for line in lines), markup=False, highlight=False)
-        if first.log_path:
-            console.print(f"full log: {first.log_path} in container {first.container_id}", markup=False)
-
-
-def _print_driver_view(st: pb.JobStatus) -> None:
-    batch_limits = f", batch limits {st.min_batch_size}..{st.max_batch_size}" if st.max_batch_size else ""
-    phase = JobPhase.from_wire(st.phase)
-    console.print(
-        f"phase {phase}; ring of {st.world_size}, target {st.target}, limits {st.min_workers}..{st.max_workers}"
-        + batch_limits
-    )
-    if phase is JobPhase.RUNNING:
-        state = "converged" if st.converged else f"converging: {st.lag}"
-        console.print(f"target {st.version}: {state}", markup=False, highlight=False)
-    if len(st.incarnations) > 1:
-        now = st.incarnations[-1]
-        adopted = (
-            f", adopted {now.adopted_workers} training workers ({now.recovered_after:.1f} s to re-form their ring)"
-            if now.adopted_workers
-            else ""
-        )
-        since = time.strftime("%H:%M:%S", time.localtime(now.started))
-        console.print(
-            f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
-        )
-    # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
-    gpus = any(w.gpus for w in st.workers)
-    # The node each worker runs on (its NodeManager, host:port), where its agent named it.
-    nodes = any(w.node for w in st.workers)
-    extra = (["node"] if nodes else []) + (["gpus on its node"] if gpus else [])
-    table = _table("workers", "instance", "container", "state", "rank", "exit", *extra)
-    for w in st.workers:
-        exit_code = str(w.exit_code) if w.HasField("exit_code") else ""
-        rank = str(w.rank) if w.rank >= 0 else "-"
-        state = f"{WorkerState.from_wire(w.state)}" + (" (preempted by YARN)" if w.preempted else "")
-        node = [w.node or "-"] if nodes else []
-        devices = [",".join(map(str, w.gpus)) or "-"] if gpus else []
-        table.add_row(w.instance, w.container_id, state, rank, exit_code, *node, *devices)
-    console.print(table)
-    _print_failures(st.error if phase is JobPhase.FAILED else "", st.failures)
-    if st.error and phase is not JobPhase.FAILED:
-        console.print(f"[yellow]waiting:[/yellow] {st.error}")
-    if st.timeline:
-        tl = _table("resizes", "time", "from", "to", "reason")
-        for e in st.timeline:
-            tl.add_row(
-                time.strftime("%H:%M:%S", time.localtime(e.time)), str(e.from_workers), str(e.to_workers), e.reason
-            )
-        console.print(tl)
-    _print_batch(st)
-
-
-def _learning_rate(setting: pb.Target) -> str:
-    return f"{setting.learning_rate:g}" if setting.HasField("learning_rate") else "the job's rule"
-
-
-def _print_batch(st: pb.JobStatus) -> None:
-    """The job's batch setting and every one before it with its reason, as its driver keeps them (at most
-    ``driver.MAX_BATCH_TIMELINE``); nothing for a job whose batch was never set."""
-    if st.HasField("batch"):
-        _print_batch_settings(st.batch, st.batch_timeline)
-
-
-def _print_batch_settings(now: pb.Target, timeline: Iterable[pb.Target]) -> None:
-    """The setting in effect (at the end, for an ended job) and the table of every setting with its reason."""
-    console.print(
-        f"batch: global batch {now.batch_size}, accumulation steps {now.accum_steps} ({now.accum_steps + 1} "
-        f"micro-batch{'es' if now.accum_steps else ''} a step), learning rate {_learning_rate(now)}; setting "
-        f"{now.version} since "
-        f"{time.strftime('%H:%M:%S', time.localtime(now.time))}",
-        markup=False,
-        highlight=False,
-    )
-    history = _table("batch settings", "time", "setting", "global batch", "accumulation", "learning rate", "reason")
-    for s in timeline:
-        history.add_row(
-            time.strftime("%H:%M:%S", time.localtime(s.time)),
-            str(s.version),
-            str(s.batch_size),
-            str(s.accum_steps),
-            _learning_rate(s),
-            Text(s.reason),
-        )
-    console.print(history)
-
-
-def _print_decisions(name: str, all_runs: bool = False) -> bool:
-    """Prints the controller's decisions for the job (its current run, or every run); False: none."""
-    from submarine_elastic.controller.api import ControllerError, UnknownJobError
-    from submarine_elastic.controller.client import view
-
-    try:
-        with view() as controller:
-            decisions = controller.timeline(name, all_runs=all_runs) if controller is not None else []
-    except UnknownJobError:
-        decisions = []
-    except ControllerError as exc:
-        console.print(f"[yellow]the controller's decisions are not known: {exc}[/yellow]")
-        return False
-    if decisions:
-        console.print(decisions_table(decisions, with_run=all_runs))
-    return bool(decisions)
+    print_driver_view(st)
+    print_decisions(name, all_runs)
 
 
 @job.command(name="list")
