@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from submarine_elastic import env
+from submarine_elastic.files import write_atomic
 
 #: How long the cluster's CA certificate is valid.
 CA_VALID_DAYS = 3650
@@ -287,12 +288,7 @@ def common_name(cert_pem: bytes) -> str:
 
 def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Writes ``data`` to ``path`` atomically, the file created with ``mode`` (never wider, even for a moment)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    tmp.replace(path)
+    write_atomic(path, data, mode=mode)
 
 
 @contextlib.contextmanager

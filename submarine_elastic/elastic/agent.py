@@ -86,6 +86,7 @@ from submarine_elastic.rpc import (
     open_channel,
     plaintext_refused,
 )
+from submarine_elastic.settings import container_env, env_name
 from submarine_elastic.submit.jobcode import unpack_code
 
 log = logging.getLogger("submarine_elastic.agent")
@@ -236,8 +237,8 @@ class Agent:
         ours, theirs = socket.socketpair()
         self.channel_end = ours
         child_env = dict(os.environ)
-        child_env["SUBMARINE_AGENT_FD"] = str(theirs.fileno())
-        child_env.pop("SUBMARINE_WORKER_CMD_B64", None)
+        child_env.update(container_env(agent_fd=theirs.fileno()))
+        child_env.pop(env_name("worker_cmd_b64"), None)
         paths = [str(site_dir()), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))]
         child_env["PYTHONPATH"] = os.pathsep.join(paths)
         # The process inherits the claim locks too: the devices stay taken while it lives, even past its agent.

@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+from submarine_elastic.files import atomic_path
 from submarine_elastic.submit.api import CHUNK, CodeSnapshot, JobCodeError, JobSpecError, Localization, PackedEnv
 from submarine_elastic.submit.jobspec import (
     CODE_ARCHIVE,
@@ -193,13 +194,8 @@ def cache_env(env: PackedEnv, cache: Path) -> Path:
     kept = cache / env.name
     if kept.is_file() and kept.stat().st_size == env.archive_bytes:
         return kept
-    tmp = kept.with_name(f"{kept.name}.tmp")
-    try:
+    with atomic_path(kept) as tmp:
         shutil.copyfile(env.archive, tmp)
-        tmp.replace(kept)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return kept
 
 

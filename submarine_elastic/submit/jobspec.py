@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import os
 import random
 import re
 import secrets
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from submarine_elastic import env, resources
 from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
+from submarine_elastic.files import write_atomic
 from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
 from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, Localization, PackedEnv
@@ -567,12 +567,7 @@ def write_secrets(req: JobRequest) -> Path:
     else:
         kept[INSECURE_MARK] = "plaintext control plane (job run --insecure)\n"
     for dest, value in kept.items():
-        path = directory / dest
-        tmp = path.with_name(f"{dest}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(value.encode() if isinstance(value, str) else value)
-        tmp.replace(path)
+        write_atomic(directory / dest, value, mode=0o600)
     return directory
 
 
