@@ -9,7 +9,8 @@ and its :class:`~.act.Sender` carry it out. Each job's state between rounds is o
 1. syncs the jobs it knows with the cluster (a job whose application is gone has ended: it leaves and
    the secrets kept for it are removed; yarn-service applications started by someone else join as
    fixed-size jobs; a name submitted again is a new run of the job);
-2. reads each job's ring size from its driver and its metrics from the metrics store (what the training
+2. reads each job's status from its driver (one call: target, ring, READY workers, ring members, batch
+   limits, placement) and its metrics from the metrics store (what the training
    processes stream, and what :meth:`ControllerService.report_metrics` is given, are kept there alike), and
    keeps the throughput per world size in SQLite (history that survives a restart);
 3. counts the cluster in worker slots as YARN places containers (:mod:`.capacity`: memory and vcores
