@@ -1,18 +1,19 @@
 """The job driver: the one process of an elastic job's ``driver`` container.
 
-It runs Horovod's elastic driver and rendezvous server, learns its workers from the agents that
-attach over gRPC (each worker container runs one, see :mod:`submarine_elastic.elastic.agent`), and
-starts each training process inside its own container by handing the waiting, already-warm process
-its slot's Horovod environment. Each agent process is its own Horovod host (keyed by YARN container
-id and agent pid), so a worker that YARN relaunches is never taken for the blacklisted one, and all
-of it works with every container on one host.
+It runs Horovod's elastic driver and rendezvous server, learns its workers from the agents that attach over gRPC
+(each worker container runs one, see :mod:`submarine_elastic.elastic.agent`), and starts each training process
+inside its own container by handing the waiting, already-warm process its slot's Horovod environment. Each agent
+process is its own Horovod host (keyed by YARN container id and agent pid), so a worker that YARN relaunches is
+never taken for the blacklisted one, and all of it works with every container on one host.
 
-Host discovery answers Horovod's poll (every 0.1 s, :mod:`~submarine_elastic.elastic.horovod_adapter`) from
-the agents' states in memory (no process spawn, no call to the ResourceManager): a worker is offered to
-Horovod only once its training process is warm, so a joiner never stalls the ring, and is withdrawn
-before YARN is asked to remove it, so scale-in happens at a commit boundary. That ring host (the registry,
-the rendezvous server and its address) is :mod:`submarine_elastic.elastic.ringhost`; the target, its checks
-and the verdict on it are :mod:`submarine_elastic.elastic.reconcile`; this module runs them.
+Host discovery answers Horovod's poll (every 0.1 s, :mod:`~submarine_elastic.elastic.horovod_adapter`) from the
+agents' states in memory (no process spawn, no call to the ResourceManager): a worker is offered to Horovod only
+once its training process is warm, so a joiner never stalls the ring, and is withdrawn before YARN is asked to
+remove it, so scale-in happens at a commit boundary. That ring host (the registry, the rendezvous server and its
+address) is :mod:`submarine_elastic.elastic.ringhost`; the target, its checks and the verdict on it are
+:mod:`submarine_elastic.elastic.reconcile`. :class:`~submarine_elastic.elastic.jobdriver.JobDriver` runs them, with
+one part for each job (listed in :mod:`~submarine_elastic.elastic.jobdriver`); this module is the process: it reads
+the container's settings, runs the driver, and exits.
 
 Targets (``SetTarget``: a worker count and, optionally, a batch; one message from every writer) are checked,
 numbered and queued by :class:`~submarine_elastic.elastic.reconcile.TargetBook`, safe under concurrent calls;
@@ -24,31 +25,31 @@ the resizes they ask run one at a time, in version order, on a background thread
   commit, their processes exit, and only then is YARN flexed down (or the leaving instances
   decommissioned by name, when they are not the highest-numbered).
 
-The YARN side of a resize is declarative: the driver records the worker component's target (a count,
-and the instances to remove by name) and reconciles until YARN has it
-(:meth:`~submarine_elastic.yarn.ServiceBackend.reconcile`), a slice of at most ``RECONCILE_SLICE_S`` at
-a time, taking new resizes in between. A flex the ResourceManager did not take (unreachable,
-restarting) is sent again, not lost; until YARN has the target, ``JobStatus.error`` says why.
+The YARN side of a resize is declarative: the driver records the worker component's target (a count, and the
+instances to remove by name) and reconciles until YARN has it
+(:meth:`~submarine_elastic.yarn.ServiceBackend.reconcile`), a slice of at most
+:data:`~submarine_elastic.elastic.yarnsync.RECONCILE_SLICE_S` at a time, taking new resizes in between. A flex the
+ResourceManager did not take (unreachable, restarting) is sent again, not lost; until YARN has the target,
+``JobStatus.error`` says why.
 
-The job and each worker follow the state machines of :mod:`submarine_elastic.elastic.api`
-(:class:`JobPhase`, :class:`WorkerState`); a transition they do not have raises.
+The job and each worker follow the state machines of :mod:`submarine_elastic.elastic.api` (:class:`JobPhase`,
+:class:`WorkerState`); a transition they do not have raises.
 
-The driver is recoverable. It runs in a YARN component with restart policy ON_FAILURE: a driver that
-concludes the job (finished or failed, its outcome recorded) exits 0 and ends the service; one that
-dies is relaunched. What its next incarnation needs (the target, the resize asked for, the timeline,
-the failures, its incarnations) it keeps in a small state file (:class:`DriverState`, beside the
-outcome record). The workers train on while it is gone (Gloo's ring needs no driver), their agents
-re-attach to the next incarnation with where they stand (:class:`pb.Resume`), and it adopts those that
-train: it offers Horovod only them until their ring has re-formed around its own rendezvous (``Reform``:
-the new environment, applied at their next commit), so rank 0 is a worker holding the committed state,
-never a fresh joiner; then warm joiners are admitted as usual. A driver loss costs no committed step.
+The driver is recoverable. It runs in a YARN component with restart policy ON_FAILURE: a driver that concludes the
+job (finished or failed, its outcome recorded) exits 0 and ends the service; one that dies is relaunched. What its
+next incarnation needs (the target, the resize asked for, the timeline, the failures, its incarnations) it keeps in
+a small state file (:class:`~submarine_elastic.elastic.driverstate.DriverState`, beside the outcome record). The
+workers train on while it is gone (Gloo's ring needs no driver), their agents re-attach to the next incarnation with
+where they stand (:class:`pb.Resume`), and it adopts those that train: it offers Horovod only them until their ring
+has re-formed around its own rendezvous (``Reform``: the new environment, applied at their next commit), so rank 0
+is a worker holding the committed state, never a fresh joiner; then warm joiners are admitted as usual. A driver
+loss costs no committed step.
 
-Failures are explained: the first failed training processes are kept with the last lines of their
-stderr (:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed,
-one failed training process, or one that finished without ever calling ``hvd.init()``, fails the
-job at once with its reason (start-up failures repeat in every relaunch). The driver's exit 0, once it
-concluded the job, ends the YARN service (the component reports its state as the service's); its last
-stderr line and the outcome record give the reason.
+Failures are explained: the first failed training processes are kept with the last lines of their stderr
+(:class:`pb.WorkerFailure`) and shown by ``submarine job show``. Before the ring has formed, one failed training
+process, or one that finished without ever calling ``hvd.init()``, fails the job at once with its reason (start-up
+failures repeat in every relaunch). The driver's exit 0, once it concluded the job, ends the YARN service (the
+component reports its state as the service's); its last stderr line and the outcome record give the reason.
 """
 
 from __future__ import annotations

@@ -15,15 +15,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from concurrent import futures
 from typing import Protocol
 
 import grpc
 
-from submarine_elastic.elastic.api import FlexRefusedError
+from submarine_elastic.elastic.api import FlexRefusedError, Limits
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
+from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 
 log = logging.getLogger("submarine_elastic.driver")
 
@@ -134,3 +136,55 @@ class DriverServicer(pb_grpc.ElasticDriverServicer):
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.JobStatus:
         return self._driver.status()
+
+
+#: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
+CONTROL_CALL_THREADS = 16
+
+
+def control_plane_threads(limits: Limits) -> int:
+    """The driver's gRPC threads, and the calls it serves at once: ``2 * limits.max + CONTROL_CALL_THREADS``.
+
+    Every attached agent's ``Attach`` stream holds one thread for its whole life. A worker instance can
+    have two agents attached at a time: the one YARN relaunched and the old incarnation the driver has
+    not yet seen go (up to :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`), or a leaver that
+    stays until YARN stops its container while its replacement attaches. The rest serves SetTarget and Status.
+    """
+    return 2 * limits.max + CONTROL_CALL_THREADS
+
+
+def serve_control_plane(
+    servicer: pb_grpc.ElasticDriverServicer,
+    *,
+    token: str | None,
+    threads: int,
+    port: int,
+    tls: ServerTls | None = None,
+    host: str = "127.0.0.1",
+) -> tuple[grpc.Server, int] | None:
+    """Starts ``servicer`` on ``host:port`` (port 0: any free one), TLS only given ``tls`` (mutual when it names a
+    client CA). Every call needs ``token`` when it is set. Returns the server and its port, or None when the port
+    cannot be bound.
+
+    It serves ``threads`` calls at once (:func:`control_plane_threads`), every agent's stream and SetTarget and
+    Status beside them; a call beyond that is refused with ``RESOURCE_EXHAUSTED`` rather than queued behind streams
+    that do not end. Both ends of a stream ping each other
+    (:data:`~submarine_elastic.rpc.STREAM_KEEPALIVE_SERVER_OPTIONS`), so an agent cut off without a word is
+    detached within :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`."""
+    interceptors = [BearerTokenInterceptor(token)] if token else []
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="driver-grpc"),
+        interceptors=interceptors,
+        options=STREAM_KEEPALIVE_SERVER_OPTIONS,
+        maximum_concurrent_rpcs=threads,
+    )
+    pb_grpc.add_ElasticDriverServicer_to_server(servicer, server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, tls.credentials())
+    if bound == 0:
+        return None
+    server.start()
+    return server, bound

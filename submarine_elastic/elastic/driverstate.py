@@ -126,6 +126,27 @@ class DriverState(_Record):
         return state if state.app == app else None
 
 
+class StateKeeper:
+    """Keeps the driver's state file at ``path`` up to date: :meth:`keep` writes a state only when it differs from
+    the last one written. Not safe under concurrent calls: one thread keeps the file (the driver's persist loop,
+    then its end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._written = ""
+
+    def keep(self, state: DriverState) -> None:
+        """Writes ``state`` if it changed; a file that cannot be written is logged (and tried again next time)."""
+        text = state.to_json()
+        if text == self._written:
+            return
+        try:
+            write_atomic(self.path, text)
+        except OSError as exc:
+            log.warning("cannot keep the driver's state in %s: %s", self.path, exc)
+        self._written = text
+
+
 class JobOutcome(_Record):
     """How a job ended, as its driver recorded it: ``phase`` finished or failed, the reason, when, the first
     failed training processes, and the batch settings it took (oldest first; empty when its batch was never

@@ -30,7 +30,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent import futures
 from pathlib import Path
 from typing import cast
 
@@ -49,8 +48,8 @@ from submarine_elastic.elastic.api import (
     WorkerState,
     advance,
 )
-from submarine_elastic.elastic.driver_servicer import DriverServicer
-from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
+from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
+from submarine_elastic.elastic.driverstate import DriverState, JobOutcome, StateKeeper
 from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
@@ -61,55 +60,27 @@ from submarine_elastic.elastic.horovod_adapter import (
     wait_for_reform,
 )
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
-from submarine_elastic.elastic.reconcile import (
-    TargetBook,
-    first_ring_ready,
-    lost_agents,
-    verdict,
-)
+from submarine_elastic.elastic.reconcile import TargetBook, lost_agents, verdict
 from submarine_elastic.elastic.resizer import Resizer
-from submarine_elastic.elastic.ringhost import (
-    AgentHandle,
-    AgentRegistry,
-    rendezvous_address,
-)
+from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
 from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
-from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
-from submarine_elastic.yarn import (
-    ContainerStatus,
-    ServiceBackend,
-    YarnError,
-)
+from submarine_elastic.rpc import ServerTls
+from submarine_elastic.yarn import ContainerStatus, ServiceBackend, YarnError
 
 log = logging.getLogger("submarine_elastic.driver")
 
 #: How often the driver's state file is brought up to date.
 PERSIST_EVERY_S = 1.0
-#: gRPC threads of the control plane beyond the agents' streams: SetTarget, Status and their retries.
-CONTROL_CALL_THREADS = 16
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
-
-
-def control_plane_threads(limits: Limits) -> int:
-    """The driver's gRPC threads, and the calls it serves at once: ``2 * limits.max + CONTROL_CALL_THREADS``.
-
-    Every attached agent's ``Attach`` stream holds one thread for its whole life. A worker instance can
-    have two agents attached at a time: the one YARN relaunched and the old incarnation the driver has
-    not yet seen go (up to :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`), or a leaver that
-    stays until YARN stops its container while its replacement attaches. The rest serves SetTarget and Status.
-    """
-    return 2 * limits.max + CONTROL_CALL_THREADS
 
 
 class JobDriver:
     """The control plane of one job: agents attach, clients resize it and read its status (through
     :class:`DriverServicer`, ``servicer``).
 
-    ``phase`` (:class:`JobPhase`) moves only along its transitions: assigning one it does not have
-    raises :class:`IllegalTransitionError`. ``yarn`` holds the worker component's target and reconciles
-    it (:meth:`ServiceBackend.set_target`, :meth:`ServiceBackend.reconcile`).
+    ``phase`` (:class:`JobPhase`) moves only along its transitions: assigning one it does not have raises
+    :class:`IllegalTransitionError`. Its parts are listed in the module's docstring.
     """
 
     def __init__(
@@ -146,7 +117,6 @@ class JobDriver:
         self.failures: list[pb.WorkerFailure] = []
         self.error = ""
         self._fatal = threading.Event()
-        self._state_file = state_file
         self._app = app
         #: this driver's own YARN container ('' outside YARN): when YARN counts it out, the driver steps down
         self.container_id = container_id
@@ -163,24 +133,14 @@ class JobDriver:
         #: YARN's worker component: the target this driver set, and what YARN had when it last looked
         self.sync = YarnSync(yarn, job, removing=previous.removing if previous else ())
         #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
-        self.targets = TargetBook(limits.num)
+        self.targets = TargetBook.resumed(limits.num, previous)
         if previous is not None:
-            self.targets = TargetBook(
-                previous.target or limits.num,
-                requested=previous.requested or previous.target or limits.num,
-                version=previous.version,
-                batch_timeline=previous.batch_timeline,
-                timeline=previous.timeline,
-            )
             self.failures = list(previous.failures)
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
-                self.incarnation,
-                job,
-                self.target,
-                previous.world_size,
+                *(self.incarnation, job, self.target, previous.world_size),
             )
-        self._persisted = ""
+        self._state_keeper = StateKeeper(state_file) if state_file is not None else None
         #: carries out the targets, one at a time, in version order (its thread runs :meth:`Resizer.loop`)
         self.resizer = Resizer(
             self.registry,
@@ -345,20 +305,7 @@ class JobDriver:
 
     def status(self) -> pb.JobStatus:
         """The job as the driver sees it now, with the reconcile step's verdict on its target."""
-        ranks = self._ranks()
-        workers = [
-            pb.WorkerStatus(
-                instance=a.instance,
-                container_id=a.container_id,
-                state=cast(pb.WorkerState, a.state.wire),
-                rank=ranks.get(a.agent_id, -1),
-                exit_code=a.exit_code,
-                preempted=a.preempted,
-                gpus=a.gpus,
-                node=a.node,
-            )
-            for a in sorted(self.registry.snapshot(), key=lambda a: (a.number, a.agent_id))
-        ]
+        workers = self.registry.statuses(self._ranks())
         target, version = self.targets.workers, self.targets.version
         world_size = self._hvd.world_size() if self._hvd is not None else 0
         leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING.wire]
@@ -492,11 +439,9 @@ class JobDriver:
         return code, time.time()
 
     def _wait_for_reform(self) -> None:
-        """Waits while Horovod forms a new ring (its workers all asked for their slots; it may wait there for
-        enough of them): Horovod records an exit reported then only after it, among the new ring's workers,
-        so an exit of one the new ring left out would fill a place of that ring's next re-form, which would
-        then go ahead without one of its own workers, left waiting alone. Reported after the re-form, the exit
-        of a worker left out is ignored, as Horovod ignores those of removed hosts."""
+        """Waits while Horovod forms a new ring: it records an exit reported then among the new ring's workers, so
+        the exit of one the new ring left out would fill a place of its next re-form (which then goes ahead
+        without one of its own workers). Reported after the re-form, it is ignored, as for removed hosts."""
         if self._hvd is not None:
             wait_for_reform(self._hvd)
 
@@ -506,33 +451,11 @@ class JobDriver:
     def serve(
         self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1"
     ) -> tuple[grpc.Server, int] | None:
-        """Starts the control plane on ``host:port`` (port 0: any free one), TLS only given ``tls`` (mutual
-        when it names a client CA). Every call needs the job token when the driver has one. Returns the
-        server and its port, or None when the port cannot be bound.
-
-        It serves :func:`control_plane_threads` calls at once, every agent's stream and SetTarget and Status
-        beside them; a call beyond that is refused with ``RESOURCE_EXHAUSTED`` rather than queued behind
-        streams that do not end. Both ends of a stream ping each other
-        (:data:`~submarine_elastic.rpc.STREAM_KEEPALIVE_SERVER_OPTIONS`), so an agent cut off without a word
-        is detached within :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S`."""
-        interceptors = [BearerTokenInterceptor(self.token)] if self.token else []
-        threads = control_plane_threads(self.limits)
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="driver-grpc"),
-            interceptors=interceptors,
-            options=STREAM_KEEPALIVE_SERVER_OPTIONS,
-            maximum_concurrent_rpcs=threads,
+        """Starts the control plane on ``host:port`` (port 0: any free one; :func:`serve_control_plane`, the job
+        token required when the driver has one); returns the server and its port, None when the port is taken."""
+        return serve_control_plane(
+            self.servicer, token=self.token, threads=control_plane_threads(self.limits), port=port, tls=tls, host=host
         )
-        pb_grpc.add_ElasticDriverServicer_to_server(self.servicer, server)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if tls is None:
-            bound = server.add_insecure_port(address)
-        else:
-            bound = server.add_secure_port(address, tls.credentials())
-        if bound == 0:
-            return None
-        server.start()
-        return server, bound
 
     def run(self, port: int, tls: ServerTls | None = None, *, host: str = "127.0.0.1") -> int:
         """Serves the control plane on ``host:port`` (see :meth:`serve`) and drives the job until it ends;
@@ -570,30 +493,15 @@ class JobDriver:
         else:
             self.targets.requeue_requested("asked for before the driver was relaunched")
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
-        started = time.monotonic()
-        placed, placed_at = 0, started  # live agents (containers YARN started), and since when that many
-
-        def enough() -> bool:
-            nonlocal placed, placed_at
-            # The target, not --num_workers: a controller may have shrunk the job before it started.
-            n = len(self.registry.available())
-            now = time.monotonic()
-            live = sum(1 for a in self.registry.snapshot() if a.connected and not a.state.ended)
-            if live != placed:
-                placed, placed_at = live, now
-            return first_ring_ready(
-                warm=n, live=live, target=self.target, minimum=self.limits.min,
-                waited_s=now - started, unchanged_s=now - placed_at,
-            )  # fmt: skip
-
-        while not self.registry.wait(lambda: enough() or self._fatal.is_set(), 1.0):
-            if time.monotonic() - started > self._elastic_timeout:
-                ready = len(self.registry.available())
-                why = self._waiting_reason() or f"only {ready} of at least {self.limits.min} workers became ready"
-                self.error = f"the ring did not form within {self._elastic_timeout} s (HOROVOD_ELASTIC_TIMEOUT): {why}"
-                return self._end(server, 3)
-            if self._fatal.is_set():
-                return self._end(server, 3)
+        # The target, not --num_workers: a controller may have shrunk the job before it started.
+        settled_s = self.registry.await_first_ring(
+            lambda: self.target, self.limits.min, self._elastic_timeout, self._fatal
+        )
+        if settled_s is None:
+            ready = len(self.registry.available())
+            why = self._waiting_reason() or f"only {ready} of at least {self.limits.min} workers became ready"
+            self.error = f"the ring did not form within {self._elastic_timeout} s (HOROVOD_ELASTIC_TIMEOUT): {why}"
+            return self._end(server, 3)
         if self._fatal.is_set():
             return self._end(server, 3)
         self.phase = JobPhase.RUNNING
@@ -601,7 +509,7 @@ class JobDriver:
         if first_ring < self.target:
             log.info(
                 "first ring of %d of the target %d: YARN started no other worker container for %.0f s",
-                first_ring, self.target, time.monotonic() - placed_at,
+                first_ring, self.target, settled_s,
             )  # fmt: skip
         hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
         if adopting:
@@ -632,7 +540,7 @@ class JobDriver:
 
     def _persist(self) -> None:
         """Writes :class:`DriverState` when it changed (the next incarnation reads it)."""
-        if self._state_file is None:
+        if self._state_keeper is None:
             return
         state = DriverState(
             app=self._app,
@@ -648,14 +556,7 @@ class JobDriver:
             version=self.targets.version,
             preempted_from=self.resizer.preempted_from or 0,
         )
-        text = state.to_json()
-        if text == self._persisted:
-            return
-        try:
-            state.save(self._state_file)
-        except OSError as exc:
-            log.warning("cannot keep the driver's state in %s: %s", self._state_file, exc)
-        self._persisted = text
+        self._state_keeper.keep(state)
 
     def _end(self, server: grpc.Server, rc: int) -> int:
         """Stops every agent stream and the server; logs the reason of a failure as the last line."""

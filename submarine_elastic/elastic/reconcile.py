@@ -30,6 +30,7 @@ from submarine_elastic.limits import batch_setting_problem
 from submarine_elastic.yarn import ContainerState, ContainerStatus, NodeReport, QueueReport
 
 if TYPE_CHECKING:
+    from submarine_elastic.elastic.driverstate import DriverState
     from submarine_elastic.elastic.ringhost import AgentHandle
 
 #: The states in which YARN no longer runs a container.
@@ -106,6 +107,20 @@ class TargetBook:
         self._batch_timeline = list(batch_timeline)[-MAX_BATCH_TIMELINE:]
         self._timeline = list(timeline)
         self._pending: queue.Queue[pb.Target] = queue.Queue()
+
+    @classmethod
+    def resumed(cls, workers: int, state: DriverState | None) -> TargetBook:
+        """The book of a driver whose predecessor left ``state``: its targets, timelines and version go on (None:
+        the job's first driver, at ``workers``)."""
+        if state is None:
+            return cls(workers)
+        return cls(
+            state.target or workers,
+            requested=state.requested or state.target or workers,
+            version=state.version,
+            batch_timeline=state.batch_timeline,
+            timeline=state.timeline,
+        )
 
     def take(
         self,

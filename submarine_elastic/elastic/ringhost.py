@@ -16,12 +16,16 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from submarine_elastic import netif
 from submarine_elastic.elastic.api import Adoption, GlooInterfaceError, WorkerState, advance
 from submarine_elastic.elastic.horovod_adapter import HostDiscovery
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.elastic.reconcile import first_ring_ready
 from submarine_elastic.yarn import instance_number
 
 
@@ -122,6 +126,22 @@ class AgentRegistry(HostDiscovery):
         with self._lock:
             return list(self._agents.values())
 
+    def statuses(self, ranks: dict[str, int]) -> list[pb.WorkerStatus]:
+        """Every agent as ``JobStatus`` lists it, by instance number, with its rank in ``ranks`` (by agent id)."""
+        return [
+            pb.WorkerStatus(
+                instance=a.instance,
+                container_id=a.container_id,
+                state=cast(pb.WorkerState, a.state.wire),
+                rank=ranks.get(a.agent_id, -1),
+                exit_code=a.exit_code,
+                preempted=a.preempted,
+                gpus=a.gpus,
+                node=a.node,
+            )
+            for a in sorted(self.snapshot(), key=lambda a: (a.number, a.agent_id))
+        ]
+
     def available(self) -> list[AgentHandle]:
         """Workers Horovod may use: connected, warm or running, not leaving, not exited; while ``adopting``,
         only the adopted ones, in their old rank order."""
@@ -141,6 +161,35 @@ class AgentRegistry(HostDiscovery):
     def wait(self, predicate: object, timeout: float) -> bool:
         with self._lock:
             return self._lock.wait_for(predicate, timeout)  # type: ignore[arg-type]
+
+    def await_first_ring(
+        self, target: Callable[[], int], minimum: int, timeout: float, stop: threading.Event
+    ) -> float | None:
+        """Blocks until a job's first ring may form (:func:`~submarine_elastic.elastic.reconcile.first_ring_ready`:
+        ``target()`` workers warm, or at least ``minimum`` once no container came for a while), or ``stop`` is set;
+        returns for how long the number of live agents had not changed then (s). None: ``timeout`` s passed first.
+        """
+        started = time.monotonic()
+        placed, placed_at = 0, started  # live agents (containers YARN started), and since when that many
+
+        def enough() -> bool:
+            nonlocal placed, placed_at
+            warm = len(self.available())
+            now = time.monotonic()
+            live = sum(1 for a in self.snapshot() if a.connected and not a.state.ended)
+            if live != placed:
+                placed, placed_at = live, now
+            return first_ring_ready(
+                warm=warm, live=live, target=target(), minimum=minimum,
+                waited_s=now - started, unchanged_s=now - placed_at,
+            )  # fmt: skip
+
+        while not self.wait(lambda: enough() or stop.is_set(), 1.0):
+            if time.monotonic() - started > timeout:
+                return None
+            if stop.is_set():
+                break
+        return time.monotonic() - placed_at
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
         return {a.agent_id: 1 for a in self.available()}

@@ -19,7 +19,7 @@ from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import first_ring_ready
-from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.yarn import ComponentTarget, YarnServiceClient
 
 RM = "http://rm.test:8088"
@@ -220,3 +220,16 @@ def test_the_first_ring_forms_without_waiting_for_containers_yarn_has_not_placed
     assert (
         first_ring_ready(warm=warm, live=live, target=3, minimum=1, waited_s=waited_s, unchanged_s=unchanged_s) is ready
     )
+
+
+def test_the_first_ring_wait_returns_once_the_target_is_warm_and_none_after_its_timeout() -> None:
+    registry = AgentRegistry()
+    stop = threading.Event()
+    assert registry.await_first_ring(lambda: 1, 1, 0.05, stop) is None  # nobody came
+    agent = AgentHandle("a0", "worker-0", "c0", "h")
+    registry.add(agent)
+    registry.move("a0", WorkerState.WARM)
+    settled = registry.await_first_ring(lambda: 1, 1, 5.0, stop)
+    assert settled is not None and settled >= 0.0
+    stop.set()
+    assert registry.await_first_ring(lambda: 2, 2, 5.0, stop) is not None  # stopped: the caller ends the job

@@ -95,3 +95,32 @@ def test_the_outcome_round_trips_and_is_finished_or_failed(tmp_path: Path) -> No
         JobOutcome.from_json(json.dumps({"phase": "running"}))
     with pytest.raises(ValueError, match="phase: Field required"):
         JobOutcome.from_json("{}")
+
+
+def test_the_keeper_writes_a_state_only_when_it_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from submarine_elastic.elastic.driverstate import StateKeeper
+
+    path = tmp_path / "job.driver.json"
+    keeper = StateKeeper(path)
+    keeper.keep(STATE)
+    first = path.stat().st_mtime_ns
+    path.write_text("changed behind its back")
+    keeper.keep(STATE)  # the same state: not written again
+    assert path.read_text() == "changed behind its back" and path.stat().st_mtime_ns >= first
+    keeper.keep(DriverState(app="a", target=1))
+    assert DriverState.load(path, "a") == DriverState(app="a", target=1)
+    gone = StateKeeper(tmp_path / "no" / "such" / "dir.json")
+    with caplog.at_level(logging.WARNING):
+        gone.keep(STATE)
+    assert "cannot keep the driver's state" in caplog.text
+
+
+def test_a_target_book_goes_on_from_the_state_its_predecessor_left() -> None:
+    from submarine_elastic.elastic.reconcile import TargetBook
+
+    book = TargetBook.resumed(2, STATE)
+    assert (book.workers, book.requested, book.version) == (3, 4, 2)
+    assert book.timeline == list(STATE.timeline) and book.batch_timeline == list(STATE.batch_timeline)
+    fresh = TargetBook.resumed(2, None)
+    assert (fresh.workers, fresh.requested, fresh.version, fresh.timeline) == (2, 2, 0, [])
+    assert TargetBook.resumed(2, DriverState(app="a")).workers == 2  # no target recorded: the job's own
