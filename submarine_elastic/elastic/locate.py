@@ -87,5 +87,7 @@ def driver_address(
 
 
 def _spec_port(status: ServiceStatus) -> int | None:
-    raw = status.raw.get("configuration", {}).get("env", {}).get("SUBMARINE_DRIVER_PORT") if status.raw else None
+    from submarine_elastic.settings import env_name  # pydantic: only once a driver is looked for
+
+    raw = status.raw.get("configuration", {}).get("env", {}).get(env_name("driver_port")) if status.raw else None
     return int(raw) if raw else None

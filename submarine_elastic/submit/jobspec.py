@@ -254,11 +254,15 @@ class JobRequest:
 
         Raises:
             JobSpecError: ``name`` is not a job name (it becomes a path under the jobs directory too), the
-                checkpoint flags are unusable, or a flag above holds a character the launch script would
-                interpret (the flag and the character named).
+                framework is not TensorFlow, the command is empty, the checkpoint flags are unusable, or a flag
+                above holds a character the launch script would interpret (the flag and the character named).
         """
         if (problem := JOB_NAME.problem(self.name)) is not None:
             raise JobSpecError(f"--name: {problem}")
+        if self.framework.lower() != "tensorflow":
+            raise JobSpecError(f"--framework: only 'tensorflow' is supported, got {self.framework!r}")
+        if not self.launch_cmd.strip():
+            raise JobSpecError("--worker_launch_cmd must not be empty")
         if (problem := checkpoint_problem(self.checkpoint_path, self.checkpoint_every)) is not None:
             raise JobSpecError(problem)
         for key, value in self.env.items():
@@ -694,10 +698,6 @@ def build_service(req: JobRequest) -> Service:
     Raises:
         JobSpecError: the request cannot make a valid spec (the field named).
     """
-    if req.framework.lower() != "tensorflow":
-        raise JobSpecError(f"--framework: only 'tensorflow' is supported, got {req.framework!r}")
-    if not req.launch_cmd.strip():
-        raise JobSpecError("--worker_launch_cmd must not be empty")
     raw = json.loads(resources.job_template().read_text())
     raw["name"] = req.name
     if req.queue:

@@ -172,7 +172,9 @@ def with_kill_delay(yarn: YarnServiceClient, req: JobRequest) -> JobRequest:
         return req
     if delay is None or not delay.strip().isdigit():
         return req
-    return dataclasses.replace(req, env={**req.env, "SUBMARINE_SIGKILL_DELAY_MS": delay.strip()})
+    from submarine_elastic.settings import container_env  # pydantic: only once a job is submitted
+
+    return dataclasses.replace(req, env={**req.env, **container_env(sigkill_delay_ms=delay.strip())})
 
 
 def submit(
