@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits, WorkerState
+from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
 from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
 from submarine_elastic.yarn import ContainerState, ContainerStatus, NodeReport, QueueReport
@@ -294,7 +294,7 @@ def lost_agents(agents: Sequence[AgentHandle], containers: Sequence[ContainerSta
     running = {c.component_instance_name: c for c in containers if c.state not in ENDED_CONTAINER_STATES}
     lost: list[tuple[AgentHandle, str]] = []
     for agent in agents:
-        if not agent.connected or agent.state.ended or agent.state is WorkerState.LEAVING or agent.preempted:
+        if not agent.staying:
             continue
         mine = listed.get(agent.container_id)
         if mine is not None and mine.state not in ENDED_CONTAINER_STATES:

@@ -61,6 +61,16 @@ class AgentHandle:
         return instance_number(self.instance)
 
     @property
+    def staying(self) -> bool:
+        """It is the job's and stays: attached, its process live, and not on its way out on the driver's word
+        (LEAVING) or YARN's (preempted)."""
+        return (
+            self.connected
+            and self.state in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING)
+            and not self.preempted
+        )
+
+    @property
     def adopted(self) -> bool:
         """It trained in the previous incarnation's ring when it attached to this one."""
         return self.adoption is not Adoption.NONE

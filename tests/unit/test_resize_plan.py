@@ -60,3 +60,21 @@ def test_only_yarns_word_counts_an_agent_lost() -> None:
     lost = lost_agents([old, quiet, running], listed)
     # worker-1 is not listed and has no successor: no word from YARN, so it stays.
     assert [(a.instance, "STOPPED" in why) for a, why in lost] == [("worker-0", True)]
+
+
+def test_an_agent_stays_while_attached_live_and_on_its_way_out_by_nobodys_word() -> None:
+    from submarine_elastic.elastic.api import WorkerState
+
+    agent = AgentHandle("a0", "worker-0", "c0", "h")
+    assert agent.staying
+    for state in (WorkerState.WARM, WorkerState.RUNNING):
+        agent.state = state
+        assert agent.staying
+    agent.preempted = True
+    assert not agent.staying
+    agent.preempted, agent.connected = False, False
+    assert not agent.staying
+    agent.connected = True
+    for state in (WorkerState.LEAVING, WorkerState.LEFT, WorkerState.EXITED):
+        agent.state = state
+        assert not agent.staying
