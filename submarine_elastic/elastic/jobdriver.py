@@ -114,7 +114,9 @@ class JobDriver:
         self._elastic_timeout = elastic_timeout
         self._server_ip = "127.0.0.1"
         self._rendezvous_port = 0
+        #: the first failed training processes (at most MAX_FAILURES), kept under their lock
         self.failures: list[pb.WorkerFailure] = []
+        self._failures_lock = threading.Lock()
         self.error = ""
         self._fatal = threading.Event()
         self._app = app
@@ -250,12 +252,17 @@ class JobDriver:
         failure = exit_failure(agent, exited, self._ranks().get(agent.agent_id, -1))
         if failure is None:
             return
-        if len(self.failures) < MAX_FAILURES:
-            self.failures.append(failure)
+        self._keep(failure)
         tail = exited.stderr_tail
         log.error("%s%s", failure.reason, f"; its stderr ended with:\n{tail}" if tail else "")
         if exited.exit_code == 0 or not self.ring_formed:
             self._give_up(failure)
+
+    def _keep(self, failure: pb.WorkerFailure) -> None:
+        """Keeps ``failure`` if fewer than MAX_FAILURES are (from gRPC threads and the container watch alike)."""
+        with self._failures_lock:
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append(failure)
 
     def _give_up(self, failure: pb.WorkerFailure) -> None:
         if not self.error:
@@ -398,8 +405,7 @@ class JobDriver:
             if any(f.container_id == agent.container_id for f in self.failures):
                 continue  # an agent not yet warm is told again each round until its process ends
             log.warning("%s", reason)
-            if len(self.failures) < MAX_FAILURES:
-                self.failures.append(lost_failure(agent, reason, rank))
+            self._keep(lost_failure(agent, reason, rank))
         return evicted
 
     # ------------------------------------------------------------------ Horovod
@@ -467,14 +473,8 @@ class JobDriver:
             return 2
         server, _ = served
         self._server = server
-        log.info(
-            "driver of job %s listening on %s port %d (%s); limits %s",
-            self.job,
-            host,
-            port,
-            "plaintext" if tls is None else "mutual TLS" if tls.client_ca else "TLS",
-            self.limits,
-        )
+        how = "plaintext" if tls is None else "mutual TLS" if tls.client_ca else "TLS"
+        log.info("driver of job %s listening on %s port %d (%s); limits %s", self.job, host, port, how, self.limits)
         threading.Thread(target=self.resizer.loop, daemon=True, name="resizer").start()
         threading.Thread(target=self._persist_loop, daemon=True, name="persist").start()
         threading.Thread(target=self._watch_containers, daemon=True, name="containers").start()
