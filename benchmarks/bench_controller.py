@@ -222,7 +222,7 @@ def measure_simulator(jobs: int) -> dict[str, Any]:
         raise ValueError(f"simulator job counts are multiples of {WORKLOAD_JOBS}, got {jobs}")
     copies = jobs // WORKLOAD_JOBS
     catalog = TraceCatalog()
-    data = env.pollux_data_dir() / "workloads"
+    data = env.settings().pollux_data_directory() / "workloads"
     workload: list[JobSpec] = []
     for k in range(copies):
         for j in load_workload(data / f"workload-{k % 4 + 1}.csv", catalog.names()):

@@ -63,7 +63,9 @@ def run_ours(spec: ClusterSpec, work: Path, rounds: int, label: str) -> list[tup
     ``job run`` puts them); returns (request time, from, to) per resize."""
     rm_url = spec.rm_url
     name = f"bench-{label}"
-    files = HdfsJobFiles(WebHdfs(spec.webhdfs_url, env.yarn_user()), spec.default_fs) if spec.webhdfs_url else None
+    files = (
+        HdfsJobFiles(WebHdfs(spec.webhdfs_url, env.settings().user()), spec.default_fs) if spec.webhdfs_url else None
+    )
     cmd = (
         f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs 10000 "
         f"--until-file {work}/stop --log-dir {work}/log"

@@ -111,7 +111,7 @@ def pollux_published() -> dict[str, float]:
         OSError: a file of it cannot be read.
         KeyError: a file lacks the mean JCTs (``avgs``).
     """
-    folder = env.pollux_data_dir() / "published"
+    folder = env.settings().pollux_data_directory() / "published"
     means = {
         name: json.loads((folder / f"{name}-1.0.workloads-1-4.json").read_text())["avgs"]
         for name in ("pollux", "tiresias")
@@ -120,7 +120,7 @@ def pollux_published() -> dict[str, float]:
 
 
 def workloads(quick: bool) -> list[tuple[str, Path]]:
-    data = env.pollux_data_dir()
+    data = env.settings().pollux_data_directory()
     numbers = (1,) if quick else (1, 2, 3, 4)
     out = [(f"workload-{n}", data / "workloads" / f"workload-{n}.csv") for n in numbers]
     out += [(f"realistic/workload-{n}", data / "workloads-realistic" / f"workload-{n}.csv") for n in numbers]
@@ -143,7 +143,7 @@ def run(
 def bench_targets(quick: bool, catalog: TraceCatalog, plot_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """Per setting and workload: the policy's, Tiresias' and the reference's mean JCT, the ratios, the worst
     job's ratio, and the policy's wall time."""
-    data = env.pollux_data_dir()
+    data = env.settings().pollux_data_directory()
     numbers = (1,) if quick else (1, 2, 3, 4)
     pollux = pollux_published()
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -250,7 +250,7 @@ def _plot_per_job(pairs: dict[str, tuple[SimResult, SimResult]], path: Path) -> 
 
 
 def bench_speed(repeat: int, catalog: TraceCatalog) -> dict[str, dict[str, float]]:
-    path = env.pollux_data_dir() / "workloads" / "workload-1.csv"
+    path = env.settings().pollux_data_directory() / "workloads" / "workload-1.csv"
     out: dict[str, dict[str, float]] = {}
     run(path, "workload-1", "fifo", ResizeCosts(), catalog)  # warm up: load the traces, fill the caches
     for spec in SPEED_SCHEDULERS:

@@ -35,7 +35,9 @@ SCHEDULERS = ("greedy+fair-share", "goodput+goodput")
 def jobs() -> list[JobSpec]:
     """The workload: see the module docstring."""
     every = [
-        j for j in load_workload(env.pollux_data_dir() / "workloads" / "workload-1.csv") if j.application != "imagenet"
+        j
+        for j in load_workload(env.settings().pollux_data_directory() / "workloads" / "workload-1.csv")
+        if j.application != "imagenet"
     ]
     picked = scale_arrivals(sample_jobs(every, 100, seed=0), 0.2)
     return [replace(j, queue="research" if i % 2 == 0 else "prod") for i, j in enumerate(picked)]

@@ -112,7 +112,7 @@ class ControllerClient(Controller):
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        insecure = env.insecure() if insecure is None else insecure
+        insecure = env.settings().insecure if insecure is None else insecure
         if ca is None and not insecure:
             from submarine_elastic.tls import CaError, cluster_ca_cert
 

@@ -41,7 +41,7 @@ _SAME_START_S = 0.01
 
 def directory(given: Path | None = None) -> Path:
     """``given``, else ``SUBMARINE_CONTROLLER_DIR`` (default ``~/.submarine-elastic/controller``)."""
-    return given if given is not None else env.controller_dir()
+    return given if given is not None else env.settings().controller_directory()
 
 
 def token_for(where: Path, name: str) -> str:

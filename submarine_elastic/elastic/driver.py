@@ -106,22 +106,30 @@ def control_plane_problem(token: str | None, tls: ServerTls | None, insecure: bo
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(levelname)s %(message)s")
-    job = env.job_id()
-    port = env.driver_port()
-    rm = env.rm_url()
+    s = env.settings()
+    job, port, rm = s.job_id, s.driver_port, s.rm_url
     if not job or not port or not rm:
         log.error("SUBMARINE_JOB_ID, SUBMARINE_DRIVER_PORT and SUBMARINE_RM_URL must be set")
         return 2
-    num, lo, hi = env.worker_limits()
     try:
-        batch = env.batch_limits()
+        num, lo, hi = s.worker_limits()
+        batch = s.batch_limits()
         batch_limits = BatchLimits(*batch) if batch is not None else None
     except ValueError as exc:
-        log.error("the job's batch limits: %s", exc)
+        log.error("the job's worker or batch limits: %s", exc)
         return 2
-    timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
     try:
-        token, pair, client_ca, insecure = env.job_token(), env.driver_tls(), env.driver_tls_client_ca(), env.insecure()
+        timeout = s.horovod_elastic_timeout
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        token, pair, client_ca, insecure = (
+            s.read_job_token(),
+            s.read_driver_tls(),
+            s.read_driver_tls_client_ca(),
+            s.insecure,
+        )
     except (ValueError, OSError) as exc:
         log.error("cannot read the job's token or TLS files: %s", exc)
         return 2
@@ -131,16 +139,17 @@ def main() -> int:
         return 2
     host = advertised_host()
     try:
-        iface, rendezvous = gloo_endpoint(host, env.gloo_iface())
+        iface, rendezvous = gloo_endpoint(host, s.gloo_iface)
     except (GlooInterfaceError, OSError) as exc:
         log.error("cannot choose the interface of Horovod's rendezvous and Gloo: %s", exc)
         return 2
     log.info("Horovod's rendezvous on %s, Gloo on interface %s", rendezvous, iface)
-    app = application_of(os.environ.get("CONTAINER_ID", ""))
+    container_id = s.container_id or ""
+    app = application_of(container_id)
     try:
         # SUBMARINE_YARN_AUTH; with kerberos, a login from the keytab job run localized (SUBMARINE_YARN_KEYTAB)
         # into a credentials cache of this process's own.
-        yarn = YarnServiceClient(rm, auth=env.yarn_auth(), keytab=env.yarn_keytab(), principal=env.yarn_principal())
+        yarn = YarnServiceClient(rm, auth=s.yarn_auth, keytab=s.yarn_keytab, principal=s.yarn_principal)
     except (ValueError, YarnError) as exc:
         log.error("cannot authenticate to the ResourceManager at %s: %s", rm, exc)
         return 2
@@ -152,11 +161,11 @@ def main() -> int:
             token,
             iface,
             timeout,
-            state_file=env.driver_state_file(),
+            state_file=s.state_file(),
             app=app,
-            container_id=os.environ.get("CONTAINER_ID", ""),
+            container_id=container_id,
             batch_limits=batch_limits,
-            queue=env.queue(),
+            queue=s.queue,
         )
         rc = driver.run(port, tls, host=host)
     # A job that ended (finished or failed, its outcome recorded) exits 0: with the driver's restart policy

@@ -579,7 +579,7 @@ class JobDriver:
 
     def _record_outcome(self) -> None:
         """Writes how the job ended where ``submarine job show`` reads it after the service is gone."""
-        path = env.job_outcome_file()
+        path = env.settings().job_outcome_file
         if path is None:
             return
         record = JobOutcome(

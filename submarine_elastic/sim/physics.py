@@ -370,7 +370,7 @@ class TraceCatalog:
     """
 
     def __init__(self, data_dir: Path | None = None) -> None:
-        self.data_dir = (data_dir if data_dir is not None else env.pollux_data_dir()).resolve()
+        self.data_dir = (data_dir if data_dir is not None else env.settings().pollux_data_directory()).resolve()
         self.traces_dir = self.data_dir / "traces"
 
     def names(self) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ def resolve_workload(name_or_path: str, data_dir: Path | None = None) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    base = data_dir if data_dir is not None else env.pollux_data_dir()
+    base = data_dir if data_dir is not None else env.settings().pollux_data_directory()
     stem = name_or_path.removesuffix(".csv")
     folder, _, leaf = stem.rpartition("/")
     folder = {"": "workloads", "realistic": "workloads-realistic"}.get(folder, folder)

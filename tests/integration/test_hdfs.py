@@ -47,7 +47,7 @@ def test_a_jobs_files_are_on_hdfs_its_users_alone_and_job_kill_removes_them(
         spec.rm_url, "job", "run", "--name", JOB, "--num_workers", "1",
         "--worker_resources", "memory-mb=512,vcores=1", "--worker_launch_cmd", "sleep 600",
     )  # fmt: skip
-    user = env.yarn_user()
+    user = env.settings().user()
     directory = f"/submarine-jobs/{user}/{JOB}"
     try:
         with WebHdfs(spec.webhdfs_url, user) as hdfs:

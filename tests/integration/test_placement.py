@@ -23,7 +23,7 @@ JOB = "spread"
 def container_nodes(rm_url: str, app_id: str) -> dict[str, str]:
     """The node (``host:port``) of each live container of the application's current attempt, from the RM."""
     app = f"{rm_url}/ws/v1/cluster/apps/{app_id}"
-    user = {"user.name": env.yarn_user()}
+    user = {"user.name": env.settings().user()}
     attempts = requests.get(f"{app}/appattempts", params=user, timeout=10).json()
     attempt = attempts["appAttempts"]["appAttempt"][-1]["appAttemptId"]
     answer = requests.get(f"{app}/appattempts/{attempt}/containers", params=user, timeout=10)

@@ -261,12 +261,12 @@ def test_the_micro_batches_of_a_step_cover_its_samples_once_over_every_rank() ->
 def test_the_jobs_batch_limits_come_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SUBMARINE_MIN_BATCH_SIZE", raising=False)
     monkeypatch.delenv("SUBMARINE_MAX_BATCH_SIZE", raising=False)
-    assert env.batch_limits() is None
+    assert env.settings().batch_limits() is None
     monkeypatch.setenv("SUBMARINE_MIN_BATCH_SIZE", "32")
     with pytest.raises(ValueError, match="SUBMARINE_MAX_BATCH_SIZE must be a positive integer, got None"):
-        env.batch_limits()
+        env.settings().batch_limits()
     monkeypatch.setenv("SUBMARINE_MAX_BATCH_SIZE", "256")
-    assert env.batch_limits() == (32, 256)
+    assert env.settings().batch_limits() == (32, 256)
     with pytest.raises(ValueError, match="--min_batch_size 512 is above --max_batch_size 256"):
         BatchLimits(512, 256)
 

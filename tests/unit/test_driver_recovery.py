@@ -85,7 +85,7 @@ def test_an_unreadable_state_file_is_ignored_with_a_warning(tmp_path: Path, capl
 def test_the_state_file_sits_beside_the_outcome_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("SUBMARINE_DRIVER_STATE_FILE", raising=False)
     monkeypatch.setenv("SUBMARINE_JOB_OUTCOME_FILE", str(tmp_path / "mnist.outcome.json"))
-    assert env.driver_state_file() == tmp_path / "mnist.driver.json"
+    assert env.settings().state_file() == tmp_path / "mnist.driver.json"
 
 
 def test_agents_that_kept_training_are_adopted_and_stale_ones_refused() -> None:
@@ -238,13 +238,13 @@ def test_a_re_init_takes_the_new_drivers_environment(monkeypatch: pytest.MonkeyP
 
 def test_the_hung_bound_and_the_driver_grace_must_be_positive_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SUBMARINE_HUNG_AFTER_S", "2.5")
-    assert env.positive_seconds("SUBMARINE_HUNG_AFTER_S", 10) == 2.5
+    assert env.settings().hung_after_s == 2.5
     for bad in ("0", "-1", "soon", "inf", "nan"):
         monkeypatch.setenv("SUBMARINE_HUNG_AFTER_S", bad)
         with pytest.raises(ValueError, match="SUBMARINE_HUNG_AFTER_S must be a positive number of seconds"):
-            env.positive_seconds("SUBMARINE_HUNG_AFTER_S", 10)
+            env.settings().hung_after_s
     monkeypatch.delenv("SUBMARINE_DRIVER_GRACE_S", raising=False)
-    assert env.positive_seconds("SUBMARINE_DRIVER_GRACE_S", 180) == 180
+    assert env.settings().driver_grace_s is None  # unset: the agent's default (DRIVER_GRACE_S)
 
 
 def exiting_worker(command: str, grace: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> agent_mod.Agent:

@@ -37,7 +37,7 @@ def accelerator(nodes: list[str], clock: FakeClock, app: str = "cifar10") -> tup
 
 
 def test_a_step_is_held_for_the_measured_row_of_its_placement_and_local_batch():
-    with open(env.pollux_data_dir() / "traces" / "cifar10" / "placements.csv", newline="") as fh:
+    with open(env.settings().pollux_data_directory() / "traces" / "cifar10" / "placements.csv", newline="") as fh:
         row = next(r for r in csv.DictReader(fh) if r["placement"] == "22" and r["local_bsz"] == "64")
     clock = FakeClock()
     device, _ = accelerator(["nm-a", "nm-b", "nm-a", "nm-b"], clock)

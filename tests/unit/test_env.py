@@ -19,16 +19,16 @@ READERS: list[tuple[str, Callable[[], int], dict[str, str], int | None]] = [
     ("SUBMARINE_METRICS_EVERY_N", lambda: env.settings().metrics_every_n, {}, 1),
     ("SUBMARINE_NOISE_EVERY", lambda: env.settings().noise_every or 10, {}, 10),
     ("SUBMARINE_CHECKPOINT_EVERY", lambda: env.settings().checkpoint_every, {}, CHECKPOINT_EVERY_DEFAULT),
-    ("SUBMARINE_NUM_WORKERS", lambda: env.worker_limits()[0], WORKERS, None),
-    ("SUBMARINE_MIN_WORKERS", lambda: env.worker_limits()[1], WORKERS, None),
-    ("SUBMARINE_MAX_WORKERS", lambda: env.worker_limits()[2], WORKERS, None),
+    ("SUBMARINE_NUM_WORKERS", lambda: env.settings().worker_limits()[0], WORKERS, None),
+    ("SUBMARINE_MIN_WORKERS", lambda: env.settings().worker_limits()[1], WORKERS, None),
+    ("SUBMARINE_MAX_WORKERS", lambda: env.settings().worker_limits()[2], WORKERS, None),
     ("SUBMARINE_MIN_BATCH_SIZE", lambda: _batch()[0], BATCH, None),
     ("SUBMARINE_MAX_BATCH_SIZE", lambda: _batch()[1], BATCH, None),
 ]
 
 
 def _batch() -> tuple[int, int]:
-    limits = env.batch_limits()
+    limits = env.settings().batch_limits()
     assert limits is not None
     return limits
 
@@ -98,4 +98,4 @@ def test_the_unit_is_named_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_batch_limits_when_neither_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in BATCH:
         monkeypatch.delenv(name, raising=False)
-    assert env.batch_limits() is None
+    assert env.settings().batch_limits() is None

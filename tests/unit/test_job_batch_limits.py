@@ -76,7 +76,7 @@ def test_a_maximum_alone_lets_the_batch_go_down_to_one_and_the_driver_reads_both
     spec_env = build_service(request(BatchLimits(1, 256))).to_dict()["configuration"]["env"]
     for name in ("SUBMARINE_MIN_BATCH_SIZE", "SUBMARINE_MAX_BATCH_SIZE"):
         monkeypatch.setenv(name, spec_env[name])
-    assert env.batch_limits() == (1, 256)  # what the driver reads at its start
+    assert env.settings().batch_limits() == (1, 256)  # what the driver reads at its start
 
 
 def test_a_job_without_batch_flags_has_no_batch_limits_in_its_environment() -> None:

@@ -24,9 +24,9 @@ NODES = {0: "node-a:8041", 1: "node-b:8041"}
 def test_an_agent_names_its_node_as_yarn_does(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NM_HOST", "node-a")
     monkeypatch.setenv("NM_PORT", "8041")
-    assert env.node_id() == "node-a:8041"
+    assert env.settings().node_id() == "node-a:8041"
     monkeypatch.delenv("NM_PORT")
-    assert env.node_id() == ""  # outside a container: not known, never half a name
+    assert env.settings().node_id() == ""  # outside a container: not known, never half a name
 
 
 def test_the_drivers_status_names_the_node_of_each_worker(driver: tuple[JobDriver, str]) -> None:  # noqa: F811

@@ -13,7 +13,7 @@ from submarine_elastic.sim import TraceCatalog, TraceDataError, UnknownApplicati
 
 from ._sim_toy import write_toy_data
 
-DATA = env.pollux_data_dir()
+DATA = env.settings().pollux_data_directory()
 
 
 @pytest.fixture(scope="module")

@@ -149,7 +149,7 @@ def test_an_arrival_to_a_full_cluster_starts_at_once_under_an_elastic_policy(tmp
 @pytest.fixture(scope="module")
 def contended() -> list[JobSpec]:
     """30 jobs of workload-2 (no imagenet: days on one GPU) arriving 10x faster, for a 16-GPU cluster."""
-    data = env.pollux_data_dir()
+    data = env.settings().pollux_data_directory()
     jobs = load_workload(data / "workloads" / "workload-2.csv")
     jobs = [j for j in jobs if j.application != "imagenet"]
     return scale_arrivals(sample_jobs(jobs, 30, seed=1), 0.1)

@@ -99,7 +99,7 @@ def test_names_resolve_in_the_shared_data(tmp_path: Path):
 
 
 def test_the_shipped_pollux_workloads_all_parse():
-    data = env.pollux_data_dir()
+    data = env.settings().pollux_data_directory()
     apps = sorted(p.name for p in (data / "traces").iterdir() if p.is_dir())
     for folder in ("workloads", "workloads-realistic"):
         for n in range(1, 5):
@@ -109,10 +109,10 @@ def test_the_shipped_pollux_workloads_all_parse():
 
 def test_env_override_of_the_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("SUBMARINE_POLLUX_DATA", str(tmp_path))
-    assert env.pollux_data_dir() == tmp_path
+    assert env.settings().pollux_data_directory() == tmp_path
     monkeypatch.delenv("SUBMARINE_POLLUX_DATA")
-    assert (env.pollux_data_dir() / "LICENSE").is_file()  # the copy the package ships
-    assert env.pollux_data_dir().parts[-3:] == ("sim", "data", "pollux")
+    assert (env.settings().pollux_data_directory() / "LICENSE").is_file()  # the copy the package ships
+    assert env.settings().pollux_data_directory().parts[-3:] == ("sim", "data", "pollux")
 
 
 def test_sampling_and_arrival_scaling_are_deterministic():
