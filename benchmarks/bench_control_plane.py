@@ -51,10 +51,10 @@ from typing import Any
 import grpc
 import psutil
 
-from submarine_elastic.elastic.api import Limits, WorkerState
 from submarine_elastic.elastic.jobdriver import JobDriver, control_plane_threads
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol.api import Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import PARTITION_NOTICED_WITHIN_S, STREAM_KEEPALIVE_CLIENT_OPTIONS
 from submarine_elastic.yarn import ComponentTarget, ReconcileResult
 

@@ -48,10 +48,10 @@ import psutil
 from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
 from submarine_elastic.controller.service import METRICS_JOBS, ControllerService, metrics_store
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter_spec, load_job_policy_spec
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_P99_MS = 100.0

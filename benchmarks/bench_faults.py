@@ -41,7 +41,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(REPO))
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from submarine_elastic.elastic.api import ElasticError  # noqa: E402
+from submarine_elastic.protocol.api import ElasticError  # noqa: E402
 from submarine_elastic.yarn import YarnError  # noqa: E402
 from tests.integration.faults import SCENARIOS, FaultReport, run_fault  # noqa: E402
 

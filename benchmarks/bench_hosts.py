@@ -35,7 +35,7 @@ from bench_elastic import PLAN, SCRIPT_ARGS, drive_stock, pauses, run_plan, summ
 
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterSpec, HostNetwork, LocalCluster
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources
 from submarine_elastic.webhdfs import WebHdfs

@@ -29,7 +29,7 @@ GENERATOR=$ROOT/build/grpcio-tools-$GRPCIO_TOOLS_VERSION
 ONLY_INSTALL=0
 PROTOS=(
   submarine_elastic/metrics/proto/metrics.proto
-  submarine_elastic/elastic/proto/elastic.proto
+  submarine_elastic/protocol/proto/elastic.proto
   submarine_elastic/controller/proto/controller.proto
 )
 

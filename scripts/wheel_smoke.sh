@@ -43,7 +43,7 @@ import submarine_elastic
 import submarine_elastic.elastic.agent
 import submarine_elastic.elastic.driver  # noqa: F401  (imports Horovod's elastic runner)
 from submarine_elastic import env, resources
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service
 
 installed = Path(submarine_elastic.__file__).resolve().parent
@@ -56,7 +56,7 @@ for name, path in {
     "simulator data": resources.pollux_data() / "workloads" / "workload-1.csv",
     "bridge Java sources": installed / "bridge" / "java" / "org" / "submarineelastic" / "bridge" / "ElasticScheduler.java",
     "metrics .proto": installed / "metrics" / "proto" / "metrics.proto",
-    "elastic .proto": installed / "elastic" / "proto" / "elastic.proto",
+    "elastic .proto": installed / "protocol" / "proto" / "elastic.proto",
     "controller .proto": installed / "controller" / "proto" / "controller.proto",
     "agent's sitecustomize": Path(__import__("tf_hooks.elastic._site", fromlist=["x"]).__file__).parent / "sitecustomize.py",
 }.items():

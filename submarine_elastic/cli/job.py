@@ -24,13 +24,13 @@ from submarine_elastic.cli.jobview import (
     summary_line,
 )
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.elastic.api import (
+from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.protocol.api import (
     DriverUnreachableError,
     ElasticError,
     FlexRefusedError,
     JobPhase,
 )
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.submit.jobcode import pack_current_env, read_carried
 from submarine_elastic.submit.jobspec import (
     JobRequest,
@@ -623,7 +623,7 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
         try:
             with JobClient(name, None if address else yarn, address=address) as client:
                 t0 = time.monotonic()
-                from submarine_elastic.elastic.proto import elastic_pb2  # gRPC's stubs only once a driver is asked
+                from submarine_elastic.protocol.proto import elastic_pb2  # gRPC's stubs only once a driver is asked
 
                 target = elastic_pb2.Target(workers=workers, remove=remove, reason="submarine job flex")
                 reply = client.set_target(target)

@@ -12,13 +12,14 @@ from rich.text import Text
 
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.elastic.api import JobPhase, WorkerState
-from submarine_elastic.submit.store import JobOutcome, load_outcome
+from submarine_elastic.protocol.api import JobPhase, WorkerState
+from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import AppSummary, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
     from submarine_elastic.metrics.proto import metrics_pb2
+    from submarine_elastic.protocol.proto import elastic_pb2 as pb
+    from submarine_elastic.protocol.records import JobOutcome
 
 console = Console()
 #: Lines of a failed worker's stderr ``job show`` prints.

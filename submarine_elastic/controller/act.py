@@ -18,7 +18,7 @@ from submarine_elastic.controller.api import DecisionState, JobBackend
 from submarine_elastic.controller.book import Converging, Follow, JobBook
 from submarine_elastic.controller.step import Send, check
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import verdict
 from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE, QUEUE
 from submarine_elastic.policy import QueueShare
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.states import Transitions
 
 #: The longest policy spec a job may name (``scaling-efficiency(probe_every_steps=30, threshold=0.7)``).

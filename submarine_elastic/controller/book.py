@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from submarine_elastic.controller.api import DecisionRecord, DecisionState
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 T = TypeVar("T")
 

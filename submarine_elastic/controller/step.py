@@ -35,8 +35,8 @@ from submarine_elastic.controller.api import (
 from submarine_elastic.controller.book import Converging, Follow, Tracked
 from submarine_elastic.controller.capacity import SlotCount, fit
 from submarine_elastic.controller.jobmetrics import HistoryRow, ReadMetrics
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import DEFAULT_QUEUE, Decision, JobMetrics, JobView, QueueShare, Snapshot
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 log = logging.getLogger(__name__)
 

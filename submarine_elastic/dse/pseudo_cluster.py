@@ -72,12 +72,12 @@ from pathlib import Path
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.dse.api import Backend, BackendError, JobRunner, JobState, Point, Value
-from submarine_elastic.elastic.api import DriverUnreachableError, JobPhase, Limits
 from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.api import ServerStartError, Subscription, UnknownJobError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.protocol.api import DriverUnreachableError, JobPhase, Limits
 from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources
 from submarine_elastic.submit.service import submit
 from submarine_elastic.submit.store import forget_job

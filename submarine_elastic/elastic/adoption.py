@@ -5,7 +5,7 @@ incarnation saying where they stand (:class:`pb.Resume`). An :class:`Adopter`:
 
 1. :meth:`Adopter.admit`: sets each (re-)attaching agent's state from its Resume, or says why it is refused
    (a worker this driver already counted out, or one that trains in a ring this driver's predecessor did not
-   form); one that trains in the predecessor's ring is ADOPTED (:class:`~submarine_elastic.elastic.api.Adoption`).
+   form); one that trains in the predecessor's ring is ADOPTED (:class:`~submarine_elastic.protocol.api.Adoption`).
 2. :meth:`Adopter.await_ring`: waits (up to :data:`ADOPT_WAIT_S`) for the predecessor's ring to re-attach; with
    at least ``--min_workers`` of it back the registry offers Horovod only the adopted workers, in their old rank
    order, so rank 0 is a worker holding the committed state, never a fresh joiner.
@@ -19,11 +19,11 @@ import logging
 import threading
 import time
 
-from submarine_elastic.elastic.api import Adoption, AgentState, WorkerState
-from submarine_elastic.elastic.driverstate import DriverState
 from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_registered
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
+from submarine_elastic.protocol.api import Adoption, AgentState, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import DriverState
 
 log = logging.getLogger("submarine_elastic.driver")
 

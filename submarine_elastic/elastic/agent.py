@@ -72,13 +72,13 @@ from typing import IO, cast
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic import channel
-from submarine_elastic.elastic.api import AgentState, ElasticError, IllegalTransitionError, advance
-from submarine_elastic.elastic.channel import ChannelError, FrameReader
 from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
 from submarine_elastic.elastic.locate import driver_address
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol import channel
+from submarine_elastic.protocol.api import AgentState, ElasticError, IllegalTransitionError, advance
+from submarine_elastic.protocol.channel import ChannelError, FrameReader
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import (
     STREAM_KEEPALIVE_CLIENT_OPTIONS,
     InsecureChannelError,

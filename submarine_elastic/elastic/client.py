@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import DriverUnreachableError, FlexRefusedError, JobPhase
 from submarine_elastic.elastic.locate import driver_address
+from submarine_elastic.protocol.api import DriverUnreachableError, FlexRefusedError, JobPhase
 from submarine_elastic.submit.store import (
     is_insecure,
     load_client_cert,
@@ -22,7 +22,7 @@ from submarine_elastic.yarn import YarnServiceClient
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
+    from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 
 class JobClient:
@@ -59,7 +59,7 @@ class JobClient:
         self.address = target
         # gRPC (about 60 ms to import) only once a driver is to be asked: `job show` of a job that ended,
         # or whose driver is unknown, never loads it.
-        from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+        from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
         from submarine_elastic.rpc import bearer, open_channel
 
         token = load_token(job)
@@ -91,7 +91,7 @@ class JobClient:
     def status(self) -> pb.JobStatus:
         import grpc
 
-        from submarine_elastic.elastic.proto import elastic_pb2 as pb
+        from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
         try:
             # wait_for_ready: a driver whose container runs but whose server is not up yet is waited for.

@@ -32,13 +32,13 @@ instances to remove by name) and reconciles until YARN has it
 ResourceManager did not take (unreachable, restarting) is sent again, not lost; until YARN has the target,
 ``JobStatus.error`` says why.
 
-The job and each worker follow the state machines of :mod:`submarine_elastic.elastic.api` (:class:`JobPhase`,
+The job and each worker follow the state machines of :mod:`submarine_elastic.protocol.api` (:class:`JobPhase`,
 :class:`WorkerState`); a transition they do not have raises.
 
 The driver is recoverable. It runs in a YARN component with restart policy ON_FAILURE: a driver that concludes the
 job (finished or failed, its outcome recorded) exits 0 and ends the service; one that dies is relaunched. What its
 next incarnation needs (the target, the resize asked for, the timeline, the failures, its incarnations) it keeps in
-a small state file (:class:`~submarine_elastic.elastic.driverstate.DriverState`, beside the outcome record). The
+a small state file (:class:`~submarine_elastic.protocol.records.DriverState`, beside the outcome record). The
 workers train on while it is gone (Gloo's ring needs no driver), their agents re-attach to the next incarnation with
 where they stand (:class:`pb.Resume`), and it adopts those that train: it offers Horovod only them until their ring
 has re-formed around its own rendezvous (``Reform``: the new environment, applied at their next commit), so rank 0
@@ -60,9 +60,9 @@ import socket
 import sys
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import BatchLimits, GlooInterfaceError, JobPhase, Limits
 from submarine_elastic.elastic.jobdriver import JobDriver
 from submarine_elastic.elastic.ringhost import gloo_endpoint
+from submarine_elastic.protocol.api import BatchLimits, GlooInterfaceError, JobPhase, Limits
 from submarine_elastic.rpc import ServerTls
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 

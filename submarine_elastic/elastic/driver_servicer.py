@@ -20,11 +20,11 @@ from typing import Protocol
 
 import grpc
 
-from submarine_elastic.elastic.api import FlexRefusedError, Limits
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH, WORKER_INSTANCE
+from submarine_elastic.protocol.api import FlexRefusedError, Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import STREAM_KEEPALIVE_SERVER_OPTIONS, BearerTokenInterceptor, ServerTls
 
 log = logging.getLogger("submarine_elastic.driver")

@@ -12,9 +12,9 @@ import re
 import signal
 import time
 
-from submarine_elastic.elastic.api import WorkerState
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 #: Failures kept per job (the first ones: the first is nearly always the cause of the rest).
 MAX_FAILURES = 8

@@ -34,7 +34,7 @@ from typing import Any
 import requests
 import tenacity
 
-from submarine_elastic.elastic.api import ElasticError
+from submarine_elastic.protocol.api import ElasticError
 
 log = logging.getLogger("submarine_elastic.gpus")
 

@@ -42,7 +42,7 @@ from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
 from horovod.runner.util.threads import in_thread
 
-from submarine_elastic.elastic.api import ElasticError
+from submarine_elastic.protocol.api import ElasticError
 
 __all__ = [
     "ElasticDriver",

@@ -13,13 +13,13 @@
    driver set and what YARN had when it last looked.
 5. :class:`~submarine_elastic.elastic.adoption.Adopter` (``adoption``): a relaunched incarnation's take-over of
    its predecessor's ring.
-6. :class:`~submarine_elastic.elastic.driverstate.DriverState` and
-   :class:`~submarine_elastic.elastic.driverstate.JobOutcome`: what the next incarnation reads, and how the job
+6. :class:`~submarine_elastic.protocol.records.DriverState` and
+   :class:`~submarine_elastic.protocol.records.JobOutcome`: what the next incarnation reads, and how the job
    ended.
 
 The driver itself runs the job: the first ring, each slot's start, the workers' failures
 (:mod:`~submarine_elastic.elastic.failures`), the containers YARN lost, and the end. The job follows
-:class:`~submarine_elastic.elastic.api.JobPhase`; a transition it does not have raises.
+:class:`~submarine_elastic.protocol.api.JobPhase`; a transition it does not have raises.
 """
 
 from __future__ import annotations
@@ -37,7 +37,21 @@ import grpc
 
 from submarine_elastic import env
 from submarine_elastic.elastic.adoption import Adopter
-from submarine_elastic.elastic.api import (
+from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
+from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
+from submarine_elastic.elastic.horovod_adapter import (
+    BoundRendezvousServer,
+    ElasticDriver,
+    SlotInfo,
+    new_ring,
+    slot_env,
+    wait_for_reform,
+)
+from submarine_elastic.elastic.reconcile import TargetBook, lost_agents, verdict
+from submarine_elastic.elastic.resizer import Resizer
+from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
+from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
+from submarine_elastic.protocol.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
     Adoption,
@@ -48,22 +62,8 @@ from submarine_elastic.elastic.api import (
     WorkerState,
     advance,
 )
-from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
-from submarine_elastic.elastic.driverstate import DriverState, JobOutcome, StateKeeper
-from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
-from submarine_elastic.elastic.horovod_adapter import (
-    BoundRendezvousServer,
-    ElasticDriver,
-    SlotInfo,
-    new_ring,
-    slot_env,
-    wait_for_reform,
-)
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.reconcile import TargetBook, lost_agents, verdict
-from submarine_elastic.elastic.resizer import Resizer
-from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
-from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import DriverState, JobOutcome, StateKeeper
 from submarine_elastic.rpc import ServerTls
 from submarine_elastic.yarn import ContainerStatus, ServiceBackend, YarnError
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import DRIVER_COMPONENT, DriverUnreachableError
+from submarine_elastic.protocol.api import DRIVER_COMPONENT, DriverUnreachableError
 from submarine_elastic.yarn import ContainerState, ServiceStatus, YarnError, YarnServiceClient
 
 

@@ -24,14 +24,14 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, Limits
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.limits import batch_setting_problem
+from submarine_elastic.protocol.api import BatchLimits, FlexRefusedError, Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ContainerState, ContainerStatus, NodeReport, QueueReport
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.driverstate import DriverState
     from submarine_elastic.elastic.ringhost import AgentHandle
+    from submarine_elastic.protocol.records import DriverState
 
 #: The states in which YARN no longer runs a container.
 ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})

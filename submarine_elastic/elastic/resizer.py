@@ -17,8 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from submarine_elastic.elastic.api import BatchLimits, FlexRefusedError, IllegalTransitionError, Limits, WorkerState
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import (
     Member,
     TargetBook,
@@ -29,6 +27,8 @@ from submarine_elastic.elastic.reconcile import (
 )
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.elastic.yarnsync import YarnSync
+from submarine_elastic.protocol.api import BatchLimits, FlexRefusedError, IllegalTransitionError, Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ServiceBackend, YarnError
 
 log = logging.getLogger("submarine_elastic.driver")

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from submarine_elastic import netif
-from submarine_elastic.elastic.api import Adoption, GlooInterfaceError, WorkerState, advance
 from submarine_elastic.elastic.horovod_adapter import HostDiscovery
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import first_ring_ready
+from submarine_elastic.protocol.api import Adoption, GlooInterfaceError, WorkerState, advance
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import instance_number
 
 

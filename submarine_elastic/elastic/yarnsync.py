@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
-from submarine_elastic.elastic.api import WORKER_COMPONENT
 from submarine_elastic.elastic.reconcile import ENDED_CONTAINER_STATES
+from submarine_elastic.protocol.api import WORKER_COMPONENT
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
     ContainerStatus,

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from submarine_elastic import env, resources
-from submarine_elastic.elastic.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.files import write_atomic
 from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
+from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, Localization, PackedEnv
 from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
 

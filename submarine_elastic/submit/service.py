@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from submarine_elastic import env
-from submarine_elastic.elastic.api import BatchLimits, Limits
+from submarine_elastic.protocol.api import BatchLimits, Limits
 from submarine_elastic.submit.api import Localization, PackedEnv
 from submarine_elastic.submit.jobcode import keep_locally, snapshot, write_carried
 from submarine_elastic.submit.jobfiles import HdfsJobFiles

@@ -4,9 +4,7 @@ address, and the record of how the job ended (written by its driver)."""
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from submarine_elastic.submit.jobspec import (
@@ -21,7 +19,7 @@ from submarine_elastic.submit.jobspec import (
 )
 
 if TYPE_CHECKING:
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
+    from submarine_elastic.protocol.records import JobOutcome
     from submarine_elastic.submit.jobfiles import HdfsJobFiles
 
 
@@ -39,35 +37,14 @@ def forget_job(job: str, files: HdfsJobFiles | None = None) -> None:
         shutil.rmtree(job_dir(job))
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    """How a job ended, as its driver recorded it: ``phase`` finished or failed, the reason, the first
-    failed training processes, and the batch settings it took (oldest first; empty when its batch was never
-    set)."""
-
-    phase: str
-    error: str
-    time: float
-    failures: list[pb.WorkerFailure] = field(default_factory=list)
-    batch_timeline: list[pb.Target] = field(default_factory=list)
-
-
 def load_outcome(job: str) -> JobOutcome | None:
     """The job's outcome record, or None when its driver wrote none (still running, or the record's
     directory is not shared with the NodeManagers) or it cannot be read."""
+    from submarine_elastic.protocol.records import JobOutcome  # pydantic: only for an ended job's record
+
     try:
-        raw = json.loads(outcome_path(job).read_text())
+        return JobOutcome.from_json(outcome_path(job).read_bytes())
     except (OSError, ValueError):
-        return None
-    from google.protobuf import json_format  # only for an ended job's record
-
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
-
-    try:
-        failures = [json_format.ParseDict(f, pb.WorkerFailure()) for f in raw.get("failures", [])]
-        batches = [json_format.ParseDict(b, pb.Target()) for b in raw.get("batch_timeline", [])]
-        return JobOutcome(str(raw["phase"]), str(raw.get("error", "")), float(raw.get("time", 0.0)), failures, batches)
-    except (ValueError, KeyError, TypeError, AttributeError, json_format.ParseError):
         return None
 
 

@@ -10,7 +10,7 @@ from concurrent import futures
 import grpc
 
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.submit.jobspec import INSECURE_MARK, SECRET_ENV, job_dir
 from submarine_elastic.submit.store import remember_driver
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic.agent import site_dir
-from submarine_elastic.elastic.channel import FrameReader, encode
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.channel import FrameReader, encode
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tf_hooks.elastic import autojoin
 
 FAKE_BASICS = '''

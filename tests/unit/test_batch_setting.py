@@ -21,14 +21,14 @@ from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprin
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import AgentState, BatchLimits, Limits
-from submarine_elastic.elastic.channel import FrameReader, encode
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import MAX_BATCH_TIMELINE
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.limits import MAX_ACCUM_STEPS
 from submarine_elastic.policy import Decision, JobPolicy, JobView, PolicyEngine, Snapshot, load_arbiter
+from submarine_elastic.protocol.api import AgentState, BatchLimits, Limits
+from submarine_elastic.protocol.channel import FrameReader, encode
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tf_hooks.elastic import data, ring
 from tf_hooks.elastic.rules import BatchRule, BatchSetting, adascale_gain, ramp_lr
 

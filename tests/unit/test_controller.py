@@ -25,8 +25,8 @@ from submarine_elastic.controller.api import (
 )
 from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, SENDERS, ControllerService
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 
 class FakeCluster(JobBackend):

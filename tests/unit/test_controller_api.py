@@ -49,9 +49,9 @@ from submarine_elastic.controller.proto import controller_pb2_grpc as pb_grpc
 from submarine_elastic.controller.server import MAX_REQUEST_BYTES, SERVICE_NAME, ControllerServer
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2
 from submarine_elastic.metrics.auth import job_credential
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
+from submarine_elastic.protocol.proto import elastic_pb2
 from submarine_elastic.submit.jobspec import SECRET_ENV, job_dir
 
 TOKEN = "controller-test-token-0123456789"

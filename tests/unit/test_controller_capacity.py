@@ -18,8 +18,8 @@ from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprin
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, place, slot_unit
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 MB2048 = Resources(2048, 1)
 SMALL = Resources(512, 1)

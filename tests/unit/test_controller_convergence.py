@@ -20,8 +20,8 @@ from submarine_elastic.controller.api import (
 )
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tests.unit.test_controller import Clock, FakeCluster
 
 STALL_AFTER = 120.0
@@ -351,8 +351,8 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from submarine_elastic.controller import backend as backend_module
-    from submarine_elastic.elastic.api import DriverUnreachableError
-    from submarine_elastic.elastic.proto import elastic_pb2 as pb
+    from submarine_elastic.protocol.api import DriverUnreachableError
+    from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
     monkeypatch.setattr(backend_module, "JobClient", Driver)
     backend = backend_module.YarnJobBackend(RM)

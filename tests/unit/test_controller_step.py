@@ -45,8 +45,8 @@ from submarine_elastic.controller.step import (
     takes_part,
 )
 from submarine_elastic.controller.store import ControllerStore
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.policy import Decision, JobMetrics, PolicyEngine, Snapshot, load_arbiter, load_job_policy
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tests.unit.test_controller import FakeCluster
 
 STALL = 100.0

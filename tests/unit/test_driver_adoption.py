@@ -7,10 +7,10 @@ import threading
 from types import SimpleNamespace
 
 from submarine_elastic.elastic.adoption import Adopter
-from submarine_elastic.elastic.api import Adoption, WorkerState
-from submarine_elastic.elastic.driverstate import DriverState
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
+from submarine_elastic.protocol.api import Adoption, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import DriverState
 
 
 def adopted(registry: AgentRegistry, number: int) -> AgentHandle:

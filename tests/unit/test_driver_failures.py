@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 
-from submarine_elastic.elastic.api import WorkerState
 from submarine_elastic.elastic.failures import describe_exit, exit_failure, job_reason, lost_failure
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 
 def agent(state: WorkerState = WorkerState.RUNNING, *, preempted: bool = False) -> AgentHandle:

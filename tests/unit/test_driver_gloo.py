@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from submarine_elastic.elastic.api import GlooInterfaceError
 from submarine_elastic.elastic.ringhost import gloo_endpoint
+from submarine_elastic.protocol.api import GlooInterfaceError
 
 #: A driver on host 1 of a hosts cluster: eth0 holds a second address first, then the host's own.
 ADDRESSES = {

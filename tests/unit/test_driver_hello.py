@@ -11,12 +11,12 @@ import grpc
 import pytest
 from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.driver_servicer import hello_problems
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.limits import MAX_AGENT_FIELD_LENGTH
+from submarine_elastic.protocol.api import Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from tests.unit.test_driver_scale import RecordingYarn
 
 #: What a user waits at most for an answer of the driver.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import horovod
 import pytest
 
-from submarine_elastic.elastic.api import ElasticError
 from submarine_elastic.elastic.horovod_adapter import (
     PRIVATE_MEMBERS,
     SUPPORTED_VERSIONS,
@@ -14,6 +13,7 @@ from submarine_elastic.elastic.horovod_adapter import (
     check_horovod,
     missing_members,
 )
+from submarine_elastic.protocol.api import ElasticError
 
 
 class Driver:

@@ -16,11 +16,11 @@ import pytest
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic import jobdriver as driver_mod
-from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.elastic.yarnsync import replaced_by_yarn
+from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import (
     ComponentStatus,
     ComponentTarget,

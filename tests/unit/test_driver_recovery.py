@@ -17,11 +17,11 @@ import pytest
 
 from submarine_elastic import env
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import AgentState, Limits, WorkerState
-from submarine_elastic.elastic.channel import FrameReader, encode
 from submarine_elastic.elastic.driver import JobDriver, application_of
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import AgentState, Limits, WorkerState
+from submarine_elastic.protocol.channel import FrameReader, encode
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tf_hooks.elastic import ring
 
 APP = "application_1795518217586_0001"
@@ -242,7 +242,7 @@ def test_the_hung_bound_and_the_driver_grace_must_be_positive_seconds(monkeypatc
     for bad in ("0", "-1", "soon", "inf", "nan"):
         monkeypatch.setenv("SUBMARINE_HUNG_AFTER_S", bad)
         with pytest.raises(ValueError, match="SUBMARINE_HUNG_AFTER_S must be a positive number of seconds"):
-            env.settings().hung_after_s
+            _ = env.settings().hung_after_s
     monkeypatch.delenv("SUBMARINE_DRIVER_GRACE_S", raising=False)
     assert env.settings().driver_grace_s is None  # unset: the agent's default (DRIVER_GRACE_S)
 

@@ -15,11 +15,11 @@ import responses
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic import yarnsync
-from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import first_ring_ready
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
+from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ComponentTarget, YarnServiceClient
 
 RM = "http://rm.test:8088"

@@ -13,10 +13,10 @@ import grpc
 import pytest
 from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_fixed
 
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.jobdriver import JobDriver, control_plane_threads
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol.api import Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS
 from submarine_elastic.yarn import ComponentTarget, ReconcileResult
 

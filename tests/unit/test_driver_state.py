@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.elastic.api import JobPhase
-from submarine_elastic.elastic.driverstate import DriverState, JobOutcome
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.api import JobPhase
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import DriverState, JobOutcome
 
 STATE = DriverState(
     app="application_1_0001",
@@ -98,7 +98,7 @@ def test_the_outcome_round_trips_and_is_finished_or_failed(tmp_path: Path) -> No
 
 
 def test_the_keeper_writes_a_state_only_when_it_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from submarine_elastic.elastic.driverstate import StateKeeper
+    from submarine_elastic.protocol.records import StateKeeper
 
     path = tmp_path / "job.driver.json"
     keeper = StateKeeper(path)

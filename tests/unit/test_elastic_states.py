@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import (
+from submarine_elastic.protocol.api import (
     Adoption,
     AgentState,
     IllegalTransitionError,
@@ -21,7 +21,7 @@ from submarine_elastic.elastic.api import (
     advance,
     can_advance,
 )
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 J, W, A = JobPhase, WorkerState, AgentState
 
@@ -119,8 +119,8 @@ def test_every_state_is_the_enum_of_its_name_on_the_wire_and_back(kind: type, pr
 # A training process as tf_hooks.elastic.autojoin makes it: says it is warm, then does what the agent tells.
 CHILD = """
 import os, socket, sys
-from submarine_elastic.elastic.channel import FrameReader, send
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.channel import FrameReader, send
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 s = socket.socket(fileno=int(os.environ["SUBMARINE_AGENT_FD"]))
 send(s, pb.FromTraining(ready=pb.Ready(pid=os.getpid())))
 reader, messages = FrameReader(pb.ToTraining), []
@@ -170,7 +170,7 @@ def test_a_start_before_warm_is_refused_and_a_stop_ends_the_process_as_asked(
 
 def test_an_illegal_step_is_the_shared_error_and_an_elastic_one() -> None:
     from submarine_elastic import states
-    from submarine_elastic.elastic.api import MACHINES, ElasticError
+    from submarine_elastic.protocol.api import MACHINES, ElasticError
 
     with pytest.raises(ElasticError) as err:
         advance("worker-1", W.LEFT, W.WARM)

@@ -28,7 +28,6 @@ from click.testing import CliRunner
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
 from submarine_elastic.elastic import agent as agent_module
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.gpus import (
     NM_GPU_RESOURCE,
@@ -42,6 +41,7 @@ from submarine_elastic.elastic.gpus import (
     read_node_gpus,
 )
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service
 from tests.unit._driver_support import serving
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from submarine_elastic import env
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import BatchLimits, Limits
 from submarine_elastic.limits import MAX_BATCH_SIZE
+from submarine_elastic.protocol.api import BatchLimits, Limits
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources, build_service, job_dir
 from submarine_elastic.submit.service import batch_limits
 

@@ -16,9 +16,9 @@ import responses
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.api import Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.jobspec import job_dir, outcome_path
 from tests.unit._driver_support import serving
 
@@ -184,8 +184,8 @@ def test_following_a_job_to_its_end_reports_a_failed_job_as_failed(phase: str, f
 
 
 def test_waiting_for_a_size_names_why_the_ring_has_not_formed_and_stops_on_failure(driver: JobDriver) -> None:
-    from submarine_elastic.elastic.api import FlexRefusedError
     from submarine_elastic.elastic.client import JobClient
+    from submarine_elastic.protocol.api import FlexRefusedError
     from submarine_elastic.submit.store import last_driver_address
 
     with JobClient("mnist", None, address=last_driver_address("mnist"), timeout=5) as client:
@@ -241,8 +241,8 @@ def test_job_run_under_a_running_jobs_name_is_refused_before_anything_is_submitt
 
 
 def test_a_job_that_has_ended_is_said_to_have_ended_at_once_not_after_the_locate_timeout() -> None:
-    from submarine_elastic.elastic.api import DriverUnreachableError
     from submarine_elastic.elastic.locate import driver_address
+    from submarine_elastic.protocol.api import DriverUnreachableError
 
     asked: list[str] = []
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.failures import last_line as _last_line
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.jobspec import outcome_path
 from submarine_elastic.submit.store import load_outcome
 

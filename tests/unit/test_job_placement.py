@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobspec import JobRequest, Placement, WorkerResources, build_service, job_dir
 from submarine_elastic.submit.service import PLACEMENT_HANDLER
 from tests.unit.test_job_gpu import RM, recorded

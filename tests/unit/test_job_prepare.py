@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.elastic.api import BatchLimits, Limits
+from submarine_elastic.protocol.api import BatchLimits, Limits
 from submarine_elastic.submit.api import JobSpecError
 from submarine_elastic.submit.jobspec import with_credentials
 from submarine_elastic.submit.service import FlagError, JobFlags, batch_limits, prepare

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import BatchLimits, Limits
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol.api import BatchLimits, Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from tests.unit._driver_support import serving
 
 TOKEN = "job-token"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.api import FlexRefusedError, Limits
+from submarine_elastic.protocol.api import FlexRefusedError, Limits
 from submarine_elastic.submit.jobspec import (
     CLIENT_CERT,
     CLIENT_KEY,

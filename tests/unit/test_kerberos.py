@@ -29,7 +29,7 @@ from submarine_elastic.cluster import probes
 from submarine_elastic.cluster.api import PrerequisiteError
 from submarine_elastic.cluster.kdc import KerberosRealm, kdc_answers
 from submarine_elastic.controller.backend import YarnJobBackend
-from submarine_elastic.elastic.api import Limits
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobspec import (
     KEYTAB_FILE,
     JobRequest,

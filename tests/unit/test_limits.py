@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.limits import SERVICE_NAME_MAX_LENGTH, USER_METRIC
 from submarine_elastic.metrics.api import InvalidPointError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.validation import validate_batch, validate_job_id
+from submarine_elastic.protocol.api import Limits
 from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources, build_service, job_dir
 from tf_hooks.api import MetricsConfigError, StepBlock
 from tf_hooks.config import MetricsConfig

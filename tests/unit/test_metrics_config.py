@@ -101,8 +101,8 @@ def test_training_side_imports_only_env_limits_and_the_wires_it_speaks() -> None
         "submarine_elastic.resources",
         "submarine_elastic.rpc",
         "submarine_elastic.metrics.proto",
-        "submarine_elastic.elastic.proto",
-        "submarine_elastic.elastic.channel",
+        "submarine_elastic.protocol.proto",
+        "submarine_elastic.protocol.channel",
         # tf_hooks.emulate: the measured GPU profiles, the simulator's own model, so that an emulated step and
         # a simulated one take the same time (read only by a job run with --emulate)
         "submarine_elastic.sim.physics",

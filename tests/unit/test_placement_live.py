@@ -12,9 +12,9 @@ import pytest
 from submarine_elastic import env
 from submarine_elastic.controller.backend import placement_of
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.policy import Snapshot
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from tests.unit.test_controller import Clock, FakeCluster, controller
 from tests.unit.test_driver_hello import ANSWER_WITHIN_S, driver, until, yarn  # noqa: F401 - fixtures
 

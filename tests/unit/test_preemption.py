@@ -18,11 +18,11 @@ import pytest
 from horovod.runner.common.util.hosts import SlotInfo
 
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_the_scale_in, workers_that_fit
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ComponentTarget, ContainerState, ContainerStatus, NodeReport, QueueReport
 
 #: A training process that leaves when its agent sends anything (a Leave) on its channel.

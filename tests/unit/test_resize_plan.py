@@ -3,9 +3,9 @@ told, as a function of the count in force, the target and the live workers."""
 
 from __future__ import annotations
 
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.elastic.reconcile import Member, ResizePlan, choose_leavers, lost_agents, plan_resize
 from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import ContainerState, ContainerStatus
 
 
@@ -63,7 +63,7 @@ def test_only_yarns_word_counts_an_agent_lost() -> None:
 
 
 def test_an_agent_stays_while_attached_live_and_on_its_way_out_by_nobodys_word() -> None:
-    from submarine_elastic.elastic.api import WorkerState
+    from submarine_elastic.protocol.api import WorkerState
 
     agent = AgentHandle("a0", "worker-0", "c0", "h")
     assert agent.staying

@@ -9,10 +9,10 @@ from concurrent import futures
 import grpc
 import pytest
 
-from submarine_elastic.elastic.api import Limits
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
-from submarine_elastic.elastic.proto import elastic_pb2_grpc as pb_grpc
+from submarine_elastic.protocol.api import Limits
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import BearerTokenInterceptor, authorization, bearer, check_token, open_channel
 
 TOKEN = "job-token-1234567890"

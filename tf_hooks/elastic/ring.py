@@ -15,7 +15,7 @@ Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns th
   interpreter exits it says ``exiting``: the exit handlers and the teardown after them (Horovod's shutdown,
   TensorFlow's, where no thread beats any more) then get the agent's exit grace instead of the hung bound;
 - it reads what the agent sends (``ToTraining`` of ``elastic.proto``, framed by
-  :mod:`submarine_elastic.elastic.channel`): ``leave`` (scale-in: :func:`leave_requested`), ``driver_lost``
+  :mod:`submarine_elastic.protocol.channel`): ``leave`` (scale-in: :func:`leave_requested`), ``driver_lost``
   (the job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
   this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
   through Horovod's own host-update notification), ``target`` (the job's target as its driver numbered it,
@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from submarine_elastic import env
-from submarine_elastic.elastic.channel import ChannelError, FrameReader, send
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.channel import ChannelError, FrameReader, send
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tf_hooks.elastic.rules import BatchSetting
 
 logger = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
-from submarine_elastic.elastic.api import JobPhase
-from submarine_elastic.elastic.proto import elastic_pb2 as pb
 from submarine_elastic.files import write_atomic
+from submarine_elastic.protocol.api import JobPhase
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 log = logging.getLogger("submarine_elastic.driver")
 

@@ -1,4 +1,5 @@
-"""Errors, names, states and value types of the elastic job runtime (driver, agents, job specs).
+"""Errors, states and value types that the job runtime (driver, agents), the training side, the submit side and
+the controller share.
 
 Three state machines run a job; each is an enum whose legal transitions are listed in its docstring and in
 its :class:`~submarine_elastic.states.Transitions` table (:data:`MACHINES`, the project's one state-machine

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from submarine_elastic.elastic.proto import elastic_pb2 as submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2
+from submarine_elastic.protocol.proto import elastic_pb2 as submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2
 
 GRPC_GENERATED_VERSION = '1.71.2'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + f' but the generated code in submarine_elastic/elastic/proto/elastic_pb2_grpc.py depends on'
+        + f' but the generated code in submarine_elastic/protocol/proto/elastic_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class ElasticDriverStub(object):
         """
         self.Attach = channel.stream_stream(
                 '/submarine_elastic.elastic.v1.ElasticDriver/Attach',
-                request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentEvent.SerializeToString,
-                response_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentCommand.FromString,
+                request_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentEvent.SerializeToString,
+                response_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentCommand.FromString,
                 _registered_method=True)
         self.SetTarget = channel.unary_unary(
                 '/submarine_elastic.elastic.v1.ElasticDriver/SetTarget',
-                request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.SerializeToString,
-                response_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.FromString,
+                request_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.Target.SerializeToString,
+                response_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.FlexReply.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/submarine_elastic.elastic.v1.ElasticDriver/Status',
-                request_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.StatusRequest.SerializeToString,
-                response_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.JobStatus.FromString,
+                request_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.StatusRequest.SerializeToString,
+                response_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.JobStatus.FromString,
                 _registered_method=True)
 
 
@@ -77,18 +77,18 @@ def add_ElasticDriverServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Attach': grpc.stream_stream_rpc_method_handler(
                     servicer.Attach,
-                    request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentEvent.FromString,
-                    response_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentCommand.SerializeToString,
+                    request_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentEvent.FromString,
+                    response_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentCommand.SerializeToString,
             ),
             'SetTarget': grpc.unary_unary_rpc_method_handler(
                     servicer.SetTarget,
-                    request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.FromString,
-                    response_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.SerializeToString,
+                    request_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.Target.FromString,
+                    response_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.FlexReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.StatusRequest.FromString,
-                    response_serializer=submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.JobStatus.SerializeToString,
+                    request_deserializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.StatusRequest.FromString,
+                    response_serializer=submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.JobStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -116,8 +116,8 @@ class ElasticDriver(object):
             request_iterator,
             target,
             '/submarine_elastic.elastic.v1.ElasticDriver/Attach',
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentEvent.SerializeToString,
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.AgentCommand.FromString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentEvent.SerializeToString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.AgentCommand.FromString,
             options,
             channel_credentials,
             insecure,
@@ -143,8 +143,8 @@ class ElasticDriver(object):
             request,
             target,
             '/submarine_elastic.elastic.v1.ElasticDriver/SetTarget',
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.Target.SerializeToString,
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.FlexReply.FromString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.Target.SerializeToString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.FlexReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -170,8 +170,8 @@ class ElasticDriver(object):
             request,
             target,
             '/submarine_elastic.elastic.v1.ElasticDriver/Status',
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.StatusRequest.SerializeToString,
-            submarine__elastic_dot_elastic_dot_proto_dot_elastic__pb2.JobStatus.FromString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.StatusRequest.SerializeToString,
+            submarine__elastic_dot_protocol_dot_proto_dot_elastic__pb2.JobStatus.FromString,
             options,
             channel_credentials,
             insecure,
