@@ -50,9 +50,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.protocol.api import Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources
 from submarine_elastic.submit.service import submit

@@ -28,8 +28,8 @@ from pathlib import Path
 from bench_elastic import step_times
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.protocol.api import Limits, WorkerState
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import JobRequest, WorkerResources
 from submarine_elastic.submit.service import submit
 from submarine_elastic.yarn import YarnServiceClient

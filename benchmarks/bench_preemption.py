@@ -55,10 +55,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(REPO))
 
 from submarine_elastic.cluster import LocalCluster  # noqa: E402
-from submarine_elastic.elastic.client import JobClient  # noqa: E402
 from submarine_elastic.metrics.server import MetricsServer  # noqa: E402
 from submarine_elastic.metrics.store import InMemoryStore  # noqa: E402
 from submarine_elastic.protocol.api import ElasticError  # noqa: E402
+from submarine_elastic.submit.client import JobClient  # noqa: E402
 from submarine_elastic.yarn import YarnError, YarnServiceClient  # noqa: E402
 from tests.integration.conftest import eventually  # noqa: E402
 from tests.integration.jobcheck import steps_by_number  # noqa: E402

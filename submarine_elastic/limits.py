@@ -31,6 +31,10 @@ class NameRule:
         return f"{self.kind} {shown} is not {self.explained}"
 
 
+#: The jobs' directories on HDFS: ``/submarine-jobs/<user>/<job>``. ``cluster up`` makes it with mode 1777
+#: (sticky): each user makes their own directory there, and no user removes another's.
+HDFS_JOBS = "/submarine-jobs"
+
 #: The characters of a YARN service or component name (a DNS label); the lengths are bounded below.
 YARN_NAME_CHARS = re.compile(r"[a-z][a-z0-9-]*")
 #: Registry DNS limits a label to 63 characters (YARN's ``RegistryConstants.MAX_FQDN_LABEL_LENGTH``).

@@ -37,7 +37,7 @@ HOPS = [
     (
         7,
         "driver control plane",
-        "controller.backend\nelastic.client.JobClient.flex\nelastic.driver (Flex)",
+        "controller.backend\nsubmit.client.JobClient\nelastic.jobdriver (SetTarget)",
         DRIVER,
         (3, 3),
     ),

@@ -24,13 +24,13 @@ from submarine_elastic.cli.jobview import (
     summary_line,
 )
 from submarine_elastic.cli.tables import table as _table
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.protocol.api import (
     DriverUnreachableError,
     ElasticError,
     FlexRefusedError,
     JobPhase,
 )
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobcode import pack_current_env, read_carried
 from submarine_elastic.submit.jobspec import (
     JobRequest,

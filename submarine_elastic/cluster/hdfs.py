@@ -20,7 +20,7 @@ from tenacity import RetryCallState
 from submarine_elastic.cluster.api import ClusterSpec, Daemon, DaemonStartError, Progress, host_address
 from submarine_elastic.cluster.probes import get_json
 from submarine_elastic.cluster.processes import alive, poll, tail
-from submarine_elastic.submit.jobfiles import HDFS_JOBS
+from submarine_elastic.limits import HDFS_JOBS
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 
 #: Where ``up`` puts the ApplicationMaster's jar archive on a cluster's HDFS (``yarn.service.framework.path``).

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from submarine_elastic.elastic.reconcile import verdict
 from submarine_elastic.limits import JOB_NAME, MAX_ABS_VALUE, MAX_INT64, MAX_WORLD_SIZE, QUEUE
 from submarine_elastic.policy import QueueShare
+from submarine_elastic.protocol.api import verdict
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.states import Transitions
 

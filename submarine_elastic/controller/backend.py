@@ -18,10 +18,10 @@ from submarine_elastic.controller.api import (
     NodeResources,
     Resources,
 )
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.policy import QueueShare
 from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.store import forget_job
 from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 

@@ -3,7 +3,7 @@
 For each point the backend
 
 1. starts a metrics service of its own (in process, on 127.0.0.1, port 0, a fresh token);
-2. submits the job as ``submarine job run`` does (:func:`submarine_elastic.elastic.client.submit`), with
+2. submits the job as ``submarine job run`` does (:func:`submarine_elastic.submit.client.submit`), with
    ``SUBMARINE_METRICS_ENDPOINT`` and ``SUBMARINE_METRICS_TOKEN`` in its environment, so its workers
    stream their steps to that service (``examples/train_elastic.py`` does, as does any script that
    reports through ``tf_hooks``);
@@ -72,12 +72,12 @@ from pathlib import Path
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.dse.api import Backend, BackendError, JobRunner, JobState, Point, Value
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.api import ServerStartError, Subscription, UnknownJobError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.server import MetricsServer, TlsCredentials
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.protocol.api import DriverUnreachableError, JobPhase, Limits
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources
 from submarine_elastic.submit.service import submit
 from submarine_elastic.submit.store import forget_job

@@ -47,7 +47,7 @@ from submarine_elastic.elastic.horovod_adapter import (
     slot_env,
     wait_for_reform,
 )
-from submarine_elastic.elastic.reconcile import TargetBook, lost_agents, verdict
+from submarine_elastic.elastic.reconcile import TargetBook, lost_agents
 from submarine_elastic.elastic.resizer import Resizer
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
 from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
@@ -61,6 +61,7 @@ from submarine_elastic.protocol.api import (
     Limits,
     WorkerState,
     advance,
+    verdict,
 )
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.records import DriverState, JobOutcome, StateKeeper

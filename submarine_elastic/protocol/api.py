@@ -16,7 +16,7 @@ and one that never travels: :class:`Adoption`, whether a worker trains in a ring
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self, TypeVar
@@ -295,3 +295,34 @@ class Limits:
             raise FlexRefusedError(f"{workers} workers is above the job's --max_workers {self.max}")
         if workers < self.min:
             raise FlexRefusedError(f"{workers} workers is below the job's --min_workers {self.min}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a job is at its target: its ring (``ring_at_target``: the target's ranks, nobody leaving) and
+    also YARN (``converged``); ``lag`` says why not ('' when converged)."""
+
+    ring_at_target: bool
+    converged: bool
+    lag: str
+
+
+def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | None, yarn_error: str = "") -> Verdict:
+    """The driver's reconcile step's answer; the controller judges a driver's status by the same rule. The ring
+    is at the target when it has ``target`` ranks and nobody is leaving; the job has converged when, besides,
+    YARN's READY workers (``yarn_ready``, as the driver last read them; None: not known) equal ``target``.
+    ``yarn_error``: why YARN does not have the target yet, when the driver knows."""
+    ring_why = []
+    if leaving:
+        ring_why.append(f"leaving: {', '.join(leaving)}")
+    if ring != target:
+        ring_why.append(f"ring has {ring} of {target}")
+    yarn_why = []
+    if yarn_ready is None:
+        yarn_why.append("YARN's workers unknown")
+    elif yarn_ready != target:
+        yarn_why.append(f"YARN has {yarn_ready} of {target}")
+    why = yarn_why + ring_why
+    if why and yarn_error:
+        why.append(yarn_error)
+    return Verdict(ring_at_target=not ring_why, converged=not why, lag="; ".join(why))

@@ -18,11 +18,9 @@ from submarine_elastic.submit.jobspec import ENV_CACHE, JOB_NAME, JobRequest, Jo
 
 if TYPE_CHECKING:
     from submarine_elastic.submit.jobcode import PackedEnv
+from submarine_elastic.limits import HDFS_JOBS
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
 
-#: The jobs' directories on HDFS: ``/submarine-jobs/<user>/<job>``. ``cluster up`` makes it with mode 1777
-#: (sticky): each user makes their own directory there, and no user removes another's.
-HDFS_JOBS = "/submarine-jobs"
 #: Modes of a user's and a job's directories and of a job's files on HDFS: the user's alone.
 DIR_MODE, FILE_MODE = 0o700, 0o600
 

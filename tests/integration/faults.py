@@ -43,11 +43,11 @@ import requests
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.cluster.api import Daemon
 from submarine_elastic.elastic.agent import HUNG_AFTER_S
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.api import MetricsStore
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 from tests.integration.conftest import AS_USER, container_processes, eventually, submarine
 from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times, training_pids

@@ -19,7 +19,7 @@ from submarine_elastic.controller.api import ControllerError, JobSource, JobStat
 from submarine_elastic.controller.client import ControllerClient
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.daemon import process
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import eventually
 

@@ -15,8 +15,8 @@ from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import JobState
 from submarine_elastic.controller.client import ControllerClient
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.policy import Decision, JobPolicy, JobView, Snapshot
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration import jobcheck
 from tests.integration.conftest import committed_steps, eventually, submarine

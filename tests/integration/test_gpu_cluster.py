@@ -25,10 +25,10 @@ from click.testing import CliRunner
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import GPU_RESOURCE, ClusterSpec, LocalCluster
 from submarine_elastic.cluster.gpu import parse_nvidia_smi
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.gpus import holders
 from submarine_elastic.replay import LiveReplay, plan_replay
 from submarine_elastic.replay.report import summary, write
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import job_dir
 from submarine_elastic.yarn import YarnServiceClient
 from submarine_elastic.yarn.spec import Component, Resource, ResourceInformation, RestartPolicy, Service

@@ -27,8 +27,8 @@ import pytest
 
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.cluster.netns import kill_namespace_processes
-from submarine_elastic.elastic.client import DriverUnreachableError, JobClient
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import DriverUnreachableError, JobClient
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 from tests.integration.conftest import container_processes, eventually
 from tests.integration.faults import (

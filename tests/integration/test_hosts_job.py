@@ -23,9 +23,9 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import Host
 from submarine_elastic.controller import locate
 from submarine_elastic.controller.api import ControllerInfo
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.proto import metrics_pb2, metrics_pb2_grpc
 from submarine_elastic.rpc import bearer, open_channel
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.tls import cluster_ca
 from submarine_elastic.yarn import ContainerStatus, ServiceNotFoundError, YarnServiceClient
 from tests.integration.conftest import container_processes, eventually, submarine

@@ -24,8 +24,8 @@ import psutil
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import container_processes, eventually, submarine
 from tests.integration.jobcheck import check_training, finish, start_job, step_times, steps_across_a_loss

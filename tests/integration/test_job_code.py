@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import container_processes, run_job, submarine
 from tests.integration.hosts import HostsCluster

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.metrics.api import UnknownJobError
 from submarine_elastic.metrics.server import MetricsServer
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import eventually, submarine, wait_finished
 from tests.tls import cluster_metrics_tls

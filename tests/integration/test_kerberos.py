@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import KEYTAB_FILE, job_dir
 from submarine_elastic.yarn import ServiceNotFoundError, YarnAuthError, YarnServiceClient
 from tests.integration.conftest import PORT_BASE, eventually

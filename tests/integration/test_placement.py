@@ -11,7 +11,7 @@ import requests
 
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterSpec
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import eventually, submarine
 

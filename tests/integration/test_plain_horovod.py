@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
 from tests.integration.conftest import committed_steps, eventually, run_job, wait_finished

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.client import JobClient
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
 from tests.integration.conftest import PORT_BASE, eventually, submarine
 from tests.integration.jobcheck import REPO, SAMPLES, check_training, finish

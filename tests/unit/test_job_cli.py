@@ -184,8 +184,8 @@ def test_following_a_job_to_its_end_reports_a_failed_job_as_failed(phase: str, f
 
 
 def test_waiting_for_a_size_names_why_the_ring_has_not_formed_and_stops_on_failure(driver: JobDriver) -> None:
-    from submarine_elastic.elastic.client import JobClient
     from submarine_elastic.protocol.api import FlexRefusedError
+    from submarine_elastic.submit.client import JobClient
     from submarine_elastic.submit.store import last_driver_address
 
     with JobClient("mnist", None, address=last_driver_address("mnist"), timeout=5) as client:

@@ -12,10 +12,10 @@ import grpc
 import pytest
 
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.reconcile import TargetBook, target_problem, verdict
+from submarine_elastic.elastic.reconcile import TargetBook, target_problem
 from submarine_elastic.limits import MAX_ACCUM_STEPS, batch_setting_problem
 from submarine_elastic.policy import Decision, InvalidDecisionError
-from submarine_elastic.protocol.api import BatchLimits, FlexRefusedError, Limits
+from submarine_elastic.protocol.api import BatchLimits, FlexRefusedError, Limits, verdict
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from tests.unit.test_driver_scale import RecordingYarn

@@ -17,12 +17,12 @@ import psutil
 import pytest
 
 from submarine_elastic import tls
-from submarine_elastic.elastic.client import JobClient
 from submarine_elastic.elastic.driver import JobDriver, advertised_host
 from submarine_elastic.protocol.api import DriverUnreachableError, Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import InsecureChannelError, bearer, open_channel
+from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import (
     INSECURE_MARK,
     JobRequest,
