@@ -9,10 +9,11 @@ The script joins with its own ``hvd.init()``: the command runs with ``tf_hooks/e
 on ``PYTHONPATH``, whose ``sitecustomize`` makes the first ``hvd.init()`` of any Python process wait for
 the slot (:mod:`tf_hooks.elastic.autojoin`), and a later one, after a Leave, exit with status 0.
 
-Every incarnation of the training process writes its stdout and stderr to its own file in the
-container's log directory (``training-N.log``; YARN relaunches a failed agent in the same container
-and overwrites ``stderr.txt``), and to the agent's own streams. A failed process's last stderr lines
-go to the driver with its Exited event, so ``submarine job show`` can say why it failed.
+The training process has one owner, :class:`~submarine_elastic.elastic.training.TrainingProcess`, which the
+agent holds: it starts the process, reads and writes its channel, watches its heartbeats and copies its output
+to its incarnation's own log (``training-N.log``, :mod:`submarine_elastic.elastic.trainlog`) and the agent's
+streams. The agent keeps the state machine: a failed process's last stderr lines go to the driver with its
+Exited event, so ``submarine job show`` can say why it failed.
 
 The agent outlives its driver: when the driver's stream breaks (the driver died; YARN relaunches it),
 the training process goes on training in its ring, and the agent tells it the driver is gone, finds the
@@ -54,7 +55,6 @@ in ``SUBMARINE_WORKER_CMD_B64`` (so no quoting of the user's command can break Y
 from __future__ import annotations
 
 import base64
-import collections
 import logging
 import os
 import queue
@@ -67,16 +67,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import cast
 
 import grpc
 
 from submarine_elastic import env
 from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
 from submarine_elastic.elastic.locate import driver_address
-from submarine_elastic.protocol import channel
+from submarine_elastic.elastic.training import TrainingProcess
 from submarine_elastic.protocol.api import AgentState, ElasticError, IllegalTransitionError, advance
-from submarine_elastic.protocol.channel import ChannelError, FrameReader
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import (
@@ -86,7 +85,6 @@ from submarine_elastic.rpc import (
     open_channel,
     plaintext_refused,
 )
-from submarine_elastic.settings import container_env, env_name
 from submarine_elastic.submit.jobcode import unpack_code
 
 log = logging.getLogger("submarine_elastic.agent")
@@ -103,67 +101,13 @@ SIGTERM_STOP_S = 1.0
 DRIVER_GRACE_S = 180.0
 #: A training process in a ring that sends no heartbeat for this long is killed as hung.
 HUNG_AFTER_S = 10.0
-#: A training process that said it is exiting (its interpreter shutting down, where no thread beats any
-#: more: Horovod's and TensorFlow's teardown, which a loaded machine stretches past the hung bound) is killed
-#: as hung only when it is still there this long after saying so.
-EXIT_GRACE_S = 120.0
 #: Pause between attempts to reach a lost driver.
 REATTACH_PAUSE_S = 1.0
-#: Lines of a failed process's stderr sent to the driver, and the most characters they may take.
-TAIL_LINES = 30
-TAIL_CHARS = 4000
-#: The longest piece of a line copied at once (a progress bar may write megabytes without a newline);
-#: the kept tail is at most TAIL_LINES of these.
-CHUNK_BYTES = 8192
-
-
-def site_dir() -> Path:
-    """The directory whose ``sitecustomize`` makes ``hvd.init()`` join the job's ring."""
-    import tf_hooks.elastic
-
-    return Path(tf_hooks.elastic.__file__).resolve().parent / "_site"
-
-
-def log_dir() -> Path:
-    """The container's first log directory (YARN's ``LOG_DIRS``), else the working directory."""
-    dirs = [d for d in (env.settings().log_dirs or "").split(",") if d]
-    return Path(dirs[0]) if dirs else Path.cwd()
-
-
-def next_log_path(directory: Path) -> Path:
-    """``training-N.log`` with N one above the highest incarnation already logged in ``directory``."""
-    taken = [int(p.stem.split("-", 1)[1]) for p in directory.glob("training-*.log") if p.stem[9:].isdigit()]
-    return directory / f"training-{max(taken, default=0) + 1}.log"
-
-
-class _Tee:
-    """Copies one stream of the training process to the agent's stream and the incarnation's log,
-    keeping its last lines."""
-
-    def __init__(self, source: IO[bytes], sink: IO[bytes], log: IO[bytes], lock: threading.Lock) -> None:
-        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
-        self._source, self._sink, self._log, self._lock = source, sink, log, lock
-        self.thread = threading.Thread(target=self._run, daemon=True, name="tee")
-        self.thread.start()
-
-    def _run(self) -> None:
-        for line in iter(lambda: self._source.readline(CHUNK_BYTES), b""):
-            self.tail.append(line)
-            with self._lock:
-                for out in (self._sink, self._log):
-                    try:
-                        out.write(line)
-                        out.flush()
-                    except (OSError, ValueError):
-                        pass
-
-    def text(self) -> str:
-        text = b"".join(self.tail).decode(errors="replace")
-        return text[-TAIL_CHARS:]
 
 
 class Agent:
-    """One worker container's agent: it runs the training process and relays between it and the driver.
+    """One worker container's agent: it holds the training process (:attr:`training`) and relays between it and
+    the driver.
 
     Its :attr:`state` (:class:`AgentState`) changes only through :meth:`_move`, which refuses a transition
     the machine does not have; the threads that change it (the child's channel, the driver's stream, the
@@ -171,7 +115,6 @@ class Agent:
     """
 
     def __init__(self, command: str, instance: str, container_id: str, host: str) -> None:
-        self.command = command
         self.instance = instance
         self.container_id = container_id
         self.host = host
@@ -191,27 +134,18 @@ class Agent:
         self._state = AgentState.STARTING
         # Reentrant: the SIGTERM handler runs on the main thread, which may hold it at that moment.
         self._state_lock = threading.RLock()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.channel_end: socket.socket | None = None
-        self.started_at = 0.0
+        #: the training process, its channel, heartbeats and output (its ``ready`` moves this agent to WARM)
+        self.training = TrainingProcess(
+            command, instance, hung_after=HUNG_AFTER_S, on_ready=self._on_ready, in_ring=self._in_ring
+        )
         #: its training process asked to join a ring (it reached WARM); sent with its Exited event
         self.joined = False
-        self.log_path: Path | None = None
-        self._stdout: _Tee | None = None
-        self._stderr: _Tee | None = None
-        self._logfile: IO[bytes] | None = None
         #: the Horovod environment of the slot the process trains in (Start or Reform), and who placed it
         self.slot_env: dict[str, str] = {}
         self.placed_by = 0
         #: the job's latest target that set its batch, as the driver sent it (relayed to the process once it is
         #: in a ring)
         self.batch: pb.Target | None = None
-        #: the last heartbeat of the training process (monotonic), once it is in a ring
-        self.last_beat: float | None = None
-        #: when the training process said it is exiting (None: it did not)
-        self.exiting_at: float | None = None
-        self.hung_after = HUNG_AFTER_S
-        self.hung_seconds = 0.0
         #: the driver stream ended because the job ended (the driver closed it), not because it was lost
         self.released = threading.Event()
         #: the agent stopped the process because it lost its driver for good or was refused by it
@@ -234,119 +168,23 @@ class Agent:
     # -------------------------------------------------------------- the training process
 
     def start_training(self) -> None:
-        ours, theirs = socket.socketpair()
-        self.channel_end = ours
-        child_env = dict(os.environ)
-        child_env.update(container_env(agent_fd=theirs.fileno()))
-        child_env.pop(env_name("worker_cmd_b64"), None)
-        paths = [str(site_dir()), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))]
-        child_env["PYTHONPATH"] = os.pathsep.join(paths)
-        # The process inherits the claim locks too: the devices stay taken while it lives, even past its agent.
-        claims: tuple[int, ...] = ()
-        if self.pinning is not None:
-            child_env.update(self.pinning.env())
-            claims = tuple(self.pinning.fds)
-        workdir = env.settings().workdir
-        directory = log_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-        self.log_path = next_log_path(directory)
-        logfile = open(self.log_path, "ab")  # closed in wait_training
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            ["/bin/bash", "-c", self.command],
-            cwd=str(workdir) if workdir else None,
-            env=child_env,
-            pass_fds=(theirs.fileno(), *claims),
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        theirs.close()
-        lock = threading.Lock()
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._stdout = _Tee(self.proc.stdout, sys.stdout.buffer, logfile, lock)
-        self._stderr = _Tee(self.proc.stderr, sys.stderr.buffer, logfile, lock)
-        self._logfile = logfile
-        log.info(
-            "%s: started training process %d (log %s): %s", self.instance, self.proc.pid, self.log_path, self.command
-        )
-        threading.Thread(target=self._read_child, daemon=True, name="child-channel").start()
+        """Starts its training process, with the devices it was given (:attr:`pinning`)."""
+        self.training.start(self.pinning)
 
-    def _read_child(self) -> None:
-        """Reads the training process's messages: ready (once), heartbeats, pings it wants answered, and that it
-        is exiting. A broken frame ends the reading (the process's heartbeats then stop counting)."""
-        assert self.channel_end is not None
-        reader = FrameReader(pb.FromTraining)
-        while True:
-            try:
-                chunk = self.channel_end.recv(65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            try:
-                messages = reader.feed(chunk)
-            except ChannelError as exc:
-                log.error("%s: the training process broke its channel: %s", self.instance, exc)
-                return
-            for message in messages:
-                self._on_child(message)
+    def _in_ring(self) -> bool:
+        return self._state is AgentState.RUNNING
 
-    def _on_child(self, message: pb.FromTraining) -> None:
-        kind = message.WhichOneof("message")
-        if kind == "beat":
-            self.last_beat = time.monotonic()
-        elif kind == "exiting":
-            self.exiting_at = time.monotonic()
-        elif kind == "ping":
-            self._tell_child(pb.ToTraining(pong=message.ping))
-        elif kind == "ready":
-            with self._state_lock:
-                if self._state is not AgentState.STARTING:
-                    log.warning("%s: 'ready' from the training process while %s; ignored", self.instance, self._state)
-                    return
-                self._move(AgentState.WARM)
-                self.joined = True
-            warmup = time.monotonic() - self.started_at
-            log.info("%s: training process warm after %.1f s", self.instance, warmup)
-            self.send(pb.AgentEvent(warm=pb.Warm(pid=message.ready.pid, warmup_seconds=warmup)))
-
-    def watch_heartbeats(self) -> None:
-        """Kills the training process when it is in a ring and sent no heartbeat for ``hung_after`` s, or, once
-        it said it is exiting, when it is still there ``EXIT_GRACE_S`` later."""
-        while self.proc is not None and self.proc.poll() is None:
-            time.sleep(min(1.0, self.hung_after / 4))
-            beat, exiting = self.last_beat, self.exiting_at
-            if beat is None or self._state is not AgentState.RUNNING:
-                continue
-            silent = time.monotonic() - (beat if exiting is None else max(beat, exiting))
-            bound = self.hung_after if exiting is None else EXIT_GRACE_S
-            if silent > bound:
-                self.hung_seconds = silent
-                log.error(
-                    "%s: the training process sent no heartbeat for %.1f s (bound %.0f s%s): hung; killing it so "
-                    "the ring re-forms without it",
-                    self.instance,
-                    silent,
-                    bound,
-                    ", exiting" if exiting is not None else "",
-                )
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+    def _on_ready(self, ready: pb.Ready) -> None:
+        """The training process is imported, built and waits for its slot: WARM, and the driver is told."""
+        with self._state_lock:
+            if self._state is not AgentState.STARTING:
+                log.warning("%s: 'ready' from the training process while %s; ignored", self.instance, self._state)
                 return
-
-    def wait_training(self) -> int:
-        """Blocks until the training process ended and its output is copied; returns its status."""
-        assert self.proc is not None
-        code = self.proc.wait()
-        for tee in (self._stdout, self._stderr):
-            if tee is not None:
-                tee.thread.join(timeout=5)
-        if self._logfile is not None:
-            self._logfile.close()
-        return code
+            self._move(AgentState.WARM)
+            self.joined = True
+        warmup = time.monotonic() - self.training.started_at
+        log.info("%s: training process warm after %.1f s", self.instance, warmup)
+        self.send(pb.AgentEvent(warm=pb.Warm(pid=ready.pid, warmup_seconds=warmup)))
 
     def exited(self, code: int) -> pb.AgentEvent:
         """Enter EXITED; the Exited event for the driver, ``leaving`` when the process was asked to go.
@@ -361,46 +199,27 @@ class Agent:
 
     def exited_event(self, code: int, leaving: bool) -> pb.AgentEvent:
         failed = not leaving and (code != 0 or not self.joined)
-        tail = self._stderr.text() if failed and self._stderr is not None else ""
+        tail = self.training.stderr_tail() if failed else ""
         return pb.AgentEvent(
             exited=pb.Exited(
                 exit_code=code,
                 leaving=leaving,
                 joined=self.joined,
                 stderr_tail=tail,
-                log_path=str(self.log_path or ""),
-                hung_seconds=self.hung_seconds,
+                log_path=str(self.training.log_path or ""),
+                hung_seconds=self.training.hung_seconds,
             )
         )
 
-    def send_slot_env(self, slot_env: dict[str, str]) -> None:
-        self._tell_child(pb.ToTraining(start=pb.Start(env=slot_env)))
-
-    def _tell_child(self, message: pb.ToTraining) -> None:
-        if self.channel_end is None:
-            return
-        try:
-            channel.send(self.channel_end, message)
-        except OSError as exc:
-            log.warning(
-                "%s: could not tell the training process %s: %s", self.instance, message.WhichOneof("message"), exc
-            )
-
     def stop_training(self, grace: float) -> None:
         """SIGTERM the training process's group, SIGKILL it after ``grace`` seconds; blocks until then."""
-        proc = self.proc
+        proc = self.training.proc
         with self._state_lock:
             if proc is None or proc.poll() is not None or self._state is AgentState.EXITED:
                 return
             if self._state is not AgentState.STOPPING:
                 self._move(AgentState.STOPPING)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.training.stop(grace)
 
     def leave_container(self, leave_s: float, stop_s: float = SIGTERM_STOP_S) -> None:
         """The NodeManager is stopping this container (SIGTERM; SIGKILL follows after its kill delay). A process
@@ -423,11 +242,11 @@ class Agent:
         how = "leaves the ring at its next commit" if leaving and leave_s > 0 else "is stopped"
         log.warning("%s: the NodeManager stops this container (SIGTERM); the training process %s", self.instance, how)
         self.send(pb.AgentEvent(preempted=pb.Preempted(reason=f"SIGTERM from its NodeManager; the process {how}")))
-        proc = self.proc
+        proc = self.training.proc
         if proc is None:
             return
         if leaving and leave_s > 0:
-            self._tell_child(pb.ToTraining(leave=pb.Leave()))
+            self.training.tell(pb.ToTraining(leave=pb.Leave()))
             try:
                 proc.wait(timeout=leave_s)
                 return
@@ -497,12 +316,12 @@ class Agent:
             if kind == "start":
                 log.info("%s: joining the ring as rank %s", self.instance, command.start.env.get("HOROVOD_RANK"))
                 self._place(dict(command.start.env))
-                self.send_slot_env(self.slot_env)
+                self.training.send_slot_env(self.slot_env)
                 if self.batch is not None:
-                    self._tell_child(pb.ToTraining(target=self.batch))
+                    self.training.tell(pb.ToTraining(target=self.batch))
             else:
                 log.info("%s: leaving the ring (scale-in)", self.instance)
-                self._tell_child(pb.ToTraining(leave=pb.Leave()))
+                self.training.tell(pb.ToTraining(leave=pb.Leave()))
         elif kind == "reform":
             if self._state is not AgentState.RUNNING:
                 log.error("%s: a Reform while %s; ignored", self.instance, self._state)
@@ -513,7 +332,7 @@ class Agent:
                 self.instance,
                 self.placed_by,
             )
-            self._tell_child(pb.ToTraining(reform=pb.Reform(env=self.slot_env)))
+            self.training.tell(pb.ToTraining(reform=pb.Reform(env=self.slot_env)))
         elif kind == "target":
             self._relay_target(command.target)
         elif kind == "stop":
@@ -530,7 +349,7 @@ class Agent:
             running = self._state is AgentState.RUNNING
         if running:
             log.info("%s: target %d: batch %d", self.instance, target.version, target.batch_size)
-            self._tell_child(pb.ToTraining(target=target))
+            self.training.tell(pb.ToTraining(target=target))
 
     def _place(self, slot_env: dict[str, str]) -> None:
         self.slot_env = slot_env
@@ -561,13 +380,13 @@ class Agent:
             raise plaintext_refused(target)
         self._tls = (client_cert, server_name, insecure)
         self.start_training()
-        threading.Thread(target=self.watch_heartbeats, daemon=True, name="heartbeats").start()
+        threading.Thread(target=self.training.watch_heartbeats, daemon=True, name="heartbeats").start()
         link = threading.Thread(
             target=self._stay_attached, args=(target, token, tls_ca, locate, grace), daemon=True, name="driver-link"
         )
         link.start()
 
-        code = self.wait_training()
+        code = self.training.wait()
         event = self.exited(code)
         leaving = event.exited.leaving
         log.info("%s: training process exited with %d%s", self.instance, code, " (leaving)" if leaving else "")
@@ -632,7 +451,7 @@ class Agent:
             if ended.code() is grpc.StatusCode.FAILED_PRECONDITION:
                 self._give_up(target, f"refused this worker: {ended.details()}")
                 return
-            if self.proc is None or self.proc.poll() is not None:
+            if not self.training.alive:
                 return  # nothing left to re-attach for
             if lost_at is None:
                 lost_at = time.monotonic()
@@ -642,7 +461,7 @@ class Agent:
                     ended.code(),
                     grace,
                 )
-                self._tell_child(pb.ToTraining(driver_lost=True))
+                self.training.tell(pb.ToTraining(driver_lost=True))
             time.sleep(REATTACH_PAUSE_S)
             target = self._relocate(target, locate)
 
@@ -722,7 +541,7 @@ def main() -> int:
         log.error("%s: cannot unpack the job's code: %s", instance, exc)
         return 2
     agent = Agent(command, instance, container_id, host)
-    agent.hung_after = hung_after
+    agent.training.hung_after = hung_after
     try:
         agent.pinning = pin_gpus(container_id)
     except (GpuPinningError, ValueError) as exc:
@@ -731,7 +550,7 @@ def main() -> int:
     leave_s = kill_delay - SIGTERM_MARGIN_S if kill_delay is not None and kill_delay - SIGTERM_MARGIN_S >= 1 else 0.0
 
     def on_sigterm(_signum: int, _frame: object) -> None:
-        if agent.proc is None:
+        if agent.training.proc is None:
             sys.exit(0)  # nothing started yet: nothing to leave
         # Off the main thread, which waits for the training process and then reports its exit.
         threading.Thread(target=agent.leave_container, args=(leave_s,), daemon=True, name="sigterm").start()

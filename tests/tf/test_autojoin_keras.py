@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow")
 
-from submarine_elastic.elastic.agent import site_dir  # noqa: E402
+from submarine_elastic.elastic.training import site_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.elastic.agent import site_dir
+from submarine_elastic.elastic.training import site_dir
 from submarine_elastic.protocol.channel import FrameReader, encode
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from tf_hooks.elastic import autojoin

@@ -176,7 +176,7 @@ def relayed(ours: socket.socket) -> list[pb.ToTraining]:
 
 def test_the_agent_holds_a_setting_until_its_process_is_in_a_ring_then_relays_each_new_one() -> None:
     worker = agent_mod.Agent("true", "worker-0", "container_0", "127.0.0.1")
-    ours, worker.channel_end = socket.socketpair()
+    ours, worker.training.channel_end = socket.socketpair()
     setting = pb.Target(workers=2, batch_size=128, accum_steps=1, version=1, reason="goodput")
     worker._handle(pb.AgentCommand(target=setting))
     assert relayed(ours) == []  # the process waits for its slot's environment first

@@ -17,6 +17,7 @@ import pytest
 
 from submarine_elastic import env
 from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic import training as training_mod
 from submarine_elastic.elastic.driver import JobDriver, application_of
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.protocol.api import AgentState, Limits, WorkerState
@@ -159,25 +160,25 @@ def test_a_hung_workers_failure_says_so() -> None:
 
 def test_the_agent_kills_a_training_process_that_stopped_sending_heartbeats(tmp_path: Path) -> None:
     worker = agent_mod.Agent("sleep 60", "worker-0", "container_0", "127.0.0.1")
-    worker.hung_after = 0.5
+    worker.training.hung_after = 0.5
     os.environ["LOG_DIRS"] = str(tmp_path)
     try:
         worker.start_training()
     finally:
         del os.environ["LOG_DIRS"]
-    assert worker.proc is not None
-    os.kill(worker.proc.pid, signal.SIGSTOP)  # stopped: no heartbeat, and SIGTERM would not end it
+    assert worker.training.proc is not None
+    os.kill(worker.training.proc.pid, signal.SIGSTOP)  # stopped: no heartbeat, and SIGTERM would not end it
     worker._state = agent_mod.AgentState.RUNNING
-    worker.last_beat = time.monotonic()
-    worker.watch_heartbeats()
-    assert worker.wait_training() == -signal.SIGKILL
-    assert worker.hung_seconds > 0.5
-    assert worker.exited_event(-signal.SIGKILL, leaving=False).exited.hung_seconds == worker.hung_seconds
+    worker.training.last_beat = time.monotonic()
+    worker.training.watch_heartbeats()
+    assert worker.training.wait() == -signal.SIGKILL
+    assert worker.training.hung_seconds > 0.5
+    assert worker.exited_event(-signal.SIGKILL, leaving=False).exited.hung_seconds == worker.training.hung_seconds
 
 
 def test_a_process_that_beats_is_not_hung(tmp_path: Path) -> None:
     worker = agent_mod.Agent("sleep 1.5", "worker-0", "container_0", "127.0.0.1")
-    worker.hung_after = 0.5
+    worker.training.hung_after = 0.5
     os.environ["LOG_DIRS"] = str(tmp_path)
     try:
         worker.start_training()
@@ -186,13 +187,13 @@ def test_a_process_that_beats_is_not_hung(tmp_path: Path) -> None:
     worker._state = agent_mod.AgentState.RUNNING
 
     def beat() -> None:
-        while worker.proc is not None and worker.proc.poll() is None:
-            worker._on_child(pb.FromTraining(beat=1))
+        while worker.training.proc is not None and worker.training.proc.poll() is None:
+            worker.training.on_message(pb.FromTraining(beat=1))
             time.sleep(0.1)
 
     threading.Thread(target=beat, daemon=True).start()
-    worker.watch_heartbeats()
-    assert worker.wait_training() == 0 and worker.hung_seconds == 0
+    worker.training.watch_heartbeats()
+    assert worker.training.wait() == 0 and worker.training.hung_seconds == 0
 
 
 def answer_ping(ours: socket.socket, replies: FrameReader[pb.FromTraining]) -> None:
@@ -251,13 +252,13 @@ def exiting_worker(command: str, grace: float, tmp_path: Path, monkeypatch: pyte
     """An agent whose training process (``command``) is in a ring, beat once and said it is exiting; the hung
     bound 0.3 s, the exit grace ``grace``."""
     worker = agent_mod.Agent(command, "worker-0", "container_0", "127.0.0.1")
-    worker.hung_after = 0.3
-    monkeypatch.setattr(agent_mod, "EXIT_GRACE_S", grace)
+    worker.training.hung_after = 0.3
+    monkeypatch.setattr(training_mod, "EXIT_GRACE_S", grace)
     monkeypatch.setenv("LOG_DIRS", str(tmp_path))
     worker.start_training()
     worker._state = agent_mod.AgentState.RUNNING
-    worker._on_child(pb.FromTraining(beat=1))
-    worker._on_child(pb.FromTraining(exiting=True))
+    worker.training.on_message(pb.FromTraining(beat=1))
+    worker.training.on_message(pb.FromTraining(exiting=True))
     return worker
 
 
@@ -267,8 +268,8 @@ def test_a_process_that_said_it_is_exiting_gets_the_exit_grace_not_the_hung_boun
     # Its teardown beats no more (interpreter finalisation): on a loaded machine that outlasted the hung
     # bound and a job that had finished was recorded as failed with a "hung" worker.
     worker = exiting_worker("sleep 1.5", 5.0, tmp_path, monkeypatch)
-    worker.watch_heartbeats()
-    assert worker.wait_training() == 0 and worker.hung_seconds == 0
+    worker.training.watch_heartbeats()
+    assert worker.training.wait() == 0 and worker.training.hung_seconds == 0
 
 
 def test_a_process_hung_in_its_teardown_is_killed_after_the_exit_grace(
@@ -276,9 +277,9 @@ def test_a_process_hung_in_its_teardown_is_killed_after_the_exit_grace(
 ) -> None:
     worker = exiting_worker("sleep 60", 1.0, tmp_path, monkeypatch)
     started = time.monotonic()
-    worker.watch_heartbeats()
-    assert worker.wait_training() == -signal.SIGKILL
-    assert 1.0 < worker.hung_seconds and time.monotonic() - started >= 1.0
+    worker.training.watch_heartbeats()
+    assert worker.training.wait() == -signal.SIGKILL
+    assert 1.0 < worker.training.hung_seconds and time.monotonic() - started >= 1.0
 
 
 def test_the_training_process_says_exiting_at_interpreter_exit(tmp_path: Path) -> None:

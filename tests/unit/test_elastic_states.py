@@ -143,7 +143,7 @@ def test_an_agent_told_to_leave_reports_an_exit_that_is_no_failure(
 
     worker._handle(pb.AgentCommand(leave=pb.Leave()))
     assert worker.state is AgentState.LEAVING
-    event = worker.exited(worker.wait_training()).exited
+    event = worker.exited(worker.training.wait()).exited
     assert (event.exit_code, event.leaving, event.joined, event.stderr_tail) == (0, True, True, "")
     assert worker.state is AgentState.EXITED
     with pytest.raises(IllegalTransitionError, match="worker-1: no transition from exited to exited"):
@@ -162,7 +162,7 @@ def test_a_start_before_warm_is_refused_and_a_stop_ends_the_process_as_asked(
 
     worker._handle(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
     assert worker.state is AgentState.STOPPING
-    event = worker.exited(worker.wait_training()).exited
+    event = worker.exited(worker.training.wait()).exited
     assert (event.exit_code, event.leaving, event.joined) == (-signal.SIGTERM, True, False)
     worker._handle(pb.AgentCommand(leave=pb.Leave()))  # too late to matter: nothing changes, nothing raised
     assert worker.state is AgentState.EXITED

@@ -228,7 +228,7 @@ def test_the_training_process_starts_with_its_devices_and_holds_their_claims(
     agent.start_training()
     try:
         agent.pinning.release()  # the agent's own descriptors gone: the training process still holds the claim
-        assert agent.proc is not None
+        assert agent.training.proc is not None
         # The process writes what it was given as soon as it starts.
         tenacity.Retrying(
             stop=tenacity.stop_after_delay(30),
@@ -238,9 +238,9 @@ def test_the_training_process_starts_with_its_devices_and_holds_their_claims(
         assert out.read_text().strip() == node.uuids[0]
         assert set(holders(tmp_path / "claims")) == {0}
     finally:
-        assert agent.proc is not None
-        os.killpg(agent.proc.pid, signal.SIGKILL)
-        agent.proc.wait()
+        assert agent.training.proc is not None
+        os.killpg(agent.training.proc.pid, signal.SIGKILL)
+        agent.training.proc.wait()
     assert holders(tmp_path / "claims") == {}
 
 

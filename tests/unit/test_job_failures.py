@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
+from submarine_elastic.elastic import trainlog
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.failures import last_line as _last_line
 from submarine_elastic.elastic.ringhost import AgentHandle
@@ -140,7 +141,7 @@ def test_every_incarnation_of_the_training_process_keeps_its_own_log(
             f"echo out-{incarnation}; echo err-{incarnation} >&2; exit 3", "worker-0", "container-1", "host"
         )
         worker.start_training()
-        code = worker.wait_training()
+        code = worker.training.wait()
         codes.append(code)
         event = worker.exited_event(code, leaving=False).exited
         assert event.stderr_tail == f"err-{incarnation}\n"
@@ -158,14 +159,14 @@ def test_a_leaver_sends_no_stderr_tail(tmp_path: Path, monkeypatch: pytest.Monke
     worker = agent_mod.Agent("echo bye >&2", "worker-0", "container-1", "host")
     worker.joined = True
     worker.start_training()
-    event = worker.exited_event(worker.wait_training(), leaving=True).exited
+    event = worker.exited_event(worker.training.wait(), leaving=True).exited
     assert (event.exit_code, event.leaving, event.stderr_tail) == (0, True, "")
 
 
 def test_a_long_stderr_is_cut_to_its_last_lines() -> None:
     read, write = os.pipe()
     sink = io.BytesIO()
-    tee = agent_mod._Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
+    tee = trainlog.Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
     with os.fdopen(write, "wb") as w:
         for i in range(100):
             w.write(f"line {i}\n".encode())
@@ -177,10 +178,10 @@ def test_a_long_stderr_is_cut_to_its_last_lines() -> None:
 def test_a_line_without_end_is_copied_in_bounded_pieces() -> None:
     read, write = os.pipe()
     sink = io.BytesIO()
-    tee = agent_mod._Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
+    tee = trainlog.Tee(os.fdopen(read, "rb"), sink, io.BytesIO(), threading.Lock())
     with os.fdopen(write, "wb") as w:
-        w.write(b"\r" + b"=" * (3 * agent_mod.CHUNK_BYTES))  # a progress bar's redraws, no newline
+        w.write(b"\r" + b"=" * (3 * trainlog.CHUNK_BYTES))  # a progress bar's redraws, no newline
     tee.thread.join(5)
-    assert sink.getvalue() == b"\r" + b"=" * (3 * agent_mod.CHUNK_BYTES)
-    assert all(len(piece) <= agent_mod.CHUNK_BYTES for piece in tee.tail)
-    assert len(tee.text()) <= agent_mod.TAIL_CHARS
+    assert sink.getvalue() == b"\r" + b"=" * (3 * trainlog.CHUNK_BYTES)
+    assert all(len(piece) <= trainlog.CHUNK_BYTES for piece in tee.tail)
+    assert len(tee.text()) <= trainlog.TAIL_CHARS

@@ -61,7 +61,7 @@ def test_on_sigterm_a_worker_in_the_ring_tells_the_driver_and_leaves_at_its_next
     worker.leave_container(leave_s=10.0, stop_s=1.0)
     assert time.monotonic() - started < 5.0  # it left when told, not when stopped
     assert worker.state is AgentState.LEAVING
-    code = worker.wait_training()
+    code = worker.training.wait()
     exited = worker.exited(code).exited
     assert (exited.exit_code, exited.leaving, exited.stderr_tail) == (0, True, "")
     assert "left the ring" in (tmp_path / "training-1.log").read_text()
@@ -79,7 +79,7 @@ def test_a_process_that_does_not_leave_in_time_is_stopped_before_the_nodemanager
     started = time.monotonic()
     worker.leave_container(leave_s=0.5, stop_s=2.0)
     assert time.monotonic() - started < 3.0
-    exited = worker.exited(worker.wait_training()).exited
+    exited = worker.exited(worker.training.wait()).exited
     assert (exited.exit_code, exited.leaving) == (-15, True)
 
 
@@ -87,7 +87,7 @@ def test_a_process_that_never_joined_a_ring_is_stopped_at_once(tmp_path: Path, m
     worker = agent_in(AgentState.STARTING, "exec sleep 60", tmp_path, monkeypatch)
     worker.leave_container(leave_s=30.0, stop_s=2.0)
     assert worker.state is AgentState.STOPPING
-    assert worker.exited(worker.wait_training()).exited.leaving
+    assert worker.exited(worker.training.wait()).exited.leaving
     assert worker._outbox is not None
     sent = worker._outbox.get_nowait()
     assert sent is not None and "the process is stopped" in sent.preempted.reason
@@ -101,7 +101,7 @@ def test_without_time_to_leave_the_process_is_stopped_at_once_and_the_driver_tol
     started = time.monotonic()
     worker.leave_container(leave_s=0.0, stop_s=2.0)
     assert time.monotonic() - started < 1.0
-    assert worker.exited(worker.wait_training()).exited.leaving
+    assert worker.exited(worker.training.wait()).exited.leaving
     assert drain(worker) == ["preempted"]
 
 
@@ -110,7 +110,7 @@ def test_a_container_stopped_after_its_process_left_tells_the_driver_nothing(
 ) -> None:
     """YARN stops the container of a worker the driver removed (scale-in): that is no preemption."""
     worker = agent_in(AgentState.LEAVING, "true", tmp_path, monkeypatch)
-    worker.exited(worker.wait_training())
+    worker.exited(worker.training.wait())
     drain(worker)
     worker.leave_container(leave_s=3.0)
     assert worker.container_stopping.is_set()
