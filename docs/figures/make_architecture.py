@@ -32,7 +32,7 @@ HOPS = [
     (2, "sender thread", "tf_hooks.sender.GrpcSink\ntf_hooks.wire (StepColumns)\ntf_hooks.config", TRAINING, (1, 0)),
     (3, "gRPC metrics service", "metrics.server (Report)\nmetrics.validation\nbearer token, TLS", CONTROLLER, (2, 0)),
     (4, "metrics store", "metrics.store\nthroughput per world size,\nloss trend", CONTROLLER, (3, 0)),
-    (5, "controller round", "controller.service\ncontroller.capacity\ncontroller.store (SQLite)", CONTROLLER, (3, 1)),
+    (5, "controller round", "controller.observe -> step -> act\ncontroller.book, .capacity\ncontroller.store (SQLite)", CONTROLLER, (3, 1)),
     (6, "policy engine", "policy.engine.decide(snapshot)\njob policy + arbiter\n-> Decision", CONTROLLER, (3, 2)),
     (
         7,
@@ -53,7 +53,7 @@ HOPS = [
     (
         11,
         "Horovod elastic driver",
-        "elastic.driver.AgentRegistry\n(host discovery) + rendezvous\nStart(slot env) -> agent",
+        "elastic.ringhost (host discovery)\nelastic.horovod_adapter\nStart(slot env) -> agent",
         DRIVER,
         (0, 2),
     ),

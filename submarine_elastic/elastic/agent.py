@@ -73,9 +73,9 @@ import grpc
 
 from submarine_elastic import env
 from submarine_elastic.elastic.gpus import GpuPinningError, Pinning, claims_dir, pin, read_node_gpus
-from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.elastic.training import TrainingProcess
 from submarine_elastic.protocol.api import AgentState, ElasticError, IllegalTransitionError, advance
+from submarine_elastic.protocol.locate import driver_address
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import (

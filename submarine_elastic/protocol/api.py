@@ -29,7 +29,7 @@ WORKER_COMPONENT = "worker"
 
 
 class ElasticError(Exception):
-    """Base of every error raised by ``submarine_elastic.elastic``."""
+    """Base of every error of the job runtime (``submarine_elastic.elastic``) and its protocol."""
 
 
 class DriverUnreachableError(ElasticError):

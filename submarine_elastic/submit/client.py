@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.protocol.api import DriverUnreachableError, FlexRefusedError, JobPhase
+from submarine_elastic.protocol.locate import driver_address
 from submarine_elastic.submit.store import (
     is_insecure,
     load_client_cert,

@@ -22,9 +22,9 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
-from submarine_elastic.elastic.locate import driver_address
 from submarine_elastic.metrics.server import MetricsServer
 from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.protocol.locate import driver_address
 from submarine_elastic.protocol.proto.elastic_pb2 import StatusRequest
 from submarine_elastic.protocol.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.submit.client import JobClient

@@ -238,7 +238,7 @@ def test_a_driver_that_yarn_replaced_knows_it_and_one_it_runs_does_not() -> None
 
 
 def test_agents_look_for_the_driver_yarn_runs_not_the_one_it_lost() -> None:
-    from submarine_elastic.elastic.locate import driver_host
+    from submarine_elastic.protocol.locate import driver_host
 
     lost = ContainerStatus(id=D_OLD, state="FAILED", component_instance_name="driver-0", ip="198.18.0.2")
     now = ContainerStatus(id=D_NEW, state="READY", component_instance_name="driver-0", ip="198.18.0.3")

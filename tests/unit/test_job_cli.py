@@ -241,8 +241,8 @@ def test_job_run_under_a_running_jobs_name_is_refused_before_anything_is_submitt
 
 
 def test_a_job_that_has_ended_is_said_to_have_ended_at_once_not_after_the_locate_timeout() -> None:
-    from submarine_elastic.elastic.locate import driver_address
     from submarine_elastic.protocol.api import DriverUnreachableError
+    from submarine_elastic.protocol.locate import driver_address
 
     asked: list[str] = []
 
