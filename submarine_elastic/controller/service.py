@@ -74,7 +74,7 @@ from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.limits import JOB_NAME
 from submarine_elastic.metrics.api import InvalidPointError, MetricsStore, ThroughputStat
 from submarine_elastic.policy import Decision, PolicyEngine, PolicyError, Snapshot, load_job_policy_spec
-from submarine_elastic.yarn import GPU_RESOURCE
+from submarine_elastic.yarn import GPU_RESOURCE, gpus_on_one_node_problem
 
 log = logging.getLogger(__name__)
 
@@ -200,13 +200,9 @@ class ControllerService(Controller):
         nodes = self.backend.nodes()
         if nodes is None:
             return
-        largest = max((n.gpus for n in nodes), default=0)
-        if largest < job.gpus:
-            offers = ", ".join(f"{n.node_id} {n.gpus}" for n in nodes) or "no running node"
-            raise InvalidJobError(
-                f"job {job.job_id!r} asks {GPU_RESOURCE} {job.gpus} per worker, but the largest node of the cluster "
-                f"has {largest} ({GPU_RESOURCE} by node: {offers}); a worker's GPUs come from one node"
-            )
+        problem = gpus_on_one_node_problem(job.gpus, [(n.node_id, n.gpus) for n in nodes])
+        if problem is not None:
+            raise InvalidJobError(f"job {job.job_id!r} asks {GPU_RESOURCE} {job.gpus} per worker, but {problem}")
 
     def job_finished(self, job_id: str) -> None:
         if self.store.change_state(job_id, JobState.FINISHED):

@@ -36,7 +36,13 @@ from submarine_elastic.submit.jobspec import (
     write_secrets,
 )
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import GPU_RESOURCE, ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import (
+    GPU_RESOURCE,
+    ServiceNotFoundError,
+    YarnError,
+    YarnServiceClient,
+    gpus_on_one_node_problem,
+)
 
 
 def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> None:
@@ -60,14 +66,11 @@ def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> N
             f"{', '.join(sorted(totals))}); declare it in the cluster's resource-types.xml "
             f"(the pseudo-cluster: submarine cluster up --gpus-per-node N), or ask no gpu"
         )
-    nodes = yarn.nodes()
-    largest = max((n.total_gpus for n in nodes), default=0)
-    if largest < resources.gpus:
-        offers = ", ".join(f"{n.node_id} {n.total_gpus}" for n in nodes) or "no running node"
-        raise JobSpecError(
-            f"{asked}, but the largest node of the cluster at {yarn.rm_url} has {largest} ({GPU_RESOURCE} by "
-            f"node: {offers}); a worker's GPUs come from one node"
-        )
+    problem = gpus_on_one_node_problem(
+        resources.gpus, [(n.node_id, n.total_gpus) for n in yarn.nodes()], f"the cluster at {yarn.rm_url}"
+    )
+    if problem is not None:
+        raise JobSpecError(f"{asked}, but {problem}")
 
 
 #: The RM setting that makes its scheduler honour a component's placement constraints, and the values that do

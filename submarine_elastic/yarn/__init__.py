@@ -32,6 +32,7 @@ from .api import (
     YarnError,
     YarnRequestError,
     YarnTimeoutError,
+    gpus_on_one_node_problem,
     instance_number,
     resource_values,
 )
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GPU_RESOURCE",
+    "gpus_on_one_node_problem",
     "LIVE_APP_STATES",
     "AppSummary",
     "Artifact",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -47,6 +47,20 @@ __all__ = [
 
 #: YARN's name of the GPU resource type (``resource-types.xml``; a service spec's ``resource.additional``).
 GPU_RESOURCE = "yarn.io/gpu"
+
+
+def gpus_on_one_node_problem(gpus: int, nodes: Iterable[tuple[str, int]], cluster: str = "the cluster") -> str | None:
+    """Why a worker asking ``gpus`` cannot be placed on any of ``nodes`` (``(node id, its GPUs)``), or None when
+    one holds that many: a worker's GPUs come from one node. The sentence starts lower-case, after the ask."""
+    offered = list(nodes)
+    largest = max((n for _, n in offered), default=0)
+    if largest >= gpus:
+        return None
+    offers = ", ".join(f"{node} {n}" for node, n in offered) or "no running node"
+    return (
+        f"the largest node of {cluster} has {largest} ({GPU_RESOURCE} by node: {offers}); "
+        "a worker's GPUs come from one node"
+    )
 
 
 # --------------------------------------------------------------------------------------------- errors
