@@ -27,7 +27,7 @@ def jars_current(dest: Path) -> bool:
 
 
 def install_jars(dest: Path | None = None, *, progress: Progress = lambda _: None) -> Path:
-    """Resolves the Hadoop YARN and ZooKeeper jars into ``dest`` (default ``env.hadoop_lib()``) unless they
+    """Resolves the Hadoop YARN and ZooKeeper jars into ``dest`` (default ``SUBMARINE_HADOOP_LIB``) unless they
     are there already. Blocks while Maven downloads (minutes on a fresh machine, seconds from its cache).
 
     The jars land in a sibling directory first and replace ``dest`` whole, so an interrupted run never
@@ -36,7 +36,7 @@ def install_jars(dest: Path | None = None, *, progress: Progress = lambda _: Non
     Raises:
         ClusterError: Maven is missing or failed (its last output lines in the message).
     """
-    dest = (dest or env.hadoop_lib()).expanduser()
+    dest = (dest or env.settings().hadoop_lib_directory()).expanduser()
     if jars_current(dest):
         progress(f"the Hadoop jars in {dest} are current")
         return dest

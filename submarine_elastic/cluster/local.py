@@ -99,9 +99,9 @@ class LocalCluster:
     """Starts, stops and inspects the pseudo-cluster kept in ``cluster_dir``.
 
     Args:
-        cluster_dir: state directory (default ``env.cluster_dir()``).
-        hadoop_lib: directory of the Hadoop jars (default ``env.hadoop_lib()``).
-        conf_template: the shared configuration files (default ``env.hadoop_conf_template()``).
+        cluster_dir: state directory (default ``env.settings().cluster_directory()``).
+        hadoop_lib: directory of the Hadoop jars (default ``env.settings().hadoop_lib_directory()``).
+        conf_template: the shared configuration files (default ``env.settings().hadoop_conf_template()``).
     """
 
     def __init__(
@@ -111,9 +111,9 @@ class LocalCluster:
         hadoop_lib: Path | None = None,
         conf_template: Path | None = None,
     ) -> None:
-        self.dir = (cluster_dir or env.cluster_dir()).resolve()
-        self.lib = (hadoop_lib or env.hadoop_lib()).resolve()
-        self.conf_template = (conf_template or env.hadoop_conf_template()).resolve()
+        self.dir = (cluster_dir or env.settings().cluster_directory()).resolve()
+        self.lib = (hadoop_lib or env.settings().hadoop_lib_directory()).resolve()
+        self.conf_template = (conf_template or env.settings().hadoop_conf_template()).resolve()
         self.state = StateFile(self.dir / STATE_FILE)
         self.conf = HadoopConf(self.dir, self.conf_template)
         self.jvm = JvmCommands(self.dir, self.lib)

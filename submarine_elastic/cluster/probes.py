@@ -36,7 +36,7 @@ def get_json(url: str, params: dict[str, str] | None = None, *, auth: requests.a
     Raises:
         requests.RequestException: no answer, or an error status.
     """
-    query = {**({} if auth is not None else {"user.name": env.yarn_user()}), **(params or {})}
+    query = {**({} if auth is not None else {"user.name": env.settings().user()}), **(params or {})}
     with refuse_cookies(requests.Session()) as session:
         resp = session.get(url, params=query, timeout=5.0, headers={"Accept": "application/json"}, auth=auth)
     resp.raise_for_status()

@@ -117,7 +117,7 @@ class RmClient:
         parts = urlsplit(rm_url or "")
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"rm_url must be an http(s) URL such as http://localhost:8088, got {rm_url!r}")
-        mode = (auth if auth is not None else env.yarn_auth()).lower()
+        mode = (auth if auth is not None else env.settings().yarn_auth).lower()
         if mode not in ("simple", "kerberos"):
             raise ValueError(f"auth must be 'simple' or 'kerberos', got {auth!r}")
         timeouts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
@@ -132,11 +132,11 @@ class RmClient:
         self._auth: requests.auth.AuthBase | None = None
         if mode == "kerberos":
             self._auth = spnego_auth(
-                keytab=keytab if keytab is not None else env.yarn_keytab(),
-                principal=principal if principal is not None else env.yarn_principal(),
+                keytab=keytab if keytab is not None else env.settings().yarn_keytab,
+                principal=principal if principal is not None else env.settings().yarn_principal,
             )
         else:
-            self.user = user if user is not None else env.yarn_user()
+            self.user = user if user is not None else env.settings().user()
         self._owns_session = session is None
         self._session = session if session is not None else build_session(retries=retries, backoff=backoff)
         # What reconcile sends: not sent again after a read timeout (its own next poll reads again), each
@@ -166,7 +166,7 @@ class RmClient:
             ValueError: neither ``SUBMARINE_RM_URL`` nor ``default_url`` is set, or a bad argument.
             KerberosUnavailableError: as the constructor.
         """
-        url = env.rm_url() or default_url
+        url = env.settings().rm_url or default_url
         if url is None:
             raise ValueError("no ResourceManager address: set SUBMARINE_RM_URL or pass default_url")
         return cls(url, **kwargs)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 import requests
 
+from submarine_elastic import env
 from submarine_elastic.cluster import (
     ClusterAlreadyUpError,
     ClusterNotUpError,
@@ -24,7 +25,6 @@ from submarine_elastic.cluster import (
     LocalCluster,
     PortInUseError,
 )
-from submarine_elastic.env import hadoop_conf_template
 from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually, processes_under
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_a_taken_port_is_named_and_nothing_starts(
 
 def test_a_node_that_never_registers_fails_with_its_log_and_leaves_nothing(tmp_path: Path):
     broken = tmp_path / "conf"
-    shutil.copytree(hadoop_conf_template(), broken)
+    shutil.copytree(env.settings().hadoop_conf_template(), broken)
     yarn_site = broken / "yarn-site.xml"
     yarn_site.write_text(
         yarn_site.read_text().replace(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from submarine_elastic import env
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import (
     ClusterAlreadyUpError,
@@ -25,7 +26,6 @@ from submarine_elastic.cluster import (
 from submarine_elastic.cluster.api import Daemon
 from submarine_elastic.cluster.hadoop_conf import override_xml
 from submarine_elastic.cluster.processes import start_ticks
-from submarine_elastic.env import hadoop_conf_template
 
 
 def test_ports_are_distinct_and_follow_the_base():
@@ -68,9 +68,8 @@ def test_override_replaces_and_adds_properties(tmp_path: Path):
 
 
 def test_shipped_templates_enable_the_services_api():
-    props = {
-        p.findtext("name"): p.findtext("value") for p in ET.parse(hadoop_conf_template() / "yarn-site.xml").getroot()
-    }
+    site_xml = env.settings().hadoop_conf_template() / "yarn-site.xml"
+    props = {p.findtext("name"): p.findtext("value") for p in ET.parse(site_xml).getroot()}
     assert props["yarn.webapp.api-service.enable"] == "true"
     assert props["yarn.nodemanager.container-executor.class"].endswith("DefaultContainerExecutor")
 
@@ -202,7 +201,7 @@ def site(path: Path) -> dict[str | None, str | None]:
 
 
 def test_shipped_templates_turn_on_work_preserving_restart():
-    yarn = site(hadoop_conf_template() / "yarn-site.xml")
+    yarn = site(env.settings().hadoop_conf_template() / "yarn-site.xml")
     assert yarn["yarn.resourcemanager.recovery.enabled"] == "true"
     assert yarn["yarn.resourcemanager.work-preserving-recovery.enabled"] == "true"
     assert yarn["yarn.resourcemanager.store.class"] == (
@@ -214,7 +213,7 @@ def test_shipped_templates_turn_on_work_preserving_restart():
     assert int(yarn["yarn.resourcemanager.am.max-attempts"] or 0) >= int(
         yarn["yarn.service.am-restart.max-attempts"] or 0
     )
-    assert site(hadoop_conf_template() / "core-site.xml")["hadoop.zk.address"] == "zookeeper:2181"
+    assert site(env.settings().hadoop_conf_template() / "core-site.xml")["hadoop.zk.address"] == "zookeeper:2181"
 
 
 @pytest.mark.parametrize(
