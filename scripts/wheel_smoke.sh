@@ -64,7 +64,7 @@ for name, path in {
         problems.append(f"{name}: {path} is missing")
     elif root in path.resolve().parents:
         problems.append(f"{name}: {path} is read from the checkout")
-if env.pollux_data_dir() != resources.pollux_data():
+if env.settings().pollux_data_directory() != resources.pollux_data():
     problems.append("SUBMARINE_POLLUX_DATA's default is not the shipped copy")
 
 service = build_service(
