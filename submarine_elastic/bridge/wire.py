@@ -297,6 +297,7 @@ class GuardedConnection(ClientServerConnection):
         self.guard = guard
         limits = guard.limits
         logged_in = False
+        reset = True
         raw = sock
         try:
             sock.settimeout(limits.login_timeout_s)
@@ -307,26 +308,28 @@ class GuardedConnection(ClientServerConnection):
             self.is_connected = True
             if not self._login(sock, limits.login_timeout_s):
                 guard.wrong_login.refused()
-                self.close()  # not reset: the JVM reads the refusal before the end of the stream
+                reset = False  # the JVM reads the refusal before the end of the stream
                 return
             if not guard.promote(raw):
                 guard.over_bound.refused(f"{limits.max_connections} logged-in connections")
-                self.close(reset=True)
                 return
             logged_in = True
             sock.settimeout(limits.idle_timeout_s)
             self.java_client.set_thread_connection(self)
             self._serve_calls(sock)
-            self.close()
+            reset = False
         except (OSError, ValueError, ProtocolViolation, Py4JNetworkError) as error:
             # ssl.SSLError and socket.timeout are OSErrors; UnicodeDecodeError is a ValueError.
             guard.broken.refused(f"{type(error).__name__}: {str(error)[:80]}")
-            self.close(reset=True)
         except Exception as error:  # noqa: BLE001 - a peer must not get a traceback per connection into the log
             guard.broken.refused(f"unexpected {type(error).__name__}: {str(error)[:80]}")
-            self.close(reset=True)
         finally:
+            # The slot is given back before the socket closes: a peer that sees its connection closed finds
+            # the bridge's counts without it.
             guard.release(raw, logged_in)
+            if self.socket is None:  # the handshake failed: only the raw socket is open
+                quiet_close(raw)
+            self.close(reset=reset)
 
     def _login(self, sock: Socket, timeout_s: float) -> bool:
         command = _text(self.stream.readline())
