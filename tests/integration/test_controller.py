@@ -21,7 +21,7 @@ from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.daemon import process
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import eventually
+from tests.integration.conftest import cli_args, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def submarine(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    result = CliRunner().invoke(cli, cli_args(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 

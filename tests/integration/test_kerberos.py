@@ -26,7 +26,7 @@ from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import KEYTAB_FILE, job_dir
 from submarine_elastic.yarn import ServiceNotFoundError, YarnAuthError, YarnServiceClient
-from tests.integration.conftest import PORT_BASE, eventually
+from tests.integration.conftest import PORT_BASE, cli_args, eventually
 from tests.integration.jobcheck import REPO, SAMPLES
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def login(secure_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> dict
 
 
 def submarine(client_env: dict[str, str], *args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), env=client_env, catch_exceptions=False)
+    result = CliRunner().invoke(cli, cli_args(args), env=client_env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 
