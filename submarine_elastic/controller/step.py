@@ -10,7 +10,8 @@ what changes out (:class:`Step`). In order it
 2. counts what each job holds (:func:`count_fixed` with ``--capacity`` slots, else :func:`count_yarn`);
 3. builds the policy's :class:`~submarine_elastic.policy.Snapshot` and asks ``decide`` (the policy engine);
 4. turns each decision into a record to store and a target to send (:func:`sends`), none for a busy job;
-5. lowers the target of a running job that asked for more than fits for ``settle`` seconds (:func:`lower_short`).
+5. lowers the target of a job that asks for more than fits (:func:`lower_short`): a running job's once it has
+   asked for ``settle`` seconds, a job that has not started (no ring seen yet) at once.
 
 The service (:mod:`.service`) observes, runs the step, and carries out what it returns.
 """
@@ -54,7 +55,9 @@ class Room:
 
     capacity: int
     holding: dict[str, Held]  # by job id
-    short: dict[str, tuple[int, str]]  # running job id -> (workers that fit, why)
+    short: dict[str, tuple[int, str]]  # job id -> (workers that fit, why)
+    #: the jobs of ``short`` that have not started: no ring reported, none ever seen by the controller
+    unstarted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -307,6 +310,7 @@ def count_yarn(jobs: Iterable[JobRecord], rings: Mapping[str, int | None], clust
             placing.add(job.job_id)
     holding: dict[str, Held] = {}
     short: dict[str, tuple[int, str]] = {}
+    unstarted: set[str] = set()
     for job in managed:
         if job.job_id in placing:
             continue
@@ -316,13 +320,18 @@ def count_yarn(jobs: Iterable[JobRecord], rings: Mapping[str, int | None], clust
         claim = min(max(0, job.target - given), max(0, free))
         free -= claim
         holding[job.job_id] = Held(current, given - current + claim)
-        if size is not None and given + claim < job.target:
+        # A job whose ring was never seen has not started: its open requests are all it has asked for.
+        fresh = size is None and job.observed_at is None
+        if (size is not None or fresh) and given + claim < job.target:
             short[job.job_id] = (
                 given + claim,
                 f"only {given + claim} of its {job.target} workers fit "
-                f"({footprints[job.job_id].worker} each; {slots.free} free slots of {slots.unit})",
+                f"({footprints[job.job_id].worker} each; {slots.free} free slots of {slots.unit})"
+                + ("; it has not started" if fresh else ""),
             )
-    return Room(capacity=capacity, holding=holding, short=short)
+            if fresh:
+                unstarted.add(job.job_id)
+    return Room(capacity=capacity, holding=holding, short=short, unstarted=frozenset(unstarted))
 
 
 # ---------------------------------------------------------------------- 3. the snapshot
@@ -432,9 +441,12 @@ def lower_short(
     now: float,
     settle: float,
 ) -> tuple[list[Follow], list[Send], dict[str, tuple[int, float]]]:
-    """Bring a running job's target down to what fits once it has asked for more for ``settle`` seconds: an open
-    YARN request would take the next room that frees, whoever the arbiter gives it to. Returns the pending
-    decisions this supersedes (noted stalled), the lowered targets, and since when each job asks for more."""
+    """Bring a job's target down to what fits (at least its minimum): an open YARN request would take the next
+    room that frees, whoever the arbiter gives it to. A running job's once it has asked for more for ``settle``
+    seconds (YARN's view of it may lag a heartbeat); a job that has not started (``room.unstarted``) at once,
+    since every GPU it waits for is one the arbiter may mean for another job, and the arbiter sizes it once
+    its ring reports. Returns the pending decisions this supersedes (noted stalled), the lowered targets, and
+    since when each job asks for more."""
     stalls: list[Follow] = []
     out: list[Send] = []
     since_now: dict[str, tuple[int, float]] = {}
@@ -448,7 +460,8 @@ def lower_short(
         since_now[job.job_id] = (job.run, since)
         fits, why = room.short[job.job_id]
         to = max(fits, job.min_workers)
-        if now - since < settle or job.job_id in decided or entry.sending or entry.unadopted or to >= job.target:
+        wait = 0.0 if job.job_id in room.unstarted else settle
+        if now - since < wait or job.job_id in decided or entry.sending or entry.unadopted or to >= job.target:
             continue
         # A grow still pending cannot converge in the room there is: it stalls, and this supersedes it.
         converging = entry.converging

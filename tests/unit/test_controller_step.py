@@ -4,6 +4,7 @@ job's entry in the book, and a backend's one status call."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -162,9 +163,49 @@ def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_n
     assert room.capacity == 3
     assert room.holding == {"a": Held(2, 1), "b": Held(0, 0)}
     assert room.short == {
-        "a": (3, "only 3 of its 4 workers fit (2048 MB, 1 vcore each; 1 free slots of 2048 MB, 1 vcore)")
-    }
+        "a": (3, "only 3 of its 4 workers fit (2048 MB, 1 vcore each; 1 free slots of 2048 MB, 1 vcore)"),
+        "b": (0, "only 0 of its 2 workers fit (2048 MB, 1 vcore each; 1 free slots of 2048 MB, 1 vcore); it has not "
+              "started"),
+    }  # fmt: skip
+    assert room.unstarted == {"b"}
     assert count_yarn(jobs, {}, ClusterRoom((), {}, None)) == Room(0, {}, {})
+
+
+def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
+    """An arrival asking for more than is free would have YARN give it the next GPUs that free, whoever the arbiter
+    means them for: before its ring has ever reported it is lowered to what fits (at least its minimum) in the
+    round it is counted, not ``settle`` seconds later. A job whose ring was seen before and is re-forming (its
+    driver relaunched) is not lowered."""
+    unit = Resources(1024, 1)
+    cluster = ClusterRoom(
+        nodes=(NodeResources("n0", free=Resources(1024, 1)),),
+        footprints={"a": JobFootprint(unit, 3), "new": JobFootprint(unit, 0), "back": JobFootprint(unit, 0)},
+        slots=SlotCount(unit=unit, held=3, free=1, reserved=0, per_node={"n0": 1}),
+        kept=4,
+    )
+    new = job("new", 8, submitted_at=2.0, min_workers=1)
+    back = replace(job("back", 2, submitted_at=3.0), observed_at=50.0)
+    jobs = [job("a", 3), new, back]
+    room = count_yarn(jobs, {"a": 3, "new": None, "back": None}, cluster)
+    assert room.holding["new"] == Held(0, 1) and room.short["new"][0] == 1
+    assert room.unstarted == {"new"} and "back" not in room.short
+    stalls, out, since = lower_short(jobs, room, set(), {}, 100.0, 10.0)
+    assert stalls == [] and since == {"new": (1, 100.0)}
+    assert [(s.record.job_id, s.record.from_workers, s.record.to_workers, s.changes) for s in out] == [
+        ("new", 8, 1, {"target": 1})
+    ]
+    assert "it has not started" in out[0].record.reason
+    # Nothing free: lowered to its minimum, its one request waiting for the next GPU.
+    full = replace(cluster, slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}))
+    two = replace(new, min_workers=2)
+    room = count_yarn([job("a", 3), two], {"a": 3, "new": None}, full)
+    assert [s.record.to_workers for s in lower_short([two], room, set(), {}, 100.0, 10.0)[1]] == [2]
+    # Through the step: the arrival is lowered in the round that first counts it.
+    obs = Observation(
+        now=100.0, jobs=(job("a", 3), new), statuses={"a": status(3, 3), "new": status(8, None)}, cluster=cluster
+    )
+    done = step(obs, {}, lambda snapshot: [], stall_after=STALL, settle=10.0)
+    assert [(s.record.job_id, s.record.to_workers) for s in done.sends] == [("new", 1)]
 
 
 def test_who_takes_part_in_counting_the_cluster() -> None:
