@@ -36,8 +36,6 @@ rule:
 | ``SUBMARINE_TENSORBOARD_DIR`` | job, training | the job's TensorBoard directory (``job run --tensorboard``): rank 0 writes the training's scalars there and the job's driver its decisions (``tf_hooks.tensorboard``); unset: nothing written |
 | ``SUBMARINE_SAVED_MODEL_PATH`` | training | where rank 0 of the Keras elastic helpers exports the trained model as a SavedModel when the job ends (``job run --saved_model_path``); unset: not exported |
 | ``SUBMARINE_INPUT_PATH`` | training | ``job run --input_path``, for the training script to read |
-| ``SUBMARINE_SAVED_MODEL_PATH`` | training | ``job run --saved_model_path``: where the training side exports the trained model |
-| ``SUBMARINE_TENSORBOARD_DIR`` | training, job | the job's TensorBoard directory (``job run --tensorboard [DIR]``; default ``<--checkpoint_path>/tensorboard``, else under the job's directory), which the job's ``tensorboard`` component serves; unset: no TensorBoard |
 | ``SUBMARINE_JOB_ID`` | training | the job's name (the job spec sets ``${SERVICE_NAME}``) |
 | ``SUBMARINE_WORKER_INSTANCE`` | training | ``${COMPONENT_INSTANCE_NAME}``; default: the host name |
 | ``NM_HOST`` / ``NM_PORT`` / ``NM_HTTP_PORT`` | job | set by YARN in each container: the worker's node (``host:port``), which its agent reports so the controller knows each job's placement, and its NodeManager's web port (where a GPU worker reads its devices) |
@@ -246,8 +244,6 @@ class Environment(BaseModel):
     tensorboard_dir: str | None = None
     saved_model_path: str | None = None
     input_path: str | None = None
-    saved_model_path: str | None = None
-    tensorboard_dir: str | None = None
     job_id: str | None = None
     worker_instance: str | None = None
     agent_fd: Annotated[int | None, BeforeValidator(_digits("a file descriptor number"))] = None
