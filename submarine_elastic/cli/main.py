@@ -29,6 +29,7 @@ SUBCOMMANDS = {
         "submarine_elastic.cli.bridge",
         "The py4j bridge: a JVM reports jobs and reads the controller's decisions.",
     ),
+    "yarn": ("submarine_elastic.cli.yarn", "Hadoop's own yarn command line (app, node, queue, logs) on the cluster."),
 }
 
 

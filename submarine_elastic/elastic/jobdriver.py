@@ -134,7 +134,8 @@ class JobDriver:
             pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
         )
         #: YARN's worker component: the target this driver set, and what YARN had when it last looked
-        self.sync = YarnSync(yarn, job, removing=previous.removing if previous else ())
+        count = (previous.target if previous else 0) or limits.num
+        self.sync = YarnSync(yarn, job, removing=previous.removing if previous else (), count=count)
         #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
         self.targets = TargetBook.resumed(limits.num, previous)
         if previous is not None:
@@ -143,6 +144,8 @@ class JobDriver:
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 *(self.incarnation, job, self.target, previous.world_size),
             )
+        if previous is None and state_file is not None:
+            self._note_restart(state_file, app)
         self._state_keeper = StateKeeper(state_file) if state_file is not None else None
         #: carries out the targets, one at a time, in version order (its thread runs :meth:`Resizer.loop`)
         self.resizer = Resizer(
@@ -160,6 +163,29 @@ class JobDriver:
         self.adoption = Adopter(self.registry, previous, limits.min)
         #: the gRPC servicer of its control plane
         self.servicer = DriverServicer(self)
+
+    def _note_restart(self, state_file: Path, app: str) -> None:
+        """A driver whose state file is another application's of this job: YARN started the service again after it
+        stopped (``yarn app -stop``, then ``-start``): the ring starts anew at ``--num_workers``. Kept in the
+        timeline with what the training resumes from (the job's checkpoint), or what is lost."""
+        try:
+            old = DriverState.from_json(state_file.read_bytes())
+        except (OSError, ValueError):
+            return
+        if not old.app or old.app == app:
+            return
+        checkpoint = env.settings().checkpoint_path
+        resumes = (
+            f"the training resumes from its checkpoint in {checkpoint} (the steps since it are trained again)"
+            if checkpoint
+            else "no --checkpoint_path: the training starts again from its first step, what it trained is lost"
+        )
+        reason = (
+            f"started again by YARN ({app or 'a new application'}) after {old.app} stopped "
+            f"(yarn app -stop, -start): a new ring at {self.limits.num} workers; {resumes}"
+        )
+        log.warning("%s", reason)
+        self.targets.noted(old.target or old.world_size, self.limits.num, reason)
 
     @property
     def phase(self) -> JobPhase:
@@ -366,6 +392,7 @@ class JobDriver:
         YARN counts out (:meth:`_evict_orphans`); a read that fails is tried again at the next round."""
         while not self._fatal.is_set():
             time.sleep(CONTAINER_CHECK_S)
+            generation = self.sync.generation
             try:
                 status = self.yarn.status(self.job)
             except YarnError as exc:
@@ -377,6 +404,7 @@ class JobDriver:
                 return
             if worker is not None:
                 self.sync.watched(worker.ready_count)
+                self.resizer.on_yarn(worker, generation)
                 self._evict_orphans(worker.containers)
                 self.resizer.grow_back(worker.memory_mb, worker.vcores)
 
@@ -489,6 +517,9 @@ class JobDriver:
         )
         self._hvd = hvd_driver
         adopting = self.adoption.await_ring(self._fatal)
+        if self.adoption.lost:
+            self.error = self.adoption.lost
+            return self._end(server, 1)
         if adopting:
             self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
         else:

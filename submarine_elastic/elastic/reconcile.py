@@ -172,6 +172,14 @@ class TargetBook:
             )
             return previous
 
+    def noted(self, from_workers: int, to_workers: int, reason: str) -> None:
+        """A count someone else gave YARN that the driver refused and put back (``from_workers`` -> the target
+        ``to_workers``): kept in the timeline with why; the target stays as it is."""
+        with self._lock:
+            self._timeline.append(
+                pb.ResizeEvent(time=self._clock(), from_workers=from_workers, to_workers=to_workers, reason=reason)
+            )
+
     def requeue_requested(self, reason: str) -> None:
         """Queues the newest count taken again (a driver relaunched while a resize was pending takes it up)."""
         with self._lock:
@@ -361,3 +369,56 @@ def first_ring_ready(*, warm: int, live: int, target: int, minimum: int, waited_
     if warm < minimum:
         return False
     return (warm == live and unchanged_s > START_SETTLE_S) or waited_s > START_WAIT_S
+
+
+#: How a target an operator set through YARN's own tools is named in the job's timeline and status.
+THROUGH_YARN = "through YARN"
+
+
+@dataclass(frozen=True)
+class YarnChange:
+    """What the driver does about a worker count YARN was given by someone else (``yarn app -flex``,
+    ``-decommission``, the Services REST API, YARN's UI): take it as the operator's target (``target``, with the
+    instances YARN removes by name), or refuse it (``refused`` says why) and put YARN back to ``put_back``."""
+
+    desired: int
+    target: pb.Target | None = None
+    refused: str = ""
+    put_back: int = 0
+
+
+def yarn_change(
+    desired: int | None,
+    ours: int,
+    limits: Limits,
+    *,
+    decommissioned: Collection[str] = (),
+    removing: Collection[str] = (),
+    live: Sequence[Member] = (),
+) -> YarnChange | None:
+    """The reconcile step's action when YARN's desired worker count (``desired``, its ``number_of_containers``)
+    is not the count the driver last gave it (``ours``) while the driver is not changing it itself: None when
+    they agree (or YARN's count is not known).
+
+    A count within the job's limits is the operator's target, versioned like any other, its reason saying it came
+    through YARN; the live instances YARN decommissioned that the driver did not name (``removing``) leave by
+    name; on a flex down, the live workers YARN stops on its own (its highest-numbered instances) are named as
+    the leavers, so the ring loses those and no other. A count outside the limits is refused and YARN put back
+    to ``ours``.
+    """
+    if desired is None or desired == ours:
+        return None
+    names = {m.instance for m in live}
+    named = sorted(i for i in decommissioned if i in names and i not in set(removing))
+    how = f"decommission of {', '.join(named)}" if named else "flex"
+    if desired > limits.max or desired < limits.min:
+        bound = (
+            f"above the job's --max_workers {limits.max}"
+            if desired > limits.max
+            else f"below the job's --min_workers {limits.min}"
+        )
+        why = f"YARN was given {desired} workers ({how} {THROUGH_YARN}): {desired} is {bound}"
+        return YarnChange(desired, refused=f"{why}; refused, YARN put back to {ours}", put_back=ours)
+    reason = f"{how} {THROUGH_YARN}: {ours} -> {desired} workers"
+    leavers = named or sorted(stopped_by_the_scale_in(live, desired, ()))
+    return YarnChange(desired, target=pb.Target(workers=desired, remove=leavers, reason=reason))

@@ -8,6 +8,10 @@
 2. :meth:`Resizer.on_preempted`: a worker whose container YARN preempts is withdrawn and the target lowered by
    one, the instance removed by name; :meth:`Resizer.grow_back` raises it back when capacity returns
    (:func:`~submarine_elastic.elastic.reconcile.grow_back`).
+3. :meth:`Resizer.on_yarn`: a worker count someone else gave YARN (``yarn app -flex``, ``-decommission``, the
+   Services REST API) is taken as the operator's target or refused and put back
+   (:func:`~submarine_elastic.elastic.reconcile.yarn_change`); a worker YARN stops for such a change leaves the
+   ring as on a scale-in, not as a preemption.
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ from collections.abc import Callable
 from submarine_elastic.elastic.reconcile import (
     Member,
     TargetBook,
+    YarnChange,
     grow_back,
     plan_resize,
     stopped_by_the_scale_in,
     workers_that_fit,
+    yarn_change,
 )
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.elastic.yarnsync import YarnSync
 from submarine_elastic.protocol.api import BatchLimits, FlexRefusedError, IllegalTransitionError, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
-from submarine_elastic.yarn import ServiceBackend, YarnError
+from submarine_elastic.yarn import ComponentStatus, ServiceBackend, YarnError
 
 log = logging.getLogger("submarine_elastic.driver")
 
@@ -70,6 +76,10 @@ class Resizer:
         self._ranks = ranks
         self._lock = threading.Lock()
         self.preempted_from = preempted_from
+        #: one YARN change judged at a time (the container watch and the agents' gRPC threads)
+        self._yarn_lock = threading.Lock()
+        #: the instances an operator's change through YARN removes: YARN stops them, no preemption
+        self._yarn_leavers: set[str] = set()
 
     def forget_preemption(self) -> None:
         """A client's target replaces growing back on the driver's own."""
@@ -128,6 +138,13 @@ class Resizer:
         no failure is counted. The job grows back when capacity returns (:meth:`grow_back`)."""
         if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
             return  # leaving or gone on the driver's word already: its container goes as asked
+        if agent.instance not in self._yarn_leavers:
+            self.on_yarn(*self._sync.worker())  # an operator's flex down through YARN stops containers too
+        if agent.instance in self._yarn_leavers:
+            log.info("%s's container is stopped by YARN: an operator's change through YARN", agent.instance)
+            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+                self._registry.move(agent.agent_id, WorkerState.LEAVING)
+            return
         live = [Member(a.instance, a.number) for a in self._registry.snapshot()
                 if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
         if agent.instance in stopped_by_the_scale_in(live, self._targets.workers, self._sync.removing):
@@ -203,3 +220,47 @@ class Resizer:
             )
         except FlexRefusedError as exc:
             log.error("cannot grow back to %d workers: %s", target, exc)
+
+    def on_yarn(self, worker: ComponentStatus | None, generation: int) -> YarnChange | None:
+        """YARN's worker component as read at ``generation`` (:meth:`YarnSync.worker`): when its desired count is
+        not the one the driver gave it, and the driver neither reconciles nor gave YARN a count since the read,
+        someone else changed it. Within the job's limits it is the operator's target (taken like a client's, with
+        the instances YARN stops named as the leavers); outside, it is refused, kept in the timeline with why, and
+        YARN put back. Returns what was done (None: nothing to do)."""
+        if worker is None:
+            return None
+        with self._yarn_lock:
+            ours = self._sync.count
+            if ours is None or self._sync.reconciling or generation != self._sync.generation:
+                return None
+            live = [Member(a.instance, a.number) for a in self._registry.snapshot()
+                    if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
+            change = yarn_change(
+                worker.number_of_containers,
+                ours,
+                self._limits,
+                decommissioned=worker.decommissioned,
+                removing=self._sync.removing,
+                live=live,
+            )
+            if change is None:
+                return None
+            if change.target is None:
+                log.warning("%s", change.refused)
+                self._targets.noted(change.desired, change.put_back, change.refused)
+                try:
+                    self._sync.set_target(change.put_back)
+                except YarnError as exc:
+                    log.error("cannot put YARN back to %d workers: %s", change.put_back, exc)
+                return change
+            log.warning("taking the operator's target: %s", change.target.reason)
+            self._sync.adopt(change.desired)
+            self._yarn_leavers = set(change.target.remove)
+            self.forget_preemption()
+            try:
+                self._targets.take(
+                    change.target, self._limits, self._batch_limits, (a.instance for a in self._registry.snapshot())
+                )
+            except FlexRefusedError as exc:
+                log.error("cannot take the change through YARN: %s", exc)
+            return change

@@ -7,6 +7,10 @@
 2. :meth:`YarnSync.watched` keeps the READY count the driver's container watch read.
 3. :meth:`YarnSync.ready` and :meth:`YarnSync.lag` answer ``Status``: YARN's READY workers as last read, and why
    YARN does not have the target yet.
+4. :attr:`YarnSync.count` is the worker count the driver last gave YARN (or took from it, :meth:`YarnSync.adopt`:
+   an operator's change through YARN's own tools), and :meth:`YarnSync.worker` reads YARN's worker component
+   with the :attr:`YarnSync.generation` it was read at: a count YARN has that differs from ``count``, read while
+   the driver neither reconciles nor set a new count since, came from someone else.
 
 Every method is safe under concurrent calls (the resizer, the container watch and the gRPC threads).
 :func:`replaced_by_yarn` judges what YARN lists of the driver component.
@@ -25,10 +29,12 @@ from submarine_elastic.elastic.reconcile import ENDED_CONTAINER_STATES
 from submarine_elastic.protocol.api import WORKER_COMPONENT
 from submarine_elastic.yarn import (
     ComponentNotFoundError,
+    ComponentStatus,
     ContainerStatus,
     ReconcileResult,
     ServiceBackend,
     ServiceNotFoundError,
+    YarnError,
     YarnTimeoutError,
 )
 from submarine_elastic.yarn.api import TERMINAL_SERVICE_STATES
@@ -56,6 +62,7 @@ class YarnSync:
         job: str,
         *,
         removing: Iterable[str] = (),
+        count: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._yarn = yarn
@@ -70,6 +77,10 @@ class YarnSync:
         self._misses = 0
         #: instances a scale-in removes by name that YARN has not confirmed gone yet
         self._removing = tuple(removing)
+        #: the worker count the driver last gave YARN, or took from it (None: not known yet)
+        self._count = count
+        #: bumped each time the driver gives YARN a count or takes one from it
+        self._generation = 0
 
     @property
     def reconciling(self) -> bool:
@@ -83,6 +94,36 @@ class YarnSync:
         with self._lock:
             return self._removing
 
+    @property
+    def count(self) -> int | None:
+        """The worker count the driver last gave YARN or took from it (None: not known yet)."""
+        with self._lock:
+            return self._count
+
+    @property
+    def generation(self) -> int:
+        """Bumped by :meth:`set_target` and :meth:`adopt`: a read of YARN from an older generation is stale."""
+        with self._lock:
+            return self._generation
+
+    def adopt(self, workers: int) -> None:
+        """YARN was given ``workers`` by someone else and the driver takes it: it is the count YARN should have from
+        now on (nothing is sent; the resizer's next :meth:`set_target` confirms it)."""
+        with self._lock:
+            self._count = workers
+            self._generation += 1
+
+    def worker(self) -> tuple[ComponentStatus | None, int]:
+        """YARN's worker component as read now (None: not listed, or YARN did not answer), and the
+        :attr:`generation` the read began at. Blocks for one REST call."""
+        generation = self.generation
+        try:
+            status = self._yarn.status(self._job)
+        except YarnError as exc:
+            log.debug("cannot read the worker component from YARN: %s", exc)
+            return None, generation
+        return status.component(WORKER_COMPONENT), generation
+
     def set_target(self, workers: int, remove: Sequence[str] = ()) -> None:
         """Records ``workers`` as YARN's target, removing ``remove`` (and what an earlier scale-in still removes)
         by name; reconciliation starts over.
@@ -93,6 +134,8 @@ class YarnSync:
         with self._lock:
             self._removing = tuple(dict.fromkeys((*self._removing, *remove)))
             self._yarn.set_target(self._job, WORKER_COMPONENT, workers, remove=self._removing)
+            self._count = workers
+            self._generation += 1
             self._reconciling = True
             self._misses = 0
 
