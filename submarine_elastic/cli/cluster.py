@@ -147,6 +147,12 @@ port_base_option = click.option(
     help="HDFS: a NameNode (on host-0) and a DataNode beside each NodeManager, the cluster's fs.defaultFS; job "
     "files are then kept on it [default: on with --hosts, off on loopback].",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Over the directory of a cluster that died (power loss, reboot): clear it and start a new cluster, "
+    "dropping its jobs [default: start the same cluster again, its jobs relaunched by YARN].",
+)
 def up(
     cluster_dir: Path | None,
     nodes: int | None,
@@ -160,9 +166,11 @@ def up(
     timeout: float,
     secure: bool,
     hdfs: bool | None,
+    fresh: bool,
 ) -> None:
     """Start ZooKeeper, a ResourceManager (with the YARN Services API) and NodeManagers on loopback, or with
-    --hosts on that many hosts (network namespaces); with --hdfs also a NameNode and DataNodes."""
+    --hosts on that many hosts (network namespaces); with --hdfs also a NameNode and DataNodes. Over a cluster
+    that died, start it again with its state (same options), unless --fresh."""
     if hosts is None and subnet is not None:
         raise click.BadParameter("--subnet places hosts: give --hosts too", param_hint="--subnet")
     if hosts is not None and nodes not in (None, hosts):
@@ -187,7 +195,7 @@ def up(
         raise click.UsageError(str(exc)) from exc
     local = _cluster(cluster_dir)
     try:
-        url = local.up(spec, timeout=timeout, progress=_progress)
+        url = local.up(spec, timeout=timeout, progress=_progress, fresh=fresh)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"ResourceManager: [bold]{url}[/bold]", soft_wrap=True)

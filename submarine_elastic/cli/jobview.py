@@ -158,6 +158,14 @@ def print_driver_view(st: pb.JobStatus) -> None:
         console.print(
             f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
         )
+        if not now.adopted_workers and st.world_size:
+            # The whole job was lost at once (every container killed, a power loss, a cluster restarted).
+            console.print(
+                "no worker of the previous ring came back to it: the ring formed anew, from the job's newest "
+                "checkpoint (--checkpoint_path) if it wrote one",
+                markup=False,
+                highlight=False,
+            )
     # A GPU job's workers also show the minor numbers of their node's devices their training process sees.
     gpus = any(w.gpus for w in st.workers)
     # The node each worker runs on (its NodeManager, host:port), where its agent named it.

@@ -55,6 +55,10 @@ class ClusterNotUpError(ClusterError):
     """The cluster directory records no running cluster."""
 
 
+class ClusterSpecChangedError(ClusterError):
+    """``up`` over the directory of a cluster that died, with options other than the ones it ran with."""
+
+
 class GpuDiscoveryError(ClusterError):
     """``nvidia-smi -x -q`` output that is not XML, or lacks what YARN's GPU discovery reads."""
 

@@ -26,6 +26,10 @@ The configuration files under ``cluster/hadoop/conf`` are shared with the docker
 this module overrides only what differs on one host: addresses and ports, directories, node size.
 They turn on work-preserving restart: ``restart`` of the RM or of a NodeManager keeps running containers.
 
+A cluster that died (every daemon gone, ``cluster.json`` left: a power loss, a reboot) is started again by
+``up`` with the state kept in ``zk/``, ``hdfs/``, ``krb5/`` and ``nm-<i>/`` (``state.recovery``); ``up --fresh``
+clears the directory first, as ``up`` does after ``down``.
+
 Which processes are the cluster's (``down``, and ``up`` over a dead cluster's directory): the daemons
 recorded in ``cluster.json`` (pid and start time, so a reused pid is not taken for one), every process
 below them when ``down`` begins (the containers' launch scripts, ApplicationMasters, training processes,
@@ -82,6 +86,7 @@ from submarine_elastic.cluster.probes import get_json, rm_nodes, rm_started, wai
 from submarine_elastic.cluster.processes import (
     DAEMON_GRACE_S,
     alive,
+    clear_container_pid_files,
     descendants,
     kill_leftovers,
     port_free,
@@ -91,7 +96,7 @@ from submarine_elastic.cluster.processes import (
     terminate,
     wait_ready,
 )
-from submarine_elastic.cluster.state import STATE_FILE, StateFile
+from submarine_elastic.cluster.state import KEPT_ON_RECOVERY, STATE_FILE, ZK_DATA, StateFile, recovery
 from submarine_elastic.yarn import YarnError, YarnServiceClient, spnego_auth
 
 
@@ -142,8 +147,19 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ up
 
-    def up(self, spec: ClusterSpec, *, timeout: float = 180.0, progress: Progress | None = None) -> str:
+    def up(
+        self, spec: ClusterSpec, *, timeout: float = 180.0, progress: Progress | None = None, fresh: bool = False
+    ) -> str:
         """Start ZooKeeper, the RM and the NMs; block until every NM is RUNNING in the RM.
+
+        Over the directory of a cluster that died (its state file outlived every daemon: a power loss, a
+        reboot), the same cluster starts again with its state (``state.recovery``): ZooKeeper's data, HDFS, the
+        realm and the NodeManagers' recovery directories are kept, so the RM recovers its applications, each
+        NodeManager reports its dead containers lost, and YARN Services relaunches every job (a new
+        ApplicationMaster attempt). What a power loss leaves stale is cleared: processes of the cluster still
+        running, the containers' pid files, the host network. ``fresh`` (``up --fresh``), nothing recorded (a
+        cluster stopped by ``down``), an unreadable state file or ZooKeeper's data gone: the directory is
+        cleared and a new cluster starts.
 
         Blocks for up to ``timeout`` seconds per phase (ZooKeeper, RM, NMs). On any failure every
         process started so far is stopped again, so nothing is left half-started.
@@ -153,6 +169,8 @@ class LocalCluster:
 
         Raises:
             ClusterAlreadyUpError: daemons recorded in ``cluster_dir`` still run.
+            ClusterSpecChangedError: a cluster that died is kept there, and ``spec`` is not the one it ran with
+                (nothing was changed).
             PrerequisiteError: no Java, no Hadoop jars, no configuration templates.
             PortInUseError: a port of ``spec`` is taken.
             HostNetworkUnavailableError: on hosts, no ``ip`` command or not root (nothing was made).
@@ -177,14 +195,24 @@ class LocalCluster:
                 if not port_free(spec.host, port):
                     raise PortInUseError(port, role)
 
+        recovering = False
         if self.dir.exists():
-            # A stale directory from a cluster that died: clear leftovers, then start afresh.
+            recovering, why = (False, "") if fresh else recovery(self.state, spec, self.dir / ZK_DATA)
+            if why:
+                say(f"the cluster in {self.dir} died; " + (f"starting it again: {why}" if recovering else why))
+            # What the dead cluster left running, and its host network, go either way.
             kill_leftovers(self.dir)
             self._destroy_network(say)
+            kept = KEPT_ON_RECOVERY + tuple(f"nm-{i}" for i in range(spec.nodes)) if recovering else ()
             for sub in ("conf", "zk", "hdfs", "logs", "tmp", "yarn-services", "krb5") + tuple(
                 f"nm-{i}" for i in range(64)
             ):
-                shutil.rmtree(self.dir / sub, ignore_errors=True)
+                if sub not in kept:
+                    shutil.rmtree(self.dir / sub, ignore_errors=True)
+            if recovering:
+                cleared = clear_container_pid_files(self.dir)
+                if cleared:
+                    say(f"{len(cleared)} containers of the dead cluster: their pid files cleared (reported lost)")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
 
         tarball = pack_am_archive(self.lib, say)
@@ -196,21 +224,25 @@ class LocalCluster:
                 network.create()
             if spec.secure:
                 realm = self.realm(spec)
-                say(f"creating Kerberos realm {realm.realm} in {realm.dir}; its KDC on {spec.host}:{spec.kdc_port}")
-                realm.create()
-                started.append(self._start_kdc(realm))
+                if recovering and realm.user_keytab.is_file() and realm.http_keytab.is_file():
+                    say(f"Kerberos realm {realm.realm} kept in {realm.dir}; its KDC on {spec.host}:{spec.kdc_port}")
+                    realm.write_config()
+                else:
+                    say(f"creating Kerberos realm {realm.realm} in {realm.dir}; its KDC on {spec.host}:{spec.kdc_port}")
+                    realm.create()
+                started.append(self._start_kdc(realm, append_output=recovering))
                 self.state.write(spec, started)
                 wait_ready(lambda: kdc_answers(spec.host, spec.kdc_port), timeout, started[-1], "did not listen")
             say(f"starting ZooKeeper on {spec.host}:{spec.zk_port}{self._on(spec, 'zk')}")
-            started.append(self._start_zookeeper(java, spec))
+            started.append(self._start_zookeeper(java, spec, append_output=recovering))
             self.state.write(spec, started)
             wait_ready(lambda: zk_ok(spec.host, spec.zk_port), timeout, started[-1], "did not answer 'ruok'")
             if spec.hdfs:
-                self._start_hdfs(java, spec, tarball, started, timeout, say)
+                self._start_hdfs(java, spec, tarball, started, timeout, say, append_output=recovering)
 
             say(f"starting ResourceManager (web {spec.rm_url}){self._on(spec, 'rm')}")
             self.conf.write("rm", spec, tarball)
-            started.append(self._start_daemon(java, "rm", spec))
+            started.append(self._start_daemon(java, "rm", spec, append_output=recovering))
             self.state.write(spec, started)
             auth = self._rm_auth(spec)
             wait_ready(lambda: rm_started(spec.rm_url, auth), timeout, started[-1], "did not answer on its web address")
@@ -219,7 +251,7 @@ class LocalCluster:
             nm_daemons = []
             for i in range(spec.nodes):
                 self.conf.write(f"nm-{i}", spec, tarball, node=i)
-                nm_daemons.append(self._start_daemon(java, f"nm-{i}", spec))
+                nm_daemons.append(self._start_daemon(java, f"nm-{i}", spec, append_output=recovering))
                 started.append(nm_daemons[-1])
                 self.state.write(spec, started)
             wait_nodes(spec, nm_daemons, timeout, say, auth)
@@ -228,13 +260,23 @@ class LocalCluster:
             stop_in_order(started)
             if network is not None:
                 self._destroy_network(say)
-            self.state.remove()
+            if not recovering:
+                # (A cluster being started again keeps its state file: the next `up` tries again.)
+                self.state.remove()
             raise
         say(f"cluster up: ResourceManager at {spec.rm_url}")
         return spec.rm_url
 
     def _start_hdfs(
-        self, java: str, spec: ClusterSpec, tarball: Path, started: list[Daemon], timeout: float, say: Progress
+        self,
+        java: str,
+        spec: ClusterSpec,
+        tarball: Path,
+        started: list[Daemon],
+        timeout: float,
+        say: Progress,
+        *,
+        append_output: bool = False,
     ) -> None:
         """Format the NameNode (once: a name directory that holds an image is kept), start it and a DataNode
         per node, wait until every DataNode is live and the NameNode out of safe mode, then make what YARN
@@ -246,12 +288,12 @@ class LocalCluster:
         say(f"starting HDFS: NameNode {spec.default_fs} (WebHDFS {spec.webhdfs_url}){self._on(spec, 'nn')}")
         self.conf.write("nn", spec, tarball)
         format_namenode(self.dir, self.jvm.format_namenode(java))
-        started.append(self._start_daemon(java, "nn", spec))
+        started.append(self._start_daemon(java, "nn", spec, append_output=append_output))
         self.state.write(spec, started)
         datanodes = []
         for i in range(spec.nodes):
             self.conf.write(f"dn-{i}", spec, tarball)
-            datanodes.append(self._start_daemon(java, f"dn-{i}", spec))
+            datanodes.append(self._start_daemon(java, f"dn-{i}", spec, append_output=append_output))
             started.append(datanodes[-1])
             self.state.write(spec, started)
         wait_datanodes(spec, started[-spec.nodes - 1], datanodes, timeout, say)
@@ -344,10 +386,12 @@ class LocalCluster:
             options.update(auth="kerberos", keytab=realm.user_keytab, principal=realm.user_principal)
         return YarnServiceClient(spec.rm_url, **options)
 
-    def _start_zookeeper(self, java: str, spec: ClusterSpec) -> Daemon:
+    def _start_zookeeper(self, java: str, spec: ClusterSpec, *, append_output: bool = False) -> Daemon:
         (self.dir / "zk").mkdir(exist_ok=True)
         write_files(self.conf.zk_files(spec, spec.host)[0])
-        return spawn(self.dir, "zk", self.jvm.zookeeper(java), env=None, host=self._host(spec, "zk"))
+        return spawn(
+            self.dir, "zk", self.jvm.zookeeper(java), env=None, append_output=append_output, host=self._host(spec, "zk")
+        )
 
     # ------------------------------------------------------------------ restart
 

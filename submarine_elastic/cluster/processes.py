@@ -191,6 +191,26 @@ def named_processes(cluster_dir: Path) -> list[psutil.Process]:
     return named
 
 
+def clear_container_pid_files(cluster_dir: Path) -> list[Path]:
+    """Removes the pid file of every container a dead cluster's NodeManagers recorded as running (under
+    ``nm-<i>/local/nmPrivate/<app>/<container>/``) that left no exit code beside it, so that a NodeManager
+    recovering its containers reports each lost at once: with the file it would wait on that pid, which after a
+    reboot may be another process's. Call it only once every process of the cluster is gone
+    (:func:`kill_leftovers`).
+
+    Returns:
+        The pid files removed.
+    """
+    removed = []
+    for pid_file in sorted(cluster_dir.glob("nm-*/local/nmPrivate/*/*/*.pid")):
+        if pid_file.with_name(pid_file.name + ".exitcode").exists():
+            continue  # the container ended before the cluster did: the NodeManager reads its exit code
+        with contextlib.suppress(FileNotFoundError):
+            pid_file.unlink()
+            removed.append(pid_file)
+    return removed
+
+
 def _reap(pid: int) -> None:
     child = _CHILDREN.get(pid)
     if child is not None and child.poll() is not None:

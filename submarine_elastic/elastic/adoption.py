@@ -11,6 +11,11 @@ incarnation saying where they stand (:class:`pb.Resume`). An :class:`Adopter`:
    order, so rank 0 is a worker holding the committed state, never a fresh joiner.
 3. :meth:`Adopter.await_reform`: once that ring re-formed around this driver's rendezvous (each adopted worker
    sent ``Reform`` with its new slot, applied at its next commit), warm joiners are admitted again.
+
+When none of a ring that trained came back (the whole job was lost at once: every container killed, a power
+loss, a cluster restarted), a new ring forms and its rank 0 resumes from the job's newest checkpoint; a job
+that writes none (no ``--checkpoint_path``) has lost what it trained, and :attr:`Adopter.lost` says so: the
+driver ends the job with that reason instead of training again from step 0.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import threading
 import time
 
+from submarine_elastic import env
 from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_registered
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.protocol.api import Adoption, AgentState, WorkerState
@@ -42,6 +48,8 @@ class Adopter:
         self._registry = registry
         self._previous = previous
         self._min_workers = min_workers
+        #: Why the job cannot go on ('' while it can): its whole ring was lost and no checkpoint holds its state.
+        self.lost = ""
 
     def admit(self, agent: AgentHandle, resume: pb.Resume | None, *, incarnation: int, ring_formed: bool) -> str:
         """Sets a (re-)attaching agent's state from where it says its process stands (``resume``; None: a new
@@ -104,6 +112,14 @@ class Adopter:
             if adopted == 0
             else "",
         )
+        if adopted == 0 and previous.world_size and not env.settings().checkpoint_path and not fatal.is_set():
+            self.lost = (
+                f"the whole job was lost: no worker of its ring of {previous.world_size} outlived the previous "
+                f"driver (every container of the job died at once, as in a power loss or a cluster restart), and it "
+                f"writes no checkpoint (--checkpoint_path): what it trained is lost; run it again, with "
+                f"--checkpoint_path to resume after such a loss"
+            )
+            log.error("%s", self.lost)
         self._registry.end_adoption()
         return False
 

@@ -1,0 +1,85 @@
+"""What ``cluster up`` does over the directory of a cluster that died (a power loss, a reboot): whether it starts
+the same cluster again with its state, and what stale pieces it clears (the integration test is
+tests/integration/test_power_loss.py)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic import resources
+from submarine_elastic.cluster.api import ClusterSpec, ClusterSpecChangedError, Daemon, QueueSpec
+from submarine_elastic.cluster.processes import clear_container_pid_files
+from submarine_elastic.cluster.state import ZK_DATA, StateFile, recovery
+
+SPEC = ClusterSpec(nodes=2, port_base=21000, queues=(QueueSpec("prod", 60), QueueSpec("research", 40)))
+
+
+def _died(directory: Path, spec: ClusterSpec = SPEC) -> StateFile:
+    """A cluster directory as a power loss leaves it: the state file with its daemons (all dead), ZooKeeper's data."""
+    directory.mkdir(parents=True, exist_ok=True)
+    state = StateFile(directory / "cluster.json")
+    state.write(spec, [Daemon("zk", 999_999, 1, directory / "logs" / "zk.log")])
+    (directory / ZK_DATA).mkdir(parents=True)
+    return state
+
+
+def test_a_dead_cluster_with_its_state_is_started_again(tmp_path: Path):
+    state = _died(tmp_path)
+    again, why = recovery(state, SPEC, tmp_path / ZK_DATA)
+    assert again
+    assert "ZooKeeper's data" in why and "recovery state" in why
+
+
+def test_nothing_recorded_starts_afresh_silently(tmp_path: Path):
+    # Never started, or stopped by `down` (which removes the state file).
+    assert recovery(StateFile(tmp_path / "cluster.json"), SPEC, tmp_path / ZK_DATA) == (False, "")
+
+
+def test_zookeepers_data_gone_starts_afresh_saying_why(tmp_path: Path):
+    state = _died(tmp_path)
+    (tmp_path / ZK_DATA).rmdir()
+    again, why = recovery(state, SPEC, tmp_path / ZK_DATA)
+    assert not again
+    assert "ZooKeeper's data" in why and "starting afresh" in why
+
+
+def test_an_unreadable_state_file_starts_afresh_saying_why(tmp_path: Path):
+    state = _died(tmp_path)
+    state.path.write_text('{"spec": {"nodes": "two"')
+    again, why = recovery(state, SPEC, tmp_path / ZK_DATA)
+    assert not again
+    assert str(state.path) in why and "unreadable" in why
+
+
+def test_other_options_are_refused_naming_each_difference(tmp_path: Path):
+    state = _died(tmp_path)
+    other = ClusterSpec(nodes=3, port_base=21000)
+    with pytest.raises(ClusterSpecChangedError) as err:
+        recovery(state, other, tmp_path / ZK_DATA)
+    message = str(err.value)
+    assert "nodes 2 -> 3" in message and "queues" in message and "--fresh" in message
+    assert "port_base" not in message
+
+
+def test_pid_files_of_the_dead_containers_are_cleared_but_not_an_exit_code(tmp_path: Path):
+    private = tmp_path / "nm-0" / "local" / "nmPrivate" / "application_1_0001"
+    lost = private / "container_1_0001_01_000002" / "container_1_0001_01_000002.pid"
+    ended = private / "container_1_0001_01_000003" / "container_1_0001_01_000003.pid"
+    for pid_file in (lost, ended):
+        pid_file.parent.mkdir(parents=True)
+        pid_file.write_text("12345\n")
+    ended.with_name(ended.name + ".exitcode").write_text("0")
+    assert clear_container_pid_files(tmp_path) == [lost]
+    assert not lost.exists() and ended.exists()
+
+
+def test_a_new_application_master_waits_briefly_for_containers_that_are_gone():
+    site = ET.parse(resources.hadoop_conf() / "yarn-site.xml").getroot()
+    values = {p.findtext("name"): p.findtext("value") for p in site}
+    # After a power loss no container comes back: the default (120 s) would hold every job that long.
+    assert int(values["yarn.service.container-recovery.timeout.ms"] or 0) <= 30_000
+    assert values["yarn.resourcemanager.recovery.enabled"] == "true"
+    assert values["yarn.nodemanager.recovery.enabled"] == "true"
