@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from submarine_elastic import env
+from submarine_elastic.cli.jobrun_flags import job_flags, refused, run_options, verbose_logging, with_job_file
 from submarine_elastic.cli.jobview import (
     console,
     newest_app,
@@ -35,12 +37,13 @@ from submarine_elastic.submit.jobcode import pack_current_env, read_carried
 from submarine_elastic.submit.jobspec import (
     JobRequest,
     JobSpecError,
-    Placement,
+    build_service,
     describe_code,
     describe_environment,
 )
 from submarine_elastic.submit.service import FlagError, JobFlags, check_cluster, pack_code, prepare, submit
 from submarine_elastic.submit.store import forget_job, forget_outcome, last_driver_address, load_outcome
+from submarine_elastic.submit.submarine_flags import SubmarineFlagError
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
@@ -146,173 +149,17 @@ def job() -> None:
 
 
 @job.command()
-@click.option("--name", required=True, help="Job name: the YARN service name, [a-z][a-z0-9-]*.")
-@click.option("--framework", default="tensorflow", show_default=True, help="Only tensorflow.")
-@click.option("--elastic/--no-elastic", default=False, help="Let the worker count change while the job runs.")
-@click.option("--num_workers", type=int, default=2, show_default=True, help="Workers at start.")
-@click.option("--min_workers", type=int, default=None, help="Fewest workers (default: --num_workers; 1 if --elastic).")
-@click.option("--max_workers", type=int, default=None, help="Most workers (default: --num_workers).")
-@click.option(
-    "--worker_resources",
-    default="memory-mb=2048,vcores=1",
-    show_default=True,
-    help="Per worker container: memory-mb=N (or memory=NG), vcores=N, gpu=N.",
-)
-@click.option("--worker_launch_cmd", required=True, help="The training command each worker runs.")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment of every container (repeat).")
-@click.option("--input_path", default=None, help="Passed to the job as SUBMARINE_INPUT_PATH.")
-@click.option(
-    "--checkpoint_path",
-    default=None,
-    help="Directory every worker host reaches at the same path: the elastic helpers checkpoint there and a job "
-    "that lost every worker resumes from it (SUBMARINE_CHECKPOINT_PATH).",
-)
-@click.option(
-    "--checkpoint_every",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Checkpoint every N commits (SUBMARINE_CHECKPOINT_EVERY) [default: 50]. Needs --checkpoint_path.",
-)
-@click.option(
-    "--min_batch_size",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Smallest global batch a policy or an operator may set the job's batch to (SUBMARINE_MIN_BATCH_SIZE) "
-    "[default: 1]. Needs --max_batch_size.",
-)
-@click.option(
-    "--max_batch_size",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Largest global batch the job's batch may be set to (SUBMARINE_MAX_BATCH_SIZE). Without it and "
-    "--min_batch_size the driver takes any batch.",
-)
-@click.option(
-    "--placement",
-    type=click.Choice([p.value for p in Placement]),
-    default=None,
-    help="How YARN places the workers: spread = at most one worker on a node (default: wherever it has room).",
-)
-@click.option("--queue", default=None, help="YARN queue.")
-@click.option("--docker_image", default=None, help="Worker image (needs a Docker-enabled NodeManager).")
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="The job's code: snapshotted at submission and localized into every container, where the command runs "
-    "in its copy [default: the current directory].",
-)
-@click.option(
-    "--localization",
-    "localizations",
-    multiple=True,
-    metavar="SRC:DEST[:ro|rw]",
-    help="Also put local file or directory SRC at DEST (relative to the directory the command runs in) in the "
-    "snapshot; ro makes its files read-only there (repeat).",
-)
-@click.option(
-    "--snapshot/--no_snapshot",
-    "take_snapshot",
-    default=True,
-    help="--no_snapshot: run the command in --workdir on each node's own file system (a shared file system only).",
-)
-@click.option(
-    "--python_env",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    metavar="ARCHIVE",
-    help="A packed Python environment (venv-pack/conda-pack .tar.gz, `submarine job pack-env`) the driver, agents and "
-    "training processes run [default: this interpreter, or with --docker_image the image's python3].",
-)
-@click.option(
-    "--policy",
-    default=None,
-    help="Resize the job by this policy (name or module:Class); starts the controller if none runs.",
-)
-@click.option(
-    "--tls_cert",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The driver's certificate chain (PEM): its control plane then speaks TLS only. Needs --tls_key.",
-)
-@click.option("--tls_key", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Its private key (PEM).")
-@click.option(
-    "--tls_ca",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Certificates the agents and `job flex|show` trust for the driver [default: --tls_cert].",
-)
-@click.option(
-    "--insecure",
-    is_flag=True,
-    default=None,
-    help="Plaintext control plane: no certificates (default: SUBMARINE_INSECURE; without either, mutual TLS with "
-    "certificates issued for the job).",
-)
-@click.option("--wait_job_finish", is_flag=True, help="Follow the job to its end with a live view.")
-@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds --wait_job_finish waits.")
-def run(
-    name: str,
-    framework: str,
-    elastic: bool,
-    num_workers: int,
-    min_workers: int | None,
-    max_workers: int | None,
-    worker_resources: str,
-    worker_launch_cmd: str,
-    env_pairs: tuple[str, ...],
-    input_path: str | None,
-    checkpoint_path: str | None,
-    checkpoint_every: int | None,
-    min_batch_size: int | None,
-    max_batch_size: int | None,
-    placement: str | None,
-    queue: str | None,
-    docker_image: str | None,
-    workdir: Path | None,
-    localizations: tuple[str, ...],
-    take_snapshot: bool,
-    python_env: Path | None,
-    policy: str | None,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_ca: Path | None,
-    insecure: bool | None,
-    wait_job_finish: bool,
-    timeout: float,
-) -> None:
-    """Submit a training job: a driver and --num_workers worker containers."""
-    flags = JobFlags(
-        name=name,
-        worker_launch_cmd=worker_launch_cmd,
-        framework=framework,
-        elastic=elastic,
-        num_workers=num_workers,
-        min_workers=min_workers,
-        max_workers=max_workers,
-        worker_resources=worker_resources,
-        env=env_pairs,
-        input_path=input_path,
-        checkpoint_path=checkpoint_path,
-        checkpoint_every=checkpoint_every,
-        min_batch_size=min_batch_size,
-        max_batch_size=max_batch_size,
-        placement=placement,
-        queue=queue,
-        docker_image=docker_image,
-        workdir=workdir,
-        localizations=localizations,
-        snapshot=take_snapshot,
-        python_env=python_env,
-        policy=policy,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        tls_ca=tls_ca,
-        insecure=insecure,
-    )
+@run_options
+@click.pass_context
+def run(ctx: click.Context, **params: Any) -> None:
+    """Submit a training job: a driver and --num_workers worker containers (Hadoop Submarine's flags; see
+    docs/jobs.md for what each means here)."""
+    flags, notes = job_flags(with_job_file(ctx, params))
+    name, elastic, policy = flags.name, flags.elastic, flags.policy
+    if params["verbose"]:
+        verbose_logging()
+    for note in notes:
+        console.print(f"[yellow]{note}[/yellow]")
     found: list[HdfsJobFiles | None] = []
 
     def cluster(job_name: str) -> tuple[str, str | None]:
@@ -322,11 +169,11 @@ def run(
 
     try:
         req = prepare(flags, cluster, cwd=Path.cwd())
-        with YarnServiceClient(req.rm_url) as yarn:
+        with _submitting_yarn(req.rm_url, flags) as yarn:
             req, cleared = check_cluster(yarn, req)
     except FlagError as exc:
-        if exc.flag is None:
-            raise click.UsageError(str(exc)) from exc
+        raise refused(exc) from exc
+    except SubmarineFlagError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.flag) from exc
     except (ValueError, YarnError) as exc:
         raise _fail(exc) from exc
@@ -339,9 +186,9 @@ def run(
         except (JobSpecError, OSError, TlsError) as exc:
             raise _fail(exc) from exc
         ctl, req = _controller_for(req, policy)
-        with YarnServiceClient(req.rm_url) as yarn:
+        with _submitting_yarn(req.rm_url, flags) as yarn:
             try:
-                submit(yarn, req, files=files)  # validates the whole spec before anything is sent
+                sent = submit(yarn, req, files=files)  # validates the whole spec before anything is sent
             except (JobSpecError, YarnError, WebHdfsError, OSError) as exc:
                 if ctl is not None:
                     _tell_controller(ctl, lambda c: c.job_finished(name))
@@ -349,16 +196,27 @@ def run(
             finally:
                 if ctl is not None:
                     ctl.close()
+    if params["verbose"]:
+        console.print_json(json.dumps(build_service(sent).to_dict()))
     limits = req.limits
-    with YarnServiceClient(req.rm_url) as yarn:
+    with _submitting_yarn(req.rm_url, flags) as yarn:
         console.print(
             f"job [bold]{name}[/bold] submitted: {limits.num} workers "
             f"({'elastic ' + str(limits.min) + '..' + str(limits.max) if elastic else 'fixed'})"
         )
         print_carried({"code": describe_code(req), "python": describe_environment(req)})
         console.print(f"watch it: submarine job show {name}   resize: submarine job flex {name} --workers N")
-        if wait_job_finish:
-            _follow(yarn, name, timeout)
+        if req.tensorboard is not None:
+            console.print(f"TensorBoard over {req.tensorboard.logdir}: its link in `submarine job show {name}`")
+        if params["wait_job_finish"]:
+            _follow(yarn, name, params["timeout"])
+
+
+def _submitting_yarn(rm_url: str, flags: JobFlags) -> YarnServiceClient:
+    """``job run``'s client of the RM: logged in from ``--keytab`` when given, else as ``SUBMARINE_YARN_AUTH`` says."""
+    if flags.keytab is None:
+        return YarnServiceClient(rm_url)
+    return YarnServiceClient(rm_url, auth="kerberos", keytab=flags.keytab, principal=flags.principal)
 
 
 @job.command(name="pack-env")

@@ -25,145 +25,18 @@ from submarine_elastic.limits import JOB_NAME, QUEUE
 from submarine_elastic.netif import is_loopback
 from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, BatchLimits, Limits
 from submarine_elastic.submit.api import CodeSnapshot, JobSpecError, Localization, PackedEnv
-from submarine_elastic.yarn import GPU_RESOURCE, InvalidSpecError
+from submarine_elastic.submit.credentials import DriverTls as DriverTls
+from submarine_elastic.submit.credentials import YarnLogin as YarnLogin
+from submarine_elastic.submit.jobresources import WorkerResources as WorkerResources
+from submarine_elastic.submit.tensorboard import QUICKLINK as TB_QUICKLINK
+from submarine_elastic.submit.tensorboard import TensorBoard
+from submarine_elastic.yarn import InvalidSpecError
 
 if TYPE_CHECKING:
     from submarine_elastic.tls import Issued
     from submarine_elastic.yarn import Service
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class WorkerResources:
-    memory_mb: int
-    vcores: int
-    gpus: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> WorkerResources:
-        """``memory-mb=2048,vcores=1`` (also ``memory=2G`` / ``memory=512M``, ``gpu=1``).
-
-        Raises:
-            JobSpecError: an unknown key, a malformed or non-positive value (naming ``--worker_resources``).
-        """
-        values: dict[str, str] = {}
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep or not value:
-                raise JobSpecError(f"--worker_resources: expected key=value, got {part!r}")
-            values[key.strip().lower()] = value.strip()
-        unknown = set(values) - {"memory-mb", "memory", "vcores", "gpu"}
-        if unknown:
-            raise JobSpecError(
-                f"--worker_resources: unknown key(s) {', '.join(sorted(unknown))} (use memory-mb, memory, vcores, gpu)"
-            )
-        try:
-            if "memory-mb" in values:
-                memory = int(values["memory-mb"])
-            elif "memory" in values:
-                m = re.fullmatch(r"(\d+)\s*([GgMm]?)", values["memory"])
-                if m is None:
-                    raise ValueError(values["memory"])
-                memory = int(m.group(1)) * (1024 if m.group(2).lower() == "g" else 1)
-            else:
-                raise JobSpecError("--worker_resources: memory-mb (or memory) is required")
-            vcores = int(values.get("vcores", "1"))
-            gpus = int(values.get("gpu", "0"))
-        except ValueError as exc:
-            raise JobSpecError(f"--worker_resources: not a number in {text!r}") from exc
-        if memory <= 0 or vcores <= 0 or gpus < 0:
-            raise JobSpecError(f"--worker_resources: memory and vcores must be positive, gpu >= 0, got {text!r}")
-        return cls(memory, vcores, gpus)
-
-
-#: The first byte of a keytab file (MIT's format, versions 0x0501 and 0x0502).
-_KEYTAB_MAGIC = 0x05
-#: A principal that may go into the spec (and so into the containers' launch script) as it is.
-_PRINCIPAL = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?(@[A-Za-z0-9._-]+)?")
-
-
-@dataclass(frozen=True)
-class YarnLogin:
-    """How a job's driver logs in to a Kerberos-secured ResourceManager (``SUBMARINE_YARN_AUTH=kerberos``): the
-    submitter's keytab, given to the job as a secret file (:data:`KEYTAB_FILE`, never in the spec), and the
-    principal to log in as (default: the keytab's first)."""
-
-    keytab: bytes
-    principal: str | None = None
-
-    def __repr__(self) -> str:  # never show the key
-        return f"YarnLogin(principal={self.principal!r}, keytab=***)"
-
-    @classmethod
-    def from_env(cls) -> YarnLogin | None:
-        """The submitter's login for the job (``SUBMARINE_YARN_KEYTAB``, ``SUBMARINE_YARN_PRINCIPAL``) when
-        ``SUBMARINE_YARN_AUTH=kerberos``; None with simple auth.
-
-        Raises:
-            JobSpecError: kerberos without a keytab (a credentials cache cannot be given to a job), or a
-                keytab that cannot be read or is not one (the file named).
-        """
-        settings = env.settings()
-        if settings.yarn_auth != "kerberos":
-            return None
-        path = settings.yarn_keytab
-        if path is None:
-            raise JobSpecError(
-                "SUBMARINE_YARN_AUTH=kerberos: the job's driver logs in to the ResourceManager from a keytab; "
-                "set SUBMARINE_YARN_KEYTAB (and SUBMARINE_YARN_PRINCIPAL) to the keytab the job may use"
-            )
-        try:
-            keytab = path.read_bytes()
-        except OSError as exc:
-            raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: cannot read it ({exc.strerror})") from exc
-        if not keytab or keytab[0] != _KEYTAB_MAGIC:
-            raise JobSpecError(f"SUBMARINE_YARN_KEYTAB {path}: not a Kerberos keytab")
-        principal = settings.yarn_principal
-        if principal is not None and not _PRINCIPAL.fullmatch(principal):
-            raise JobSpecError(
-                f"SUBMARINE_YARN_PRINCIPAL {principal!r} is not a Kerberos principal (name[/instance]@REALM of "
-                "letters, digits and ._-)"
-            )
-        return cls(keytab=keytab, principal=principal)
-
-
-@dataclass(frozen=True)
-class DriverTls:
-    """TLS for the job driver's control plane: its certificate chain and key, and the certificates its
-    callers (the agents, ``job flex|show``) trust for it, all PEM. The certificate must name the hosts
-    the driver may run on."""
-
-    cert: str
-    key: str
-    ca: str
-
-    def __repr__(self) -> str:  # never show the key
-        return "DriverTls(cert=..., key=***, ca=...)"
-
-    @classmethod
-    def load(cls, cert: Path, key: Path, ca: Path | None = None) -> DriverTls:
-        """Reads the PEM files (``ca`` defaults to ``cert``, for a self-signed certificate).
-
-        Raises:
-            JobSpecError: a file cannot be read or holds no PEM block of the right kind (the flag named).
-        """
-
-        def pem(flag: str, path: Path, kinds: tuple[str, ...]) -> str:
-            try:
-                text = path.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise JobSpecError(f"{flag} {path}: cannot read it ({exc})") from exc
-            if not any(f"-----BEGIN {kind}-----" in text for kind in kinds):
-                raise JobSpecError(f"{flag} {path}: no PEM {' or '.join(kinds)} in it")
-            return text
-
-        certificate = pem("--tls_cert", cert, ("CERTIFICATE",))
-        return cls(
-            cert=certificate,
-            key=pem("--tls_key", key, ("PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY")),
-            ca=certificate if ca is None else pem("--tls_ca", ca, ("CERTIFICATE",)),
-        )
 
 
 class Placement(StrEnum):
@@ -228,6 +101,14 @@ class JobRequest:
     localizations: tuple[Localization, ...] = ()
     #: whether ``job run`` packs ``workdir`` (``--snapshot``, the default) into :attr:`code`
     snapshot: bool = False
+    #: where the training side exports the model (``--saved_model_path``, ``SUBMARINE_SAVED_MODEL_PATH``)
+    saved_model_path: str | None = None
+    #: the job's TensorBoard component (``--tensorboard``); None: none
+    tensorboard: TensorBoard | None = None
+    #: the service's quicklinks, name -> URL (``--quicklink``, and the TensorBoard's)
+    quicklinks: dict[str, str] = field(default_factory=dict)
+    #: the YARN service's configuration properties (``--conf``)
+    conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Refuses, before anything is written or sent, every flag that would reach a shell or a path unsafely.
@@ -270,6 +151,8 @@ class JobRequest:
                 raise JobSpecError(problem)
         for flag, text in (
             ("--input_path", self.input_path),
+            ("--saved_model_path", self.saved_model_path),
+            ("--tensorboard", None if self.tensorboard is None else self.tensorboard.logdir),
             ("--workdir", str(self.workdir)),
             ("SUBMARINE_RM_URL", self.rm_url),
             ("the Python interpreter", self.python),
@@ -290,11 +173,13 @@ class JobRequest:
                         f"{flag} {text!r}: with --docker_image it is mounted into the containers, and a mount's "
                         "path must not contain ':' or ','"
                     )
-        if self.docker_image is not None and not _IMAGE.fullmatch(self.docker_image):
-            raise JobSpecError(
-                f"--docker_image: {self.docker_image!r} is not an image reference "
-                "([registry[:port]/]name[:tag][@sha256:digest], e.g. tensorflow/tensorflow:2.18.0)"
-            )
+        board_image = None if self.tensorboard is None else self.tensorboard.docker_image
+        for flag, image in (("--docker_image", self.docker_image), ("--tensorboard_docker_image", board_image)):
+            if image is not None and not _IMAGE.fullmatch(image):
+                raise JobSpecError(
+                    f"{flag}: {image!r} is not an image reference "
+                    "([registry[:port]/]name[:tag][@sha256:digest], e.g. tensorflow/tensorflow:2.18.0)"
+                )
 
 
 #: The HDFS directory a job's files are localized from: a NameNode's address and an absolute path of names.
@@ -538,7 +423,7 @@ def job_secrets(req: JobRequest) -> dict[str, str | bytes]:
     the job's TLS files, and the keytab its driver logs in to the RM from."""
     values = {"SUBMARINE_JOB_TOKEN": req.token or "", **req.env}
     files: dict[str, str | bytes] = {dest: values[name] for name, dest in SECRET_ENV.items() if values.get(name)}
-    if req.yarn_login is not None:
+    if req.yarn_login is not None and req.yarn_login.node_path is None:
         files[KEYTAB_FILE] = req.yarn_login.keytab
     if (job_tls := req.job_tls) is not None:
         driver = job_tls.driver
@@ -652,6 +537,8 @@ def container_settings(req: JobRequest) -> dict[str, str]:
         checkpoint_every=req.checkpoint_every,
         min_batch_size=None if batch is None else batch.min,
         max_batch_size=None if batch is None else batch.max,
+        saved_model_path=req.saved_model_path or None,
+        tensorboard_dir=None if req.tensorboard is None else req.tensorboard.logdir.removeprefix("file://"),
     )
     common.update(
         {
@@ -684,11 +571,8 @@ def container_settings(req: JobRequest) -> dict[str, str]:
             common[env_name("metrics_tls_ca")] = given_ca
     if req.yarn_login is not None:
         # The driver resizes its own job: it logs in from the localized keytab, into a cache of its own.
-        common.update(
-            container_env(
-                yarn_auth="kerberos", yarn_keytab=f"$PWD/{KEYTAB_FILE}", yarn_principal=req.yarn_login.principal
-            )
-        )
+        keytab = req.yarn_login.node_path or f"$PWD/{KEYTAB_FILE}"
+        common.update(container_env(yarn_auth="kerberos", yarn_keytab=keytab, yarn_principal=req.yarn_login.principal))
     return common
 
 
@@ -713,6 +597,8 @@ def build_service(req: JobRequest) -> Service:
     if req.docker_image:
         common.update(YARN_CONTAINER_RUNTIME_TYPE="docker", YARN_CONTAINER_RUNTIME_DOCKER_IMAGE=req.docker_image)
     raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
+    if req.conf:
+        raw["configuration"]["properties"] = dict(req.conf)
     source = code_source(req)
     files = [{"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files]
     if req.code is not None:
@@ -735,9 +621,7 @@ def build_service(req: JobRequest) -> Service:
         elif comp["name"] == WORKER_COMPONENT:
             comp["number_of_containers"] = req.limits.num
             comp["launch_command"] = f"{shlex.quote(python)} -m submarine_elastic.elastic.agent"
-            comp["resource"] = {"cpus": req.resources.vcores, "memory": str(req.resources.memory_mb)}
-            if req.resources.gpus:
-                comp["resource"]["additional"] = {GPU_RESOURCE: {"value": req.resources.gpus, "unit": ""}}
+            comp["resource"] = req.resources.yarn_resource()
             comp["configuration"]["env"].update(
                 container_env(
                     worker_gpus=req.resources.gpus or None,
@@ -747,12 +631,26 @@ def build_service(req: JobRequest) -> Service:
             if req.placement is not None:
                 # Fixed for the service's life: YARN applies it to every worker it starts, a flex's too.
                 comp["placement_policy"] = {"constraints": [req.placement.constraint()]}
+    if (board := req.tensorboard) is not None:
+        image = board.docker_image or req.docker_image
+        board_env = (
+            {"YARN_CONTAINER_RUNTIME_TYPE": "docker", "YARN_CONTAINER_RUNTIME_DOCKER_IMAGE": image} if image else {}
+        )
+        python = DOCKER_PYTHON if image and req.python_env is None else python
+        raw["components"].append(board.component(python, board_env, image))
+    if req.quicklinks or req.tensorboard is not None:
+        raw["quicklinks"] = {**req.quicklinks, **({} if board is None else {TB_QUICKLINK: board.link()})}
     try:
         from submarine_elastic.yarn import Service  # pydantic: only a submission needs it
 
         return Service.from_dict(raw)
     except InvalidSpecError as exc:
         raise JobSpecError(f"--name or another flag makes an invalid service: {exc}") from exc
+
+
+def tensorboard_port(board: TensorBoard) -> TensorBoard:
+    """``board`` with a port free here now (:func:`free_port`): TensorBoard binds it on its node."""
+    return dataclasses.replace(board, port=free_port())
 
 
 def new_token() -> str:
@@ -775,4 +673,5 @@ def with_credentials(req: JobRequest) -> JobRequest:
         token=req.token if req.token is not None else new_token(),
         yarn_login=req.yarn_login if req.yarn_login is not None else YarnLogin.from_env(),
         job_tls=req.job_tls if req.job_tls is not None or req.insecure else JobTls.issue(req.name, req.tls),
+        tensorboard=None if (board := req.tensorboard) is None else board if board.port else tensorboard_port(board),
     )

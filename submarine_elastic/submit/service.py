@@ -20,7 +20,9 @@ from pathlib import Path
 
 from submarine_elastic import env
 from submarine_elastic.protocol.api import BatchLimits, Limits
+from submarine_elastic.submit import tensorboard as tb
 from submarine_elastic.submit.api import Localization, PackedEnv
+from submarine_elastic.submit.credentials import YarnLogin
 from submarine_elastic.submit.jobcode import keep_locally, snapshot, write_carried
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.jobspec import (
@@ -30,11 +32,14 @@ from submarine_elastic.submit.jobspec import (
     Placement,
     WorkerResources,
     build_service,
+    job_dir,
     outcome_path,
     parse_env,
     with_credentials,
     write_secrets,
 )
+from submarine_elastic.submit.submarine_flags import parse_conf, parse_quicklinks
+from submarine_elastic.submit.tensorboard import TensorBoard
 from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import (
     GPU_RESOURCE,
@@ -71,6 +76,28 @@ def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> N
     )
     if problem is not None:
         raise JobSpecError(f"{asked}, but {problem}")
+
+
+def refuse_unoffered(yarn: YarnServiceClient, resources: WorkerResources, flag: str, *, gpus: bool = False) -> None:
+    """Refuse resource types the ResourceManager does not offer (any asked in ``flag`` beyond memory and vcores;
+    ``yarn.io/gpu`` too with ``gpus``, else :func:`refuse_unplaceable` checks it), before anything is submitted:
+    its ApplicationMaster would fail over a type it does not know. Blocks for one request (none when nothing
+    else is asked).
+
+    Raises:
+        JobSpecError: naming the flag, the types it lacks and the ones it offers.
+        YarnError: the RM did not answer.
+    """
+    asked = [name for name, _ in resources.extra] + ([GPU_RESOURCE] if gpus and resources.gpus else [])
+    if not asked:
+        return
+    offered = yarn.resource_totals()
+    missing = [name for name in asked if name not in offered]
+    if missing:
+        raise JobSpecError(
+            f"{flag} asks {', '.join(missing)}, but the ResourceManager at {yarn.rm_url} offers only "
+            f"{', '.join(sorted(offered))}"
+        )
 
 
 #: The RM setting that makes its scheduler honour a component's placement constraints, and the values that do
@@ -206,6 +233,8 @@ def submit(
         yarn.destroy(req.name, missing_ok=True)
     outcome_path(req.name).unlink(missing_ok=True)  # an earlier job of that name
     kept = write_secrets(req)
+    if req.tensorboard is not None and Path(req.tensorboard.logdir).is_relative_to(kept):
+        Path(req.tensorboard.logdir).mkdir(parents=True, exist_ok=True)
     try:
         if files is not None:
             files.put(req)
@@ -283,6 +312,54 @@ class JobFlags:
     tls_ca: Path | None = None
     #: None: ``SUBMARINE_INSECURE``
     insecure: bool | None = None
+    saved_model_path: str | None = None
+    #: the TensorBoard's directory: None: no TensorBoard; "": the default (``<checkpoint_path>/tensorboard``)
+    tensorboard: str | None = None
+    tensorboard_resources: str = tb.DEFAULT_RESOURCES
+    tensorboard_docker_image: str | None = None
+    quicklinks: tuple[str, ...] = ()
+    conf: tuple[str, ...] = ()
+    keytab: Path | None = None
+    principal: str | None = None
+    distribute_keytab: bool = False
+
+
+def yarn_login(flags: JobFlags) -> YarnLogin | None:
+    """The Kerberos login ``--keytab``/``--principal``/``--distribute_keytab`` give the job (None: none given,
+    ``SUBMARINE_YARN_KEYTAB`` then decides).
+
+    Raises:
+        FlagError: ``--principal`` or ``--distribute_keytab`` without ``--keytab``.
+        JobSpecError: the keytab or principal is unusable (naming the flag).
+    """
+    if flags.keytab is None:
+        for given, flag in ((flags.principal, "--principal"), (flags.distribute_keytab or None, "--distribute_keytab")):
+            if given is not None:
+                raise FlagError(f"{flag} needs --keytab (the keytab the job logs in to the ResourceManager from)", flag)
+        return None
+    return YarnLogin.load(flags.keytab, flags.principal, distribute=flags.distribute_keytab)
+
+
+def tensorboard_of(flags: JobFlags) -> TensorBoard | None:
+    """The job's TensorBoard (``--tensorboard [DIR]``): over DIR, else ``<--checkpoint_path>/tensorboard``, else
+    the job's directory's ``tensorboard``; None without ``--tensorboard``.
+
+    Raises:
+        FlagError: ``--tensorboard_resources``/``--tensorboard_docker_image`` without ``--tensorboard``.
+        JobSpecError: its resources or directory refused (naming the flag).
+    """
+    if flags.tensorboard is None:
+        if flags.tensorboard_docker_image is not None or flags.tensorboard_resources != tb.DEFAULT_RESOURCES:
+            raise FlagError(
+                "--tensorboard_resources and --tensorboard_docker_image need --tensorboard", "--tensorboard"
+            )
+        return None
+    logdir = flags.tensorboard
+    if not logdir:
+        base = flags.checkpoint_path.rstrip("/") if flags.checkpoint_path else str(job_dir(flags.name).resolve())
+        logdir = f"{base}/{tb.SUBDIR}"
+    resources = WorkerResources.parse(flags.tensorboard_resources, "--tensorboard_resources")
+    return TensorBoard(logdir, resources, flags.tensorboard_docker_image)
 
 
 def batch_limits(min_batch_size: int | None, max_batch_size: int | None) -> BatchLimits | None:
@@ -335,6 +412,8 @@ def prepare(flags: JobFlags, cluster: Callable[[str], tuple[str, str | None]], *
     code_dir = (cwd / flags.workdir if flags.workdir is not None else cwd).resolve()
     carried = tuple(Localization.parse(text, cwd) for text in flags.localizations)
     packed = PackedEnv.load(flags.python_env) if flags.python_env is not None else None
+    login, board = yarn_login(flags), tensorboard_of(flags)
+    quicklinks, conf = parse_quicklinks(flags.quicklinks), parse_conf(flags.conf)
     rm_url, files_uri = cluster(flags.name)
     try:
         limits = Limits(flags.num_workers, lo, hi)
@@ -366,6 +445,11 @@ def prepare(flags: JobFlags, cluster: Callable[[str], tuple[str, str | None]], *
         files_uri=files_uri,
         localizations=carried,
         snapshot=flags.snapshot,
+        saved_model_path=flags.saved_model_path,
+        tensorboard=board,
+        quicklinks=quicklinks,
+        conf=conf,
+        yarn_login=login,
     )
     if flags.policy is not None and not flags.elastic:
         raise FlagError("a --policy resizes the job: it needs --elastic", "--policy")
@@ -382,6 +466,9 @@ def check_cluster(yarn: YarnServiceClient, req: JobRequest) -> tuple[JobRequest,
         JobSpecError: what the cluster cannot give the job (the flag named), or a job of that name runs.
         YarnError: the RM refused or did not answer.
     """
+    refuse_unoffered(yarn, req.resources, "--worker_resources")
+    if req.tensorboard is not None:
+        refuse_unoffered(yarn, req.tensorboard.resources, "--tensorboard_resources", gpus=True)
     refuse_unplaceable(yarn, req.resources)
     refuse_unplaceable_placement(yarn, req)
     refuse_unfit_queue(yarn, req)

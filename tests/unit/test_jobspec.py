@@ -101,7 +101,7 @@ def test_worker_resources(text: str, expected: WorkerResources):
     assert WorkerResources.parse(text) == expected
 
 
-@pytest.mark.parametrize("text", ["vcores=2", "memory-mb=abc", "memory-mb=0", "disk=5", "memory-mb"])
+@pytest.mark.parametrize("text", ["vcores=2", "memory-mb=abc", "memory-mb=0", "disk=lots", "memory-mb"])
 def test_bad_worker_resources_name_the_flag(text: str):
     with pytest.raises(JobSpecError, match="--worker_resources"):
         WorkerResources.parse(text)
