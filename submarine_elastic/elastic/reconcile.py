@@ -180,6 +180,12 @@ class TargetBook:
                 pb.ResizeEvent(time=self._clock(), from_workers=from_workers, to_workers=to_workers, reason=reason)
             )
 
+    def put_back(self, reason: str) -> None:
+        """Queues the newest count taken again, under its version, for the resizer to give YARN back (YARN was
+        given another count, which the driver refused)."""
+        with self._lock:
+            self._pending.put(pb.Target(workers=self._requested, reason=reason, version=self._version))
+
     def requeue_requested(self, reason: str) -> None:
         """Queues the newest count taken again (a driver relaunched while a resize was pending takes it up)."""
         with self._lock:

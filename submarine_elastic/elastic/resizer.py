@@ -107,6 +107,8 @@ class Resizer:
         members = [Member(a.instance, a.number, ranks.get(a.agent_id, -1)) for a in live]
         plan = plan_resize(self._targets.workers, target, members)
         if plan is None:
+            if self._sync.count != target.workers:
+                self._sync.set_target(target.workers)  # YARN was given another count, refused: put back
             return
         log.info("resize %d -> %d (%s)", self._targets.workers, plan.workers, target.reason)
         self._targets.applied(plan.workers, target.reason)
@@ -248,10 +250,8 @@ class Resizer:
             if change.target is None:
                 log.warning("%s", change.refused)
                 self._targets.noted(change.desired, change.put_back, change.refused)
-                try:
-                    self._sync.set_target(change.put_back)
-                except YarnError as exc:
-                    log.error("cannot put YARN back to %d workers: %s", change.put_back, exc)
+                self._sync.adopt(change.desired)  # what YARN has now; the resizer puts it back
+                self._targets.put_back(change.refused)
                 return change
             log.warning("taking the operator's target: %s", change.target.reason)
             self._sync.adopt(change.desired)
