@@ -24,8 +24,9 @@ DEFAULT_POLICIES = (STATIC, "goodput+goodput")
     "--policy",
     "policies",
     multiple=True,
-    help=f"Run the workload under this policy: static, or one the controller runs (goodput+goodput, "
-    f"greedy+fair-share, ...); repeat to run each in turn [default: {' and '.join(DEFAULT_POLICIES)}].",
+    help=f"Run the workload under this policy: static (FIFO), tiresias (whole jobs suspended and resumed from "
+    f"their checkpoints), or one the controller runs (goodput+goodput, greedy+fair-share, ...); repeat to run "
+    f"each in turn [default: {' and '.join(DEFAULT_POLICIES)}].",
 )
 @click.option(
     "--time-scale",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -281,13 +282,20 @@ def takes_part(job: JobRecord, ring: int | None, footprint_known: bool) -> bool:
     return not (job.source is JobSource.YARN and ring is None)
 
 
-def count_yarn(jobs: Iterable[JobRecord], rings: Mapping[str, int | None], cluster: ClusterRoom) -> Room:
+def count_yarn(
+    jobs: Iterable[JobRecord],
+    rings: Mapping[str, int | None],
+    cluster: ClusterRoom,
+    answered: AbstractSet[str] = frozenset(),
+) -> Room:
     """Slots as YARN places containers (see :mod:`.capacity`).
 
     A job holds the workers YARN gave it (in its ring or warming up) plus those it asked for that fit in the free
     slots, claimed in order of submission; what does not fit it does not hold. Neither is an arrival counted
     while YARN places its ApplicationMaster and driver in room that is free. A job reported through the bridge
-    that YARN does not know is taken to have workers of the slot's size.
+    that YARN does not know is taken to have workers of the slot's size. Short: a running job that asks for
+    more than fits, and one that has not started (``answered``: its driver answered this round, with no ring,
+    and no ring of it was ever seen) that does.
     """
     slots = cluster.slots
     if slots is None:
@@ -320,8 +328,8 @@ def count_yarn(jobs: Iterable[JobRecord], rings: Mapping[str, int | None], clust
         claim = min(max(0, job.target - given), max(0, free))
         free -= claim
         holding[job.job_id] = Held(current, given - current + claim)
-        # A job whose ring was never seen has not started: its open requests are all it has asked for.
-        fresh = size is None and job.observed_at is None
+        # A job whose driver answers and whose ring was never seen has not started: it can take a lower target.
+        fresh = size is None and job.observed_at is None and job.job_id in answered
         if (size is not None or fresh) and given + claim < job.target:
             short[job.job_id] = (
                 given + claim,
@@ -498,7 +506,8 @@ def step(
     if obs.capacity is not None:
         room = count_fixed(jobs, all_rings, obs.capacity)
     elif obs.cluster is not None:
-        room = count_yarn(jobs, all_rings, obs.cluster)
+        answered = {job_id for job_id, status in obs.statuses.items() if status is not None}
+        room = count_yarn(jobs, all_rings, obs.cluster, answered)
     else:
         return Step(tuple(follows), rings)
     managed = [job for job in jobs if job.job_id in room.holding]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from submarine_elastic.replay.runner import LiveRun
+from submarine_elastic.replay.runner import JobRecord, LiveRun
 
 EMULATED_NOTE = (
     "emulated accelerators: step times are the measured GPU profiles'; the ratios hold, absolute times only "
@@ -38,6 +38,7 @@ def summary(run: LiveRun) -> dict[str, object]:
         "makespan_s": _r(makespan),
         "gpu_utilisation": _r(utilisation(run, makespan)) if makespan else None,
         "decisions": sum(len(v) for v in run.decisions.values()),
+        "suspensions": sum(len(r.stopped_s) for r in run.records),
         "problems": {r.job.name: r.problems for r in run.records if r.problems},
         "wall_s": _r(run.wall_s),
         "accelerators": "emulated",
@@ -49,8 +50,18 @@ def utilisation(run: LiveRun, until_s: float) -> float:
     grid = np.linspace(0.0, until_s, 600)
     used = np.zeros_like(grid)
     for record in run.records:
-        used += _steps_at(record.ring, grid, record.last_step_s)
+        used += training(record, grid)
     return float(np.mean(used) / run.plan.gpus)
+
+
+def training(record: JobRecord, grid: np.ndarray) -> np.ndarray:
+    """The job's ring size at each point of ``grid``: 0 before its first step, after its last, and from each
+    suspension asked to the first step after its resumption."""
+    out = _steps_at(record.ring, grid, record.last_step_s)
+    for i, stopped in enumerate(record.stopped_s):
+        back = record.resumed_step_s[i] if i < len(record.resumed_step_s) else None
+        out = np.where((grid >= stopped) & (grid < (back if back is not None else np.inf)), 0.0, out)
+    return out
 
 
 def _steps_at(series: Sequence[tuple[float, int]], grid: np.ndarray, end: float | None) -> np.ndarray:
@@ -128,7 +139,8 @@ def _pct(value: object) -> str:
 def draw(runs: Sequence[LiveRun], path: Path) -> Path:
     """One panel a run: every job's GPUs in its ring over time, stacked, with the GPUs YARN holds for the jobs
     (dashed: held, not training, while a job starts or resizes), arrivals ticked, the elastic run's decisions
-    marked; and the jobs finished over time of every run."""
+    marked (the controller's, or tiresias' suspensions and resumptions); and the jobs finished over time of
+    every run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,7 +154,7 @@ def draw(runs: Sequence[LiveRun], path: Path) -> Path:
     names = sorted({r.job.name for run in runs for r in run.records})
     color_of = {name: colors[i % len(colors)] for i, name in enumerate(names)}
     for ax, run in zip(axes, runs, strict=False):
-        stacks = [_steps_at(r.ring, grid, r.last_step_s) for r in run.records]
+        stacks = [training(r, grid) for r in run.records]
         ax.stackplot(grid, stacks, colors=[color_of[r.job.name] for r in run.records], step="post", alpha=0.85)
         held = sum((_steps_at(r.held, grid, r.ended_s) for r in run.records), np.zeros_like(grid))
         ax.step(grid, held, where="post", color="k", linewidth=0.8, linestyle="--", label="held by YARN")

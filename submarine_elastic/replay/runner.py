@@ -5,7 +5,11 @@ a worker, :mod:`tf_hooks.emulate`), with the samples its plan gives (:mod:`subma
 Under a policy (``goodput``, ``goodput+goodput``, ``greedy+fair-share``, ...) every job is submitted elastic
 (1 .. its cap of workers, its global batch fixed) when it arrives and the controller sizes it; under
 ``static`` every job runs at its submitted size, never resized, and waits in arrival order until its workers
-are free (FIFO, as the simulator's ``fifo`` scheduler: no job behind a waiting one starts first).
+are free (FIFO, as the simulator's ``fifo`` scheduler: no job behind a waiting one starts first); under
+``tiresias`` every job runs at its submitted size with a checkpoint every commit, and the simulator's Tiresias
+(:mod:`.tiresias`) decides each round which jobs hold the GPUs: a job it preempts is suspended whole (its YARN
+service stopped, its checkpoint and job files kept) and resumed later from its checkpoint (the service started
+again), its step log continuing.
 
 What is recorded: per job its arrival, when it was submitted, its first and last committed step (from its
 step log), the ring size over time and the worker containers YARN held for it, and its end as YARN reports it;
@@ -29,17 +33,16 @@ from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.replay.plan import COMMIT_EVERY, ReplayJob, ReplayPlan
-from submarine_elastic.replay.steplog import read_step_log
+from submarine_elastic.replay.steplog import StepLog, read_step_log
+from submarine_elastic.replay.tiresias import LiveJob, LiveTiresias
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO / "examples" / "train_elastic.py"
 STATIC = "static"
-#: Policies a live replay does not run yet, with why.
-NOT_LIVE = {
-    "tiresias": "the live tiresias baseline (suspend and resume whole jobs from their checkpoints) is not built "
-    "yet; `submarine sim run --scheduler tiresias` runs it in the simulator",
-}
+TIRESIAS = "tiresias"
+#: Commits between two checkpoints of a job under ``tiresias``: every one, so a suspension loses no step.
+CHECKPOINT_EVERY = 1
 #: Each worker container: a stand-in GPU, one vcore, memory for one TensorFlow process.
 WORKER_RESOURCES = "memory-mb=1024,vcores=1,gpu=1"
 #: The environment variable that names a job's emulated GPU profile (what `job show` reads back).
@@ -87,6 +90,21 @@ class JobRecord:
     ring: list[tuple[float, int]] = field(default_factory=list)
     #: (time, worker containers YARN holds) at every look
     held: list[tuple[float, int]] = field(default_factory=list)
+    #: under tiresias: when each suspension was asked (its service stopped), when YARN had it stopped, and when
+    #: the job was resumed (its service started again); the first resumed step after each resumption
+    stopped_s: list[float] = field(default_factory=list)
+    stopped_done_s: list[float] = field(default_factory=list)
+    resumed_s: list[float] = field(default_factory=list)
+    resumed_step_s: list[float | None] = field(default_factory=list)
+    #: steps an earlier run logged past the checkpoint its resumption started from (trained again after it)
+    rolled_back: int = 0
+    #: its service is being stopped (asked, not yet stopped), is stopped, is being started again
+    suspending: bool = False
+    suspended: bool = False
+    resuming: bool = False
+    #: the GPU-seconds it has held over its runs before the one it is in, and when that one began
+    attained_gpu_s: float = 0.0
+    holding_since: float | None = None
 
     @property
     def jct_s(self) -> float | None:
@@ -118,7 +136,23 @@ class JobRecord:
             "problems": self.problems,
             "ring": [(round(t, 2), n) for t, n in self.ring],
             "held": [(round(t, 2), n) for t, n in self.held],
+            **(
+                {
+                    "suspended_s": [round(t, 2) for t in self.stopped_s],
+                    "stopped_s": [round(t, 2) for t in self.stopped_done_s],
+                    "resumed_s": [round(t, 2) for t in self.resumed_s],
+                    "resumed_step_s": [_round(t) for t in self.resumed_step_s],
+                    "rolled_back_steps": self.rolled_back,
+                }
+                if self.stopped_s
+                else {}
+            ),
         }
+
+    def attained(self, now: float) -> float:
+        """GPU-seconds held by ``now``: its runs before, and the one it is in."""
+        since = self.holding_since
+        return self.attained_gpu_s + (0.0 if since is None else self.job.workers * max(0.0, now - since))
 
 
 def _round(value: float | None) -> float | None:
@@ -149,7 +183,8 @@ class LiveReplay:
         timeout_s: how long after the last arrival the jobs may take to end.
 
     Raises:
-        ReplayRunError: a policy the live replay does not run (named with what to do instead).
+        ReplayRunError: a policy the live replay does not run: a simulator baseline other than the two live
+            ones, or a policy or arbiter the controller could not load (named with why).
     """
 
     def __init__(
@@ -165,9 +200,7 @@ class LiveReplay:
         interval_s: float = INTERVAL_S,
         tag: str | None = None,
     ) -> None:
-        base = policy.split("+", 1)[0]
-        if base in NOT_LIVE:
-            raise ReplayRunError(f"policy {policy!r}: {NOT_LIVE[base]}")
+        check_policy(policy)
         if not TRAIN_SCRIPT.is_file():
             raise ReplayRunError(
                 f"a replay's jobs run {TRAIN_SCRIPT.relative_to(REPO)} of a checkout of submarine-elastic, "
@@ -186,13 +219,16 @@ class LiveReplay:
             "SUBMARINE_CONTROLLER_DIR": str(out / "controller"),
         }
         # Every run's services are named apart (YARN keeps a stopped service's name): the tag, then the job.
-        self.tag = tag or f"{'s' if policy == STATIC else 'e'}{secrets.token_hex(2)}"
+        letter = {STATIC: "s", TIRESIAS: "t"}.get(policy, "e")
+        self.tag = tag or f"{letter}{secrets.token_hex(2)}"
         self.records = [JobRecord(job, f"{self.tag}-{job.name}") for job in plan.jobs]
         self._decisions: dict[str, list[tuple[float, int, int, str]]] = {}
+        self.tiresias = LiveTiresias(plan.nodes, plan.gpus_per_node, plan.time_scale) if policy == TIRESIAS else None
 
     @property
     def elastic(self) -> bool:
-        return self.policy != STATIC
+        """Whether the controller sizes the jobs (every policy but the two baselines)."""
+        return self.policy not in (STATIC, TIRESIAS)
 
     # --- the run -------------------------------------------------------------------------------
     def run(self) -> LiveRun:
@@ -244,10 +280,13 @@ class LiveReplay:
                         f"{record.job.workers} workers, batch {record.job.batch})"
                     )
                     queue.append(record)
-            for record in self._admit(queue):
-                queue.remove(record)
-                record.submitted_s = time.time() - t0
-                pending[record.service] = pool.submit(self._submit, record)
+            if self.tiresias is not None:
+                self._tiresias_round(self.tiresias, yarn, time.time() - t0, queue, pool, pending)
+            else:
+                for record in self._admit(queue):
+                    queue.remove(record)
+                    record.submitted_s = time.time() - t0
+                    pending[record.service] = pool.submit(self._submit, record)
             for name, future in list(pending.items()):
                 if future.done():
                     future.result()  # a refused submission ends the run (and kills the rest)
@@ -278,9 +317,97 @@ class LiveReplay:
             admitted.append(record)
         return admitted
 
+    # --- tiresias: suspend and resume whole jobs -------------------------------------------------------
+    def _tiresias_round(
+        self,
+        tiresias: LiveTiresias,
+        yarn: YarnServiceClient,
+        now: float,
+        queue: list[JobRecord],
+        pool: concurrent.futures.ThreadPoolExecutor,
+        pending: dict[str, concurrent.futures.Future[None]],
+    ) -> None:
+        """Ask the simulator's Tiresias about the arrived, unfinished jobs; submit, resume and suspend as it says.
+        A job it starts that is still being stopped is started once YARN has it stopped (a later round)."""
+        live = [r for r in self.records if r.job.arrival_s <= now and r.ended_s is None]
+        decided = tiresias.decide(
+            now,
+            [
+                LiveJob(
+                    r.job.name,
+                    r.job.application,
+                    r.job.arrival_s,
+                    r.job.workers,
+                    r.job.batch,
+                    holding=r.holding_since is not None,
+                    attained_gpu_s=r.attained(now),
+                )
+                for r in live
+            ],
+        )
+        by_name = {r.job.name: r for r in live}
+        for name in decided.suspend:
+            record = by_name[name]
+            if not record.created or record.suspending:
+                continue  # its submission is under way: it is suspended once it exists
+            self._suspend(yarn, record, now)
+        for name in decided.start:
+            record = by_name[name]
+            if record.submitted_s is None:
+                queue.remove(record)
+                record.submitted_s = now
+                record.holding_since = now
+                self._note(record, now, 0, record.job.workers, "tiresias starts it")
+                pending[record.service] = pool.submit(self._submit, record)
+            elif record.suspended:
+                self._resume(yarn, record, now)
+
+    def _suspend(self, yarn: YarnServiceClient, record: JobRecord, now: float) -> None:
+        try:
+            yarn.stop(record.service, wait=False)
+        except YarnError as exc:
+            self.say(f"+{now:6.0f} s  {record.service}: not suspended ({exc}); asked again next round")
+            return
+        record.attained_gpu_s = record.attained(now)
+        record.holding_since = None
+        record.suspending = True
+        record.stopped_s.append(now)
+        self._note(
+            record, now, record.job.workers, 0, f"tiresias preempts it ({record.attained_gpu_s:.0f} GPU-s attained)"
+        )
+
+    def _resume(self, yarn: YarnServiceClient, record: JobRecord, now: float) -> None:
+        try:
+            yarn.start(record.service, wait=False)
+        except YarnError as exc:
+            self.say(f"+{now:6.0f} s  {record.service}: not resumed ({exc}); asked again next round")
+            return
+        record.suspended = False
+        record.resuming = True
+        record.holding_since = now
+        record.resumed_s.append(now)
+        self._note(record, now, 0, record.job.workers, "tiresias resumes it from its checkpoint")
+
+    def _note(self, record: JobRecord, now: float, before: int, after: int, why: str) -> None:
+        """A tiresias decision: printed, and kept with the run's decisions (as the controller's are)."""
+        self._decisions.setdefault(record.job.name, []).append((now, before, after, why))
+        self.say(f"+{now:6.0f} s  {record.service}: {before} -> {after} workers: {why}")
+
+    def _stopped(self, record: JobRecord, now: float, t0: float) -> bool:
+        """A suspended job's service has stopped: True when it is suspended, False when it had trained its
+        samples by then (it ended as it was being stopped)."""
+        record.suspending = False
+        record.stopped_done_s.append(now)
+        log_dir = self._log_dir(record.job)
+        if log_dir.is_dir() and self._read(record, t0).samples >= record.job.samples:
+            return False
+        record.suspended = True
+        self.say(f"+{now:6.0f} s  {record.service} suspended (stopped, its checkpoint kept)")
+        return True
+
     def _look(self, yarn: YarnServiceClient, t0: float) -> None:
         for record in self.records:
-            if not record.created or record.ended_s is not None:
+            if not record.created or record.ended_s is not None or record.suspended:
                 continue
             now = time.time() - t0
             try:
@@ -291,7 +418,16 @@ class LiveReplay:
                 continue
             worker = status.component("worker")
             record.held.append((now, worker.ready_count if worker is not None else 0))
+            if record.resuming:
+                if status.is_terminal:
+                    continue  # the start asked is not in its status yet
+                record.resuming = False
+            if status.is_terminal and record.suspending and self._stopped(record, now, t0):
+                continue
             if status.is_terminal:
+                record.holding_since = None
+                if self.tiresias is not None:
+                    self.tiresias.finished(record.job.name)
                 record.ended_s = now
                 record.state = str(status.state)
                 self._read_log(record, t0)  # its processes have ended: the log is whole
@@ -301,14 +437,23 @@ class LiveReplay:
                     + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
                 )
 
+    def _read(self, record: JobRecord, t0: float) -> StepLog:
+        return read_step_log(
+            self._log_dir(record.job), record.job.dataset_samples, resumed=[t0 + t for t in record.resumed_s]
+        )
+
     def _read_log(self, record: JobRecord, t0: float) -> None:
         """Read and check the job's step log, once."""
         record.checked = True
         log_dir = self._log_dir(record.job)
         if not log_dir.is_dir():
             return
-        steps = read_step_log(log_dir, record.job.dataset_samples)
+        steps = self._read(record, t0)
         record.ring = [(t - t0, n) for t, n in zip(steps.times, steps.sizes, strict=True)]
+        record.rolled_back = steps.rolled_back
+        record.resumed_step_s = [
+            next((t for t, _ in record.ring if t >= resumed), None) for resumed in record.resumed_s
+        ]
         record.first_step_s = None if steps.first_s is None else steps.first_s - t0
         record.last_step_s = None if steps.last_s is None else steps.last_s - t0
         record.samples = steps.samples
@@ -322,6 +467,9 @@ class LiveReplay:
 
     def _service(self, job: ReplayJob) -> str:
         return next(r.service for r in self.records if r.job is job)
+
+    def checkpoint_dir(self, job: ReplayJob) -> Path:
+        return self.out / job.name / "checkpoint"
 
     def command(self, job: ReplayJob) -> str:
         """The training command of a job's workers."""
@@ -339,6 +487,8 @@ class LiveReplay:
                 "--elastic", "--min_workers", "1", "--max_workers", str(job.max_workers),
                 "--min_batch_size", str(job.batch), "--max_batch_size", str(job.batch),
             ]  # fmt: skip
+        if self.tiresias is not None:  # suspended whole and resumed from its checkpoint
+            args += ["--checkpoint_path", str(self.checkpoint_dir(job)), "--checkpoint_every", str(CHECKPOINT_EVERY)]
         args += [
             "--worker_resources", WORKER_RESOURCES,
             "--env", f"{EMULATE_ENV}={job.application}",
@@ -351,7 +501,7 @@ class LiveReplay:
 
     def _kill_all(self) -> None:
         for record in self.records:
-            if record.submitted_s is not None and record.ended_s is None:
+            if record.submitted_s is not None and record.ended_s is None:  # a suspended one too
                 self._submarine("job", "kill", record.service, check=False)
 
     def _start_controller(self) -> None:
@@ -393,6 +543,28 @@ class LiveReplay:
                         )
         except ControllerError as exc:
             self.say(f"  (the controller did not answer: {exc})")
+
+
+def check_policy(policy: str) -> None:
+    """Refuses a policy a live replay cannot run, before anything is submitted: ``static`` and ``tiresias`` are
+    the live baselines; any other is loaded as the controller would load it (``JOB_POLICY[+ARBITER]``).
+
+    Raises:
+        ReplayRunError: naming the policy and why.
+    """
+    if policy in (STATIC, TIRESIAS):
+        return
+    from submarine_elastic.sim import BASELINES, SchedulerError, load_scheduler
+
+    if policy in BASELINES:
+        raise ReplayRunError(
+            f"policy {policy!r} is a simulator baseline with no live run: the live baselines are {STATIC!r} "
+            f"(the simulator's fifo) and {TIRESIAS!r}; `submarine sim run --scheduler {policy}` runs it simulated"
+        )
+    try:
+        load_scheduler(policy)
+    except SchedulerError as exc:
+        raise ReplayRunError(f"policy {policy!r}: {exc}") from None
 
 
 def _terminate_as_interrupt() -> Callable[..., object] | int | None:

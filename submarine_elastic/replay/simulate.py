@@ -4,7 +4,9 @@ work, the same policy objects, so the two mean JCTs can be set side by side (``r
 The live jobs train ``time_scale`` of their application's work; the simulator's applications are scaled to
 match (every epoch's progress times the scale: the same step times and statistical efficiency per epoch, epochs
 that many times shorter). The costs are read off the live run (:func:`measured_costs`): how long a job took
-from its submission to its first committed step (``start_s``) and how long its ring stood still at a resize.
+from its submission to its first committed step (``start_s``) and how long its ring stood still at a resize;
+under ``tiresias`` a job's start is also each resumption (its service started again, to its first step resumed
+from its checkpoint), the cost the simulator charges a preempted job when it resumes.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from submarine_elastic.replay.plan import ReplayPlan
-from submarine_elastic.replay.runner import STATIC, JobRecord, LiveRun
+from submarine_elastic.replay.runner import STATIC, TIRESIAS, JobRecord, LiveRun
+from submarine_elastic.replay.tiresias import scaled_tiresias
 from submarine_elastic.sim import (
     BatchRule,
     ClusterConfig,
     JobSpec,
     ResizeCosts,
+    Scheduler,
     SimConfig,
     SimResult,
     TraceCatalog,
@@ -61,6 +65,9 @@ class MeasuredCosts:
     scale_outs: int
     scale_in_s: float
     scale_ins: int
+    #: of the starts, the resumptions after a suspension (tiresias): resumed to its first step again
+    restart_s: float = 0.0
+    restarts: int = 0
 
     def costs(self, default: ResizeCosts | None = None) -> ResizeCosts:
         """As the simulator's costs; a kind of change the run never made keeps ``default``'s."""
@@ -75,22 +82,29 @@ class MeasuredCosts:
         return (
             f"start {self.start_s:.1f} s (median of {self.starts}), scale-out pause {self.scale_out_s:.2f} s "
             f"({self.scale_outs}), scale-in pause {self.scale_in_s:.2f} s ({self.scale_ins})"
+            + (f", restart {self.restart_s:.1f} s ({self.restarts})" if self.restarts else "")
         )
 
 
 def measured_costs(runs: Sequence[LiveRun]) -> MeasuredCosts:
-    """Medians over the runs' jobs: submission to first committed step; and at each change of ring size, the
-    gap between the last step before and the first after less the median gap between two steps at the new
-    size (a change with no two steps at its new size after it is left out)."""
+    """Medians over the runs' jobs: submission to first committed step, and each resumption to the first step
+    after it (a start too); and at each change of ring size, the gap between the last step before and the
+    first after less the median gap between two steps at the new size (a change with no two steps at its new
+    size after it is left out)."""
     starts: list[float] = []
+    restarts: list[float] = []
     outs: list[float] = []
     ins: list[float] = []
     for run in runs:
         for record in run.records:
             if record.submitted_s is not None and record.first_step_s is not None:
                 starts.append(record.first_step_s - record.submitted_s)
+            for resumed, step in zip(record.resumed_s, record.resumed_step_s, strict=False):
+                if step is not None:
+                    restarts.append(step - resumed)
             for grew, pause in _pauses(record):
                 (outs if grew else ins).append(pause)
+    starts += restarts
     return MeasuredCosts(
         start_s=statistics.median(starts) if starts else 0.0,
         starts=len(starts),
@@ -98,6 +112,8 @@ def measured_costs(runs: Sequence[LiveRun]) -> MeasuredCosts:
         scale_outs=len(outs),
         scale_in_s=statistics.median(ins) if ins else 0.0,
         scale_ins=len(ins),
+        restart_s=statistics.median(restarts) if restarts else 0.0,
+        restarts=len(restarts),
     )
 
 
@@ -131,13 +147,23 @@ def specs(plan: ReplayPlan, elastic: bool) -> list[JobSpec]:
     ]
 
 
+def scheduler_for(plan: ReplayPlan, policy: str) -> Scheduler:
+    """The simulator's scheduler for a live run's policy: ``static`` its FIFO, ``tiresias`` the one the live run
+    asks (its threshold scaled with the plan's time), any other the policy as the controller runs it."""
+    if policy == STATIC:
+        return load_scheduler(SIM_STATIC)
+    if policy == TIRESIAS:
+        return scaled_tiresias(plan.time_scale)
+    return load_scheduler(policy)
+
+
 def simulate_plan(plan: ReplayPlan, policy: str, costs: ResizeCosts, interval_s: float) -> SimResult:
-    """The plan in the simulator under ``policy`` (``static``: its FIFO), every job's global batch fixed."""
-    elastic = policy != STATIC
+    """The plan in the simulator under ``policy`` (:func:`scheduler_for`), every job's global batch fixed."""
+    elastic = policy not in (STATIC, TIRESIAS)
     return simulate(
         specs(plan, elastic),
         ClusterConfig(plan.nodes, plan.gpus_per_node),
-        load_scheduler(policy if elastic else SIM_STATIC),
+        scheduler_for(plan, policy),
         catalog=ScaledCatalog(plan.time_scale),
         config=SimConfig(interval_s=interval_s, costs=costs, batch_rule=BatchRule.FIXED_GLOBAL),
         workload_name=plan.workload,

@@ -159,7 +159,7 @@ def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_n
         kept=3,
     )
     jobs = [job("b", 2, submitted_at=2.0), job("a", 4, submitted_at=1.0)]
-    room = count_yarn(jobs, {"a": 2, "b": None}, cluster)
+    room = count_yarn(jobs, {"a": 2, "b": None}, cluster, answered={"a", "b"})
     assert room.capacity == 3
     assert room.holding == {"a": Held(2, 1), "b": Held(0, 0)}
     assert room.short == {
@@ -168,6 +168,7 @@ def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_n
               "started"),
     }  # fmt: skip
     assert room.unstarted == {"b"}
+    assert set(count_yarn(jobs, {"a": 2, "b": None}, cluster).short) == {"a"}  # b's driver did not answer
     assert count_yarn(jobs, {}, ClusterRoom((), {}, None)) == Room(0, {}, {})
 
 
@@ -186,7 +187,7 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
     new = job("new", 8, submitted_at=2.0, min_workers=1)
     back = replace(job("back", 2, submitted_at=3.0), observed_at=50.0)
     jobs = [job("a", 3), new, back]
-    room = count_yarn(jobs, {"a": 3, "new": None, "back": None}, cluster)
+    room = count_yarn(jobs, {"a": 3, "new": None, "back": None}, cluster, answered={"a", "new", "back"})
     assert room.holding["new"] == Held(0, 1) and room.short["new"][0] == 1
     assert room.unstarted == {"new"} and "back" not in room.short
     stalls, out, since = lower_short(jobs, room, set(), {}, 100.0, 10.0)
@@ -198,14 +199,17 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
     # Nothing free: lowered to its minimum, its one request waiting for the next GPU.
     full = replace(cluster, slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}))
     two = replace(new, min_workers=2)
-    room = count_yarn([job("a", 3), two], {"a": 3, "new": None}, full)
+    room = count_yarn([job("a", 3), two], {"a": 3, "new": None}, full, answered={"new"})
     assert [s.record.to_workers for s in lower_short([two], room, set(), {}, 100.0, 10.0)[1]] == [2]
-    # Through the step: the arrival is lowered in the round that first counts it.
+    # Through the step: the arrival is lowered in the round that first counts it with its driver answering (a
+    # target sent to a driver that does not answer yet would fail).
     obs = Observation(
         now=100.0, jobs=(job("a", 3), new), statuses={"a": status(3, 3), "new": status(8, None)}, cluster=cluster
     )
     done = step(obs, {}, lambda snapshot: [], stall_after=STALL, settle=10.0)
     assert [(s.record.job_id, s.record.to_workers) for s in done.sends] == [("new", 1)]
+    silent = replace(obs, statuses={"a": status(3, 3), "new": None})
+    assert step(silent, {}, lambda snapshot: [], stall_after=STALL, settle=10.0).sends == ()
 
 
 def test_who_takes_part_in_counting_the_cluster() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from submarine_elastic.replay.plan import ReplayError, fitting_sample, plan_replay
 from submarine_elastic.replay.report import summary, table, utilisation, write
-from submarine_elastic.replay.runner import NOT_LIVE, JobRecord, LiveReplay, LiveRun, ReplayRunError
+from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun
 from submarine_elastic.replay.simulate import ScaledCatalog, measured_costs, simulate_plan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.sim import ResizeCosts, TraceCatalog
@@ -58,13 +58,6 @@ def test_work_is_the_simulated_jobs_samples_scaled_and_arrivals_scaled(tmp_path:
 def test_bad_input_is_refused_naming_the_row_and_value(tmp_path: Path, rows: str, kw: dict, message: str):
     with pytest.raises(ReplayError, match=message):
         plan(tmp_path, rows, **kw)
-
-
-def test_a_policy_without_a_live_run_is_refused_before_anything_runs(tmp_path: Path):
-    p = plan(tmp_path, "a,0,cifar10,1,512\n")
-    with pytest.raises(ReplayRunError, match="tiresias.*not built yet.*sim run"):
-        LiveReplay(p, "tiresias", rm_url="http://127.0.0.1:1", out=tmp_path)
-    assert "tiresias" in NOT_LIVE
 
 
 def test_static_and_elastic_submissions(tmp_path: Path):
