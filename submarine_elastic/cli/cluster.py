@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
+from submarine_elastic.cli.tables import table
 from submarine_elastic.cluster import (
     DEFAULT_SUBNET,
     MAX_GPUS_PER_NODE,
@@ -377,16 +377,12 @@ def status(cluster_dir: Path | None) -> None:
         st = _cluster(cluster_dir).status()
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
-    daemons = Table(title=f"daemons (ResourceManager {st.rm_url})")
-    for col in ("daemon", "pid", "running", "log"):
-        daemons.add_column(col)
+    daemons = table(f"daemons (ResourceManager {st.rm_url})", "daemon", "pid", "running", "log")
     for d, alive in st.daemons:
         daemons.add_row(d.name, str(d.pid), "[green]yes[/green]" if alive else "[red]no[/red]", str(d.log))
     console.print(daemons)
     if st.hosts:
-        hosts = Table(title="hosts")
-        for col in ("host", "address", "namespace", "daemons"):
-            hosts.add_column(col)
+        hosts = table("hosts", "host", "address", "namespace", "daemons")
         for h in st.hosts:
             namespace = h.host.namespace if h.present else f"[red]{h.host.namespace} (missing)[/red]"
             hosts.add_row(h.host.name, h.host.address, namespace, ", ".join(h.daemons))
@@ -397,16 +393,9 @@ def status(cluster_dir: Path | None) -> None:
     if st.rm_error:
         raise click.ClickException(st.rm_error)
     gpus = any(n.used_gpus or n.available_gpus for n in st.nodes)
-    nodes = Table(title="nodes")
-    for col in (
-        "node",
-        "state",
-        "containers",
-        "memory used/free MB",
-        "vcores used/free",
-        *(("gpus used/free",) * gpus),
-    ):
-        nodes.add_column(col)
+    nodes = table(
+        "nodes", "node", "state", "containers", "memory used/free MB", "vcores used/free", *(("gpus used/free",) * gpus)
+    )
     for n in st.nodes:
         nodes.add_row(
             n.node_id,
@@ -425,9 +414,11 @@ def status(cluster_dir: Path | None) -> None:
         + (f", gpus {used_gpus}/{total_gpus} used" if gpus else "")
     )
     if st.queues:
-        queues = Table(title="queues (percent of the cluster)")
-        for col in ("queue", "guaranteed", "max", "used", "memory used MB", "pending containers", "pending MB"):
-            queues.add_column(col)
+        queues = table(
+            "queues (percent of the cluster)",
+            *("queue", "guaranteed", "max", "used", "memory used MB", "pending containers", "pending MB"),
+            droppable=("pending MB", "memory used MB"),
+        )
         for q in st.queues:
             queues.add_row(
                 q.path,
@@ -439,9 +430,16 @@ def status(cluster_dir: Path | None) -> None:
                 str(q.pending_memory_mb),
             )
         console.print(queues)
-    services = Table(title="yarn services")
-    for col in ("name", "application", "state", "containers", "memory MB"):
-        services.add_column(col)
+    services = table(
+        "yarn services",
+        "name",
+        "application",
+        "state",
+        "containers",
+        "memory MB",
+        names=2,
+        droppable=("memory MB", "containers"),
+    )
     for s in st.services:
         services.add_row(s.name, s.app_id, s.state, str(s.containers), str(s.allocated_memory_mb))
     console.print(services if st.services else "no yarn services running")

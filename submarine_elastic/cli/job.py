@@ -21,6 +21,7 @@ from submarine_elastic.cli.jobview import (
     print_decisions,
     print_driver_view,
     print_outcome,
+    print_quicklinks,
     queue_line,
     show_outcome,
     summary_line,
@@ -418,6 +419,7 @@ def show(name: str, all_runs: bool) -> None:
             print_decisions(name, all_runs)
             return
         console.print(f"job [bold]{name}[/bold]: YARN state {status.state}" + queue_line(yarn, name))
+        print_quicklinks(status)
         from submarine_elastic.replay.runner import emulated_application
 
         emulated = emulated_application(status.raw)
@@ -442,7 +444,7 @@ def list_jobs() -> None:
             apps = yarn.list()
         except YarnError as exc:
             raise _fail(exc) from exc
-    table = _table(None, "name", "application", "state", "user")
+    table = _table(None, "name", "application", "state", "user", names=2)
     for a in apps:
         table.add_row(a.name, a.id, str(a.state), a.user or "")
     console.print(table if apps else "no jobs")

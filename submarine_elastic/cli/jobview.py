@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from rich.console import Console
 from rich.text import Text
@@ -14,7 +15,7 @@ from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.protocol.api import JobPhase, WorkerState
 from submarine_elastic.submit.store import load_outcome
-from submarine_elastic.yarn import AppSummary, YarnError, YarnServiceClient
+from submarine_elastic.yarn import AppSummary, ServiceStatus, YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
     from submarine_elastic.metrics.proto import metrics_pb2
@@ -70,6 +71,31 @@ def print_carried(carried: dict[str, str]) -> None:
     for what in ("code", "python"):
         if what in carried:
             console.print(f"{what}: {carried[what]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def quicklinks(status: ServiceStatus) -> list[tuple[str, str]]:
+    """The service's quicklinks (name, URL), a URL whose host is an instance of the job (``tensorboard-0``, as
+    Submarine writes them) pointed at that instance's host as YARN reports it; as written where none is known."""
+    links = status.raw.get("quicklinks") or {}
+    hosts = {
+        c.component_instance_name: c.bare_host or c.ip or c.hostname
+        for comp in status.components
+        for c in comp.containers
+    }
+    shown = []
+    for name, url in sorted(links.items()) if isinstance(links, dict) else ():
+        parts = urlsplit(str(url))
+        host = hosts.get(parts.hostname or "")
+        if host:
+            url = urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))
+        shown.append((str(name), str(url)))
+    return shown
+
+
+def print_quicklinks(status: ServiceStatus) -> None:
+    """``NAME: URL`` for each quicklink of the job's service (:func:`quicklinks`)."""
+    for name, url in quicklinks(status):
+        console.print(f"{name}: {url}", markup=False, highlight=False, soft_wrap=True)
 
 
 def newest_app(yarn: YarnServiceClient, name: str) -> AppSummary | None:
