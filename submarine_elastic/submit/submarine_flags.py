@@ -153,7 +153,8 @@ _FILE_KEYS: dict[str, dict[str, str]] = {
 #: ``roles.<role>`` keys -> the parameter, by role (``{}``: the role's prefix).
 _ROLE_KEYS = {"resources": "{}_resources", "replicas": "num_{}", "launch_cmd": "{}_launch_cmd",
               "docker_image": "{}_docker_image"}  # fmt: skip
-_ROLE_NAMES = {"worker": "worker", "ps": "ps", "scheduler": "scheduler"}
+#: Each role's count parameter (``replicas``).
+_ROLE_COUNTS = {"worker": "num_workers", "ps": "num_ps", "scheduler": "num_schedulers"}
 _LISTS = {"env_pairs", "localizations", "quicklinks"}
 _SWITCHES = {"wait_job_finish", "distribute_keytab"}
 
@@ -181,14 +182,14 @@ def load_job_file(path: Path) -> dict[str, object]:
         where = f"-f {path}: {section}"
         if section == "roles":
             for role, keys in _mapping(body, where).items():
-                if role not in _ROLE_NAMES:
-                    raise SubmarineFlagError(f"{where}: unknown role {role!r} (known: {', '.join(_ROLE_NAMES)})", "-f")
+                if role not in _ROLE_COUNTS:
+                    raise SubmarineFlagError(f"{where}: unknown role {role!r} (known: {', '.join(_ROLE_COUNTS)})", "-f")
                 for key, value in _mapping(keys, f"{where}.{role}").items():
                     if key not in _ROLE_KEYS:
                         raise SubmarineFlagError(
                             f"{where}.{role}: unknown key {key!r} (known: {', '.join(_ROLE_KEYS)})", "-f"
                         )
-                    param = _ROLE_KEYS[key].format(_ROLE_NAMES[role])
+                    param = _ROLE_COUNTS[role] if key == "replicas" else _ROLE_KEYS[key].format(role)
                     values[param] = _typed(param, value, f"{where}.{role}.{key}")
             continue
         known = _FILE_KEYS.get(section)
