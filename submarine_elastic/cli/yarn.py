@@ -69,18 +69,24 @@ def yarn(cluster_dir: Path | None, args: tuple[str, ...]) -> None:
 
 
 def _forget(name: str) -> None:
-    """What ``submarine job kill`` removes of a job whose service Hadoop destroyed: its files here (and on HDFS),
-    its outcome record, the controller's entry; a name this machine never ran is nothing to remove."""
+    """What ``submarine job kill`` removes of a job whose service Hadoop destroyed (its files here and on HDFS,
+    its outcome record, the controller's entry), and its driver's state file; a name this machine never ran
+    is nothing to remove."""
     from submarine_elastic.cli.job import _controller_forgets, _job_files, _rm_url
-    from submarine_elastic.submit.jobspec import job_dir
+    from submarine_elastic.submit.jobspec import job_dir, outcome_path
     from submarine_elastic.submit.store import forget_job, forget_outcome
     from submarine_elastic.webhdfs import WebHdfsError
 
-    if not name or not job_dir(name).is_dir():
+    if not name:
+        return
+    outcome = outcome_path(name)
+    state = outcome.with_name(f"{name}.driver.json")  # where the job's driver kept its state beside the outcome
+    if not (job_dir(name).is_dir() or outcome.exists() or state.exists()):
         return
     try:
         forget_job(name, _job_files(_rm_url()))
         forget_outcome(name)
+        state.unlink(missing_ok=True)
     except (OSError, WebHdfsError) as exc:
         raise click.ClickException(f"job {name}'s service is destroyed but its files stay: {exc}") from exc
     _controller_forgets(name)
