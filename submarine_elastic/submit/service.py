@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,6 +361,13 @@ def tensorboard_of(flags: JobFlags) -> TensorBoard | None:
         base = flags.checkpoint_path.rstrip("/") if flags.checkpoint_path else str(job_dir(flags.name).resolve())
         logdir = f"{base}/{tb.SUBDIR}"
     resources = WorkerResources.parse(flags.tensorboard_resources, "--tensorboard_resources")
+    own_python = flags.python_env is None and not (flags.tensorboard_docker_image or flags.docker_image)
+    if own_python and importlib.util.find_spec("tensorboard") is None:
+        raise FlagError(
+            f"--tensorboard: the job's Python ({sys.executable}) has no tensorboard module to run; install it there "
+            "(pip install tensorboard), or run TensorBoard from --python_env or --tensorboard_docker_image",
+            "--tensorboard",
+        )
     return TensorBoard(logdir, resources, flags.tensorboard_docker_image)
 
 

@@ -3,6 +3,7 @@ submitted with why and what to run instead; resources in Submarine's grammar; it
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,14 @@ def jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "jobs"
 
 
+@pytest.fixture()
+def tensorboard_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``tensorboard`` module this interpreter finds (the job's Python must have one for --tensorboard)."""
+    (tmp_path / "site" / "tensorboard").mkdir(parents=True)
+    (tmp_path / "site" / "tensorboard" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
 def run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["job", "run", *args, "--workdir", str(Path.cwd())])
     return result.exit_code, " ".join(result.output.split())
@@ -82,6 +91,7 @@ def test_a_bad_resource_string_names_the_flag_and_what_is_wrong(text: str, why: 
         WorkerResources.parse(text, "--tensorboard_resources")
 
 
+@pytest.mark.usefixtures("tensorboard_installed")
 @responses.activate
 @pytest.mark.parametrize(
     ("args", "flag", "said"),
@@ -125,6 +135,7 @@ def test_submarines_quickstart_flags_reach_the_spec(monkeypatch: pytest.MonkeyPa
     assert worker["resource"] == {"cpus": 1, "memory": "2048"}
 
 
+@pytest.mark.usefixtures("tensorboard_installed")
 def test_tensorboard_is_a_component_bound_to_its_node_over_the_checkpoints_directory(tmp_path: Path) -> None:
     flags = JobFlags(name="mnist", worker_launch_cmd="python train.py", checkpoint_path="/shared/ckpt",
                      tensorboard="", tensorboard_resources="memory=2G,vcores=2", insecure=True)  # fmt: skip
@@ -142,12 +153,21 @@ def test_tensorboard_is_a_component_bound_to_its_node_over_the_checkpoints_direc
     assert 21000 <= port < 32000
 
 
+@pytest.mark.usefixtures("tensorboard_installed")
 def test_tensorboard_without_a_checkpoint_path_reads_the_jobs_directory(tmp_path: Path, jobs_dir: Path) -> None:
     req = request(JobFlags(name="mnist", worker_launch_cmd="python train.py", tensorboard="", insecure=True), tmp_path)
     assert req.tensorboard is not None
     assert req.tensorboard.logdir == f"{(jobs_dir / 'mnist').resolve()}/tensorboard"
     given = request(JobFlags(name="mnist", worker_launch_cmd="x", tensorboard="/tb/runs", insecure=True), tmp_path)
     assert given.tensorboard is not None and given.tensorboard.logdir == "/tb/runs"
+
+
+def test_tensorboard_is_refused_where_the_jobs_python_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # importlib.util.find_spec then finds none
+    with responses.RequestsMock():
+        code, out = run("--name", "mnist", "--worker_launch_cmd", "python train.py", "--tensorboard")
+    assert code == 2, out
+    assert f"the job's Python ({sys.executable}) has no tensorboard module" in out
 
 
 def test_job_show_points_an_instances_quicklink_at_its_host() -> None:
@@ -187,6 +207,7 @@ def test_keytab_distributed_travels_as_a_secret_else_its_path_is_named(tmp_path:
         request(JobFlags(keytab=tmp_path / "bad", **common), tmp_path)  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("tensorboard_installed")
 def test_the_job_file_sets_the_flags_the_command_line_leaves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job_file = tmp_path / "job.yaml"
     job_file.write_text(
