@@ -38,6 +38,8 @@ log = logging.getLogger("submarine_elastic.driver")
 ADOPT_WAIT_S = 20.0
 #: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
 ADOPT_RING_S = 120.0
+#: How the reason of a job whose whole ring was lost with no checkpoint begins (:attr:`Adopter.lost`).
+LOST = "the whole job was lost"
 
 
 class Adopter:
@@ -84,6 +86,13 @@ class Adopter:
         previous = self._previous
         if previous is None:
             return False
+        if previous.error.startswith(LOST):
+            # A predecessor concluded it already, and was relaunched before YARN ended the service: after a power
+            # loss a NodeManager relaunches the driver's container while the service's new ApplicationMaster
+            # attempt, which knows nothing of that container, starts another.
+            self.lost = previous.error
+            log.error("%s", self.lost)
+            return False
         self._registry.adopting = True
         # The ring's size it recorded last; a predecessor that died before it recorded its ring left its target.
         expected = previous.world_size or previous.target
@@ -114,11 +123,12 @@ class Adopter:
         )
         if adopted == 0 and previous.world_size and not env.settings().checkpoint_path and not fatal.is_set():
             self.lost = (
-                f"the whole job was lost: no worker of its ring of {previous.world_size} outlived the previous "
-                f"driver (every container of the job died at once, as in a power loss or a cluster restart), and it "
-                f"writes no checkpoint (--checkpoint_path): what it trained is lost; run it again, with "
-                f"--checkpoint_path to resume after such a loss"
+                f"{LOST}: no worker of its ring of {previous.world_size} outlived the previous driver (every "
+                f"container of the job died at once, as in a power loss or a cluster restart), and it writes no "
+                f"checkpoint (--checkpoint_path): what it trained is lost; run it again, with --checkpoint_path to "
+                f"resume after such a loss"
             )
+        if self.lost:
             log.error("%s", self.lost)
         self._registry.end_adoption()
         return False

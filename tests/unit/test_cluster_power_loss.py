@@ -4,6 +4,7 @@ tests/integration/test_power_loss.py)."""
 
 from __future__ import annotations
 
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,6 +14,10 @@ from submarine_elastic import resources
 from submarine_elastic.cluster.api import ClusterSpec, ClusterSpecChangedError, Daemon, QueueSpec
 from submarine_elastic.cluster.processes import clear_container_pid_files
 from submarine_elastic.cluster.state import ZK_DATA, StateFile, recovery
+from submarine_elastic.elastic.adoption import Adopter
+from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
+from submarine_elastic.protocol.api import WorkerState
+from submarine_elastic.protocol.records import DriverState
 
 SPEC = ClusterSpec(nodes=2, port_base=21000, queues=(QueueSpec("prod", 60), QueueSpec("research", 40)))
 
@@ -83,3 +88,45 @@ def test_a_new_application_master_waits_briefly_for_containers_that_are_gone():
     assert int(values["yarn.service.container-recovery.timeout.ms"] or 0) <= 30_000
     assert values["yarn.resourcemanager.recovery.enabled"] == "true"
     assert values["yarn.nodemanager.recovery.enabled"] == "true"
+
+
+def _relaunched_after_a_loss(previous: DriverState) -> tuple[Adopter, AgentRegistry]:
+    """A relaunched driver's adoption where its predecessor's ring is gone: as many new workers' agents attached
+    as it had (so the wait for that ring ends at once)."""
+    registry = AgentRegistry()
+    for i in range(previous.world_size or previous.target):
+        registry.add(AgentHandle(f"a{i}", f"worker-{i}", f"c-new-{i}", "h", state=WorkerState.WARM))
+    return Adopter(registry, previous, 1), registry
+
+
+def test_a_whole_ring_lost_without_a_checkpoint_ends_the_job_naming_what_was_lost(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SUBMARINE_CHECKPOINT_PATH", raising=False)
+    adopter, _registry = _relaunched_after_a_loss(DriverState(app="a", target=2, world_size=2))
+    assert not adopter.await_ring(threading.Event())
+    assert adopter.lost.startswith("the whole job was lost: no worker of its ring of 2")
+    assert "--checkpoint_path" in adopter.lost
+
+
+def test_a_whole_ring_lost_with_a_checkpoint_forms_a_new_ring(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", str(tmp_path / "ckpt"))
+    adopter, registry = _relaunched_after_a_loss(DriverState(app="a", target=2, world_size=2))
+    assert not adopter.await_ring(threading.Event())
+    assert adopter.lost == "" and not registry.adopting
+
+
+def test_a_predecessor_that_never_formed_a_ring_lost_nothing(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SUBMARINE_CHECKPOINT_PATH", raising=False)
+    adopter, _registry = _relaunched_after_a_loss(DriverState(app="a", target=1, world_size=0))
+    assert not adopter.await_ring(threading.Event())
+    assert adopter.lost == ""
+
+
+def test_a_loss_a_predecessor_concluded_is_concluded_again(monkeypatch: pytest.MonkeyPatch):
+    # After a power loss the NodeManager relaunches the driver's container, which ends the job; the service's new
+    # ApplicationMaster, which never knew that container, starts another driver: it ends the job the same way.
+    monkeypatch.delenv("SUBMARINE_CHECKPOINT_PATH", raising=False)
+    first, _registry = _relaunched_after_a_loss(DriverState(app="a", target=1, world_size=1))
+    first.await_ring(threading.Event())
+    again, _registry = _relaunched_after_a_loss(DriverState(app="a", target=1, world_size=0, error=first.lost))
+    assert not again.await_ring(threading.Event())
+    assert again.lost == first.lost
