@@ -69,3 +69,29 @@ def test_a_name_column_is_as_wide_as_its_longest_name() -> None:
     text = console.export_text()
     assert "root.research.deep-learning" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_job_list_at_80_columns_keeps_names_and_application_ids_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from submarine_elastic.cli import job as job_cli
+    from submarine_elastic.yarn.api import AppSummary
+
+    apps = [AppSummary("application_1764650000000_0042", "elastic-mnist-with-a-long-name", "RUNNING", "research-user")]
+
+    class _Yarn:
+        def __enter__(self) -> _Yarn:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def list(self) -> list[AppSummary]:
+            return apps
+
+    console = Console(width=80, record=True, color_system=None)
+    monkeypatch.setattr(job_cli, "console", console)
+    monkeypatch.setattr(job_cli, "_yarn", _Yarn)
+    result = CliRunner().invoke(cli, ["job", "list"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    text = console.export_text()
+    assert "elastic-mnist-with-a-long-name" in text and "application_1764650000000_0042" in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80
