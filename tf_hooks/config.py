@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 from submarine_elastic import env
 from submarine_elastic.limits import INSTANCE, JOB_NAME, MAX_POINTS_PER_BATCH
 from tf_hooks.api import MetricsConfigError
+from tf_hooks.tensorboard import run_directory
 
 if TYPE_CHECKING:
     from tf_hooks.api import MetricsSink, NoiseSource
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 class ConnectionOptions(TypedDict, total=False):
     """Where and how a hook reports: :meth:`MetricsConfig.from_env`'s keywords, which both hooks take too.
 
-    The first six left out (or None) are read from the environment (``submarine_elastic.env``); the
-    others (the tuning of :class:`MetricsConfig`) keep its defaults. ``tls_ca`` is a PEM file's path.
+    The first seven left out (or None) are read from the environment (``submarine_elastic.env``); the
+    others (the tuning of :class:`MetricsConfig`) keep its defaults. ``tls_ca`` is a PEM file's path;
+    ``tensorboard_dir`` the job's TensorBoard directory, where rank 0's steps are written too.
     """
 
     endpoint: str | None
@@ -28,6 +30,7 @@ class ConnectionOptions(TypedDict, total=False):
     token: str | None
     tls_ca: str | Path | None
     every_n: int | None
+    tensorboard_dir: str | Path | None
     queue_size: int
     max_stream_points: int
     max_batch_points: int
@@ -39,7 +42,7 @@ class ConnectionOptions(TypedDict, total=False):
 
 
 #: The options read from the environment when left out; the others tune :class:`MetricsConfig`.
-_FROM_ENV = frozenset({"endpoint", "job_id", "instance", "token", "tls_ca", "every_n"})
+_FROM_ENV = frozenset({"endpoint", "job_id", "instance", "token", "tls_ca", "every_n", "tensorboard_dir"})
 
 
 class ReportingOptions(ConnectionOptions, total=False):
@@ -69,7 +72,8 @@ class MetricsConfig:
     seconds, or as soon as ``max_stream_points`` steps wait, in batches of ``max_batch_points``
     (the service takes at most ``MAX_POINTS_PER_BATCH`` a batch), fewer where a batch would pass the
     ``MAX_REPORT_MESSAGE_BYTES`` the service receives (steps with many user metrics), and at most
-    ``MAX_ACK_KEYS`` incarnations a stream.
+    ``MAX_ACK_KEYS`` incarnations a stream. ``tensorboard_dir`` (None: none) is where rank 0's steps are
+    also written as TensorBoard scalars (``tf_hooks.tensorboard``), whether or not there is an endpoint.
     """
 
     endpoint: str | None = None
@@ -79,6 +83,7 @@ class MetricsConfig:
     tls: bool = False
     tls_ca: bytes | None = None
     every_n: int = 1
+    tensorboard_dir: Path | None = None
     queue_size: int = 10_000
     max_stream_points: int = 4096
     max_batch_points: int = 4096
@@ -140,6 +145,7 @@ class MetricsConfig:
             raise MetricsConfigError(f"unknown metrics setting(s): {', '.join(sorted(unknown))}")
         endpoint, job_id, instance = options.get("endpoint"), options.get("job_id"), options.get("instance")
         token, tls_ca, every_n = options.get("token"), options.get("tls_ca"), options.get("every_n")
+        tensorboard = options.get("tensorboard_dir")
         tuning = {name: value for name, value in options.items() if name not in _FROM_ENV and value is not None}
         settings = env.settings()
         try:
@@ -161,6 +167,7 @@ class MetricsConfig:
             tls=ca is not None or settings.metrics_tls_on(),
             tls_ca=ca,
             every_n=every,
+            tensorboard_dir=run_directory(tensorboard if tensorboard is not None else settings.tensorboard_dir),
             **tuning,  # type: ignore[arg-type]
         )
 

@@ -161,10 +161,21 @@ class _Retryable(Exception):
 
 
 def make_sink(config: MetricsConfig) -> MetricsSink:
-    """A :class:`GrpcSink` for ``config``, or a :class:`NullSink` when it names no endpoint.
+    """A :class:`GrpcSink` for ``config``, or a :class:`NullSink` when it names no endpoint; with a
+    ``tensorboard_dir``, beside a :class:`~tf_hooks.tensorboard.TensorBoardSink` writing rank 0's steps there.
 
     Never blocks: connecting happens in the sender thread.
     """
+    sink = _service_sink(config)
+    if config.tensorboard_dir is None:
+        return sink
+    from tf_hooks.tensorboard import FanoutSink, TensorBoardSink
+
+    board = TensorBoardSink(config.tensorboard_dir, queue_size=config.queue_size)
+    return board if isinstance(sink, NullSink) else FanoutSink(sink, board, queue_size=config.queue_size)
+
+
+def _service_sink(config: MetricsConfig) -> MetricsSink:
     if not config.enabled:
         return NullSink()
     try:

@@ -67,6 +67,7 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.records import DriverState, JobOutcome, StateKeeper
 from submarine_elastic.rpc import ServerTls
 from submarine_elastic.yarn import ContainerStatus, ServiceBackend, YarnError
+from tf_hooks.tensorboard import DecisionLog
 
 log = logging.getLogger("submarine_elastic.driver")
 
@@ -147,6 +148,8 @@ class JobDriver:
         if previous is None and state_file is not None:
             self._note_restart(state_file, app)
         self._state_keeper = StateKeeper(state_file) if state_file is not None else None
+        #: each client's target as taken, in the job's TensorBoard run (``SUBMARINE_TENSORBOARD_DIR``)
+        self.decisions = DecisionLog.from_env()
         #: carries out the targets, one at a time, in version order (its thread runs :meth:`Resizer.loop`)
         self.resizer = Resizer(
             self.registry,
@@ -313,13 +316,16 @@ class JobDriver:
             FlexRefusedError: it is refused (naming why).
         """
         self.resizer.forget_preemption()
-        return self.targets.take(
+        taken, previous = self.targets.take(
             target,
             self.limits,
             self.batch_limits,
             (a.instance for a in self.registry.snapshot()),
             on_batch=self._relay_batch,
         )
+        if self.decisions is not None:
+            self.decisions.note(taken, previous)
+        return taken, previous
 
     def _relay_batch(self, target: pb.Target) -> None:
         """A target that changes the job's batch (called in version order): sent to every attached agent, which
