@@ -50,6 +50,7 @@ from tf_hooks.elastic import rules
 from tf_hooks.elastic.optimizer import NOISE_OP_NAME
 from tf_hooks.elastic.ring import init_horovod
 from tf_hooks.emulate import EmulatedAccelerator
+from tf_hooks.saved_model import export, export_path
 from tf_hooks.sender import make_sink
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ def main() -> None:
     args = parse_args()
     # Refused before TensorFlow loads: an emulated accelerator needs a profile and a GPU in the container.
     device = EmulatedAccelerator.for_job(args.emulate) if args.emulate else None
+    saved_model = export_path()  # submarine job run --saved_model_path: refused now if it cannot be written
     import tensorflow as tf
 
     x_all, y_all, x_eval, y_eval = load_data(args.data, args.samples, args.seed)
@@ -365,6 +367,8 @@ def main() -> None:
                 break
 
     train(state)
+    if saved_model is not None and hvd.rank() == 0:
+        export(model, saved_model)  # after the last commit: the weights every rank ends with
     state.close(timeout=60.0)  # a checkpoint still being written (submarine job run --checkpoint_path)
     metrics.close(timeout=5.0)
     logits = model(x_eval, training=False)

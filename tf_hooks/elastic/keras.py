@@ -233,6 +233,9 @@ class ElasticKerasTrainer:
             lost every worker resumes from (:class:`~tf_hooks.elastic.state.ElasticState`): None, the
             job's ``SUBMARINE_CHECKPOINT_PATH`` if set; False, never; a directory; or a
             :class:`~tf_hooks.elastic.checkpoint.Checkpointer`.
+        saved_model_path: where rank 0 exports the trained model as a SavedModel at the end of :meth:`fit`
+            (:mod:`tf_hooks.saved_model`): None, the job's ``SUBMARINE_SAVED_MODEL_PATH`` if set; False,
+            never; a directory. Checked here, before training.
         compile_kwargs: more arguments to ``model.compile``.
 
     Raises:
@@ -240,6 +243,7 @@ class ElasticKerasTrainer:
         ValueError: unusable data, ``batches_per_commit`` < 1, or a learning-rate schedule (the rule
             and the schedule would both set the rate).
         CheckpointConfigError: an unusable checkpoint setting (named).
+        SavedModelError: the saved model's path cannot be written (named).
     """
 
     def __init__(
@@ -258,8 +262,12 @@ class ElasticKerasTrainer:
         check_sync: bool = True,
         checkpoint: Checkpointer | str | os.PathLike[str] | bool | None = None,
         gradient_noise: Any = True,
+        saved_model_path: str | os.PathLike[str] | bool | None = None,
         **compile_kwargs: Any,
     ) -> None:
+        from tf_hooks.saved_model import export_path
+
+        self.saved_model_path = export_path(saved_model_path)
         keras = model_keras(model)
         if len(x) != len(y) or len(x) < 1:
             raise ValueError(f"x and y must hold the same number (>= 1) of samples, got {len(x)} and {len(y)}")
@@ -346,7 +354,8 @@ class ElasticKerasTrainer:
         batch setting), on this rank's share of the data from the committed cursor. ``callbacks`` run
         after the trainer's and before the commit (their ``on_epoch_end`` also runs at the end of a
         ``fit`` that a batch setting cut short). ``stop``, asked on rank 0 after each epoch, ends
-        training early on every rank when it returns True.
+        training early on every rank when it returns True. With a saved model path, rank 0 then exports the
+        trained model there (blocking while TensorFlow writes it).
 
         Returns the per-epoch history (committed with the state, so a joiner has it too): the
         epoch, ring size, global batch, learning rate, wall time and the rank-averaged logs.
@@ -358,6 +367,7 @@ class ElasticKerasTrainer:
             RanksDivergedError: the ranks' weights differ at an epoch end.
             ElasticKerasError: TensorFlow failed in ``fit`` other than in a Horovod collective.
             CheckpointReadError: the newest checkpoint cannot be read or does not fit this model.
+            SavedModelError: the trained model cannot be exported (named).
             Whatever else ``model.fit`` raises that is not a resize or a lost peer.
         """
         from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
@@ -394,7 +404,12 @@ class ElasticKerasTrainer:
             history: list[dict[str, Any]] = state.history
             return history
 
-        return train(self.state)
+        history = train(self.state)
+        if self.saved_model_path is not None and hvd.rank() == 0:
+            from tf_hooks.saved_model import export
+
+            export(self.model, self.saved_model_path)
+        return history
 
     def close(self, timeout: float | None = None) -> None:
         """Waits for the checkpoint being written, if any, then flushes and stops the metrics callback's
