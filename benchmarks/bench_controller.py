@@ -1,13 +1,15 @@
-"""The controller's cost as the cluster grows: decision latency and memory from 10 to 500 jobs, and the
-simulator's wall time and memory from 160 to 1,600 jobs.
+"""The controller's cost as the cluster grows: decision latency and memory from 10 to 1,000 jobs (4,000 GPUs)
+under every built-in pair of job policy and arbiter, and the simulator's wall time and memory from 160 to
+1,600 jobs.
 
 Controller: N synthetic jobs stream step points into the metrics store (as the gRPC service would hold them,
 with step times that grow with the ring and a gradient noise scale, so the goodput model has what it reads
 live); each round closes a metrics window and runs one controller round (``ControllerService.tick``): read
 every job's size and metrics, build the snapshot, run the policy engine, record each decision in SQLite, and
-send the flex call. Every round one job leaves and one arrives to a full cluster (3 slots per job), so the
-arbiter resizes several jobs. The job backend answers at once, so what is measured is the controller's own
-work. Latency: per decision, from the window closed to its flex call sent; per round, the whole round. The
+send the flex call. Every round one job leaves and one arrives to a full cluster (4 slots per job, 4,000 at
+1,000 jobs), so the arbiter resizes several jobs. ``--policy all`` runs every built-in pair
+(:func:`builtin_pairs`: each job policy with each arbiter). The job backend answers at once, so what is
+measured is the controller's own work. Latency: per decision, from the window closed to its flex call sent; per round, the whole round. The
 first round, which sizes every job at once (N decisions), is reported apart and left out of the
 percentiles; beside the wall time, the CPU time of the round (all threads), which other load on the machine
 does not inflate. Between rounds the controller's loop runs the cycle collector
@@ -19,12 +21,12 @@ processes.
 Simulator: k copies of the Pollux workloads 1-4 in turn (160 jobs each, renamed) on a cluster k times the
 16x4 GPUs of one, so the load per GPU stays that of one workload; wall time, CPU time and peak memory of one
 ``goodput+goodput`` run, each in a fresh process (peak memory: the process's peak resident set over its size
-before the run).
+before the run). The growth table gives b in cost ~ jobs^b between each count and the next, and overall.
 
 Writes ``benchmarks/results/controller.json``, ``controller.md`` and ``controller.png``.
 
-Run: ``.venv/bin/python benchmarks/bench_controller.py [--jobs 10,50,100,250,500] [--rounds 30]
-[--policy greedy+fair-share --policy goodput+goodput] [--sim-jobs 160,320,800,1600] [--quick]``
+Run: ``.venv/bin/python benchmarks/bench_controller.py [--jobs 10,100,250,500,1000] [--rounds 30]
+[--policy greedy+fair-share --policy goodput+goodput | --policy all] [--sim-jobs 160,320,800,1600] [--quick]``
 """
 
 from __future__ import annotations
@@ -55,8 +57,23 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_P99_MS = 100.0
-SLOTS_PER_JOB = 3
+TARGET_JOBS = 1000
+SIM_TARGET_S = 30.0
+SIM_TARGET_GROWTH = 1.2
+SLOTS_PER_JOB = 4
 WORKLOAD_JOBS = 160
+DEFAULT_POLICIES = ["greedy+fair-share", "goodput+goodput"]
+
+
+def builtin_pairs() -> list[str]:
+    """Every built-in job policy with every built-in arbiter, as ``job-policy+arbiter``."""
+    from submarine_elastic.policy import ClusterArbiter, JobPolicy
+    from submarine_elastic.policy.loader import BUILTIN_POLICIES, load_policy_class
+
+    classes = {name: load_policy_class(name) for name in sorted(BUILTIN_POLICIES)}
+    jobs = [name for name, cls in classes.items() if issubclass(cls, JobPolicy)]
+    arbiters = [name for name, cls in classes.items() if issubclass(cls, ClusterArbiter)]
+    return [f"{j}+{a}" for a in arbiters for j in jobs]
 
 
 class InstantCluster(JobBackend):
@@ -273,6 +290,19 @@ def _growth(points: list[tuple[int, float]]) -> float | None:
     return round(math.log(v1 / v0) / math.log(n1 / n0), 2)
 
 
+def _growth_steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """b in cost ~ jobs^b from each simulator count to the next, of the wall and the CPU time."""
+    return [
+        {
+            "from": a["jobs"],
+            "to": b["jobs"],
+            "wall_b": _growth([(a["jobs"], a["wall_s"]), (b["jobs"], b["wall_s"])]),
+            "cpu_b": _growth([(a["jobs"], a["cpu_s"]), (b["jobs"], b["cpu_s"])]),
+        }
+        for a, b in zip(rows, rows[1:], strict=False)
+    ]
+
+
 def _counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
@@ -285,9 +315,9 @@ def _counts(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=_counts, default=[10, 50, 100, 250, 500], help="controller job counts")
+    parser.add_argument("--jobs", type=_counts, default=[10, 100, 250, 500, 1000], help="controller job counts")
     parser.add_argument("--rounds", type=int, default=30, help="controller rounds after the first")
-    parser.add_argument("--policy", action="append", help="job-policy+arbiter (repeatable)")
+    parser.add_argument("--policy", action="append", help="job-policy+arbiter (repeatable), or all")
     parser.add_argument("--sim-jobs", type=_counts, default=[160, 320, 800, 1600], help="simulator job counts")
     parser.add_argument("--quick", action="store_true", help="10 and 50 jobs, 160 and 320 in the simulator")
     parser.add_argument(
@@ -302,7 +332,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    policies = args.policy or ["greedy+fair-share", "goodput+goodput"]
+    policies = args.policy or DEFAULT_POLICIES
+    if "all" in policies:
+        policies = builtin_pairs()
     if args.one_controller is not None:
         print(json.dumps(measure_controller(args.one_controller, args.rounds, policies[0], memory=args.memory)))
         return
@@ -311,17 +343,20 @@ def main() -> None:
         return
     counts, sim_counts = ([10, 50], [160, 320]) if args.quick else (args.jobs, args.sim_jobs)
 
+    load_start = round(psutil.getloadavg()[0], 2)
     kept: dict[str, Any] = {}
     if args.part != "all":
         kept = json.loads((RESULTS / "controller.json").read_text())
-    controller: dict[str, list[dict[str, Any]]] = kept.get("controller", {}) if args.part == "simulator" else {}
+    # --part keeps the last file's rows: another part's, and this part's for the pairs and counts not run now
+    controller: dict[str, list[dict[str, Any]]] = kept.get("controller", {})
     for spec in policies if args.part != "simulator" else ():
-        controller[spec] = []
+        rows = {r["jobs"]: r for r in controller.get(spec, [])}
         for n in counts:
             row = _in_fresh_process("--one-controller", str(n), "--rounds", str(args.rounds), "--policy", spec)
             traced = _in_fresh_process("--one-controller", str(n), "--rounds", "5", "--policy", spec, "--memory")
             row["heap_mib"] = traced["heap_mib"]
-            controller[spec].append(row)
+            rows[n] = row
+            controller[spec] = [rows[k] for k in sorted(rows)]
             print(
                 f"controller {spec} {n:4d} jobs: decision p50 {row['decision_ms']['median']} ms, "
                 f"p99 {row['decision_ms']['p99']} ms, round p99 {row['round_ms']['p99']} ms "
@@ -341,10 +376,15 @@ def main() -> None:
     results = {
         "machine": {
             "cpus": psutil.cpu_count(),
+            "load_average_start": load_start,
             "load_average": round(psutil.getloadavg()[0], 2),
             "python": platform.python_version(),
         },  # fmt: skip
+        "slots_per_job": SLOTS_PER_JOB,
         "target_p99_ms": TARGET_P99_MS,
+        "target_jobs": TARGET_JOBS,
+        "simulator_target_s": SIM_TARGET_S,
+        "simulator_target_growth": SIM_TARGET_GROWTH,
         "controller": controller,
         "simulator": simulator,
         "growth_exponent": {
@@ -361,8 +401,10 @@ def main() -> None:
                 for spec, rows in controller.items()
             },
             "simulator wall": _growth([(r["jobs"], r["wall_s"]) for r in simulator]),
+            "simulator CPU": _growth([(r["jobs"], r["cpu_s"]) for r in simulator]),
             "simulator memory": _growth([(r["jobs"], r["peak_mib_over_base"]) for r in simulator]),
         },
+        "simulator_growth_steps": _growth_steps(simulator),
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -378,55 +420,107 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_m, ax_s) = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, (ax_t, ax_c, ax_m, ax_s) = plt.subplots(1, 4, figsize=(19, 4.6))
     for spec, rows in results["controller"].items():
         n = [r["jobs"] for r in rows]
-        ax_t.plot(n, [r["decision_ms"]["p99"] for r in rows], marker="o", label=f"{spec} decision p99")
-        ax_t.plot(n, [r["decision_ms"]["median"] for r in rows], marker=".", linestyle="--", label=f"{spec} p50")
+        ax_t.plot(n, [r["decision_ms"]["p99"] for r in rows], marker="o", label=spec)
+        ax_c.plot(n, [r["round_cpu_ms"]["median"] for r in rows], marker="o", label=spec)
         ax_m.plot(n, [r["heap_mib"] for r in rows], marker="o", label=spec)
-    ax_t.axhline(results["target_p99_ms"], color="grey", linestyle=":", label="target p99")
-    ax_t.set(xlabel="jobs", ylabel="ms", title="controller: window closed -> flex call sent")
+    for ax in (ax_t, ax_c):
+        ax.axhline(results["target_p99_ms"], color="grey", linestyle=":", label="target")
+    ax_t.set(xlabel="jobs", ylabel="ms", title="decision p99 (wall, under load)")
+    ax_c.set(xlabel="jobs", ylabel="ms", title="round CPU p50")
     ax_m.set(xlabel="jobs", ylabel="MiB", title="controller: Python heap held")
     sim = results["simulator"]
     ax_s.plot([r["jobs"] for r in sim], [r["wall_s"] for r in sim], marker="o", label="wall s")
+    ax_s.plot([r["jobs"] for r in sim], [r["cpu_s"] for r in sim], marker="^", label="CPU s")
     ax_s.plot([r["jobs"] for r in sim], [r["peak_mib_over_base"] for r in sim], marker="s", label="peak MiB")
+    ax_s.axhline(results.get("simulator_target_s", SIM_TARGET_S), color="grey", linestyle=":", label="target s")
     ax_s.set(xlabel="jobs (cluster grown with them)", title="simulator, goodput+goodput")
-    for ax in (ax_t, ax_m, ax_s):
+    for ax in (ax_t, ax_c, ax_m, ax_s):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    for ax in (ax_t, ax_s):
+        ax.legend(fontsize=6, ncol=2 if ax is ax_t else 1)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
+def _targets(results: dict[str, Any]) -> list[str]:
+    """Each target, met or missed, with its figure."""
+    out = []
+    at = results.get("target_jobs", TARGET_JOBS)
+    limit = results["target_p99_ms"]
+    for spec, rows in results["controller"].items():
+        row = next((r for r in rows if r["jobs"] == at), None)
+        if row is None or row["decision_ms"]["p99"] is None:
+            continue
+        p99, cpu = row["decision_ms"]["p99"], row["round_cpu_ms"]["p99"]
+        verdict = "met" if p99 < limit else "missed"
+        out.append(
+            f"- {spec} at {at} jobs: decision p99 {p99} ms (round CPU p99 {cpu} ms), target under {limit:.0f} ms: "
+            f"{verdict}{'' if p99 < limit or cpu >= limit else ' on the wall clock; met in CPU time'}"
+        )
+    sim = results["simulator"]
+    if sim:
+        top = sim[-1]
+        cap = results.get("simulator_target_s", SIM_TARGET_S)
+        out.append(
+            f"- simulator at {top['jobs']} jobs: {top['wall_s']} s wall ({top['cpu_s']} s CPU), target under "
+            f"{cap:.0f} s: {'met' if top['wall_s'] < cap else 'missed'}"
+            f"{'' if top['wall_s'] < cap or top['cpu_s'] >= cap else ' on the wall clock; met in CPU time'}"
+        )
+        growth = results["growth_exponent"].get("simulator CPU")
+        most = results.get("simulator_target_growth", SIM_TARGET_GROWTH)
+        if growth is not None:
+            out.append(
+                f"- simulator growth: CPU time ~ jobs^{growth} (wall ^{results['growth_exponent']['simulator wall']}), "
+                f"target at most ^{most}: {'met' if growth <= most else 'missed'}"
+            )
+    return out
+
+
 def _markdown(results: dict[str, Any], rounds: int) -> str:
     m = results["machine"]
+    slots = results.get("slots_per_job", SLOTS_PER_JOB)
     lines = [
         "# The controller's cost as the cluster grows",
         "",
-        f"{m['cpus']} CPUs, load average {m['load_average']} at the end, Python {m['python']}. Each row a fresh "
-        f"process. Controller: {SLOTS_PER_JOB} slots per job, {rounds} rounds after the first (one departure and "
+        f"{m['cpus']} CPUs shared with other work, load average {m.get('load_average_start')} at the start and "
+        f"{m['load_average']} at the end, Python {m['python']}: the wall figures carry that load, the CPU "
+        "figures (this process's own time) much less. Each row a fresh process. Controller: "
+        f"{slots} slots per job ({slots * results.get('target_jobs', TARGET_JOBS)} GPUs at "
+        f"{results.get('target_jobs', TARGET_JOBS)} jobs), the rounds given after the first (one departure and "
         "one arrival each), job backend answers at once; the first round (every job sized at once) apart. "
-        f"Target: decision p99 under {results['target_p99_ms']:.0f} ms at 500 jobs.",
+        f"Target: decision p99 under {results['target_p99_ms']:.0f} ms at {results.get('target_jobs', TARGET_JOBS)} "
+        "jobs with every built-in pair.",
         "",
-        "| policy | jobs | decisions | decision p50 ms | decision p99 ms | round p50 ms | round p99 ms "
+        "## Targets",
+        "",
+        *_targets(results),
+        "",
+        "## Controller",
+        "",
+        "| policy | jobs | rounds | decisions | decision p50 ms | decision p99 ms | round p50 ms | round p99 ms "
         "| round CPU p50 ms | round CPU p99 ms | collection between rounds CPU p50, p99 ms "
         "| first round (decisions, ms) | heap MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for spec, rows in results["controller"].items():
         for r in rows:
             between = r.get("between_rounds_cpu_ms") or {"median": None, "p99": None}
             lines.append(
-                f"| {spec} | {r['jobs']} | {r['decisions']} | {r['decision_ms']['median']} | {r['decision_ms']['p99']} "
-                f"| {r['round_ms']['median']} | {r['round_ms']['p99']} | {r['round_cpu_ms']['median']} "
-                f"| {r['round_cpu_ms']['p99']} | {between['median']}, {between['p99']} "
+                f"| {spec} | {r['jobs']} | {r.get('rounds', rounds)} | {r['decisions']} | {r['decision_ms']['median']} "
+                f"| {r['decision_ms']['p99']} | {r['round_ms']['median']} | {r['round_ms']['p99']} "
+                f"| {r['round_cpu_ms']['median']} | {r['round_cpu_ms']['p99']} | {between['median']}, {between['p99']} "
                 f"| {r['first_round']['decisions']}, {r['first_round']['round_ms']} "
                 f"| {r['heap_mib']} |"
             )
     lines += [
         "",
-        "Simulator, goodput+goodput, k copies of the Pollux workloads 1-4 on k x 16x4 GPUs:",
+        "## Simulator",
+        "",
+        "goodput+goodput, k copies of the Pollux workloads 1-4 on k x 16x4 GPUs:",
         "",
         "| jobs | GPUs | rounds | finished | wall s | CPU s | peak MiB over base |",
         "|---|---|---|---|---|---|---|",
@@ -436,7 +530,12 @@ def _markdown(results: dict[str, Any], rounds: int) -> str:
             f"| {r['jobs']} | {r['gpus']} | {r['rounds']} | {r['finished']} | {r['wall_s']} | {r['cpu_s']} "
             f"| {r['peak_mib_over_base']} |"
         )
-    lines += ["", "Growth, b in cost ~ jobs^b between the smallest and largest count:", ""]
+    steps = results.get("simulator_growth_steps") or []
+    if steps:
+        lines += ["", "Growth from each count to the next, b in cost ~ jobs^b:", ""]
+        lines += ["| jobs | b of wall | b of CPU |", "|---|---|---|"]
+        lines += [f"| {g['from']} -> {g['to']} | {g['wall_b']} | {g['cpu_b']} |" for g in steps]
+    lines += ["", "## Growth", "", "b in cost ~ jobs^b between the smallest and largest count:", ""]
     lines += [f"- {k}: {v}" for k, v in results["growth_exponent"].items()]
     lines += ["", "![cost by job count](controller.png)"]
     return "\n".join(lines) + "\n"

@@ -203,7 +203,27 @@ def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: 
     return found
 
 
+#: The last tables made, by the identity of the job's view (held, so the id is not reused) and what else they
+#: depend on: a round asks for each job's twice (its job policy's proposal, then the arbiter; two instances
+#: where both are goodput), on the same view. A cache, not state: cleared past :data:`_CACHE_SIZE`.
+_table_cache: dict[tuple[int, int | None, int, bool], tuple[JobView, tuple[StepTime, ...], _Table]] = {}
+
+
 def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int, explore: bool) -> _Table:
+    """:func:`_made_table`, made once per job view and measured configurations."""
+    measured = tuple(measured)
+    key = (id(job), slots, initial, explore)
+    hit = _table_cache.get(key)
+    if hit is not None and hit[0] is job and hit[1] == measured:
+        return hit[2]
+    if len(_table_cache) >= _CACHE_SIZE:
+        _table_cache.clear()
+    table = _made_table(job, measured, slots, initial, explore)
+    _table_cache[key] = (job, measured, table)
+    return table
+
+
+def _made_table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int, explore: bool) -> _Table:
     cap = worker_cap(job, measured, initial, explore=explore)
     if measured:
         best = _best(job, tuple(measured), slots, cap, explore)
@@ -277,15 +297,19 @@ def _cheapest(dp: np.ndarray, ks: np.ndarray, values: np.ndarray) -> tuple[np.nd
     """One step of the arbiter's dynamic programme: for every room ``c``, the least ``dp[c - ks[j]] + values[j]``
     (inf where no option fits) and the first ``j`` that gives it. One pass over the rooms per option (a job has
     a few), not a rooms x options matrix."""
-    best = np.full(len(dp), np.inf)
-    pick = np.zeros(len(dp), dtype=np.int64)
+    n = len(dp)
+    best = np.full(n, np.inf)
+    pick = np.zeros(n, dtype=np.int64)
+    cand = np.empty(n)  # scratch, written in place: no arrays made per option, no fancy indexing
+    better = np.empty(n, dtype=bool)
     for j, (k, value) in enumerate(zip(ks.tolist(), values.tolist(), strict=True)):
-        if k >= len(dp):
+        if k >= n:
             continue
-        cand = dp[: len(dp) - k] + value
-        better = cand < best[k:]
-        best[k:][better] = cand[better]
-        pick[k:][better] = j
+        c, b = cand[: n - k], better[: n - k]
+        np.add(dp[: n - k], value, out=c)
+        np.less(c, best[k:], out=b)
+        np.copyto(best[k:], c, where=b)
+        np.copyto(pick[k:], j, where=b)
     return best, pick
 
 

@@ -35,7 +35,8 @@ class StepHistory:
         kept = self.jobs.setdefault(job.job_id, {})
         given = job.metrics.configurations
         before = self._seen.get(job.job_id)
-        if before is not None and len(before) == len(given) and all(a is b for a, b in zip(before, given, strict=True)):
+        if before is not None and (before is given or (len(given) <= MAX_CONFIGURATIONS and before == given)):
+            # what was merged last: merged again, equal configurations (all of them kept) leave the history as is
             return tuple(kept.values())
         self._seen[job.job_id] = given
         known = tuple(kept.values())
