@@ -9,10 +9,10 @@ every job's size and metrics, build the snapshot, run the policy engine, record 
 send the flex call. Every round one job leaves and one arrives to a full cluster (4 slots per job, 4,000 at
 1,000 jobs), so the arbiter resizes several jobs. ``--policy all`` runs every built-in pair
 (:func:`builtin_pairs`: each job policy with each arbiter). The job backend answers at once, so what is
-measured is the controller's own work. Latency: per decision, from the window closed to its flex call sent; per round, the whole round. The
-first round, which sizes every job at once (N decisions), is reported apart and left out of the
-percentiles; beside the wall time, the CPU time of the round (all threads), which other load on the machine
-does not inflate. Between rounds the controller's loop runs the cycle collector
+measured is the controller's own work. Latency: per decision, from the window closed to its flex call sent;
+per round, the whole round. The first round, which sizes every job at once (N decisions), is reported apart
+and left out of the percentiles; beside the wall time, the CPU time of the round (all threads), which other
+load on the machine does not inflate. Between rounds the controller's loop runs the cycle collector
 (``ControllerService.collect_garbage``): the benchmark does too, outside the round, and reports its CPU time
 apart. Memory: what the controller and its metrics store hold on the Python heap after the rounds (tracemalloc,
 in a second run of 5 rounds, apart so that tracing does not slow the timed one). Each job count runs in fresh
@@ -63,15 +63,21 @@ SIM_TARGET_GROWTH = 1.2
 SLOTS_PER_JOB = 4
 WORKLOAD_JOBS = 160
 DEFAULT_POLICIES = ["greedy+fair-share", "goodput+goodput"]
+#: The built-in job policies that need options, with the ones the benchmark runs them with.
+CONFIGURED = {
+    "composite": "composite(policies=[convergence, scaling-efficiency])",
+    "utility": "utility(price_per_worker_hour=1.0, value_per_sample=0.001)",
+}
 
 
 def builtin_pairs() -> list[str]:
-    """Every built-in job policy with every built-in arbiter, as ``job-policy+arbiter``."""
+    """Every built-in job policy with every built-in arbiter, as ``job-policy+arbiter``; the two that take no
+    defaults as :data:`CONFIGURED` gives them."""
     from submarine_elastic.policy import ClusterArbiter, JobPolicy
     from submarine_elastic.policy.loader import BUILTIN_POLICIES, load_policy_class
 
     classes = {name: load_policy_class(name) for name in sorted(BUILTIN_POLICIES)}
-    jobs = [name for name, cls in classes.items() if issubclass(cls, JobPolicy)]
+    jobs = [CONFIGURED.get(name, name) for name, cls in classes.items() if issubclass(cls, JobPolicy)]
     arbiters = [name for name, cls in classes.items() if issubclass(cls, ClusterArbiter)]
     return [f"{j}+{a}" for a in arbiters for j in jobs]
 

@@ -197,6 +197,14 @@ class BestConfigs:
         return result
 
 
+@functools.lru_cache(maxsize=1024)
+def _batch_grid(low: int, high: int) -> Floats:
+    """The candidate global batches from ``low`` to ``high`` (geometric, rounded), made once per range: read-only."""
+    grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)))
+    grid.setflags(write=False)
+    return grid
+
+
 class GoodputModel:
     """One job's goodput model, built from its :class:`~submarine_elastic.policy.api.JobView` and the step
     times measured so far (the view's own, or a longer history a policy kept).
@@ -255,7 +263,7 @@ class GoodputModel:
         low, high = self.batch_range
         if high <= low:
             return np.array([float(low)])
-        grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)))
+        grid = _batch_grid(low, high)
         current = self.job.metrics.batch_size
         if current is not None and low <= current <= high:
             grid = np.unique(np.append(grid, float(current)))
