@@ -62,10 +62,23 @@ def yarn(cluster_dir: Path | None, args: tuple[str, ...]) -> None:
         raise click.ClickException(str(exc)) from exc
     import os
 
-    done = subprocess.run(cmd, env={**os.environ, **added}, check=False, stdout=sys.stdout, stderr=sys.stderr)
-    if done.returncode == 0 and args[0] in ("app", "application") and "-destroy" in args:
+    returncode = _run(cmd, {**os.environ, **added})
+    if returncode == 0 and args[0] in ("app", "application") and "-destroy" in args:
         _forget(args[args.index("-destroy") + 1] if args.index("-destroy") + 1 < len(args) else "")
-    sys.exit(done.returncode)
+    sys.exit(returncode)
+
+
+def _run(cmd: list[str], environ: dict[str, str]) -> int:
+    """Runs Hadoop's client on this process's standard output and error (passed through as the JVM writes them,
+    or, where they are no files, as captured text); returns its exit code."""
+    try:
+        sys.stdout.fileno(), sys.stderr.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        done = subprocess.run(cmd, env=environ, check=False, capture_output=True, text=True)
+        click.echo(done.stdout, nl=False)
+        click.echo(done.stderr, nl=False, err=True)
+        return done.returncode
+    return subprocess.run(cmd, env=environ, check=False).returncode
 
 
 def _forget(name: str) -> None:

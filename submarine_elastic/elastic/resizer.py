@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from submarine_elastic.elastic.reconcile import (
     Member,
@@ -140,15 +140,26 @@ class Resizer:
         no failure is counted. The job grows back when capacity returns (:meth:`grow_back`)."""
         if agent.state not in (WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING):
             return  # leaving or gone on the driver's word already: its container goes as asked
-        if agent.instance not in self._yarn_leavers:
-            self.on_yarn(*self._sync.worker())  # an operator's flex down through YARN stops containers too
-        if agent.instance in self._yarn_leavers:
-            log.info("%s's container is stopped by YARN: an operator's change through YARN", agent.instance)
-            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
-                self._registry.move(agent.agent_id, WorkerState.LEAVING)
-            return
         live = [Member(a.instance, a.number) for a in self._registry.snapshot()
                 if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
+        others = [a for a in self._registry.available() if a is not agent]
+        # The ring cannot re-form without it when fewer than --min_workers would stay. Withdrawn, it would have
+        # Horovod interrupt the ring for a removal only, after which the ranks skip their state sync; but Horovod
+        # then waits for enough workers and re-forms with the replacement, which does sync: it waits in a
+        # broadcast the others never join while they wait in their next allreduce (the ring hung). Left in the
+        # ring, it is lost like a failed worker: the others roll back to their last commit and re-form, synced,
+        # with the replacement YARN starts; no failure is counted.
+        stays = len(others) < self._limits.min and agent.state is WorkerState.RUNNING
+        if not stays and agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+            # Out of the ring before anything is asked of YARN: its process leaves at its next commit, and one
+            # that ends while Horovod still counts it in the ring ends the whole job (a clean exit is the job's).
+            self._registry.move(agent.agent_id, WorkerState.LEAVING)
+        if agent.instance not in self._yarn_leavers:
+            # An operator's flex down through YARN stops containers too.
+            self.on_yarn(*self._sync.worker(), live=live)
+        if agent.instance in self._yarn_leavers:
+            log.info("%s's container is stopped by YARN: an operator's change through YARN", agent.instance)
+            return
         if agent.instance in stopped_by_the_scale_in(live, self._targets.workers, self._sync.removing):
             # More workers than the target and this is one YARN stops on its way down to it (a container it
             # allocated late for an earlier, larger target): the driver's own scale-in carried out, not a
@@ -156,26 +167,15 @@ class Resizer:
             log.info(
                 "%s's container is stopped by YARN on the way to %d workers", agent.instance, self._targets.workers
             )
-            if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
-                self._registry.move(agent.agent_id, WorkerState.LEAVING)
             return
         log.warning("%s is preempted by YARN (%s)", agent.instance, reason)
         agent.preempted = True
-        others = [a for a in self._registry.available() if a is not agent]
-        if len(others) < self._limits.min and agent.state is WorkerState.RUNNING:
-            # The ring cannot re-form without it (fewer than --min_workers would stay). Withdrawn, it would have
-            # Horovod interrupt the ring for a removal only, after which the ranks skip their state sync; but
-            # Horovod then waits for enough workers and re-forms with the replacement, which does sync: it waits
-            # in a broadcast the others never join while they wait in their next allreduce (the ring hung).
-            # Left in the ring, it is lost like a failed worker: the others roll back to their last commit and
-            # re-form, synced, with the replacement YARN starts; no failure is counted.
+        if stays:
             log.warning(
                 "%s stays in the ring until it is gone: without it fewer than --min_workers (%d) would be left",
                 agent.instance,
                 self._limits.min,
             )
-        elif agent.state in (WorkerState.WARM, WorkerState.RUNNING):
-            self._registry.move(agent.agent_id, WorkerState.LEAVING)
         with self._lock:
             if self.preempted_from is None:
                 self.preempted_from = self._targets.requested
@@ -223,20 +223,24 @@ class Resizer:
         except FlexRefusedError as exc:
             log.error("cannot grow back to %d workers: %s", target, exc)
 
-    def on_yarn(self, worker: ComponentStatus | None, generation: int) -> YarnChange | None:
+    def on_yarn(
+        self, worker: ComponentStatus | None, generation: int, *, live: Sequence[Member] | None = None
+    ) -> YarnChange | None:
         """YARN's worker component as read at ``generation`` (:meth:`YarnSync.worker`): when its desired count is
         not the one the driver gave it, and the driver neither reconciles nor gave YARN a count since the read,
         someone else changed it. Within the job's limits it is the operator's target (taken like a client's, with
         the instances YARN stops named as the leavers); outside, it is refused, kept in the timeline with why, and
-        YARN put back. Returns what was done (None: nothing to do)."""
+        YARN put back. ``live``: the job's live workers as they were before a worker YARN stops was withdrawn
+        (default: as they are). Returns what was done (None: nothing to do)."""
         if worker is None:
             return None
         with self._yarn_lock:
             ours = self._sync.count
             if ours is None or self._sync.reconciling or generation != self._sync.generation:
                 return None
-            live = [Member(a.instance, a.number) for a in self._registry.snapshot()
-                    if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
+            if live is None:
+                live = [Member(a.instance, a.number) for a in self._registry.snapshot()
+                        if a.state in LIVE_STATES and not a.preempted]  # fmt: skip
             change = yarn_change(
                 worker.number_of_containers,
                 ours,

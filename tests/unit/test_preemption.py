@@ -23,7 +23,15 @@ from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_th
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
-from submarine_elastic.yarn import ComponentTarget, ContainerState, ContainerStatus, NodeReport, QueueReport
+from submarine_elastic.yarn import (
+    ComponentStatus,
+    ComponentTarget,
+    ContainerState,
+    ContainerStatus,
+    NodeReport,
+    QueueReport,
+    ServiceStatus,
+)
 
 #: A training process that leaves when its agent sends anything (a Leave) on its channel.
 LEAVES_WHEN_TOLD = (
@@ -131,6 +139,11 @@ class RecordingYarn:
 
     def queues(self) -> list[QueueReport]:
         return self.free_queues
+
+    def status(self, name: str) -> ServiceStatus:
+        """The worker component at the count the driver set last: nobody else changed it."""
+        workers = ComponentStatus("worker", "STABLE", self.targets[-1][0] if self.targets else None)
+        return ServiceStatus(name, "STABLE", components=(workers,))
 
     def nodes(self, states: Sequence[str] = ("RUNNING",)) -> list[NodeReport]:
         return self.free_nodes
