@@ -371,6 +371,7 @@ class LiveReplay:
         record.attained_gpu_s = record.attained(now)
         record.holding_since = None
         record.suspending = True
+        record.resuming = False  # stopped again before its start showed: its next stop is a suspension
         record.stopped_s.append(now)
         self._note(
             record, now, record.job.workers, 0, f"tiresias preempts it ({record.attained_gpu_s:.0f} GPU-s attained)"
