@@ -21,6 +21,8 @@ driver ends the job with that reason instead of training again from step 0.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import time
 
@@ -29,7 +31,7 @@ from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_regist
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.protocol.api import Adoption, AgentState, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
-from submarine_elastic.protocol.records import DriverState
+from submarine_elastic.protocol.records import WHOLE_JOB_LOST, DriverState
 
 log = logging.getLogger("submarine_elastic.driver")
 
@@ -38,8 +40,8 @@ log = logging.getLogger("submarine_elastic.driver")
 ADOPT_WAIT_S = 20.0
 #: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
 ADOPT_RING_S = 120.0
-#: How the reason of a job whose whole ring was lost with no checkpoint begins (:attr:`Adopter.lost`).
-LOST = "the whole job was lost"
+#: A checkpoint's file name (``tf_hooks.elastic.checkpoint``): its commit count.
+_CHECKPOINT = re.compile(r"ckpt-(\d{12})\.npz")
 
 
 class Adopter:
@@ -52,6 +54,8 @@ class Adopter:
         self._min_workers = min_workers
         #: Why the job cannot go on ('' while it can): its whole ring was lost and no checkpoint holds its state.
         self.lost = ""
+        #: What a new ring resumes from when the whole ring was lost ('' when it was not), for the timeline.
+        self.resumed = ""
 
     def admit(self, agent: AgentHandle, resume: pb.Resume | None, *, incarnation: int, ring_formed: bool) -> str:
         """Sets a (re-)attaching agent's state from where it says its process stands (``resume``; None: a new
@@ -86,7 +90,7 @@ class Adopter:
         previous = self._previous
         if previous is None:
             return False
-        if previous.error.startswith(LOST):
+        if previous.error.startswith(WHOLE_JOB_LOST):
             # A predecessor concluded it already, and was relaunched before YARN ended the service: after a power
             # loss a NodeManager relaunches the driver's container while the service's new ApplicationMaster
             # attempt, which knows nothing of that container, starts another.
@@ -121,9 +125,16 @@ class Adopter:
             if adopted == 0
             else "",
         )
-        if adopted == 0 and previous.world_size and not env.settings().checkpoint_path and not fatal.is_set():
+        checkpoints = env.settings().checkpoint_path
+        if adopted == 0 and previous.world_size and checkpoints and not fatal.is_set():
+            self.resumed = (
+                f"{WHOLE_JOB_LOST}: no worker of its ring of {previous.world_size} outlived the previous driver; a new "
+                f"ring {newest_checkpoint(checkpoints)}"
+            )
+            log.warning("%s", self.resumed)
+        elif adopted == 0 and previous.world_size and not checkpoints and not fatal.is_set():
             self.lost = (
-                f"{LOST}: no worker of its ring of {previous.world_size} outlived the previous driver (every "
+                f"{WHOLE_JOB_LOST}: no worker of its ring of {previous.world_size} outlived the previous driver (every "
                 f"container of the job died at once, as in a power loss or a cluster restart), and it writes no "
                 f"checkpoint (--checkpoint_path): what it trained is lost; run it again, with --checkpoint_path to "
                 f"resume after such a loss"
@@ -150,3 +161,17 @@ class Adopter:
         else:
             log.warning("the adopted ring did not register with this driver within %.0f s", ADOPT_RING_S)
         self._registry.end_adoption()
+
+
+def newest_checkpoint(directory: str) -> str:
+    """What a new ring resumes from, said for the job's timeline: the newest checkpoint in ``directory`` (by the
+    commit count in its name) where the driver can list it, else the directory."""
+    try:
+        commits = sorted(int(m.group(1)) for name in os.listdir(directory) if (m := _CHECKPOINT.fullmatch(name)))
+    except FileNotFoundError:
+        commits = []
+    except OSError:
+        return f"resumes from the newest checkpoint in {directory}"
+    if not commits:
+        return f"starts from step 0: no checkpoint in {directory} yet"
+    return f"resumes from the newest checkpoint, of commit {commits[-1]} ({directory})"

@@ -526,6 +526,8 @@ class JobDriver:
         if self.adoption.lost:
             self.error = self.adoption.lost
             return self._end(server, 1)
+        if self.adoption.resumed:
+            self.targets.noted(0, self.target, self.adoption.resumed)
         if adopting:
             self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
         else:

@@ -25,6 +25,11 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 log = logging.getLogger("submarine_elastic.driver")
 
+#: How a driver's words on a job lost whole begin (every worker with the driver, as in a power loss): the reason a
+#: job without checkpoints ends with (``DriverState.error``), or the timeline entry of a new ring that resumes
+#: from a checkpoint; ``job show`` finds them by it.
+WHOLE_JOB_LOST = "the whole job was lost"
+
 _M = TypeVar("_M", bound=Message)
 
 

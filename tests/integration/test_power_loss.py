@@ -161,7 +161,10 @@ def test_after_a_power_loss_cluster_up_resumes_each_job_from_its_checkpoint(
             assert len(status.incarnations) == 2 and status.incarnations[1].adopted_workers == 0, status
             shown = " ".join(submarine(rm, "job", "show", kept).split())
             assert "driver: incarnation 2 " in shown, shown
-            assert "no worker of the previous ring came back" in shown, shown
+            resumed = f"a new ring resumes from the newest checkpoint, of commit {ckpt_commit}"
+            assert (
+                f"the whole job was lost: no worker of its ring of 2 outlived the previous driver; {resumed}" in shown
+            )
 
             # The job without checkpoints ends, saying what was lost.
             def ended() -> bool:

@@ -109,9 +109,26 @@ def test_a_whole_ring_lost_without_a_checkpoint_ends_the_job_naming_what_was_los
 
 def test_a_whole_ring_lost_with_a_checkpoint_forms_a_new_ring(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", str(tmp_path / "ckpt"))
+    for commits in (10, 5):
+        (tmp_path / "ckpt").mkdir(exist_ok=True)
+        (tmp_path / "ckpt" / f"ckpt-{commits:012d}.npz").write_bytes(b"")
+    (tmp_path / "ckpt" / ".ckpt-000000000015.npz.tmp").write_bytes(b"")  # one being written: not whole yet
     adopter, registry = _relaunched_after_a_loss(DriverState(app="a", target=2, world_size=2))
     assert not adopter.await_ring(threading.Event())
     assert adopter.lost == "" and not registry.adopting
+    assert adopter.resumed == (
+        "the whole job was lost: no worker of its ring of 2 outlived the previous driver; a new ring resumes from "
+        f"the newest checkpoint, of commit 10 ({tmp_path / 'ckpt'})"
+    )
+
+
+def test_a_ring_lost_before_its_first_checkpoint_starts_from_step_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", str(tmp_path / "ckpt"))
+    adopter, _registry = _relaunched_after_a_loss(DriverState(app="a", target=1, world_size=1))
+    assert not adopter.await_ring(threading.Event())
+    assert adopter.lost == "" and adopter.resumed.endswith(
+        f"starts from step 0: no checkpoint in {tmp_path / 'ckpt'} yet"
+    )
 
 
 def test_a_predecessor_that_never_formed_a_ring_lost_nothing(monkeypatch: pytest.MonkeyPatch):
