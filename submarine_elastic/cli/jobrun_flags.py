@@ -303,11 +303,14 @@ def job_flags(params: dict[str, Any]) -> tuple[JobFlags, list[str]]:
 
 def verbose_logging() -> None:
     """``--verbose``: the project's debug log on stderr for this command."""
+    logger = logging.getLogger("submarine_elastic")
+    logger.setLevel(logging.DEBUG)
+    if any(getattr(h, "submarine_verbose", False) for h in logger.handlers):
+        return  # a second job run in one process (tests) logs once
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    logger = logging.getLogger("submarine_elastic")
+    handler.submarine_verbose = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
 
 
 def refused(exc: FlagError) -> click.ClickException:
