@@ -26,6 +26,10 @@ the ring and the summed one, every SUBMARINE_NOISE_EVERY steps) and reports it w
 controller running `--policy goodput` sees it and can choose the job's batch. Nothing is measured with one
 worker: a step's gradient is then its only one.
 
+With `job run --tensorboard` (SUBMARINE_TENSORBOARD_DIR) rank 0's steps also go to the job's TensorBoard run
+(tf_hooks.tensorboard, through make_sink); with `--saved_model_path` (SUBMARINE_SAVED_MODEL_PATH) rank 0 exports
+the trained model there as a SavedModel once training ends (tf_hooks.saved_model; the path is checked first).
+
 Run it on the pseudo-cluster:
     submarine job run --name demo --elastic --num_workers 2 --min_workers 1 --max_workers 3 \\
         --worker_launch_cmd 'python examples/train_elastic.py --epochs 20'

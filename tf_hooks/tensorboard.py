@@ -187,7 +187,6 @@ class TensorBoardSink(MetricsSink):
         self.directory = directory
         self._interval = flush_interval
         self._records: deque[StepRecord] = deque(maxlen=queue_size)
-        self._handed = 0
         self._sources: list[Callable[[], list[StepBlock | int]]] = []
         self._lock = threading.Lock()  # one write at a time: the thread's, flush()'s or close()'s
         self._file: EventFile | None = None
@@ -205,7 +204,6 @@ class TensorBoardSink(MetricsSink):
             self._dropped += 1
             return
         self._records.append(record)
-        self._handed += 1
 
     def add_source(self, drain: Callable[[], list[StepBlock | int]]) -> Callable[[], None]:
         with self._lock:
@@ -221,7 +219,7 @@ class TensorBoardSink(MetricsSink):
             self._stop.set()
             self._wake.set()
             self._thread.join(timeout)
-            self._write_now(timeout)
+            self._write_now(max(timeout, 1.0))  # the last steps: a local write, worth a second
             with self._lock:
                 if self._file is not None:
                     self._file.close()
@@ -368,9 +366,10 @@ class FanoutSink(MetricsSink):
         return all([sink.flush(max(0.0, deadline - time.monotonic())) for sink in self.sinks])
 
     def close(self, timeout: float) -> SenderStats:
+        """Closes the last sinks (local files) first, so that a slow service cannot take their time."""
         deadline = time.monotonic() + timeout
-        stats = [sink.close(max(0.0, deadline - time.monotonic())) for sink in self.sinks]
-        return stats[0]
+        stats = [sink.close(max(0.0, deadline - time.monotonic())) for sink in reversed(self.sinks)]
+        return stats[-1]
 
     def stats(self) -> SenderStats:
         return self.sinks[0].stats()
@@ -400,9 +399,9 @@ class DecisionLog:
             return None
         return cls(directory) if directory is not None else None
 
-    def note(self, target: pb.Target, workers_before: int, wall_time: float | None = None) -> None:
-        """``target`` as taken while the job had ``workers_before`` as its target: its workers, its batch (when
-        it sets one) and a line with its reason, at its version."""
+    def note(self, target: pb.Target, in_force: int, wall_time: float | None = None) -> None:
+        """``target`` as taken while the job's ring was sized ``in_force``: its workers, its batch (when it sets
+        one) and a line with its reason, at its version; at ``wall_time``, else the time it was taken, else now."""
         try:
             with self._lock:
                 if self._file is None and not self._failed:
@@ -410,9 +409,9 @@ class DecisionLog:
                     self._failed = self._file is None
                 if self._file is None:
                     return
-                now = time.time() if wall_time is None else wall_time
+                now = wall_time if wall_time is not None else (target.time or time.time())
                 values = {DECISION_WORKERS: float(target.workers)}
-                line = f"workers {workers_before} -> {target.workers}"
+                line = f"target {target.workers} workers ({in_force} in force)"
                 if target.HasField("batch_size"):
                     values[DECISION_BATCH] = float(target.batch_size)
                     line += f", global batch {target.batch_size}"

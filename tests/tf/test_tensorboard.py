@@ -206,7 +206,7 @@ def test_decisions_read_back_with_their_reasons_beside_the_training(board: Board
     assert [(s, v) for s, v, _ in board.scalars("decisions", tb.DECISION_BATCH, 1)] == [(2, 128.0)]
     texts = board.texts("decisions", tb.DECISION_REASON, 3)
     assert [s for s, _ in texts] == [1, 2, 3]
-    assert "workers 2 -&gt; 3: goodput: 3 workers 1.8x faster" in texts[0][1]
-    assert "workers 3 -&gt; 3, global batch 128: goodput: batch 128" in texts[1][1]
+    assert "target 3 workers (2 in force): goodput: 3 workers 1.8x faster" in texts[0][1]
+    assert "target 3 workers (3 in force), global batch 128: goodput: batch 128" in texts[1][1]
     assert "removing worker-2: an arrival needs room" in texts[2][1]
     assert len(board.scalars("decisions", tb.LOSS, 4)) == 4  # the training's steps stay in the run
