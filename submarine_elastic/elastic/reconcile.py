@@ -64,7 +64,8 @@ def target_problem(
         )
         if problem is not None:
             return problem
-    unknown = [name for name in target.remove if name not in set(known)]
+    names = set(known)
+    unknown = [name for name in target.remove if name not in names]
     if unknown:
         return f"unknown worker instances: {', '.join(unknown)}"
     return None

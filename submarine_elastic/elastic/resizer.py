@@ -266,5 +266,9 @@ class Resizer:
                     change.target, self._limits, self._batch_limits, (a.instance for a in self._registry.snapshot())
                 )
             except FlexRefusedError as exc:
-                log.error("cannot take the change through YARN: %s", exc)
+                refused = f"{change.target.reason}: refused ({exc}), YARN put back to {ours}"
+                log.error("%s", refused)
+                self._yarn_leavers = set()
+                self._targets.noted(change.desired, ours, refused)
+                self._targets.put_back(refused)
             return change

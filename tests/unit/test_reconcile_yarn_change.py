@@ -66,3 +66,12 @@ def test_a_refusal_is_kept_in_the_timeline_and_the_count_queued_again_under_its_
     assert (event.from_workers, event.to_workers, event.reason) == (5, 2, "refused")
     queued = book.next(timeout=0)
     assert queued is not None and queued.workers == 2 and queued.version == 0
+
+
+def test_a_target_may_remove_several_known_instances():
+    from submarine_elastic.elastic.reconcile import target_problem
+    from submarine_elastic.protocol.proto import elastic_pb2 as pb
+
+    target = pb.Target(workers=1, remove=["worker-1", "worker-2"])
+    known = (name for name in ("worker-0", "worker-1", "worker-2"))  # read once, as the driver passes them
+    assert target_problem(target, LIMITS, None, known) is None
