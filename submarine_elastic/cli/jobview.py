@@ -14,7 +14,7 @@ from rich.text import Text
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.protocol.api import JobPhase, WorkerState
-from submarine_elastic.protocol.records import WHOLE_JOB_LOST
+from submarine_elastic.protocol.records import RING_GONE
 from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import AppSummary, ServiceStatus, YarnError, YarnServiceClient
 
@@ -186,7 +186,7 @@ def print_driver_view(st: pb.JobStatus) -> None:
             f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
         )
         # The whole job was lost at once (every container killed, a power loss, a cluster restarted): what from.
-        lost = [e for e in st.timeline if e.reason.startswith(WHOLE_JOB_LOST) and e.time >= now.started]
+        lost = [e for e in st.timeline if e.reason.startswith(RING_GONE) and e.time >= now.started]
         if lost:
             console.print(lost[-1].reason, markup=False, highlight=False)
     # A GPU job's workers also show the minor numbers of their node's devices their training process sees.

@@ -99,4 +99,7 @@ def recovery(state: StateFile, spec: ClusterSpec, zk_data: Path) -> tuple[bool, 
         )
     if not zk_data.is_dir():
         return False, f"ZooKeeper's data ({zk_data}) is gone, and with it the RM's applications: starting afresh"
-    return True, "ZooKeeper's data (the RM's applications), the NodeManagers' recovery state and HDFS kept"
+    kept = ["ZooKeeper's data (the RM's applications)", "the NodeManagers' recovery state"]
+    kept += ["HDFS"] if spec.hdfs else []
+    kept += ["the Kerberos realm"] if spec.secure else []
+    return True, f"{', '.join(kept[:-1])} and {kept[-1]} kept"

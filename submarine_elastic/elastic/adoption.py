@@ -31,7 +31,7 @@ from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_regist
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
 from submarine_elastic.protocol.api import Adoption, AgentState, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
-from submarine_elastic.protocol.records import WHOLE_JOB_LOST, DriverState
+from submarine_elastic.protocol.records import RING_GONE, WHOLE_JOB_LOST, DriverState
 
 log = logging.getLogger("submarine_elastic.driver")
 
@@ -128,7 +128,7 @@ class Adopter:
         checkpoints = env.settings().checkpoint_path
         if adopted == 0 and previous.world_size and checkpoints and not fatal.is_set():
             self.resumed = (
-                f"{WHOLE_JOB_LOST}: no worker of its ring of {previous.world_size} outlived the previous driver; a new "
+                f"{RING_GONE} (a ring of {previous.world_size}; the whole job was lost, or stopped, at once): a new "
                 f"ring {newest_checkpoint(checkpoints)}"
             )
             log.warning("%s", self.resumed)

@@ -25,10 +25,12 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
 log = logging.getLogger("submarine_elastic.driver")
 
-#: How a driver's words on a job lost whole begin (every worker with the driver, as in a power loss): the reason a
-#: job without checkpoints ends with (``DriverState.error``), or the timeline entry of a new ring that resumes
-#: from a checkpoint; ``job show`` finds them by it.
+#: How the reason a job lost whole ends with begins (every worker gone with the driver, as in a power loss, and no
+#: checkpoint: ``DriverState.error``); a later driver incarnation finds it by it.
 WHOLE_JOB_LOST = "the whole job was lost"
+#: How the timeline entry of a new ring that a relaunched driver forms, none of its predecessor's workers left
+#: (lost, or the job stopped and started again), begins; ``job show`` finds it by it.
+RING_GONE = "no worker of its ring outlived the previous driver"
 
 _M = TypeVar("_M", bound=Message)
 

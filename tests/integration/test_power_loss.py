@@ -162,9 +162,8 @@ def test_after_a_power_loss_cluster_up_resumes_each_job_from_its_checkpoint(
             shown = " ".join(submarine(rm, "job", "show", kept).split())
             assert "driver: incarnation 2 " in shown, shown
             resumed = f"a new ring resumes from the newest checkpoint, of commit {ckpt_commit}"
-            assert (
-                f"the whole job was lost: no worker of its ring of 2 outlived the previous driver; {resumed}" in shown
-            )
+            assert "no worker of its ring outlived the previous driver (a ring of 2; " in shown, shown
+            assert resumed in shown, shown
 
             # The job without checkpoints ends, saying what was lost.
             def ended() -> bool:

@@ -35,7 +35,7 @@ def test_a_dead_cluster_with_its_state_is_started_again(tmp_path: Path):
     state = _died(tmp_path)
     again, why = recovery(state, SPEC, tmp_path / ZK_DATA)
     assert again
-    assert "ZooKeeper's data" in why and "recovery state" in why
+    assert why == "ZooKeeper's data (the RM's applications) and the NodeManagers' recovery state kept"
 
 
 def test_nothing_recorded_starts_afresh_silently(tmp_path: Path):
@@ -117,8 +117,8 @@ def test_a_whole_ring_lost_with_a_checkpoint_forms_a_new_ring(monkeypatch: pytes
     assert not adopter.await_ring(threading.Event())
     assert adopter.lost == "" and not registry.adopting
     assert adopter.resumed == (
-        "the whole job was lost: no worker of its ring of 2 outlived the previous driver; a new ring resumes from "
-        f"the newest checkpoint, of commit 10 ({tmp_path / 'ckpt'})"
+        "no worker of its ring outlived the previous driver (a ring of 2; the whole job was lost, or stopped, at "
+        f"once): a new ring resumes from the newest checkpoint, of commit 10 ({tmp_path / 'ckpt'})"
     )
 
 
