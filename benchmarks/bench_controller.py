@@ -7,7 +7,7 @@ with step times that grow with the ring and a gradient noise scale, so the goodp
 live); each round closes a metrics window and runs one controller round (``ControllerService.tick``): read
 every job's size and metrics, build the snapshot, run the policy engine, record each decision in SQLite, and
 send the flex call. Every round one job leaves and one arrives to a full cluster (4 slots per job, 4,000 at
-1,000 jobs), so the arbiter resizes several jobs. ``--policy all`` runs every built-in pair
+1,000 jobs), needing 6 workers at least, so the arbiter resizes several jobs. ``--policy all`` runs every built-in pair
 (:func:`builtin_pairs`: each job policy with each arbiter). The job backend answers at once, so what is
 measured is the controller's own work. Latency: per decision, from the window closed to its flex call sent;
 per round, the whole round. The first round, which sizes every job at once (N decisions), is reported apart
@@ -61,6 +61,8 @@ TARGET_JOBS = 1000
 SIM_TARGET_S = 30.0
 SIM_TARGET_GROWTH = 1.2
 SLOTS_PER_JOB = 4
+#: The workers an arriving job needs (at least): more than a departure frees, so the arbiter shrinks others.
+ARRIVAL = SLOTS_PER_JOB + 2
 WORKLOAD_JOBS = 160
 DEFAULT_POLICIES = ["greedy+fair-share", "goodput+goodput"]
 #: The built-in job policies that need options, with the ones the benchmark runs them with.
@@ -188,7 +190,7 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
                 del cluster.sizes[leaving]
                 arriving = f"job-{next_id:04d}"
                 next_id += 1
-                service.job_submitted(arriving, 2, 8, 4)
+                service.job_submitted(arriving, ARRIVAL, 8, ARRIVAL)
             cluster.sent.clear()
             window_closed, cpu0 = time.perf_counter(), time.process_time()
             recorded = service.tick()
@@ -204,7 +206,7 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
                 per_decision += sent
                 decisions += len(recorded)
             if arriving is not None:
-                cluster.sizes.setdefault(arriving, 4)
+                cluster.sizes.setdefault(arriving, ARRIVAL)
             collect0 = time.process_time()
             service.collect_garbage()  # as the controller's loop does between rounds
             if r > 0:
@@ -215,6 +217,7 @@ def measure_controller(jobs: int, rounds: int, spec: str, *, memory: bool = Fals
         service.store.close()
     return {
         "jobs": jobs,
+        "slots_per_job": SLOTS_PER_JOB,
         "policy": spec,
         "rounds": rounds,
         "decisions": decisions,
@@ -354,7 +357,11 @@ def main() -> None:
     if args.part != "all":
         kept = json.loads((RESULTS / "controller.json").read_text())
     # --part keeps the last file's rows: another part's, and this part's for the pairs and counts not run now
-    controller: dict[str, list[dict[str, Any]]] = kept.get("controller", {})
+    controller: dict[str, list[dict[str, Any]]] = {
+        spec: same  # rows of another cluster shape (slots per job) are not kept
+        for spec, rows in kept.get("controller", {}).items()
+        if (same := [r for r in rows if r.get("slots_per_job") == SLOTS_PER_JOB])
+    }
     for spec in policies if args.part != "simulator" else ():
         rows = {r["jobs"]: r for r in controller.get(spec, [])}
         for n in counts:
