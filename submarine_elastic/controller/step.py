@@ -10,8 +10,9 @@ what changes out (:class:`Step`). In order it
 2. counts what each job holds (:func:`count_fixed` with ``--capacity`` slots, else :func:`count_yarn`);
 3. builds the policy's :class:`~submarine_elastic.policy.Snapshot` and asks ``decide`` (the policy engine);
 4. turns each decision into a record to store and a target to send (:func:`sends`), none for a busy job;
-5. lowers the target of a job that asks for more than fits (:func:`lower_short`): a running job's once it has
-   asked for ``settle`` seconds, a job that has not started (no ring seen yet) at once.
+5. lowers the target of a job that asks for more than fits once it has asked for ``settle`` seconds
+   (:func:`lower_short`): a running job's, and a job's that has not started (no ring seen yet, its driver
+   answering), counted from the first round it asks, not from its ring's first report.
 
 The service (:mod:`.service`) observes, runs the step, and carries out what it returns.
 """
@@ -449,12 +450,14 @@ def lower_short(
     now: float,
     settle: float,
 ) -> tuple[list[Follow], list[Send], dict[str, tuple[int, float]]]:
-    """Bring a job's target down to what fits (at least its minimum): an open YARN request would take the next
-    room that frees, whoever the arbiter gives it to. A running job's once it has asked for more for ``settle``
-    seconds (YARN's view of it may lag a heartbeat); a job that has not started (``room.unstarted``) at once,
-    since every GPU it waits for is one the arbiter may mean for another job, and the arbiter sizes it once
-    its ring reports. Returns the pending decisions this supersedes (noted stalled), the lowered targets, and
-    since when each job asks for more."""
+    """Bring a job's target down to what fits (at least its minimum) once it has asked for more for ``settle``
+    seconds: an open YARN request would take the next room that frees, whoever the arbiter gives it to. The
+    wait is YARN's lag (a container allocated shows in its service's status a heartbeat or two after the room
+    it took left the nodes' free room): a job whose containers are being placed is not lowered. A job that has
+    not started (``room.unstarted``) is lowered the same way, ``settle`` seconds after it first asked, not
+    after its ring reports (its startup, tens of seconds, during which its requests took the GPUs that freed);
+    the arbiter sizes it once its ring reports. Returns the pending decisions this supersedes (noted stalled),
+    the lowered targets, and since when each job asks for more."""
     stalls: list[Follow] = []
     out: list[Send] = []
     since_now: dict[str, tuple[int, float]] = {}
@@ -468,8 +471,7 @@ def lower_short(
         since_now[job.job_id] = (job.run, since)
         fits, why = room.short[job.job_id]
         to = max(fits, job.min_workers)
-        wait = 0.0 if job.job_id in room.unstarted else settle
-        if now - since < wait or job.job_id in decided or entry.sending or entry.unadopted or to >= job.target:
+        if now - since < settle or job.job_id in decided or entry.sending or entry.unadopted or to >= job.target:
             continue
         # A grow still pending cannot converge in the room there is: it stalls, and this supersedes it.
         converging = entry.converging

@@ -172,11 +172,12 @@ def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_n
     assert count_yarn(jobs, {}, ClusterRoom((), {}, None)) == Room(0, {}, {})
 
 
-def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
+def test_a_job_that_has_not_started_is_lowered_to_what_fits_once_it_has_asked_the_settle_time() -> None:
     """An arrival asking for more than is free would have YARN give it the next GPUs that free, whoever the arbiter
-    means them for: before its ring has ever reported it is lowered to what fits (at least its minimum) in the
-    round it is counted, not ``settle`` seconds later. A job whose ring was seen before and is re-forming (its
-    driver relaunched) is not lowered."""
+    means them for: before its ring has ever reported, once its driver answers, it counts as short, and it is
+    lowered to what fits (at least its minimum) ``settle`` seconds after it first asked (YARN's view of its
+    containers lags the nodes' free room), not ``settle`` seconds after its ring reports (its whole startup
+    later). A job whose ring was seen before and is re-forming (its driver relaunched) is not lowered."""
     unit = Resources(1024, 1)
     cluster = ClusterRoom(
         nodes=(NodeResources("n0", free=Resources(1024, 1)),),
@@ -191,6 +192,9 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
     assert room.holding["new"] == Held(0, 1) and room.short["new"][0] == 1
     assert room.unstarted == {"new"} and "back" not in room.short
     stalls, out, since = lower_short(jobs, room, set(), {}, 100.0, 10.0)
+    assert (stalls, out, since) == ([], [], {"new": (1, 100.0)})  # asks from now on: not lowered yet
+    waited = {"new": Tracked(short_since=(1, 100.0))}
+    stalls, out, since = lower_short(jobs, room, set(), waited, 110.0, 10.0)
     assert stalls == [] and since == {"new": (1, 100.0)}
     assert [(s.record.job_id, s.record.from_workers, s.record.to_workers, s.changes) for s in out] == [
         ("new", 8, 1, {"target": 1})
@@ -200,16 +204,19 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_at_once() -> None:
     full = replace(cluster, slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}))
     two = replace(new, min_workers=2)
     room = count_yarn([job("a", 3), two], {"a": 3, "new": None}, full, answered={"new"})
-    assert [s.record.to_workers for s in lower_short([two], room, set(), {}, 100.0, 10.0)[1]] == [2]
-    # Through the step: the arrival is lowered in the round that first counts it with its driver answering (a
-    # target sent to a driver that does not answer yet would fail).
+    assert [s.record.to_workers for s in lower_short([two], room, set(), waited, 110.0, 10.0)[1]] == [2]
+    # Through the step, its driver answering with no ring: lowered once it has asked the settle time. A driver
+    # that does not answer yet would fail the target sent to it: none is.
     obs = Observation(
-        now=100.0, jobs=(job("a", 3), new), statuses={"a": status(3, 3), "new": status(8, None)}, cluster=cluster
+        now=110.0, jobs=(job("a", 3), new), statuses={"a": status(3, 3), "new": status(8, None)}, cluster=cluster
     )
     done = step(obs, {}, lambda snapshot: [], stall_after=STALL, settle=10.0)
+    assert done.sends == () and done.short_since == {"new": (1, 110.0)}
+    done = step(replace(obs, now=120.0), waited, lambda snapshot: [], stall_after=STALL, settle=10.0)
     assert [(s.record.job_id, s.record.to_workers) for s in done.sends] == [("new", 1)]
-    silent = replace(obs, statuses={"a": status(3, 3), "new": None})
-    assert step(silent, {}, lambda snapshot: [], stall_after=STALL, settle=10.0).sends == ()
+    silent = replace(obs, now=120.0, statuses={"a": status(3, 3), "new": None})
+    done = step(silent, waited, lambda snapshot: [], stall_after=STALL, settle=10.0)
+    assert done.sends == () and done.short_since == {}
 
 
 def test_who_takes_part_in_counting_the_cluster() -> None:
