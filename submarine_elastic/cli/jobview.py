@@ -14,7 +14,6 @@ from rich.text import Text
 from submarine_elastic.cli.tables import decisions_table
 from submarine_elastic.cli.tables import table as _table
 from submarine_elastic.protocol.api import JobPhase, WorkerState
-from submarine_elastic.protocol.records import RING_GONE
 from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import AppSummary, ServiceStatus, YarnError, YarnServiceClient
 
@@ -186,6 +185,8 @@ def print_driver_view(st: pb.JobStatus) -> None:
             f"driver: incarnation {now.number} since {since} (relaunched {len(st.incarnations) - 1}x){adopted}"
         )
         # The whole job was lost at once (every container killed, a power loss, a cluster restarted): what from.
+        from submarine_elastic.protocol.records import RING_GONE  # (pydantic: loaded once a job is shown)
+
         lost = [e for e in st.timeline if e.reason.startswith(RING_GONE) and e.time >= now.started]
         if lost:
             console.print(lost[-1].reason, markup=False, highlight=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -16,8 +17,9 @@ from submarine_elastic.cluster.processes import clear_container_pid_files
 from submarine_elastic.cluster.state import ZK_DATA, StateFile, recovery
 from submarine_elastic.elastic.adoption import Adopter
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry
-from submarine_elastic.protocol.api import WorkerState
-from submarine_elastic.protocol.records import DriverState
+from submarine_elastic.protocol.api import JobPhase, WorkerState
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import RING_GONE, DriverState
 
 SPEC = ClusterSpec(nodes=2, port_base=21000, queues=(QueueSpec("prod", 60), QueueSpec("research", 40)))
 
@@ -147,3 +149,25 @@ def test_a_loss_a_predecessor_concluded_is_concluded_again(monkeypatch: pytest.M
     again, _registry = _relaunched_after_a_loss(DriverState(app="a", target=1, world_size=0, error=first.lost))
     assert not again.await_ring(threading.Event())
     assert again.lost == first.lost
+
+
+def test_job_show_says_what_a_ring_formed_anew_resumed_from():
+    from submarine_elastic.cli import jobview
+
+    reason = f"{RING_GONE} (a ring of 2; the whole job was lost, or stopped, at once): a new ring resumes from x"
+    st = pb.JobStatus(
+        phase=cast(pb.JobPhase, JobPhase.RUNNING.wire),
+        world_size=2,
+        target=2,
+        incarnations=[pb.DriverIncarnation(number=1, started=100.0), pb.DriverIncarnation(number=2, started=200.0)],
+        timeline=[
+            pb.ResizeEvent(time=150.0, from_workers=0, to_workers=2, reason=f"{RING_GONE} (an older one)"),
+            pb.ResizeEvent(time=201.0, from_workers=0, to_workers=2, reason=reason),
+        ],
+    )
+    with jobview.console.capture() as captured:
+        jobview.print_driver_view(st)
+    lines = captured.get().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("driver: incarnation 2 "))
+    assert " ".join(" ".join(lines[at + 1 : at + 3]).split()).startswith(reason)
+    assert "(an older one)" not in " ".join(lines[: at + 3])
