@@ -200,7 +200,7 @@ fi
 # TensorFlow allows (for 2.18, protobuf <6 and grpcio-health-checking 1.71).
 extras=test
 krb5_present && extras=test,kerberos
-[ "$with_tf" = 1 ] && extras=$extras,examples
+[ "$with_tf" = 1 ] && extras=$extras,examples,tensorboard
 pkg_reqs=(-e "$ROOT[$extras]")
 [ "$with_tf" = 1 ] && pkg_reqs+=("$TF_SPEC")
 pkg_hash=$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$ROOT-$(hash_of "${pkg_reqs[@]}")
