@@ -134,19 +134,21 @@ class JobDriver:
         self.incarnations.append(
             pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
         )
+        #: the last state of the job's run YARN stopped (``yarn app -stop``) before it started this one (None: none)
+        stopped = self._stopped_run(state_file, app) if previous is None else None
         #: YARN's worker component: the target this driver set, and what YARN had when it last looked
-        count = (previous.target if previous else 0) or limits.num
+        count = (previous.target if previous else 0) or (stopped.target if stopped else 0) or limits.num
         self.sync = YarnSync(yarn, job, removing=previous.removing if previous else (), count=count)
         #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
-        self.targets = TargetBook.resumed(limits.num, previous)
+        self.targets = TargetBook.resumed(limits.num, previous) if previous else TargetBook(count)
         if previous is not None:
             self.failures = list(previous.failures)
             log.warning(
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 *(self.incarnation, job, self.target, previous.world_size),
             )
-        if previous is None and state_file is not None:
-            self._note_restart(state_file, app)
+        if stopped is not None:
+            self._note_restart(stopped, app)
         self._state_keeper = StateKeeper(state_file) if state_file is not None else None
         #: each client's target as taken, in the job's TensorBoard run (``SUBMARINE_TENSORBOARD_DIR``)
         self.decisions = DecisionLog.from_env()
@@ -167,16 +169,23 @@ class JobDriver:
         #: the gRPC servicer of its control plane
         self.servicer = DriverServicer(self)
 
-    def _note_restart(self, state_file: Path, app: str) -> None:
-        """A driver whose state file is another application's of this job: YARN started the service again after it
-        stopped (``yarn app -stop``, then ``-start``): the ring starts anew at ``--num_workers``. Kept in the
-        timeline with what the training resumes from (the job's checkpoint), or what is lost."""
+    @staticmethod
+    def _stopped_run(state_file: Path | None, app: str) -> DriverState | None:
+        """The state another application of this job left (YARN started the service again after it stopped:
+        ``yarn app -stop``, then ``-start``); None when there is none."""
+        if state_file is None:
+            return None
         try:
             old = DriverState.from_json(state_file.read_bytes())
         except (OSError, ValueError):
-            return
-        if not old.app or old.app == app:
-            return
+            return None
+        return old if old.app and old.app != app else None
+
+    def _note_restart(self, stopped: DriverState, app: str) -> None:
+        """YARN started the job's service again after the run that left ``stopped`` (``yarn app -stop``, then
+        ``-start``): the ring starts anew at the target that run had, which YARN's saved definition of the
+        service holds too. Kept in the timeline with what the training resumes from (the job's checkpoint), or
+        what is lost."""
         checkpoint = env.settings().checkpoint_path
         resumes = (
             f"the training resumes from its checkpoint in {checkpoint} (the steps since it are trained again)"
@@ -184,11 +193,11 @@ class JobDriver:
             else "no --checkpoint_path: the training starts again from its first step, what it trained is lost"
         )
         reason = (
-            f"started again by YARN ({app or 'a new application'}) after {old.app} stopped "
-            f"(yarn app -stop, -start): a new ring at {self.limits.num} workers; {resumes}"
+            f"started again by YARN ({app or 'a new application'}) after {stopped.app} stopped "
+            f"(yarn app -stop, -start): a new ring at {self.targets.workers} workers; {resumes}"
         )
         log.warning("%s", reason)
-        self.targets.noted(old.target or old.world_size, self.limits.num, reason)
+        self.targets.noted(stopped.world_size or stopped.target, self.targets.workers, reason)
 
     @property
     def phase(self) -> JobPhase:
