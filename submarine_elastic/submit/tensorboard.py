@@ -54,10 +54,11 @@ class TensorBoard:
 
     def component(self, python: str, env: dict[str, str], image: str | None) -> dict[str, object]:
         """The YARN Services component (a dict of the spec's form), running ``python``'s TensorBoard, in the
-        Docker ``image`` when one is given."""
+        Docker ``image`` when one is given. ``--reload_multifile``: a job's run has several event files (rank 0,
+        a later rank 0, the driver), and without it TensorBoard stops reading all but the newest."""
         command = (
             f"{shlex.quote(python)} -m tensorboard.main --logdir {shlex.quote(self.logdir.removeprefix('file://'))} "
-            f"--host $NM_HOST --port {self.port}"
+            f"--host $NM_HOST --port {self.port} --reload_multifile true"
         )
         component: dict[str, object] = {
             "name": COMPONENT,

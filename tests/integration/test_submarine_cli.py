@@ -31,6 +31,7 @@ STAND_IN = """
 import argparse, http.server
 p = argparse.ArgumentParser()
 p.add_argument("--logdir"); p.add_argument("--host"); p.add_argument("--port", type=int)
+p.add_argument("--reload_multifile")
 a = p.parse_args()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):

@@ -145,7 +145,7 @@ def test_tensorboard_is_a_component_bound_to_its_node_over_the_checkpoints_direc
     assert board["number_of_containers"] == 1 and board["resource"] == {"cpus": 2, "memory": "2048"}
     port = req.tensorboard.port if req.tensorboard else 0
     assert board["launch_command"].endswith(
-        f"-m tensorboard.main --logdir /shared/ckpt/tensorboard --host $NM_HOST --port {port}"
+        f"-m tensorboard.main --logdir /shared/ckpt/tensorboard --host $NM_HOST --port {port} --reload_multifile true"
     )
     assert "bind_all" not in board["launch_command"] and "0.0.0.0" not in board["launch_command"]
     assert spec["configuration"]["env"]["SUBMARINE_TENSORBOARD_DIR"] == "/shared/ckpt/tensorboard"
