@@ -47,6 +47,12 @@ CHECKPOINT_EVERY = 1
 WORKER_RESOURCES = "memory-mb=1024,vcores=1,gpu=1"
 #: The environment variable that names a job's emulated GPU profile (what `job show` reads back).
 EMULATE_ENV = "SUBMARINE_EMULATE"
+#: Horovod's background cycle in an emulated job's workers (``HOROVOD_CYCLE_TIME``, ms; Horovod's default 1).
+#: The thread wakes every cycle to coordinate the ring while the step is held for its device time: on these
+#: shared cores a rank so held used 20-25 % of a core at 1 ms and 7-8 % at 10 (a two-rank ring, a step every
+#: 30 ms), which a replay's eight workers would take from the cluster and the jobs starting beside them. On a
+#: GPU host the thread has a core of its own, which the emulation cannot give it.
+EMULATED_CYCLE_MS = 10
 #: The controller's round under a policy (``controller start --interval``), and the simulator's beside it.
 INTERVAL_S = 2.0
 #: Seconds between two looks at the jobs.
@@ -493,6 +499,7 @@ class LiveReplay:
         args += [
             "--worker_resources", WORKER_RESOURCES,
             "--env", f"{EMULATE_ENV}={job.application}",
+            "--env", f"HOROVOD_CYCLE_TIME={EMULATED_CYCLE_MS}",
             "--worker_launch_cmd", self.command(job),
         ]  # fmt: skip
         return args

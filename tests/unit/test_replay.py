@@ -70,6 +70,9 @@ def test_static_and_elastic_submissions(tmp_path: Path):
     command = elastic[elastic.index("--worker_launch_cmd") + 1]
     assert "--emulate cifar10" in command and f"--total-samples {p.jobs[0].samples}" in command
     assert "gpu=1" in elastic[elastic.index("--worker_resources") + 1]
+    for args in (static, elastic):  # the emulated device's workers: Horovod's cycle at 10 ms, not its 1
+        env = [args[i + 1] for i, a in enumerate(args) if a == "--env"]
+        assert "SUBMARINE_EMULATE=cifar10" in env and "HOROVOD_CYCLE_TIME=10" in env
 
 
 def test_static_admits_in_arrival_order_while_the_workers_fit(tmp_path: Path):
