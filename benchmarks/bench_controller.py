@@ -437,7 +437,7 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_c, ax_m, ax_s) = plt.subplots(1, 4, figsize=(19, 4.6))
+    fig, (ax_t, ax_c, ax_m, ax_s) = plt.subplots(1, 4, figsize=(19, 6))
     for spec, rows in results["controller"].items():
         n = [r["jobs"] for r in rows]
         ax_t.plot(n, [r["decision_ms"]["p99"] for r in rows], marker="o", label=spec)
@@ -456,9 +456,10 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     ax_s.set(xlabel="jobs (cluster grown with them)", title="simulator, goodput+goodput")
     for ax in (ax_t, ax_c, ax_m, ax_s):
         ax.grid(alpha=0.3)
-    for ax in (ax_t, ax_s):
-        ax.legend(fontsize=6, ncol=2 if ax is ax_t else 1)
-    fig.tight_layout()
+    ax_s.legend(fontsize=7)
+    handles, labels = ax_c.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7)
+    fig.tight_layout(rect=(0, 0.05 + 0.035 * (len(labels) // 4), 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -507,8 +508,8 @@ def _markdown(results: dict[str, Any], rounds: int) -> str:
         "# The controller's cost as the cluster grows",
         "",
         f"{m['cpus']} CPUs shared with other work, load average {m.get('load_average_start')} at the start and "
-        f"{m['load_average']} at the end, Python {m['python']}: the wall figures carry that load, the CPU "
-        "figures (this process's own time) much less. Each row a fresh process. Controller: "
+        f"{m['load_average']} at the end of the last part run, Python {m['python']}: the wall figures carry that "
+        "load, the CPU figures (this process's own time) much less. Each row a fresh process. Controller: "
         f"{slots} slots per job ({slots * results.get('target_jobs', TARGET_JOBS)} GPUs at "
         f"{results.get('target_jobs', TARGET_JOBS)} jobs), the rounds given after the first (one departure and "
         "one arrival each), job backend answers at once; the first round (every job sized at once) apart. "
@@ -556,7 +557,7 @@ def _markdown(results: dict[str, Any], rounds: int) -> str:
         lines += ["| jobs | b of wall | b of CPU |", "|---|---|---|"]
         lines += [f"| {g['from']} -> {g['to']} | {g['wall_b']} | {g['cpu_b']} |" for g in steps]
     lines += ["", "## Growth", "", "b in cost ~ jobs^b between the smallest and largest count:", ""]
-    lines += [f"- {k}: {v}" for k, v in results["growth_exponent"].items()]
+    lines += [f"- {k}: {v}" for k, v in results["growth_exponent"].items() if v is not None]
     lines += ["", "![cost by job count](controller.png)"]
     return "\n".join(lines) + "\n"
 
