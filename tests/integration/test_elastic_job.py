@@ -2,7 +2,9 @@
 
 The example script logs every committed step (ring size, the sample ids of each rank, the loss) and
 its final weights; the assertions are what a user would check: the job resizes when told, every
-epoch trains on each sample exactly once, no committed step is lost, all ranks end identical.
+epoch trains on each sample exactly once, no committed step is lost, all ranks end identical. The flexed job also
+has a TensorBoard directory and a saved model path: its run holds every committed step and each decision with its
+reason, and rank 0's SavedModel the weights every rank ended with.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from tensorboard.backend.event_processing import event_accumulator
 
 from submarine_elastic.cli.main import cli
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
@@ -56,11 +60,14 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
     metrics_service: MetricsServer,
 ):
     name = "elastic-flex"
-    metrics_env = {
+    board, saved = tmp_path / "tensorboard", tmp_path / "model"
+    job_env = {
         "SUBMARINE_METRICS_ENDPOINT": metrics_service.address,
         "SUBMARINE_METRICS_TOKEN": "metrics-test-token",
+        "SUBMARINE_TENSORBOARD_DIR": str(board),
+        "SUBMARINE_SAVED_MODEL_PATH": str(saved),
     }
-    start_job(cluster_spec.rm_url, name, tmp_path, env=metrics_env)
+    start_job(cluster_spec.rm_url, name, tmp_path, env=job_env)
     try:
         with JobClient(name, yarn, locate_timeout=120) as job:
             job.wait_for_size(2, timeout=240)
@@ -106,6 +113,39 @@ def test_flex_2_3_1_2_keeps_every_sample_and_step(
         )
     summary = metrics_service.store.summary(name)
     assert {t.world_size for t in summary.throughput} >= {1, 2, 3}
+    check_tensorboard_run(board, steps, flexes=[3, 1, 2])
+    check_saved_model(saved, tmp_path / "log")
+
+
+def check_tensorboard_run(board: Path, steps: dict[int, list[dict]], flexes: list[int]) -> None:
+    """The job's TensorBoard run holds every committed step at the size it trained at with rank 0's loss (a step
+    trained again after a rollback holds its last value), and each ``job flex`` as a decision with its reason."""
+    acc = event_accumulator
+    run = acc.EventAccumulator(str(board), size_guidance={acc.SCALARS: 0, acc.TENSORS: 0})
+    run.Reload()
+    workers = {e.step: e.value for e in run.Scalars("train/workers")}
+    loss = {e.step: e.value for e in run.Scalars("train/loss")}
+    assert set(steps) <= set(workers), sorted(set(steps) - set(workers))[:10]
+    for step, records in steps.items():
+        assert workers[step] == records[0]["size"], step
+        assert loss[step] == pytest.approx(records[-1]["loss"], rel=1e-6), step
+    assert [e.value for e in run.Scalars("decision/workers")] == [float(n) for n in flexes]
+    reasons = [e.tensor_proto.string_val[0].decode() for e in run.Tensors("decision/reason")]
+    in_force = [2, *flexes[:-1]]
+    assert reasons == [
+        f"target {n} workers ({was} in force): submarine job flex" for n, was in zip(flexes, in_force, strict=True)
+    ]
+
+
+def check_saved_model(saved: Path, log: Path) -> None:
+    """Rank 0's SavedModel, exported at the job's end, holds the weights every rank ended with."""
+    import tensorflow as tf  # here: the test process imports TensorFlow only for this check
+
+    loaded = tf.saved_model.load(str(saved))
+    with np.load(log / "weights-rank0.npz") as final:
+        expected = [final[f"arr_{i}"] for i in range(len(final.files))]
+    got = [v.numpy() for v in loaded.trainable_variables]
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_flex_outside_the_limits_is_refused(yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path):
