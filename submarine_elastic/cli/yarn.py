@@ -48,7 +48,7 @@ USAGE = """Usage: submarine yarn [--cluster-dir DIR] SUBCOMMAND ARGS...
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def yarn(cluster_dir: Path | None, args: tuple[str, ...]) -> None:
-    """Hadoop's own yarn command line against the pseudo-cluster (its output and exit code)."""
+    """Hadoop's own yarn command line (app, node, queue, logs) on the cluster."""
     from submarine_elastic.cluster import ClusterError
     from submarine_elastic.cluster.client import yarn_command
 
