@@ -12,8 +12,9 @@ import pytest
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.protocol.api import JobPhase, Limits
-from submarine_elastic.yarn import ComponentStatus, ComponentTarget, ReconcileResult
+from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
+from submarine_elastic.yarn import ComponentStatus, ComponentTarget, ReconcileResult, ServiceStatus
 
 
 @dataclass
@@ -78,3 +79,36 @@ def test_a_read_older_than_the_drivers_own_count_is_not_an_operators_change(driv
     driver.sync.stop()  # and YARN has it
     assert driver.resizer.on_yarn(worker(2), stale) is None
     assert driver.targets.version == 0
+
+
+@dataclass
+class FlexedYarn(RecordingYarn):
+    """YARN flexed to ``desired`` workers by an operator: its worker component reports that count."""
+
+    desired: int = 0
+
+    def status(self, name: str) -> ServiceStatus:
+        return ServiceStatus(name, "STABLE", components=(ComponentStatus("worker", "STABLE", self.desired),))
+
+
+def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_not_a_preemption():
+    yarn = FlexedYarn(desired=1)
+    job = JobDriver("job", Limits(3, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    job.phase = JobPhase.RUNNING
+    agents = []
+    for i in range(3):
+        agent = AgentHandle(f"c-{i}", f"worker-{i}", f"container-{i}", "127.0.0.1")
+        job.registry.add(agent)
+        job.registry.move(agent.agent_id, WorkerState.WARM)
+        job.registry.move(agent.agent_id, WorkerState.RUNNING)
+        agents.append(agent)
+    # YARN stops its highest-numbered instances, worker-2 and worker-1; their SIGTERMs reach the driver.
+    for stopped in (agents[2], agents[1]):
+        job.resizer.on_preempted(stopped, "SIGTERM from its NodeManager")
+        assert stopped.state is WorkerState.LEAVING and not stopped.preempted
+    target = job.targets.next(0)
+    assert target is not None
+    assert (target.workers, sorted(target.remove)) == (1, ["worker-1", "worker-2"])
+    assert target.reason == "flex through YARN: 3 -> 1 workers"
+    assert job.targets.next(0) is None  # taken once, and no preemption lowered the target again
+    assert job.resizer.preempted_from is None  # nothing grows back
