@@ -64,7 +64,7 @@ from submarine_elastic.protocol.api import (
     verdict,
 )
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
-from submarine_elastic.protocol.records import DriverState, JobOutcome, StateKeeper
+from submarine_elastic.protocol.records import WHOLE_JOB_LOST, DriverState, JobOutcome, StateKeeper
 from submarine_elastic.rpc import ServerTls
 from submarine_elastic.yarn import ContainerStatus, ServiceBackend, YarnError
 from tf_hooks.tensorboard import DecisionLog
@@ -75,6 +75,11 @@ log = logging.getLogger("submarine_elastic.driver")
 PERSIST_EVERY_S = 1.0
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
+
+
+#: What Horovod is told of a worker YARN stopped that left the ring cleanly while the ring needed it
+#: (:meth:`JobDriver._stopped_in_ring`): a failure, never the job's success.
+STOPPED_IN_RING_EXIT = 1
 
 
 class JobDriver:
@@ -486,7 +491,33 @@ class JobDriver:
         if agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not self._hvd_assigned(slot_info):
             # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
             return 0, time.time()
+        if agent.preempted:
+            return self._stopped_in_ring(agent, code), time.time()
         return code, time.time()
+
+    def _stopped_in_ring(self, agent: AgentHandle, code: int) -> int:
+        """The exit code Horovod is told for ``agent``, a worker YARN stopped (an operator's flex or stop through
+        YARN, a preemption) that was still in Horovod's ring when its process ended with ``code``: the ring needed
+        it (fewer than --min_workers would have been left without it). A clean exit in the ring is the job's
+        success to Horovod, so it is told a failure: the others roll back to their last commit and re-form with
+        the worker YARN starts in its place. When it was the last of its ring and the job writes no checkpoint, no
+        worker holds what the job trained: the job ends saying so (not with Horovod's exit codes), rather than
+        training again from its first step."""
+        others = [
+            a for a in self.registry.snapshot() if a is not agent and a.state is WorkerState.RUNNING and not a.preempted
+        ]
+        if not others and not env.settings().checkpoint_path:
+            self.error = (
+                f"{WHOLE_JOB_LOST}: YARN stopped {agent.instance}, the last worker of its ring (a flex through YARN "
+                f"below --min_workers {self.limits.min}, a stop or a preemption), and the job writes no checkpoint "
+                f"(--checkpoint_path): what it trained is lost; run it again, with --checkpoint_path to resume "
+                f"after such a loss"
+            )
+            log.error("%s", self.error)
+            self._fatal.set()
+            if self._hvd is not None:
+                self._hvd.stop(error_message=self.error)
+        return code or STOPPED_IN_RING_EXIT
 
     def _wait_for_reform(self) -> None:
         """Waits while Horovod forms a new ring: it records an exit reported then among the new ring's workers, so

@@ -3,7 +3,8 @@ defined outcome (the operator's target, or refused and YARN put back), and no ch
 for ever.
 
 One job (2 workers, limits 1..3) is reused by the tests in file order: a decommission (2 -> 1), a flex to 3, one to
-5 (put back), "-1" (3 -> 2), "+1" (Hadoop's 1), -stop/-start (a new ring at 1), then -destroy.
+5 (put back), "-1" (3 -> 2), "+1" (Hadoop's 1), -stop/-start (a new ring at 1), then -destroy. A job of its own,
+at 1 worker, is flexed through YARN to none.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import job_dir
 from submarine_elastic.yarn import ServiceNotFoundError, ServiceState, YarnServiceClient
-from tests.integration.conftest import container_processes, eventually
+from tests.integration.conftest import committed_steps, container_processes, eventually
 from tests.integration.jobcheck import start_job
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,31 @@ def test_destroy_leaves_no_job_files_nor_processes(job: Job):
     assert not job_dir(NAME).exists()
     assert [p.name for p in job_dir(NAME).parent.iterdir() if p.name.startswith(NAME)] == []
     eventually(lambda: not any(container_processes(c) for c in containers), "the job's processes gone", 30)
+
+
+def test_a_flex_through_yarn_to_no_worker_ends_a_job_without_checkpoints_saying_what_was_lost(
+    yarn_cluster: LocalCluster, cluster_spec: ClusterSpec, tmp_path: Path
+):
+    # A job of its own, at 1 worker (--min_workers 1): YARN stops the container at once, and the driver's put-back
+    # comes too late for what the worker held. The job ended with Horovod's exit codes as its reason, or, when
+    # the process left at a commit, SUCCEEDED with its training unfinished.
+    name = "yarn-to-none"
+    with YarnServiceClient(cluster_spec.rm_url, poll_interval=0.5) as yarn:
+        start_job(cluster_spec.rm_url, name, tmp_path, workers=1)
+        try:
+            with JobClient(name, yarn, locate_timeout=120) as client:
+                client.wait_for_size(1, timeout=240)
+            Job(yarn, yarn_cluster, cluster_spec.rm_url, tmp_path).hadoop(
+                "app", "-flex", name, "-component", "worker", "0"
+            )
+            ended = (ServiceState.STOPPED, ServiceState.SUCCEEDED, ServiceState.FAILED)
+            eventually(lambda: yarn.status(name).state in ended, "the job to end", 120)
+            shown = CliRunner().invoke(cli, ["job", "show", name], env={"SUBMARINE_RM_URL": cluster_spec.rm_url})
+            flat = " ".join(shown.output.replace("│", " ").split())
+            assert "ended: FAILED" in flat, shown.output
+            assert "the whole job was lost: YARN stopped worker-0" in flat, shown.output
+        finally:
+            yarn.destroy(name, missing_ok=True)
+    # Nothing trained again from the first step after the loss: each committed step once, by its one worker.
+    steps = committed_steps(tmp_path / "log")
+    assert steps and all(len(records) == 1 for records in steps.values())

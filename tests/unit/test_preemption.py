@@ -19,10 +19,12 @@ from horovod.runner.common.util.hosts import SlotInfo
 
 from submarine_elastic.elastic import agent as agent_mod
 from submarine_elastic.elastic.driver import JobDriver
+from submarine_elastic.elastic.jobdriver import STOPPED_IN_RING_EXIT
 from submarine_elastic.elastic.reconcile import Member, grow_back, stopped_by_the_scale_in, workers_that_fit
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import WHOLE_JOB_LOST
 from submarine_elastic.yarn import (
     ComponentStatus,
     ComponentTarget,
@@ -318,6 +320,43 @@ def test_at_its_minimum_a_preempted_worker_stays_in_the_ring_and_its_stop_is_a_l
     # replacement (an exit code 0 would have Horovod end the job as finished).
     code, _ = driver._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
     assert code == -15
+
+
+def test_a_worker_yarn_stopped_that_leaves_its_ring_cleanly_is_never_the_jobs_success() -> None:
+    # Its agent let it leave at its next commit (exit 0): to Horovod, a clean exit in the ring ends the job as
+    # finished. It is told a failure instead, and the survivor re-forms with the replacement.
+    driver, agents = running_job(RecordingYarn(), 2, Limits(2, 2, 2))
+    driver.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
+    driver.registry.end(agents[0], 0)
+    code, _ = driver._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+    assert code == STOPPED_IN_RING_EXIT != 0
+    assert not driver._fatal.is_set() and not driver.error
+
+
+@pytest.mark.parametrize("exit_code", [0, -15])
+@pytest.mark.parametrize("checkpoints", [None, "/shared/ckpt"])
+def test_the_last_worker_yarn_stops_ends_a_job_without_checkpoints_saying_what_was_lost(
+    checkpoints: str | None, exit_code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `yarn app -flex JOB -component worker -1` at one worker (--min_workers 1): the driver puts YARN back, but
+    # YARN stopped the container at once. A process that left cleanly had the job end SUCCEEDED; one its agent
+    # stopped, with Horovod's exit codes as the reason.
+    if checkpoints:
+        monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", checkpoints)
+    else:
+        monkeypatch.delenv("SUBMARINE_CHECKPOINT_PATH", raising=False)
+    # Left at its commit (0), or stopped by its agent (-15): either way Horovod is told a failure.
+    driver, agents = running_job(RecordingYarn(), 1, Limits(1, 1, 3))
+    driver.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
+    driver.registry.end(agents[0], exit_code)
+    code, _ = driver._create_worker(SlotInfo("c-0", 0, 0, 0, 1, 1, 1), [threading.Event()])
+    assert code == (exit_code or STOPPED_IN_RING_EXIT)
+    if checkpoints:  # the worker YARN starts in its place resumes from the checkpoint
+        assert not driver._fatal.is_set() and not driver.error
+    else:
+        assert driver._fatal.is_set()
+        assert driver.error.startswith(WHOLE_JOB_LOST) and "YARN stopped worker-0" in driver.error
+        assert "--checkpoint_path" in driver.error
 
 
 def test_an_exit_during_horovods_re_form_is_reported_after_it() -> None:
