@@ -1,15 +1,11 @@
 """Hadoop Submarine's QuickStart ``job run`` on the shared pseudo-cluster: its flags run (the saved-model path in
 every container's environment, the quicklink in the service and in ``job show``, the TensorBoard component
 answering HTTP at the link ``job show`` prints), and the flags of parameter servers are refused before any
-service exists.
-
-Where this Python has no ``tensorboard`` (TensorFlow 2.21 does not install it), a stand-in module of that name
-takes its place (``STAND_IN``: it serves HTTP on the ``--host`` and ``--port`` it is given), so that the
-component, its binding and its link are checked all the same; the refusal without any is checked too."""
+service exists. The TensorBoard is the real one the install puts beside TensorFlow (``--tensorboard`` without it
+is refused: tests/unit/test_job_submarine_flags.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import psutil
@@ -25,30 +21,6 @@ from tests.integration.conftest import container_processes, eventually, submarin
 pytestmark = pytest.mark.integration
 
 JOB = "quickstart"
-HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
-#: ``python -m tensorboard.main --logdir D --host H --port P`` of the stand-in: HTTP 200 with its logdir.
-STAND_IN = """
-import argparse, http.server
-p = argparse.ArgumentParser()
-p.add_argument("--logdir"); p.add_argument("--host"); p.add_argument("--port", type=int)
-p.add_argument("--reload_multifile")
-a = p.parse_args()
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = ("stand-in TensorBoard over " + a.logdir).encode()
-        self.send_response(200); self.end_headers(); self.wfile.write(body)
-http.server.HTTPServer((a.host, a.port), H).serve_forever()
-"""
-
-
-def stand_in_tensorboard(where: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A ``tensorboard`` package of :data:`STAND_IN` under ``where``, found by this process; returns the
-    directory for the containers' ``PYTHONPATH``."""
-    (where / "tensorboard").mkdir(parents=True)
-    (where / "tensorboard" / "__init__.py").write_text("")
-    (where / "tensorboard" / "main.py").write_text(STAND_IN)
-    monkeypatch.syspath_prepend(str(where))
-    return str(where)
 
 
 def environment(container_id: str) -> dict[str, str]:
@@ -75,18 +47,7 @@ def test_submarines_quickstart_runs_and_its_parameter_servers_are_refused(
     assert refused.exit_code == 2 and "this job is allreduce (Horovod)" in refused.output, refused.output
     with pytest.raises(ServiceNotFoundError):
         yarn.status("quickstart-ps")
-    if not HAS_TENSORBOARD:
-        no_board = CliRunner().invoke(
-            cli, ["job", "run", "--name", "quickstart-tb", "--worker_launch_cmd", "x", "--tensorboard"],
-            env={"SUBMARINE_RM_URL": rm},
-        )  # fmt: skip
-        assert no_board.exit_code == 2 and "has no tensorboard module" in no_board.output, no_board.output
-        with pytest.raises(ServiceNotFoundError):
-            yarn.status("quickstart-tb")
-
     board = ["--tensorboard", "--tensorboard_resources", "memory=512M,vcores=1"]
-    if not HAS_TENSORBOARD:
-        board += ["--env", f"PYTHONPATH={stand_in_tensorboard(tmp_path / 'site', monkeypatch)}"]
     out = submarine(
         rm, "job", "run", "--name", JOB, "--framework", "tensorflow", "--verbose", "--num_workers", "1",
         "--worker_resources", "memory=512M,vcores=1", "--worker_launch_cmd", "sleep 600",
@@ -114,12 +75,15 @@ def test_submarines_quickstart_runs_and_its_parameter_servers_are_refused(
         [link] = [line.split(": ", 1)[1] for line in shown.splitlines() if line.startswith("TensorBoard: ")]
         assert "tensorboard-0" not in link, shown
 
-        def answers() -> int | None:
+        def answers() -> dict | None:
             try:
-                return requests.get(link, timeout=5).status_code
+                reply = requests.get(link.rstrip("/") + "/data/environment", timeout=5)
             except requests.RequestException:
                 return None
+            return reply.json() if reply.status_code == 200 else None
 
-        assert eventually(answers, f"TensorBoard answering at {link}", 90) == 200
+        # TensorBoard's own API, over the job's directory.
+        shown_env = eventually(answers, f"TensorBoard answering at {link}", 90)
+        assert shown_env["data_location"] == str(tmp_path / "ckpt" / "tensorboard"), shown_env
     finally:
         submarine(rm, "job", "kill", JOB)
