@@ -95,6 +95,7 @@ PRIVATE_MEMBERS: tuple[tuple[object, str], ...] = (
     (ElasticDriver, "_notify_workers_host_changes"),
     (WorkerStateRegistry, "_action_event"),
     (WorkerStateRegistry, "get_recorded_slots"),
+    (WorkerStateRegistry, "last_rendezvous"),
     (HostManager, "current_hosts"),
     (DiscoveredHosts, "count_available_slots"),
     (RendezvousServer, "_httpd"),
@@ -260,3 +261,20 @@ def ring_registered(driver: ElasticDriver) -> bool:
     reach the ring)."""
     coordinator = driver.get_coordinator_info()
     return coordinator is not None and driver.get_worker_client(coordinator) is not None
+
+
+def leave_for(driver: ElasticDriver, host: str, local_rank: int, *, every: float = 0.1) -> None:
+    """Stands in, at the ring's re-form, for the process of ``host``'s slot ``local_rank``: one withdrawn from
+    discovery that ended before it asked for its slot in the next ring, as a leaving process does (its slot
+    then comes back empty and it exits, :func:`tf_hooks.elastic.autojoin.join_or_leave`). Horovod forms that
+    ring once every slot of the last one has recorded a state; an exit recorded instead is a failure (the host
+    blacklisted, a clean one the job's success). The slot is recorded ready, which blocks until the others
+    have come to the re-form and the new ring is assigned; one recorded already (the process asked, then was
+    stopped while it waited) is waited for until the new ring is. Returns at once when the driver finished."""
+    registry = driver._worker_registry
+    if (host, local_rank) not in set(registry.get_recorded_slots()):
+        driver.record_ready(host, local_rank)
+        return
+    formed_in = registry.last_rendezvous()
+    while registry.last_rendezvous() == formed_in and not driver.finished():
+        time.sleep(every)

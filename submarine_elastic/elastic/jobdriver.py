@@ -43,6 +43,7 @@ from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
     ElasticDriver,
     SlotInfo,
+    leave_for,
     new_ring,
     slot_env,
     wait_for_reform,
@@ -488,12 +489,31 @@ class JobDriver:
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
         self._wait_for_reform()
+        withdrawn = agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not agent.preempted
+        if withdrawn and self._hvd_assigned(slot_info) and not any(e.is_set() for e in events):
+            self._left_before_the_reform(agent, slot_info, code)
         if agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not self._hvd_assigned(slot_info):
             # Removed on scale-in and no longer in Horovod's ring: the exit is expected.
             return 0, time.time()
         if agent.preempted:
             return self._stopped_in_ring(agent, code), time.time()
         return code, time.time()
+
+    def _left_before_the_reform(self, agent: AgentHandle, slot_info: SlotInfo, code: int) -> None:
+        """``agent``'s worker was withdrawn from the ring (a scale-in, a decommission or a flex down through YARN:
+        the ring can do without it) but its process ended, or its agent went (YARN stopped the container after
+        its kill delay), before Horovod re-formed the ring without it. Told to Horovod now, its exit would be a
+        failure (its host blacklisted; the job stopped when no host of the ring is left unblacklisted) or, clean,
+        the job's success. It leaves as it would have: recorded ready for the re-form, in which it gets no slot
+        (:func:`leave_for`); the survivors re-form at their next commit, or roll back to it when the worker went
+        in the middle of a step. Its exit is then that of a host Horovod no longer counts."""
+        assert self._hvd is not None
+        log.info(
+            "%s ended (%d) before the ring re-formed without it: it leaves at the re-form, no failure",
+            agent.instance,
+            code,
+        )
+        leave_for(self._hvd, slot_info.hostname, slot_info.local_rank)
 
     def _stopped_in_ring(self, agent: AgentHandle, code: int) -> int:
         """The exit code Horovod is told for ``agent``, a worker YARN stopped (an operator's flex or stop through

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
 
 import grpc
 import pytest
@@ -18,32 +17,11 @@ from submarine_elastic.protocol.api import Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
 from submarine_elastic.rpc import STREAM_KEEPALIVE_CLIENT_OPTIONS
-from submarine_elastic.yarn import ComponentTarget, ReconcileResult
+from tests.unit._driver_support import RecordingYarn
 
 AGENTS = 300
 #: What a user waits at most for ``submarine job show`` to list a job's workers, or for ``flex`` to answer.
 ANSWER_WITHIN_S = 10.0
-
-
-@dataclass
-class RecordingYarn:
-    """Stands in for the YARN service: records the targets the driver sets; YARN has each one at once."""
-
-    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-    reconciled: int = 0
-
-    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
-        self.targets.append((n, tuple(remove)))
-        return ComponentTarget(n, tuple(remove))
-
-    def target(self, name: str, component: str) -> ComponentTarget | None:
-        return ComponentTarget(*self.targets[-1]) if self.targets else None
-
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
-        self.reconciled += 1
-        n = self.targets[-1][0] if self.targets else 0
-        names = tuple(f"worker-{i}" for i in range(n))
-        return ReconcileResult(name, component, n, n, n, names, "STABLE", converged=True)
 
 
 @pytest.fixture()

@@ -5,32 +5,19 @@ refusal wakes. A read of YARN older than the driver's own last count is not take
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
+from horovod.runner.common.util.hosts import SlotInfo
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
-from submarine_elastic.yarn import ComponentStatus, ComponentTarget, ReconcileResult, ServiceStatus
-
-
-@dataclass
-class RecordingYarn:
-    """Stands in for the YARN service: records the targets the driver sets; YARN has each one at once."""
-
-    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-
-    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
-        self.targets.append((n, tuple(remove)))
-        return ComponentTarget(n, tuple(remove))
-
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
-        n = self.targets[-1][0] if self.targets else 0
-        names = tuple(f"worker-{i}" for i in range(n))
-        return ReconcileResult(name, component, n, n, n, names, "STABLE", converged=True)
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.yarn import ComponentStatus, ServiceStatus
+from tests.unit._driver_support import RecordingYarn, ReformingRing
 
 
 @pytest.fixture()
@@ -86,9 +73,11 @@ class FlexedYarn(RecordingYarn):
     """YARN flexed to ``desired`` workers by an operator: its worker component reports that count."""
 
     desired: int = 0
+    decommissioned: tuple[str, ...] = ()
 
     def status(self, name: str) -> ServiceStatus:
-        return ServiceStatus(name, "STABLE", components=(ComponentStatus("worker", "STABLE", self.desired),))
+        worker = ComponentStatus("worker", "STABLE", self.desired, decommissioned=self.decommissioned)
+        return ServiceStatus(name, "STABLE", components=(worker,))
 
 
 def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_not_a_preemption():
@@ -112,3 +101,41 @@ def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_
     assert target.reason == "flex through YARN: 3 -> 1 workers"
     assert job.targets.next(0) is None  # taken once, and no preemption lowered the target again
     assert job.resizer.preempted_from is None  # nothing grows back
+
+
+def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_without_a_failure():
+    """`yarn app -decommission JOB -instances worker-0` on a job at 2 workers: YARN stops worker-0's container and
+    its agent goes (the NodeManager's SIGKILL) before Horovod has re-formed the ring without it. Its exit told to
+    Horovod then was a failure (its host blacklisted; once every host of a ring is, the job stopped); it leaves
+    at the re-form instead, as on a scale-in, and the survivor trains on alone."""
+    yarn = FlexedYarn(desired=1, decommissioned=("worker-0",))
+    job = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    job.phase = JobPhase.RUNNING
+    agents = []
+    for i in range(2):
+        agent = AgentHandle(f"c-{i}", f"worker-{i}", f"container-{i}", "127.0.0.1")
+        job.registry.add(agent)
+        job.registry.move(agent.agent_id, WorkerState.WARM)
+        job.registry.move(agent.agent_id, WorkerState.RUNNING)
+        agents.append(agent)
+    ring = ReformingRing(["c-0", "c-1"], lambda: [a.agent_id for a in job.registry.available()])
+    job._hvd = ring  # type: ignore[assignment]
+    decommissioned, survivor = agents
+    job.resizer.on_preempted(decommissioned, "SIGTERM from its NodeManager")
+    assert decommissioned.state is WorkerState.LEAVING and not decommissioned.preempted
+    job.detach(decommissioned)  # gone without a word, its process never asked for a slot in the next ring
+    # The survivor comes to the re-form at its next commit, and waits there for every slot of its ring.
+    survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
+    survivor_reformed.start()
+    code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+    ring.handle_exit("c-0", code)  # what Horovod does with the exit it is told
+    survivor_reformed.join(10)
+    assert not survivor_reformed.is_alive()
+    assert ring.states == {"c-0": "READY", "c-1": "READY"}  # no failure, no success: Horovod blacklists nothing
+    assert ring.assigned == {"c-1"}  # the new ring: the survivor alone
+    assert not job.failures and not job._fatal.is_set() and not job.error
+    target = job.targets.next(0)
+    assert target is not None and target.reason == "decommission of worker-0 through YARN: 2 -> 1 workers"
+    status = job.servicer.Status(pb.StatusRequest(), None)
+    assert [w.instance for w in status.workers if w.rank >= 0] == ["worker-1"]
+    assert not any(w.preempted for w in status.workers)

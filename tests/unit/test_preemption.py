@@ -9,8 +9,6 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,14 +24,12 @@ from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerS
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.records import WHOLE_JOB_LOST
 from submarine_elastic.yarn import (
-    ComponentStatus,
-    ComponentTarget,
     ContainerState,
     ContainerStatus,
     NodeReport,
     QueueReport,
-    ServiceStatus,
 )
+from tests.unit._driver_support import RecordingYarn
 
 #: A training process that leaves when its agent sends anything (a Leave) on its channel.
 LEAVES_WHEN_TOLD = (
@@ -125,30 +121,6 @@ def test_a_container_stopped_after_its_process_left_tells_the_driver_nothing(
     worker.leave_container(leave_s=3.0)
     assert worker.container_stopping.is_set()
     assert drain(worker) == []
-
-
-@dataclass
-class RecordingYarn:
-    """Stands in for the YARN service: records the targets the driver sets; reports the cluster it is given."""
-
-    targets: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-    free_queues: list[QueueReport] = field(default_factory=list)
-    free_nodes: list[NodeReport] = field(default_factory=list)
-
-    def set_target(self, name: str, component: str, n: int, *, remove: Sequence[str] = ()) -> ComponentTarget:
-        self.targets.append((n, tuple(remove)))
-        return ComponentTarget(n, tuple(remove))
-
-    def queues(self) -> list[QueueReport]:
-        return self.free_queues
-
-    def status(self, name: str) -> ServiceStatus:
-        """The worker component at the count the driver set last: nobody else changed it."""
-        workers = ComponentStatus("worker", "STABLE", self.targets[-1][0] if self.targets else None)
-        return ServiceStatus(name, "STABLE", components=(workers,))
-
-    def nodes(self, states: Sequence[str] = ("RUNNING",)) -> list[NodeReport]:
-        return self.free_nodes
 
 
 def running_job(
