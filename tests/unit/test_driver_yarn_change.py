@@ -103,11 +103,8 @@ def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_
     assert job.resizer.preempted_from is None  # nothing grows back
 
 
-def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_without_a_failure():
-    """`yarn app -decommission JOB -instances worker-0` on a job at 2 workers: YARN stops worker-0's container and
-    its agent goes (the NodeManager's SIGKILL) before Horovod has re-formed the ring without it. Its exit told to
-    Horovod then was a failure (its host blacklisted; once every host of a ring is, the job stopped); it leaves
-    at the re-form instead, as on a scale-in, and the survivor trains on alone."""
+def decommissioned_job() -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
+    """A job at 2 workers (limits 1..3) in a ring of Horovod's stand-in; worker-0 decommissioned through YARN."""
     yarn = FlexedYarn(desired=1, decommissioned=("worker-0",))
     job = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
     job.phase = JobPhase.RUNNING
@@ -120,8 +117,40 @@ def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_with
         agents.append(agent)
     ring = ReformingRing(["c-0", "c-1"], lambda: [a.agent_id for a in job.registry.available()])
     job._hvd = ring  # type: ignore[assignment]
-    decommissioned, survivor = agents
-    job.resizer.on_preempted(decommissioned, "SIGTERM from its NodeManager")
+    job.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
+    return job, ring, agents
+
+
+def test_a_decommissioned_worker_stopped_while_it_waited_for_its_slot_is_not_recorded_twice():
+    # Its process asked for its slot in the next ring (recorded ready), then YARN's SIGKILL took the container.
+    # Recorded again, it would fill the survivor's place at the re-form, which would go ahead without it.
+    job, ring, (decommissioned, _) = decommissioned_job()
+    asked = threading.Thread(target=ring.record_ready, args=("c-0", 0), daemon=True)
+    asked.start()
+    until(lambda: "c-0" in ring.states)
+    job.detach(decommissioned)
+    result: list[tuple[int, float]] = []
+    exit_told = threading.Thread(
+        target=lambda: result.append(job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])),
+        daemon=True,
+    )
+    exit_told.start()
+    exit_told.join(0.5)
+    assert exit_told.is_alive() and ring.rendezvous == 0  # it waits for the survivor, who has not come yet
+    ring.record_ready("c-1", 0)
+    exit_told.join(10)
+    assert result and result[0][0] == 0 and ring.assigned == {"c-1"}
+    ring.handle_exit("c-0", result[0][0])  # a host no longer in the ring: Horovod ignores it
+    assert ring.states == {"c-0": "READY", "c-1": "READY"}
+    assert not job.failures and not job._fatal.is_set()
+
+
+def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_without_a_failure():
+    """`yarn app -decommission JOB -instances worker-0` on a job at 2 workers: YARN stops worker-0's container and
+    its agent goes (the NodeManager's SIGKILL) before Horovod has re-formed the ring without it. Its exit told to
+    Horovod then was a failure (its host blacklisted; once every host of a ring is, the job stopped); it leaves
+    at the re-form instead, as on a scale-in, and the survivor trains on alone."""
+    job, ring, (decommissioned, _) = decommissioned_job()
     assert decommissioned.state is WorkerState.LEAVING and not decommissioned.preempted
     job.detach(decommissioned)  # gone without a word, its process never asked for a slot in the next ring
     # The survivor comes to the re-form at its next commit, and waits there for every slot of its ring.
