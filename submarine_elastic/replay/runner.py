@@ -57,6 +57,8 @@ EMULATED_CYCLE_MS = 10
 INTERVAL_S = 2.0
 #: Seconds between two looks at the jobs.
 POLL_S = 1.0
+#: The longest a run waits for YARN to remove a service it destroys at its end.
+RELEASE_TIMEOUT_S = 120.0
 
 Say = Callable[[str], None]
 
@@ -257,6 +259,7 @@ class LiveReplay:
                 future.cancel()
             pool.shutdown(wait=True)
             self._kill_all()
+            self._release(t0)
             if self.elastic:
                 self._print_decisions(t0)
                 self._submarine("controller", "stop", check=False)
@@ -511,6 +514,22 @@ class LiveReplay:
         for record in self.records:
             if record.submitted_s is not None and record.ended_s is None:  # a suspended one too
                 self._submarine("job", "kill", record.service, check=False)
+
+    def _release(self, t0: float) -> None:
+        """Destroy the services of this run whose ApplicationMaster still runs after the job's end (YARN keeps a
+        finished service's application FINISHING for tens of seconds), so that the next run on the cluster
+        starts on a cluster without them: a controller started meanwhile would count them as another tenant's
+        jobs holding workers."""
+        names = {r.service for r in self.records if r.submitted_s is not None}
+        try:
+            with YarnServiceClient(self.rm_url) as yarn:
+                lingering = sorted(a.name for a in yarn.list() if a.name in names)
+                for name in lingering:
+                    now = time.time() - t0
+                    self.say(f"+{now:6.0f} s  {name}: its application still runs after the job's end: destroyed")
+                    yarn.destroy(name, missing_ok=True, timeout=RELEASE_TIMEOUT_S)
+        except YarnError as exc:
+            self.say(f"the run's applications could not all be released: {exc}")
 
     def _start_controller(self) -> None:
         policy, _, arbiter = self.policy.partition("+")
