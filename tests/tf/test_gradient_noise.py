@@ -110,8 +110,9 @@ def test_bad_settings_are_refused_naming_them(
         GradientNoiseScale(**kwargs)
 
 
-def ring(np_: int, script: list[str], server: MetricsServer, job: str) -> None:
-    """Runs ``script`` in a Horovod ring of ``np_`` reporting to ``server`` as ``job``; fails with its output."""
+def ring(np_: int, script: list[str], server: MetricsServer, job: str) -> subprocess.Popen[str]:
+    """Starts ``script`` in a Horovod ring of ``np_`` reporting to ``server`` as ``job`` (each ring with a
+    rendezvous of its own, so rings may run side by side); :func:`finished` waits for it."""
     found = shutil.which("horovodrun", path=str(Path(sys.executable).parent))
     if found is None:
         pytest.skip("horovodrun is not installed (pip install -e '.[horovod]')")
@@ -123,15 +124,25 @@ def ring(np_: int, script: list[str], server: MetricsServer, job: str) -> None:
         SUBMARINE_INSECURE="1",
         SUBMARINE_NOISE_EVERY="1",
     )
-    done = subprocess.run(
+    return subprocess.Popen(
         [found, "-np", str(np_), "--gloo", "--network-interface", "lo", sys.executable, *script],
         env=env,
         cwd=REPO,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def finished(process: subprocess.Popen[str]) -> None:
+    """Waits for a ring :func:`ring` started; fails with its output."""
+    try:
+        out, _ = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+        pytest.fail(f"the ring did not end within 300 s: {out[-3000:]}")
+    assert process.returncode == 0, out[-6000:]
 
 
 TOKEN = "noise-test-token"
@@ -149,9 +160,13 @@ def test_both_helpers_report_the_noise_scale_with_their_steps_in_a_ring_and_none
     estimate, and the service's summary (what job show and the controller read) has it; one process
     alone reports steps without it."""
     keras_args = [str(REPO / "examples" / "train_keras_elastic.py"), "--epochs", "2", "--samples", "512"]
-    ring(2, keras_args, server, "keras-two")
-    ring(2, [str(Path(__file__).parent / "noise_loop.py")], server, "loop-two")
-    ring(1, keras_args, server, "keras-one")
+    rings = [
+        ring(2, keras_args, server, "keras-two"),
+        ring(2, [str(Path(__file__).parent / "noise_loop.py")], server, "loop-two"),
+        ring(1, keras_args, server, "keras-one"),
+    ]
+    for process in rings:
+        finished(process)
     for job in ("keras-two", "loop-two"):
         points = server.store.series(job, 10_000)
         noisy = [p.point for p in points if p.point.HasField("gradient_noise_scale")]
