@@ -263,16 +263,39 @@ def ring_registered(driver: ElasticDriver) -> bool:
     return coordinator is not None and driver.get_worker_client(coordinator) is not None
 
 
+#: The longest :func:`leave_for` waits for Horovod's discovery thread (it reads the hosts once a second) to see a
+#: withdrawn host gone.
+DISCOVERY_LAG_S = 10.0
+
+
+def _wait_until_undiscovered(driver: ElasticDriver, host: str, every: float, timeout: float = DISCOVERY_LAG_S) -> None:
+    """Waits until Horovod's host manager no longer lists ``host``. Horovod forms the next ring from the hosts its
+    discovery thread last read, not from discovery now: a slot recorded ready before that thread saw its host
+    withdrawn is given a place in the next ring that no process fills, and the ring waits in Gloo's rendezvous
+    until it aborts (every rank killed by SIGABRT, the job failed). Seen in a flex through YARN whose worker's
+    container was stopped 40 ms after it was withdrawn."""
+    deadline = time.monotonic() + timeout
+    while host in driver._host_manager.current_hosts.available_hosts and not driver.finished():
+        if time.monotonic() >= deadline:
+            log.warning(
+                "%s is still among Horovod's hosts %.0f s after it was withdrawn; it leaves anyway", host, timeout
+            )
+            return
+        time.sleep(every)
+
+
 def leave_for(driver: ElasticDriver, host: str, local_rank: int, *, every: float = 0.1) -> None:
     """Stands in, at the ring's re-form, for the process of ``host``'s slot ``local_rank``: one withdrawn from
     discovery that ended before it asked for its slot in the next ring, as a leaving process does (its slot
     then comes back empty and it exits, :func:`tf_hooks.elastic.autojoin.join_or_leave`). Horovod forms that
     ring once every slot of the last one has recorded a state; an exit recorded instead is a failure (the host
     blacklisted, a clean one the job's success). The slot is recorded ready, which blocks until the others
-    have come to the re-form and the new ring is assigned; one recorded already (the process asked, then was
-    stopped while it waited) is waited for until the new ring is. Returns at once when the driver finished."""
+    have come to the re-form and the new ring is assigned; first it waits until Horovod's discovery has seen
+    the host gone (:func:`_wait_until_undiscovered`). One recorded already (the process asked, then was stopped
+    while it waited) is waited for until the new ring is. Returns at once when the driver finished."""
     registry = driver._worker_registry
     if (host, local_rank) not in set(registry.get_recorded_slots()):
+        _wait_until_undiscovered(driver, host, every)
         driver.record_ready(host, local_rank)
         return
     formed_in = registry.last_rendezvous()

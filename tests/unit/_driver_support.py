@@ -65,10 +65,13 @@ class ReformingRing:
     """Stands in for Horovod's elastic driver across one re-form of its ring (one slot a host): each host of the
     ring records a state, ready (it asked for its slot in the next ring) or its exit (as Horovod's
     ``_handle_worker_exit`` does with the code the job driver returns: a success or a failure, nothing for a
-    host no longer in the ring), and waits there until all have; the next ring is then the hosts ``discover``
-    lists."""
+    host no longer in the ring), and waits there until all have; the next ring is then the hosts its host
+    manager lists. That list is what ``discover`` lists when asked; with ``discovery_lag``, it is read as
+    Horovod's discovery thread reads it: ``discovery_lag`` seconds after the ring starts, then as often."""
 
-    def __init__(self, hosts: Sequence[str], discover: Callable[[], Iterable[str]]) -> None:
+    def __init__(
+        self, hosts: Sequence[str], discover: Callable[[], Iterable[str]], discovery_lag: float | None = None
+    ) -> None:
         self.assigned = set(hosts)
         self.states: dict[str, str] = {}
         self.rendezvous = 0
@@ -77,6 +80,26 @@ class ReformingRing:
         self._worker_registry = self  # what the job driver reads of Horovod's registry
         self._action_event = threading.Event()
         self._action_event.set()
+        self._read = SimpleNamespace(available_hosts=set(hosts))
+        self._lag = discovery_lag
+        self._done = threading.Event()
+        if discovery_lag is not None:
+            threading.Thread(target=self._discovery_thread, daemon=True, name="discovery").start()
+
+    @property
+    def _host_manager(self) -> SimpleNamespace:
+        """Horovod's host manager: its ``current_hosts.available_hosts``."""
+        if self._lag is None:
+            return SimpleNamespace(current_hosts=SimpleNamespace(available_hosts=set(self._discover())))
+        return SimpleNamespace(current_hosts=self._read)
+
+    def _discovery_thread(self) -> None:
+        assert self._lag is not None
+        while not self._done.wait(self._lag):
+            self._read = SimpleNamespace(available_hosts=set(self._discover()))
+
+    def stop(self) -> None:
+        self._done.set()
 
     @property
     def host_assignments(self) -> dict[str, list[SimpleNamespace]]:
@@ -109,7 +132,7 @@ class ReformingRing:
         self._barrier.wait(timeout=10)
 
     def _reform(self) -> None:
-        self.assigned = set(self._discover())
+        self.assigned = set(self._host_manager.current_hosts.available_hosts)
         self.rendezvous += 1
 
 

@@ -103,8 +103,9 @@ def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_
     assert job.resizer.preempted_from is None  # nothing grows back
 
 
-def decommissioned_job() -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
-    """A job at 2 workers (limits 1..3) in a ring of Horovod's stand-in; worker-0 decommissioned through YARN."""
+def decommissioned_job(discovery_lag: float | None = None) -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
+    """A job at 2 workers (limits 1..3) in a ring of Horovod's stand-in (its discovery read every
+    ``discovery_lag`` seconds, else when asked); worker-0 decommissioned through YARN."""
     yarn = FlexedYarn(desired=1, decommissioned=("worker-0",))
     job = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
     job.phase = JobPhase.RUNNING
@@ -115,7 +116,7 @@ def decommissioned_job() -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
         job.registry.move(agent.agent_id, WorkerState.WARM)
         job.registry.move(agent.agent_id, WorkerState.RUNNING)
         agents.append(agent)
-    ring = ReformingRing(["c-0", "c-1"], lambda: [a.agent_id for a in job.registry.available()])
+    ring = ReformingRing(["c-0", "c-1"], lambda: [a.agent_id for a in job.registry.available()], discovery_lag)
     job._hvd = ring  # type: ignore[assignment]
     job.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
     return job, ring, agents
@@ -168,3 +169,26 @@ def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_with
     status = job.servicer.Status(pb.StatusRequest(), None)
     assert [w.instance for w in status.workers if w.rank >= 0] == ["worker-1"]
     assert not any(w.preempted for w in status.workers)
+
+
+def test_a_withdrawn_worker_that_went_before_horovods_discovery_saw_it_go_gets_no_place_in_the_next_ring():
+    """Horovod forms the next ring from the hosts its discovery thread last read (once a second). A worker
+    withdrawn and gone at once (a flex through YARN whose container was stopped 40 ms after the withdrawal),
+    recorded ready before that thread saw it gone, was given a place in the next ring: no process took it, and
+    the ring waited in Gloo's rendezvous until every rank aborted. It is recorded once discovery has seen it
+    go: the next ring is the survivor's alone."""
+    job, ring, (decommissioned, _) = decommissioned_job(discovery_lag=0.5)
+    try:
+        assert ring._host_manager.current_hosts.available_hosts == {"c-0", "c-1"}  # not read since
+        job.detach(decommissioned)
+        survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
+        survivor_reformed.start()
+        code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+        ring.handle_exit("c-0", code)
+        survivor_reformed.join(10)
+        assert not survivor_reformed.is_alive()
+        assert ring.assigned == {"c-1"}, "the next ring kept a place for the worker that went"
+        assert ring.states == {"c-0": "READY", "c-1": "READY"}
+        assert not job.failures and not job._fatal.is_set()
+    finally:
+        ring.stop()
