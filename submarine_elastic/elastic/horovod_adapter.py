@@ -268,20 +268,23 @@ def ring_registered(driver: ElasticDriver) -> bool:
 DISCOVERY_LAG_S = 10.0
 
 
-def _wait_until_undiscovered(driver: ElasticDriver, host: str, every: float, timeout: float = DISCOVERY_LAG_S) -> None:
+def _wait_until_undiscovered(driver: ElasticDriver, host: str, timeout: float = DISCOVERY_LAG_S) -> None:
     """Waits until Horovod's host manager no longer lists ``host``. Horovod forms the next ring from the hosts its
     discovery thread last read, not from discovery now: a slot recorded ready before that thread saw its host
     withdrawn is given a place in the next ring that no process fills, and the ring waits in Gloo's rendezvous
     until it aborts (every rank killed by SIGABRT, the job failed). Seen in a flex through YARN whose worker's
-    container was stopped 40 ms after it was withdrawn."""
+    container was stopped 40 ms after it was withdrawn. The thread notifies the driver's hosts condition when
+    the hosts change; the wait wakes at least once a second to notice the driver finished."""
     deadline = time.monotonic() + timeout
-    while host in driver._host_manager.current_hosts.available_hosts and not driver.finished():
-        if time.monotonic() >= deadline:
-            log.warning(
-                "%s is still among Horovod's hosts %.0f s after it was withdrawn; it leaves anyway", host, timeout
-            )
-            return
-        time.sleep(every)
+    with driver._wait_hosts_cond:
+        while host in driver._host_manager.current_hosts.available_hosts and not driver.finished():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning(
+                    "%s is still among Horovod's hosts %.0f s after it was withdrawn; it leaves anyway", host, timeout
+                )
+                return
+            driver._wait_hosts_cond.wait(min(left, 1.0))
 
 
 def leave_for(driver: ElasticDriver, host: str, local_rank: int, *, every: float = 0.1) -> None:
@@ -295,7 +298,7 @@ def leave_for(driver: ElasticDriver, host: str, local_rank: int, *, every: float
     while it waited) is waited for until the new ring is. Returns at once when the driver finished."""
     registry = driver._worker_registry
     if (host, local_rank) not in set(registry.get_recorded_slots()):
-        _wait_until_undiscovered(driver, host, every)
+        _wait_until_undiscovered(driver, host)
         driver.record_ready(host, local_rank)
         return
     formed_in = registry.last_rendezvous()

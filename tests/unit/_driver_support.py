@@ -80,6 +80,7 @@ class ReformingRing:
         self._worker_registry = self  # what the job driver reads of Horovod's registry
         self._action_event = threading.Event()
         self._action_event.set()
+        self._wait_hosts_cond = threading.Condition()  # Horovod's hosts lock, notified when its hosts change
         self._read = SimpleNamespace(available_hosts=set(hosts))
         self._lag = discovery_lag
         self._done = threading.Event()
@@ -96,7 +97,11 @@ class ReformingRing:
     def _discovery_thread(self) -> None:
         assert self._lag is not None
         while not self._done.wait(self._lag):
-            self._read = SimpleNamespace(available_hosts=set(self._discover()))
+            with self._wait_hosts_cond:
+                hosts = set(self._discover())
+                if hosts != self._read.available_hosts:
+                    self._read = SimpleNamespace(available_hosts=hosts)
+                    self._wait_hosts_cond.notify_all()
 
     def stop(self) -> None:
         self._done.set()

@@ -177,9 +177,8 @@ def test_a_withdrawn_worker_that_went_before_horovods_discovery_saw_it_go_gets_n
     recorded ready before that thread saw it gone, was given a place in the next ring: no process took it, and
     the ring waited in Gloo's rendezvous until every rank aborted. It is recorded once discovery has seen it
     go: the next ring is the survivor's alone."""
-    job, ring, (decommissioned, _) = decommissioned_job(discovery_lag=0.5)
+    job, ring, (decommissioned, _) = decommissioned_job(discovery_lag=1.0)  # Horovod's period
     try:
-        assert ring._host_manager.current_hosts.available_hosts == {"c-0", "c-1"}  # not read since
         job.detach(decommissioned)
         survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
         survivor_reformed.start()
