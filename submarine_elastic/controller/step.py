@@ -293,10 +293,11 @@ def count_yarn(
 
     A job holds the workers YARN gave it (in its ring or warming up) plus those it asked for that fit in the free
     slots, claimed in order of submission; what does not fit it does not hold. Neither is an arrival counted
-    while YARN places its ApplicationMaster and driver in room that is free. A job reported through the bridge
-    that YARN does not know is taken to have workers of the slot's size. Short: a running job that asks for
-    more than fits, and one that has not started (``answered``: its driver answered this round, with no ring,
-    and no ring of it was ever seen) that does.
+    while YARN places its ApplicationMaster and driver in room that is free, but the free slots its minimum
+    needs are kept back from the capacity meanwhile (in the same order), so that no policy hands them out. A
+    job reported through the bridge that YARN does not know is taken to have workers of the slot's size. Short:
+    a running job that asks for more than fits, and one that has not started (``answered``: its driver answered
+    this round, with no ring, and no ring of it was ever seen) that does.
     """
     slots = cluster.slots
     if slots is None:
@@ -320,8 +321,14 @@ def count_yarn(
     holding: dict[str, Held] = {}
     short: dict[str, tuple[int, str]] = {}
     unstarted: set[str] = set()
+    kept_back = 0
     for job in managed:
         if job.job_id in placing:
+            # Nor is the room for its minimum handed out meanwhile: that is all it is sure to get once it shows,
+            # and a slot given to a running job now would have to be taken back at a resize's cost.
+            keep = min(job.min_workers, max(0, free))
+            free -= keep
+            kept_back += keep
             continue
         size = rings.get(job.job_id)
         current = size or 0
@@ -340,7 +347,7 @@ def count_yarn(
             )
             if fresh:
                 unstarted.add(job.job_id)
-    return Room(capacity=capacity, holding=holding, short=short, unstarted=frozenset(unstarted))
+    return Room(capacity=max(0, capacity - kept_back), holding=holding, short=short, unstarted=frozenset(unstarted))
 
 
 # ---------------------------------------------------------------------- 3. the snapshot

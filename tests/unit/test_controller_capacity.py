@@ -344,6 +344,25 @@ def test_an_arrival_gets_workers_once_yarn_has_placed_its_am_and_driver(tmp_path
     assert len(yarn.jobs["small"].workers) == 1
 
 
+def test_the_room_an_arrivals_minimum_needs_is_kept_while_yarn_places_its_am_and_driver(tmp_path: Path) -> None:
+    """Seen live (a replay of 4 jobs): while YARN placed an arrival's AM and driver the arbiter grew a running
+    job into the free slot the arrival's one worker needed; the arrival then waited two minutes for a GPU."""
+    yarn, clock = MiniYarn(vcores=8), Clock()
+    yarn.submit("big", 1, on=("n0", "n0"))  # n0: AM, driver, a worker, 1024 MB free; n1: room for two more
+    yarn.submit("small", 1, held=True)
+    c = controller(tmp_path, yarn, clock, cooldown=0)
+    c.job_submitted("big", 1, 4, 1, policy="greedy")
+    c.job_submitted("small", 1, 1, 1, elastic=False)
+    # Its AM and driver take n0's 1024 MB; of n1's two slots one is kept for its worker, the other goes to big.
+    assert [(d.job_id, d.from_workers, d.to_workers) for d in c.tick()] == [("big", 1, 2)]
+    assert c.wait_idle(5)
+    yarn.release("small")
+    clock.now += 5
+    assert c.tick() == []
+    assert len(yarn.jobs["small"].workers) == 1 and len(yarn.jobs["big"].workers) == 2
+    assert yarn.resizes == [("big", 2)], "nothing given to big had to be taken back"
+
+
 def test_an_arrival_whose_am_fits_nowhere_gets_room_for_it_too(tmp_path: Path) -> None:
     yarn, clock = MiniYarn(), Clock()
     yarn.submit("big", 3, on=("n0", "n0"))
