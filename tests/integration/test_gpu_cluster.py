@@ -279,18 +279,19 @@ def _device_uuids(gpu_cluster: tuple[LocalCluster, ClusterSpec]) -> dict[tuple[i
     return found
 
 
-#: Three jobs on 2 x 2 GPUs, each asking for 3 workers (time scale 0.005: 11 to 16 s of training alone, at
-#: its submitted size): under static FIFO no two fit together, so they start in three waves, each paying a
-#: job's startup (its AM and driver, every worker's TensorFlow import and first trace: 20 to 50 s here, most of
-#: a job's time); elastic, the controller lowers what does not fit and the three share the GPUs. The margin is
-#: wide (mean JCT 0.53 of static's unloaded and 0.52 beside another test module; the simulator, 0.48) so that
-#: a slow start under CI's load (two modules at once on two cores) does not decide the outcome: a job's late
-#: start costs the static run once per wave. A fourth job (1 worker, at 5 s) held the margin (0.65) but took
-#: the test from 280 to 390 s.
+#: Four jobs on 2 x 2 GPUs: three asking for 3 workers (time scale 0.005: 11 to 16 s of training alone, at its
+#: submitted size) and one for 1, arriving within 5 s. Under static FIFO no two of the first three fit together,
+#: so they start in three waves (the last with the 1-worker job beside it), each paying a job's startup (its AM
+#: and driver, every worker's TensorFlow import and first trace: 20 to 50 s here, most of a job's time);
+#: elastic, the controller lowers what does not fit and the four share the GPUs, the room an arrival's minimum
+#: needs kept for it while YARN places its AM and driver. The margin is wide so that a slow start under CI's
+#: load (two modules at once on two cores) does not decide the outcome: a job's late start costs the static run
+#: once per wave.
 REPLAY_WORKLOAD = """name,time,application,num_replicas,batch_size
 j0,0,cifar10,3,256
 j1,500,ncf,3,512
 j2,500,cifar10,3,256
+j3,1000,cifar10,1,256
 """
 REPLAY_TIME_SCALE = 0.005
 
