@@ -243,6 +243,8 @@ class LiveReplay:
         """Submit every job at its arrival, follow them to their end, return what was recorded; every job
         still running when it stops (the jobs done, an error, an interrupt) is killed."""
         self.out.mkdir(parents=True, exist_ok=True)
+        with YarnServiceClient(self.rm_url) as yarn:
+            gpus_before = _gpus_in_use(yarn)
         if self.elastic:
             self._start_controller()
         t0 = time.time()
@@ -259,7 +261,7 @@ class LiveReplay:
                 future.cancel()
             pool.shutdown(wait=True)
             self._kill_all()
-            self._release(t0)
+            self._release(t0, gpus_before)
             if self.elastic:
                 self._print_decisions(t0)
                 self._submarine("controller", "stop", check=False)
@@ -515,11 +517,13 @@ class LiveReplay:
             if record.submitted_s is not None and record.ended_s is None:  # a suspended one too
                 self._submarine("job", "kill", record.service, check=False)
 
-    def _release(self, t0: float) -> None:
+    def _release(self, t0: float, gpus_before: int) -> None:
         """Destroy the services of this run whose ApplicationMaster still runs after the job's end (YARN keeps a
-        finished service's application FINISHING for tens of seconds), so that the next run on the cluster
-        starts on a cluster without them: a controller started meanwhile would count them as another tenant's
-        jobs holding workers."""
+        finished service's application FINISHING for tens of seconds), then wait until the ResourceManager lists
+        none of them live and the nodes hold no more GPUs than before the run (``gpus_before``), so that the
+        next run on the cluster starts on a cluster without them: a controller started meanwhile would count
+        them as another tenant's jobs holding workers, and a FINISHING application's containers kept their GPUs
+        20 s into the next run (its allocations, even its jobs' ApplicationMasters, waited behind them)."""
         names = {r.service for r in self.records if r.submitted_s is not None}
         try:
             with YarnServiceClient(self.rm_url) as yarn:
@@ -528,6 +532,20 @@ class LiveReplay:
                     now = time.time() - t0
                     self.say(f"+{now:6.0f} s  {name}: its application still runs after the job's end: destroyed")
                     yarn.destroy(name, missing_ok=True, timeout=RELEASE_TIMEOUT_S)
+                waited = time.monotonic()
+                while (held := _gpus_in_use(yarn)) > gpus_before or any(a.name in names for a in yarn.list()):
+                    if time.monotonic() - waited > RELEASE_TIMEOUT_S:
+                        self.say(
+                            f"the nodes still hold {held} GPUs ({gpus_before} before the run) "
+                            f"{RELEASE_TIMEOUT_S:.0f} s after its end"
+                        )
+                        return
+                    time.sleep(POLL_S)
+                if time.monotonic() - waited >= POLL_S:
+                    now = time.time() - t0
+                    self.say(
+                        f"+{now:6.0f} s  YARN released the run's containers {time.monotonic() - waited:.0f} s later"
+                    )
         except YarnError as exc:
             self.say(f"the run's applications could not all be released: {exc}")
 
@@ -655,3 +673,8 @@ def run_policies(
         (heading or say)(f"{replay.policy} (emulated GPUs)")
         runs.append(replay.run())
     return runs
+
+
+def _gpus_in_use(yarn: YarnServiceClient) -> int:
+    """GPUs the running nodes' containers hold now."""
+    return sum(node.used_gpus for node in yarn.nodes())

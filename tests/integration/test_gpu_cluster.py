@@ -325,9 +325,12 @@ def test_a_live_replay_finishes_its_jobs_sooner_elastic_than_static(
             )
             assert final["emulated"] == record.job.application and final["emulation"]["held_s"] > 0
     # Each run leaves no application of its jobs live (the next run's controller would count it as held).
+    # Nor any container: a finished application's containers kept their GPUs into the next run before.
     with YarnServiceClient(spec.rm_url) as yarn:
         live = {a.name for a in yarn.list()}
+        held = {n.node_id: n.used_gpus for n in yarn.nodes()}
     assert not live & {r.service for run in runs for r in run.records}, live
+    assert sum(held.values()) == 0, held
     # Static ran each job at its size; elastic resized jobs around each other.
     assert all(max(n for _, n in r.ring) == r.job.workers for r in runs[0].records)
     assert elastic["decisions"] >= 1
