@@ -48,7 +48,9 @@ def parse_queues(text: str) -> tuple[QueueSpec, ...]:
 def scheduler_settings(queues: tuple[QueueSpec, ...]) -> dict[str, str]:
     """The RM's ``capacity-scheduler.xml`` settings for ``queues`` under ``root``: anyone may submit to each,
     an application may use the whole of its queue (``user-limit-factor``, or one user's jobs would stop at the
-    guarantee), and none is ever preempted by another of its own queue (intra-queue preemption stays off)."""
+    guarantee), the applications of a queue are served least-used first (the ``fair`` ordering policy: under
+    FIFO one application's unmet ask holds back every later one, their ApplicationMasters too), and none is
+    ever preempted by another of its own queue (intra-queue preemption stays off)."""
     settings = {f"{PREFIX}.queues": ",".join(q.name for q in queues)}
     for q in queues:
         key = f"{PREFIX}.{q.name}"
@@ -58,6 +60,7 @@ def scheduler_settings(queues: tuple[QueueSpec, ...]) -> dict[str, str]:
                 f"{key}.maximum-capacity": str(q.max_capacity),
                 f"{key}.user-limit-factor": str(100 / q.capacity) if q.capacity else "100",
                 f"{key}.state": "RUNNING",
+                f"{key}.ordering-policy": "fair",
                 f"{key}.acl_submit_applications": "*",
                 f"{key}.acl_administer_queue": "*",
             }

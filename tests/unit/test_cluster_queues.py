@@ -34,6 +34,8 @@ def test_the_rm_gets_the_queue_hierarchy_and_the_preemption_monitor(tmp_path: Pa
     # One user's job may fill its queue's maximum, not stop at the guarantee.
     assert float(scheduler[f"{SCHEDULER}.research.user-limit-factor"]) * 40 == pytest.approx(100)
     assert scheduler[f"{SCHEDULER}.research.acl_submit_applications"] == "*"
+    # Least-used first: under FIFO an application whose ask cannot be met holds back every later one.
+    assert {scheduler[f"{SCHEDULER}.{q}.ordering-policy"] for q in ("prod", "research")} == {"fair"}
     yarn = site(files[conf / "yarn-site.xml"])
     assert yarn["yarn.resourcemanager.scheduler.monitor.enable"] == "true"
     assert yarn["yarn.resourcemanager.scheduler.monitor.policies"].endswith(".ProportionalCapacityPreemptionPolicy")
@@ -57,7 +59,9 @@ def test_without_queues_the_cluster_keeps_one_queue_and_no_preemption(tmp_path: 
     cluster = LocalCluster(tmp_path)
     files, _ = cluster.conf.daemon_files("rm", ClusterSpec(), TARBALL)
     conf = cluster.dir / "conf" / "rm"
-    assert site(files[conf / "capacity-scheduler.xml"])[f"{SCHEDULER}.queues"] == "default"
+    scheduler = site(files[conf / "capacity-scheduler.xml"])
+    assert scheduler[f"{SCHEDULER}.queues"] == "default"
+    assert scheduler[f"{SCHEDULER}.default.ordering-policy"] == "fair"
     assert "yarn.resourcemanager.scheduler.monitor.enable" not in site(files[conf / "yarn-site.xml"])
 
 
