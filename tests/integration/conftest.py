@@ -15,6 +15,7 @@ import collections
 import json
 import os
 import re
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -243,6 +244,16 @@ def processes_under(path: Path) -> list[int]:
         if cwd == root or cwd.startswith(root + "/") or any(names.search(a) for a in proc.info["cmdline"] or ()):
             roots.append(proc)
     return _running(_below(roots))
+
+
+def sigkill(pids: Sequence[int]) -> None:
+    """SIGKILL each of ``pids``, as a machine's failure would; one already gone (it ended when another of them
+    did: its NodeManager stops a container whose launch script died) is what was wanted."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def container_processes(container_id: str) -> list[int]:

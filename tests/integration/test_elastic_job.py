@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from submarine_elastic.protocol.proto.elastic_pb2_grpc import ElasticDriverStub
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.store import load_token
 from submarine_elastic.yarn import YarnServiceClient
-from tests.integration.conftest import eventually, submarine
+from tests.integration.conftest import eventually, sigkill, submarine
 from tests.integration.jobcheck import check_training, finish, start_job, wait_for_steps_at
 from tests.integration.jobcheck import training_pids as _training_pids
 from tests.tls import cluster_metrics_tls, self_signed
@@ -196,8 +194,7 @@ def test_a_killed_worker_costs_at_most_the_uncommitted_steps(
             before = {w.instance: w.container_id for w in job.status().workers}
             victims = _training_pids(before["worker-1"])
             assert victims, "worker-1's training process not found"
-            for pid in victims:
-                os.kill(pid, signal.SIGKILL)
+            sigkill(victims)
             # The job goes on without it, YARN relaunches it, and it rejoins.
             eventually(lambda: job.status().world_size == 1, "the ring re-formed without the killed worker", 60, 0.2)
             job.wait_for_size(2, timeout=240)

@@ -10,8 +10,6 @@ Starts a 2-node cluster of its own (port base ``SUBMARINE_TEST_PORT_BASE`` + 600
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +30,7 @@ from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import job_dir
 from submarine_elastic.yarn import YarnServiceClient
 from submarine_elastic.yarn.spec import Component, Resource, ResourceInformation, RestartPolicy, Service
-from tests.integration.conftest import AS_USER, PORT_BASE, committed_steps, eventually, submarine
+from tests.integration.conftest import AS_USER, PORT_BASE, committed_steps, eventually, sigkill, submarine
 from tests.integration.jobcheck import REPO, SAMPLES, training_pids
 
 pytestmark = pytest.mark.integration
@@ -237,8 +235,7 @@ def test_each_training_process_sees_its_own_containers_gpu_through_flexes_and_a_
                 victim = sorted(at_two)[-1]
                 killed = training_pids(victim)
                 assert killed
-                for pid in killed:
-                    os.kill(pid, signal.SIGKILL)
+                sigkill(killed)
                 eventually(
                     lambda: any(r["container"] == victim and r["pid"] not in killed for r in _records(tmp_path)),
                     "the killed worker's new training process",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +16,7 @@ from submarine_elastic.yarn import (
     ServiceNotFoundError,
     YarnServiceClient,
 )
-from tests.integration.conftest import container_processes, eventually
+from tests.integration.conftest import container_processes, eventually, sigkill
 
 pytestmark = pytest.mark.integration
 
@@ -100,8 +98,9 @@ def test_decommission_removes_the_named_instance(client: YarnServiceClient, serv
 def test_a_killed_container_is_relaunched(client: YarnServiceClient, service: str):
     before = {c.component_instance_name: c.id for c in client.ready_instances(service, "worker")}
     victim = before["worker-1"]
-    for pid in container_processes(victim):
-        os.kill(pid, signal.SIGKILL)
+    pids = container_processes(victim)
+    assert pids, f"no process of {victim} found"
+    sigkill(pids)
 
     def relaunched() -> dict[str, str] | None:
         after = {c.component_instance_name: c.id for c in client.ready_instances(service, "worker")}
