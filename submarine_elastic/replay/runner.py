@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from submarine_elastic.cluster import ClusterSpec
+from submarine_elastic.protocol.api import JobPhase
 from submarine_elastic.replay.plan import COMMIT_EVERY, ReplayJob, ReplayPlan
 from submarine_elastic.replay.steplog import StepLog, read_step_log
 from submarine_elastic.replay.tiresias import LiveJob, LiveTiresias
+from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -441,7 +443,7 @@ class LiveReplay:
                 if self.tiresias is not None:
                     self.tiresias.finished(record.job.name)
                 record.ended_s = now
-                record.state = str(status.state)
+                record.state = ended_state(record.service, str(status.state))
                 self._read_log(record, t0)  # its processes have ended: the log is whole
                 took = record.jct_s
                 self.say(
@@ -678,3 +680,16 @@ def run_policies(
 def _gpus_in_use(yarn: YarnServiceClient) -> int:
     """GPUs the running nodes' containers hold now."""
     return sum(node.used_gpus for node in yarn.nodes())
+
+
+def ended_state(service: str, yarn_state: str) -> str:
+    """How a job whose service YARN shows ended (``yarn_state``) ended: ``SUCCEEDED`` also where YARN says
+    ``STOPPED`` but the job's driver recorded it finished. YARN's services API shows a service SUCCEEDED while its
+    ApplicationMaster runs, and, read once that has exited and before the RM has the application FINISHED (up to
+    30 s), the saved definition's ``STOPPED``: seen in a replay, a job that trained every sample ended STOPPED and
+    was left out of the run's figures."""
+    if yarn_state == "STOPPED":
+        outcome = load_outcome(service)
+        if outcome is not None and outcome.phase is JobPhase.FINISHED and not outcome.error:
+            return "SUCCEEDED"
+    return yarn_state

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from submarine_elastic.protocol.api import JobPhase
+from submarine_elastic.protocol.records import JobOutcome
 from submarine_elastic.replay.plan import ReplayError, fitting_sample, plan_replay
 from submarine_elastic.replay.report import summary, table, utilisation, write
-from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun
+from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ended_state
 from submarine_elastic.replay.simulate import ScaledCatalog, measured_costs, simulate_plan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.sim import ResizeCosts, TraceCatalog
+from submarine_elastic.submit.jobspec import outcome_path
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
 
@@ -161,3 +164,18 @@ def test_fitting_sample_keeps_rows_that_fit(tmp_path: Path):
     path = fitting_sample("workload-1", 12, 8, 3, tmp_path / "w.csv")
     p = plan_replay(str(path), time_scale=0.12, nodes=2, gpus_per_node=4)
     assert len(p.jobs) == 12 and max(j.workers for j in p.jobs) <= 8
+
+
+def test_a_job_yarn_shows_stopped_after_its_am_exited_ended_as_its_driver_recorded(tmp_path: Path) -> None:
+    """YARN's services API shows a service SUCCEEDED while its ApplicationMaster runs and STOPPED once that has
+    exited, until the RM has the application FINISHED: a replay that read it then left a job that trained every
+    sample out of its figures. Its driver's record says how it ended."""
+    assert ended_state("r-finished", "STOPPED") == "STOPPED"  # no record: as YARN says
+    outcome_path("r-finished").parent.mkdir(parents=True, exist_ok=True)
+    outcome_path("r-finished").write_text(JobOutcome(job="r-finished", phase=JobPhase.FINISHED).model_dump_json())
+    assert ended_state("r-finished", "STOPPED") == "SUCCEEDED"
+    assert ended_state("r-finished", "FAILED") == "FAILED"
+    outcome_path("r-failed").write_text(
+        JobOutcome(job="r-failed", phase=JobPhase.FAILED, error="worker-1 lost").model_dump_json()
+    )
+    assert ended_state("r-failed", "STOPPED") == "STOPPED"
