@@ -20,7 +20,9 @@ Writes ``benchmarks/results/live.json``, ``live.md`` and ``live.png`` (every job
 policy); every job's series (``replay.json``) stays in the run's temporary directory with its logs.
 Emulated accelerators: the ratios are the result, not the absolute seconds.
 
-Run: ``.venv/bin/python benchmarks/bench_live.py [--jobs 12] [--quick] [--policy static --policy tiresias]``
+Run: ``.venv/bin/python benchmarks/bench_live.py [--jobs 12] [--quick] [--policy static --policy tiresias]``;
+``--report DIR`` (with the run's ``--time-scale`` and ``--arrival-scale``) works the figures out again from an
+earlier run's directory, running nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from submarine_elastic.replay.runner import (  # noqa: E402
     STATIC,
     TIRESIAS,
     LiveRun,
+    load_runs,
     replay_cluster_spec,
     run_policies,
 )
@@ -87,9 +90,30 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="5 jobs (the demo's size)")
     p.add_argument("--port-base", type=int, default=28600)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="work the figures out again from an earlier run's directory (its report/replay.json), run nothing; "
+        "the machine's figures come from --out's live.json",
+    )
     args = p.parse_args()
     if args.quick:
         args.jobs = 5
+    if args.report is not None:
+        root = args.report
+        plan = plan_replay(
+            str(root / "workload.csv"),
+            time_scale=args.time_scale,
+            arrival_scale=args.arrival_scale,
+            nodes=2,
+            gpus_per_node=4,
+        )
+        earlier = json.loads((args.out / "live.json").read_text()) if (args.out / "live.json").exists() else {}
+        runs = load_runs(root / "report" / "replay.json", plan)
+        seed = earlier.get("seed", args.seed)
+        report(args, plan, seed, runs, root, earlier.get("machine", {}), float(earlier.get("wall_s", 0.0)))
+        return
     policies = args.policies or list(POLICIES)
     root = Path(tempfile.mkdtemp(prefix="bench-live-"))
     plan, seed = choose_plan(args, root)
@@ -106,6 +130,20 @@ def main() -> None:
             )  # fmt: skip
         finally:
             cluster.down()
+    machine = {**watch.as_dict(), "cores": _cores(), "python": platform.python_version()}
+    report(args, plan, seed, runs, root, machine, time.time() - started)
+
+
+def report(
+    args: argparse.Namespace,
+    plan: ReplayPlan,
+    seed: int | None,
+    runs: list[LiveRun],
+    root: Path,
+    machine: dict[str, object],
+    wall_s: float,
+) -> None:
+    """The simulator beside each run, the targets, and the results files (live.json, live.md, live.png)."""
     sims: dict[str, float] = {}
     costs: dict[str, str] = {}
     for run in runs:
@@ -141,8 +179,8 @@ def main() -> None:
         "simulated_only_mean_jct_s": {k: round(v, 1) for k, v in sim_only.items()},
         "measured_costs": costs,
         "targets": verdicts,
-        "machine": {**watch.as_dict(), "cores": _cores(), "python": platform.python_version()},
-        "wall_s": round(time.time() - started, 1),
+        "machine": machine,
+        "wall_s": round(wall_s, 1),
         "picture": picture.name,
         "per_job_results": str(paths["json"]),
     }
@@ -161,9 +199,9 @@ def main() -> None:
         "",
         *[f"- costs measured live, {k}: {v}" for k, v in costs.items()],
         "",
-        f"Machine: peak memory in use {watch.peak_mb / 1024:.1f} GiB (before {watch.base_mb / 1024:.1f}), load "
-        f"average mean {watch.as_dict()['load_mean']}, max {watch.as_dict()['load_max']}; wall "
-        f"{result['wall_s'] / 60:.1f} min.",
+        f"Machine: peak memory in use {float(machine.get('peak_memory_mb', 0)) / 1024:.1f} GiB (before "
+        f"{float(machine.get('memory_before_mb', 0)) / 1024:.1f}), load average mean {machine.get('load_mean')}, "
+        f"max {machine.get('load_max')}; wall {wall_s / 60:.1f} min.",
     ]
     (args.out / "live.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

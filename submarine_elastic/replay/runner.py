@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.protocol.api import JobPhase
@@ -158,6 +159,42 @@ class JobRecord:
                 else {}
             ),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object], job: ReplayJob) -> JobRecord:
+        """The record :meth:`as_dict` wrote of ``job`` (what a run's ``replay.json`` holds); its end as
+        :func:`ended_state` reads it now."""
+
+        def seconds(key: str) -> list[float]:
+            return [float(t) for t in cast(list[float], data.get(key) or [])]
+
+        def optional(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(cast(float, value))
+
+        state = cast(str | None, data.get("state"))
+        return cls(
+            job=job,
+            service=str(data["service"]),
+            submitted_s=optional("submitted_s"),
+            created=data.get("submitted_s") is not None,
+            checked=True,
+            ended_s=optional("ended_s"),
+            state=None if state is None else ended_state(str(data["service"]), state),
+            first_step_s=optional("first_step_s"),
+            last_step_s=optional("last_step_s"),
+            samples=int(cast(int, data.get("samples_trained") or 0)),
+            problems=[str(p) for p in cast(list[str], data.get("problems") or [])],
+            ring=[(float(t), int(n)) for t, n in cast(list[tuple[float, int]], data.get("ring") or [])],
+            held=[(float(t), int(n)) for t, n in cast(list[tuple[float, int]], data.get("held") or [])],
+            stopped_s=seconds("suspended_s"),
+            stopped_done_s=seconds("stopped_s"),
+            resumed_s=seconds("resumed_s"),
+            resumed_step_s=[
+                None if t is None else float(t) for t in cast(list[float], data.get("resumed_step_s") or [])
+            ],
+            rolled_back=int(cast(int, data.get("rolled_back_steps") or 0)),
+        )
 
     def attained(self, now: float) -> float:
         """GPU-seconds held by ``now``: its runs before, and the one it is in."""
@@ -674,6 +711,36 @@ def run_policies(
     for replay in replays:
         (heading or say)(f"{replay.policy} (emulated GPUs)")
         runs.append(replay.run())
+    return runs
+
+
+def load_runs(path: Path, plan: ReplayPlan) -> list[LiveRun]:
+    """The runs a ``replay.json`` (:func:`~submarine_elastic.replay.report.write`) holds, of ``plan``'s jobs, so
+    that their figures can be worked out again without running them again (each job's end as
+    :func:`ended_state` reads it now).
+
+    Raises:
+        ReplayRunError: the file names a job ``plan`` does not have, or is not a replay's.
+    """
+    import json
+
+    by_name = {job.name: job for job in plan.jobs}
+    try:
+        data = json.loads(path.read_text())
+        runs = []
+        for run in data["runs"]:
+            records = []
+            for job in run["jobs_detail"]:
+                if job["name"] not in by_name:
+                    raise ReplayRunError(f"{path}: job {job['name']!r} is not in the plan ({plan.describe()})")
+                records.append(JobRecord.from_dict(job, by_name[job["name"]]))
+            decisions = {
+                name: [(float(t), int(a), int(b), str(why)) for t, a, b, why in log]
+                for name, log in run.get("decision_log", {}).items()
+            }
+            runs.append(LiveRun(run["policy"], plan, 0.0, records, decisions, float(run.get("wall_s") or 0.0)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReplayRunError(f"{path} is not a replay's results file: {exc}") from exc
     return runs
 
 

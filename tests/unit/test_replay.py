@@ -12,7 +12,7 @@ from submarine_elastic.protocol.api import JobPhase
 from submarine_elastic.protocol.records import JobOutcome
 from submarine_elastic.replay.plan import ReplayError, fitting_sample, plan_replay
 from submarine_elastic.replay.report import summary, table, utilisation, write
-from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ended_state
+from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ReplayRunError, ended_state, load_runs
 from submarine_elastic.replay.simulate import ScaledCatalog, measured_costs, simulate_plan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.sim import ResizeCosts, TraceCatalog
@@ -179,3 +179,24 @@ def test_a_job_yarn_shows_stopped_after_its_am_exited_ended_as_its_driver_record
         JobOutcome(job="r-failed", phase=JobPhase.FAILED, error="worker-1 lost").model_dump_json()
     )
     assert ended_state("r-failed", "STOPPED") == "STOPPED"
+
+
+def test_a_runs_results_file_gives_back_the_same_figures(tmp_path: Path) -> None:
+    """``bench_live.py --report`` works a run's figures out again from its replay.json: the same summary and
+    measured costs as the run gave; a job its driver recorded finished counts, though YARN was read STOPPED."""
+    run = fake_run(tmp_path, "static")
+    run.records[1].state = "STOPPED"
+    outcome_path(run.records[1].service).parent.mkdir(parents=True, exist_ok=True)
+    outcome_path(run.records[1].service).write_text(
+        JobOutcome(job=run.records[1].service, phase=JobPhase.FINISHED).model_dump_json()
+    )
+    path = write([run], tmp_path / "out")["json"]
+    [again] = load_runs(path, run.plan)
+    assert summary(again)["finished"] == 2 and summary(run)["finished"] == 1
+    run.records[1].state = "SUCCEEDED"
+    assert {k: v for k, v in summary(again).items() if k != "wall_s"} == {
+        k: v for k, v in summary(run).items() if k != "wall_s"
+    }
+    assert measured_costs([again]).describe() == measured_costs([run]).describe()
+    with pytest.raises(ReplayRunError, match="not in the plan"):
+        load_runs(path, plan(tmp_path, "z,0,cifar10,2,512\n"))
