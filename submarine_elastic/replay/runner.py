@@ -20,6 +20,7 @@ exactly-once checks of its step log. Interrupted, it kills every job it submitte
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import secrets
 import signal
@@ -31,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.cluster import ClusterSpec
 from submarine_elastic.protocol.api import JobPhase
@@ -572,16 +575,22 @@ class LiveReplay:
                     self.say(f"+{now:6.0f} s  {name}: its application still runs after the job's end: destroyed")
                     yarn.destroy(name, missing_ok=True, timeout=RELEASE_TIMEOUT_S)
                 waited = time.monotonic()
-                while (held := _gpus_in_use(yarn)) > gpus_before or any(a.name in names for a in yarn.list()):
-                    if time.monotonic() - waited > RELEASE_TIMEOUT_S:
-                        self.say(
-                            f"the nodes still hold {held} GPUs ({gpus_before} before the run) "
-                            f"{RELEASE_TIMEOUT_S:.0f} s after its end"
-                        )
-                        return
-                    time.sleep(POLL_S)
-                if time.monotonic() - waited >= POLL_S:
-                    now = time.time() - t0
+
+                def holding() -> int:
+                    """GPUs over what the nodes held before the run; one more while an application of it is live."""
+                    extra = _gpus_in_use(yarn) - gpus_before
+                    return max(extra, int(any(a.name in names for a in yarn.list())))
+
+                left = Retrying(
+                    stop=stop_after_delay(RELEASE_TIMEOUT_S),
+                    wait=wait_fixed(POLL_S),
+                    retry=retry_if_result(lambda extra: extra > 0),
+                    retry_error_callback=lambda state: state.outcome.result() if state.outcome else 1,
+                )(holding)
+                now = time.time() - t0
+                if left > 0:
+                    self.say(f"+{now:6.0f} s  the run's containers or GPUs still held {RELEASE_TIMEOUT_S:.0f} s on")
+                elif time.monotonic() - waited >= POLL_S:
                     self.say(
                         f"+{now:6.0f} s  YARN released the run's containers {time.monotonic() - waited:.0f} s later"
                     )
@@ -722,8 +731,6 @@ def load_runs(path: Path, plan: ReplayPlan) -> list[LiveRun]:
     Raises:
         ReplayRunError: the file names a job ``plan`` does not have, or is not a replay's.
     """
-    import json
-
     by_name = {job.name: job for job in plan.jobs}
     try:
         data = json.loads(path.read_text())
