@@ -36,6 +36,11 @@ MAX_THROUGHPUT_SIZES = 32
 MAX_CONFIGURATIONS = 32
 #: ... and the most recent step times each keeps for its median.
 STEP_TIME_SAMPLES = 64
+#: The first steps of each incarnation (a process's first ring, and each re-form that changed its rank or the
+#: ring's size) left out of its configuration's step times: such a step also traces the step anew for the new
+#: per-worker batch and opens the ring's connections, and once timed it made a configuration look several times
+#: slower than it runs (a median over the few steps measured right after a resize).
+WARM_UP_STEPS = 1
 #: A job's most recent points kept besides its columns as :class:`RecentPoint` tuples, so that the controller reads
 #: its window every round without building a message per point (:meth:`MetricsStore.recent`); about 40 KiB a job.
 RECENT_POINTS = 256

@@ -51,8 +51,9 @@ class Steps(Protocol):
         """``(step, wall time, step time or None)`` of the first step, or of the last with ``last``."""
         ...
 
-    def step_times(self) -> dict[int, np.ndarray]:
-        """The step times the steps carry, by their batch size (0: none reported), in step order."""
+    def step_times(self, after_seq: int = 0) -> dict[int, np.ndarray]:
+        """The step times the steps with a seq above ``after_seq`` carry, by their batch size (0: none
+        reported), in step order."""
         ...
 
     def points(self) -> list[metrics_pb2.StepPoint]:
@@ -171,11 +172,13 @@ class ColumnSteps:
         time = None if times is None or np.isnan(times[i]) else float(times[i])
         return int(self.step[i]), float(self.wall_time[i]), time
 
-    def step_times(self) -> dict[int, np.ndarray]:
+    def step_times(self, after_seq: int = 0) -> dict[int, np.ndarray]:
         times = self.optional.get("step_time_seconds")
         if times is None:
             return {}
         timed = ~np.isnan(times)
+        if after_seq > 0:
+            timed &= self.seq > np.uint64(after_seq)
         if self.batch_size is None:
             return {0: times[timed]} if timed.any() else {}
         sizes = self.batch_size[timed]

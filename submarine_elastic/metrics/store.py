@@ -25,6 +25,7 @@ from submarine_elastic.metrics.api import (
     RESIZE_PAUSES,
     SEQ_WINDOW,
     STEP_TIME_SAMPLES,
+    WARM_UP_STEPS,
     WATCH_BUFFER_BYTES,
     WATCH_BUFFERS_BYTES,
     ConfigurationStat,
@@ -419,7 +420,7 @@ class InMemoryStore(MetricsStore):
             job.last_loss = float(losses[-1])
             job.losses.extend(steps.losses(job.losses.maxlen or len(losses)))
         job.last_step = steps.last_step
-        for batch_size, times in steps.step_times().items():
+        for batch_size, times in steps.step_times(after_seq=WARM_UP_STEPS).items():
             key = (world_size, batch_size)
             configuration = job.configurations.get(key)
             if configuration is None:

@@ -23,7 +23,11 @@ that the job is tried there and measured (as Pollux does):
   ``b`` takes the other half, so a larger micro-batch is predicted faster per sample (half the measured
   time could be fixed), while a smaller one takes only its share of the measured time (all of it could
   be per-sample): optimistic both ways until a second size is measured;
-* no step of several workers measured: no synchronisation cost; no two worker counts: no slope;
+* micro-batch sizes within :data:`SIZE_SPREAD` of each other (a global batch split unevenly) count as one;
+* no step of several workers measured: no synchronisation cost; no two worker counts: no slope; no step of
+  one worker measured: no synchronisation cost either, as a step of one worker count cannot tell its
+  synchronisation from its compute (a coefficient whose column the measurements make a multiple of one fitted
+  before it keeps its prior, 0, rather than a least-norm share of their time);
 * several nodes never measured: one node's synchronisation times :data:`NETWORK_PRIOR`; one node never
   measured (every multi-worker step crossed nodes): the several nodes' figures.
 
@@ -81,13 +85,30 @@ BATCH_CANDIDATES = 24
 #: this fraction higher: a noise scale measured anew every few steps moves a flat optimum back and forth, and
 #: each batch change costs a commit and a learning-rate ramp.
 BATCH_HYSTERESIS = 0.1
+#: Micro-batch sizes measured count as several (a per-sample slope fitted between them) only when the largest
+#: is at least this factor of the smallest: a global batch split unevenly (293 and 292 samples a worker) has
+#: two sizes whose step times differ by noise alone, and a slope fitted there is noise.
+SIZE_SPREAD = 1.25
+#: Two model columns whose cosine is within this of 1 (or -1) count as one (a multiple of the other).
+COLLINEAR_TOLERANCE = 1e-9
 
 Floats = NDArray[np.float64]
 
 
 def _nnls(columns: list[Floats], y: Floats) -> list[float]:
-    """Least squares with every coefficient >= 0: solve, drop the most negative, solve again."""
-    active = [i for i, c in enumerate(columns) if np.any(c != 0)]
+    """Least squares with every coefficient >= 0: solve, drop the most negative, solve again. A column that is a
+    multiple of one before it (on every row measured so far) is not fitted: its coefficient keeps its prior, 0,
+    rather than a least-norm share of what the other explains (with every step at one worker count, such a
+    split put most of the step into synchronisation, and one worker was predicted many times faster)."""
+    active: list[int] = []
+    for i, column in enumerate(columns):
+        norm = float(np.linalg.norm(column))
+        if norm == 0 or any(
+            1 - abs(float(column @ columns[j])) / (norm * float(np.linalg.norm(columns[j]))) < COLLINEAR_TOLERANCE
+            for j in active
+        ):
+            continue
+        active.append(i)
     coef = [0.0] * len(columns)
     while active:
         a = np.stack([columns[i] for i in active], axis=1)
@@ -127,7 +148,10 @@ class ThroughputModel:
         multi = k > 1
         node = (multi & (n == 1)).astype(float)
         net = (n > 1).astype(float)
-        two_sizes = len(set(mb.tolist())) > 1
+        two_sizes = bool(mb.max() >= SIZE_SPREAD * mb.min())
+        size = float(np.mean(mb))  # the one size measured, when not several
+        if not two_sizes:
+            mb = np.full_like(mb, size)
         sync_cols = [node, node * (k - 2), net, net * (k - 2)]
         if all(m.sync_seconds is not None for m in measured):
             sync = np.array([m.sync_seconds for m in measured], dtype=float)
@@ -145,7 +169,7 @@ class ThroughputModel:
                 a, b = coef[0], coef[1]
             else:  # the fitted compute of the one size, half of it fixed
                 a = float(np.mean(coef[0] * mb)) / 2
-                b = coef[0] - a / float(mb[0])
+                b = coef[0] - a / size
             c_node, d_node, c_net, d_net = coef[-4:]
         if b <= 0:  # all compute fitted as fixed: keep a tiny per-sample cost so throughput stays finite
             b = max(a, 1e-9) * 1e-6
@@ -154,7 +178,7 @@ class ThroughputModel:
             c_net, d_net = c_node * NETWORK_PRIOR, d_node * NETWORK_PRIOR
         elif has_net and not has_node:
             c_node, d_node = c_net, d_net
-        return cls(a, b, c_node, d_node, c_net, d_net, None if two_sizes else float(mb[0]))
+        return cls(a, b, c_node, d_node, c_net, d_net, None if two_sizes else size)
 
     def step_seconds(self, workers: Floats, nodes: Floats, local: Floats, accum: Floats) -> Floats:
         """``T(k, n, m, s)`` elementwise (arrays broadcast)."""

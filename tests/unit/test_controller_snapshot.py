@@ -27,7 +27,15 @@ from tests.unit.test_sim_policies import view_job
 
 
 def report(
-    store: InMemoryStore, *, rank: int, world_size: int, batch: int, step_times: list[float], first_step: int, **noise
+    store: InMemoryStore,
+    *,
+    rank: int,
+    world_size: int,
+    batch: int,
+    step_times: list[float],
+    first_step: int,
+    first_seq: int | None = None,
+    **noise: float,
 ) -> None:
     store.ingest(
         metrics_pb2.ReportBatch(
@@ -37,7 +45,7 @@ def report(
             world_size=world_size,
             points=[
                 metrics_pb2.StepPoint(
-                    seq=first_step + i + 1,  # a worker's seq rises with its steps
+                    seq=(first_step + 1 if first_seq is None else first_seq) + i,  # rising with a worker's steps
                     step=first_step + i,
                     step_time_seconds=t,
                     batch_size=batch,
@@ -68,17 +76,19 @@ def snapshot_of(tmp_path: Path, metrics: InMemoryStore, workers: int) -> Snapsho
 
 def test_the_snapshot_carries_noise_scale_batch_and_step_time_per_configuration(tmp_path: Path) -> None:
     metrics = InMemoryStore()
-    # Two workers of 32, then three of 22 + 21 + 21 (a global batch of 64 split unevenly).
+    # Two workers of 32, then three of 22 + 21 + 21 (a global batch of 64 split unevenly). Each ring's first step
+    # (its warm-up: tracing for the new batch, the ring's connections) is left out of the step times.
     for rank in range(2):
-        report(metrics, rank=rank, world_size=2, batch=32, step_times=[0.5, 0.4, 9.0, 0.45, 0.5], first_step=0)
+        report(metrics, rank=rank, world_size=2, batch=32, step_times=[7.0, 0.5, 0.4, 9.0, 0.45, 0.5], first_step=0)
     for rank, batch in enumerate((22, 21, 21)):
         report(
             metrics,
             rank=rank,
             world_size=3,
             batch=batch,
-            step_times=[0.3] * 4,
+            step_times=[5.0] + [0.3] * 4,
             first_step=10,
+            first_seq=1,  # a new incarnation: its sender counts from 1 again
             gradient_noise_scale=500.0 + rank,
             grad_sq_norm=0.02,
             grad_variance=10.0,

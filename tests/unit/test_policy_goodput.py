@@ -139,6 +139,26 @@ def test_with_one_micro_batch_measured_larger_ones_are_predicted_faster_per_samp
     assert model is not None and model.a == pytest.approx(A) and model.b == pytest.approx(B)
 
 
+@pytest.mark.parametrize("times", [(0.466, 0.466), (0.5, 0.43), (0.43, 0.5)])
+def test_a_batch_split_unevenly_at_one_worker_count_does_not_make_one_worker_look_fast(
+    times: tuple[float, float],
+) -> None:
+    """A global batch of 2048 on 7 workers runs 293 and 292 samples a worker: one size, not a slope fitted
+    between two (their times differ by noise alone); and a step at one worker count cannot tell its
+    synchronisation from its compute, so none of it is taken as synchronisation. (Fitted least-norm, 96 % of the
+    step was synchronisation, and one worker was predicted to run the batch in 17 ms, 14 times the 7-worker rate:
+    the policy shrank the job from 7 workers to 1.)"""
+    measured = [StepTime(7, 1, 293, 0, times[0], None, 8), StepTime(7, 1, 292, 0, times[1], None, 6)]
+    view = goodput_job(current=7, batch=2048, noise=None, measured=measured, batch_range=None, max_local=1024)
+    best = GoodputModel(view, measured, 8).best(8)
+    rate_at_7 = 2048 / float(np.mean(times))
+    assert best.goodput[7] == pytest.approx(rate_at_7, rel=0.05)
+    assert best.goodput[1] < best.goodput[7] / 3
+    assert best.goodput[1] <= best.goodput[2] <= best.goodput[4] <= best.goodput[7]
+    wish = GoodputPolicy().propose(view, snap(view, capacity=8))
+    assert wish is None or wish.target_workers >= 7, wish
+
+
 def test_with_one_micro_batch_measured_the_policy_tries_a_larger_batch() -> None:
     """A noisy job measured at one micro-batch is moved to a larger batch to measure it (with all compute taken
     as per-sample it stayed at the smallest batch the efficiency prefers)."""
