@@ -613,11 +613,15 @@ class JobFootprint:
         workers_allocated: worker containers YARN has given it (their room is no longer free).
         unplaced: its other containers (ApplicationMaster, driver) that YARN has not given it yet; they
             will take room before any worker of a job that arrived later.
+        ended: its service has ended (YARN Services shows it SUCCEEDED, FAILED or STOPPED). It takes nothing,
+            and the controller ends the job in the round that reads it: the ResourceManager goes on listing the
+            application as running for up to 40 s after, while the ApplicationMaster finishes.
     """
 
     worker: Resources
     workers_allocated: int = 0
     unplaced: tuple[Resources, ...] = ()
+    ended: bool = False
 
     def __post_init__(self) -> None:
         if self.worker.memory_mb <= 0 or self.worker.vcores <= 0:

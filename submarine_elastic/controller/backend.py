@@ -146,7 +146,7 @@ class YarnJobBackend(JobBackend):
             log.warning("cannot read job %s from the RM: %s", job_id, exc)
             return None
         if status.is_terminal:
-            return None
+            return JobFootprint(self._worker, ended=True)
         if not status.components:
             # Its ApplicationMaster does not run yet, so YARN shows no spec: the template's sizes.
             return JobFootprint(self._worker, 0, unplaced=(self._am_size(), self._driver))

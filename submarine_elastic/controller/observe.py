@@ -2,7 +2,8 @@
 
 :meth:`Observer.observe` asks each live job's driver for its status once (:meth:`.JobBackend.status`), reads each
 job's metrics (:func:`.jobmetrics.read_metrics`), and, unless the controller was given ``--capacity`` slots, the
-cluster's nodes, each job's footprint and the scheduler's queues. What it remembers between rounds is what it
+cluster's nodes, each job's footprint and the scheduler's queues; a job whose service YARN shows ended is left
+out of the round and named in :attr:`.step.Observation.ended`. What it remembers between rounds is what it
 read: each job run's footprint (YARN shows none for a while after a job's ApplicationMaster restarts), each job's
 batch limits (its driver's, while the driver does not answer), and the capacity filter of dips
 (:class:`.capacity.CapacityFilter`). It is used by the round's thread only.
@@ -54,12 +55,19 @@ class Observer:
                 self._batch_limits[job_id] = status.batch_limits
         self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
         cluster = None
+        ended: tuple[JobRecord, ...] = ()
         if capacity is None:
             rings = {job_id: status.ring if status is not None else None for job_id, status in statuses.items()}
-            cluster = self._cluster(jobs, rings, now)
+            cluster, gone = self._cluster(jobs, rings, now)
+            if gone:
+                ended = tuple(job for job in jobs if job.job_id in gone)
+                jobs = [job for job in jobs if job.job_id not in gone]
+                statuses = {job_id: status for job_id, status in statuses.items() if job_id not in gone}
+                self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
         return Observation(
             now=now,
             jobs=tuple(jobs),
+            ended=ended,
             statuses=statuses,
             metrics={job.job_id: read_metrics(self.store, self.metrics, job.job_id) for job in jobs},
             batch_limits=dict(self._batch_limits),
@@ -68,20 +76,27 @@ class Observer:
             cluster=cluster,
         )
 
-    def _cluster(self, jobs: Sequence[JobRecord], rings: dict[str, int | None], now: float) -> ClusterRoom | None:
-        """The nodes, the footprint of each job that takes part, and the slots they make; None when the nodes are
-        unknown."""
+    def _cluster(
+        self, jobs: Sequence[JobRecord], rings: dict[str, int | None], now: float
+    ) -> tuple[ClusterRoom | None, set[str]]:
+        """The nodes, the footprint of each job that takes part, and the slots they make (None when the nodes are
+        unknown); and the jobs whose service YARN shows ended."""
         nodes = self.backend.nodes()
         if nodes is None:
-            return None
+            return None, set()
         known: dict[str, JobFootprint] = {}
+        ended: set[str] = set()
         for job in jobs:
             key = (job.job_id, job.run)
             found = self.backend.footprint(job.job_id)
+            if found is not None and found.ended:
+                ended.add(job.job_id)
+                continue
             if found is not None:
                 self._footprints[key] = found
             if key in self._footprints:
                 known[job.job_id] = self._footprints[key]
+        jobs = [job for job in jobs if job.job_id not in ended]
         managed = [job for job in jobs if takes_part(job, rings[job.job_id], job.job_id in known)]
         sized = [known[job.job_id].worker for job in managed if job.job_id in known]
         unit = slot_unit(sized or [self.backend.default_worker()])
@@ -90,6 +105,6 @@ class Observer:
         self._footprints = {k: v for k, v in self._footprints.items() if k in live_keys}
         slots = count_slots(nodes, footprints)
         if slots is None:
-            return ClusterRoom(tuple(nodes), footprints, None)
+            return ClusterRoom(tuple(nodes), footprints, None), ended
         kept = self._filter.update(now, slots.unit, slots.held + slots.free + slots.reserved)
-        return ClusterRoom(tuple(nodes), footprints, slots, kept)
+        return ClusterRoom(tuple(nodes), footprints, slots, kept), ended

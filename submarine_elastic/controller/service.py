@@ -290,6 +290,8 @@ class ControllerService(Controller):
         self._sync_cluster()
         now = self.clock()
         observation = self._observer.observe(self.store.jobs(live_only=True), now, self.capacity)
+        for job in observation.ended:
+            self._ended(job, forget=True, why="its service has ended")
         by_id = {job.job_id: job for job in observation.jobs}
 
         def decide(snapshot: Snapshot) -> Iterable[Decision]:
@@ -422,10 +424,10 @@ class ControllerService(Controller):
             except IllegalTransitionError:
                 pass  # finished since the round read it: it stays finished
 
-    def _ended(self, job: JobRecord, *, forget: bool) -> None:
+    def _ended(self, job: JobRecord, *, forget: bool, why: str = "its application is gone") -> None:
         if not self.store.change_state(job.job_id, JobState.FINISHED, run=job.run):
             return  # submitted again meanwhile: the new run is not the one that ended
-        log.info("job %s left (its application is gone)", job.job_id)
+        log.info("job %s left (%s)", job.job_id, why)
         self._wake.set()
         if forget:
             try:

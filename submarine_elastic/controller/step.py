@@ -92,6 +92,8 @@ class Observation:
         queues: the scheduler's leaf queues ([] with ``--capacity``).
         capacity: ``--capacity`` slots, or None to count the cluster.
         cluster: the cluster's room (None with ``--capacity``, or when the nodes are unknown).
+        ended: the jobs this round found ended (their service ended while the ResourceManager still lists their
+            application); not in ``jobs``.
     """
 
     now: float
@@ -102,6 +104,7 @@ class Observation:
     queues: tuple[QueueShare, ...] = ()
     capacity: int | None = None
     cluster: ClusterRoom | None = None
+    ended: tuple[JobRecord, ...] = ()
 
     def ring(self, job_id: str) -> int | None:
         status = self.statuses.get(job_id)

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import responses
 
-from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, JobSize, NodeResources, Resources
+from submarine_elastic.controller.api import (
+    ClusterApp,
+    JobBackend,
+    JobFootprint,
+    JobSize,
+    JobState,
+    NodeResources,
+    Resources,
+)
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, place, slot_unit
 from submarine_elastic.controller.service import ControllerService
 from submarine_elastic.controller.store import ControllerStore
@@ -99,6 +107,7 @@ class MiniJob:
     overhead: list[tuple[str, Resources]] = field(default_factory=list)
     unplaced: int = 0  # of its AM and driver
     held: bool = False  # YARN has not got round to placing its AM and driver yet
+    finished: bool = False  # its service has ended; the RM still lists its application (the AM finishing)
 
 
 class MiniYarn(JobBackend):
@@ -166,12 +175,20 @@ class MiniYarn(JobBackend):
         del self.jobs[name]
         self._fill()
 
+    def finish(self, name: str) -> None:
+        """The job's service ends: its containers go; the RM lists its application until :meth:`kill`."""
+        job = self.jobs[name]
+        job.finished, job.workers, job.overhead, job.unplaced = True, [], [], 0
+        self._fill()
+
     # JobBackend
     def nodes(self) -> list[NodeResources] | None:
         return [NodeResources(n, free=self.free(n), gpus=self.total[n].gpus) for n in self.total]
 
     def footprint(self, job_id: str) -> JobFootprint | None:
         job = self.jobs.get(job_id)
+        if job is not None and job.finished:
+            return JobFootprint(job.worker, ended=True)
         return None if job is None else JobFootprint(job.worker, len(job.workers), unplaced=(SMALL,) * job.unplaced)
 
     def ring_size(self, job_id: str) -> int | None:
@@ -361,6 +378,28 @@ def test_the_room_an_arrivals_minimum_needs_is_kept_while_yarn_places_its_am_and
     assert c.tick() == []
     assert len(yarn.jobs["small"].workers) == 1 and len(yarn.jobs["big"].workers) == 2
     assert yarn.resizes == [("big", 2)], "nothing given to big had to be taken back"
+
+
+def test_a_job_whose_service_ended_is_ended_before_the_rm_stops_listing_it(tmp_path: Path) -> None:
+    """Seen live (a replay of 12 jobs): the RM listed a finished job's application as running for up to 40 s while
+    its ApplicationMaster finished; the controller went on deciding for it (growing it to 2 workers 37 s after it
+    ended) and kept its slot from the jobs still training."""
+    yarn, clock = MiniYarn(vcores=8), Clock()
+    yarn.submit("done", 1, on=("n0", "n0"))
+    yarn.submit("big", 1, on=("n1", "n1"))
+    c = controller(tmp_path, yarn, clock, cooldown=0)
+    c.job_submitted("done", 1, 1, 1, elastic=False)
+    c.job_submitted("big", 1, 4, 1, policy="greedy")
+    c.tick()
+    assert c.wait_idle(5)
+    held = len(yarn.jobs["big"].workers)
+    yarn.finish("done")
+    clock.now += 5
+    [grown] = c.tick()
+    assert (grown.job_id, grown.from_workers, grown.to_workers) == ("big", held, held + 1)
+    assert c.store.job("done").state is JobState.FINISHED and yarn.ended == ["done"]
+    assert c.wait_idle(5)
+    assert len(yarn.jobs["big"].workers) == held + 1
 
 
 def test_an_arrival_whose_am_fits_nowhere_gets_room_for_it_too(tmp_path: Path) -> None:
