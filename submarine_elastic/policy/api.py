@@ -31,6 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from submarine_elastic.limits import INSTANCE, batch_setting_problem
+from submarine_elastic.policy._checks import (
+    check_count,
+    check_finite,
+    finite_floats,
+    is_mapping,
+    is_number,
+    is_sequence,
+)
 
 __all__ = [
     "Allocation",
@@ -112,50 +120,6 @@ class NotAPolicyError(PolicyLoadError, TypeError):
 # ------------------------------------------------------------------------------------------- helpers
 
 
-# Each check tries the exact built-in type first: a snapshot of 1,000 jobs runs them about 50,000 times a round,
-# and an isinstance against an abstract class costs several times a type comparison.
-
-
-def _is_int(value: object) -> bool:
-    kind = type(value)
-    return kind is int or (kind is not bool and isinstance(value, int))
-
-
-def _is_number(value: object) -> bool:
-    kind = type(value)
-    return kind is float or kind is int or (kind is not bool and isinstance(value, int | float))
-
-
-def _is_mapping(value: object) -> bool:
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def _is_sequence(value: object) -> bool:
-    """A sequence that is not a string (nor bytes)."""
-    kind = type(value)
-    return kind is tuple or kind is list or (not isinstance(value, str | bytes) and isinstance(value, Sequence))
-
-
-def _check_count(err: type[PolicyError], name: str, value: object, *, minimum: int = 0) -> None:
-    if not _is_int(value) or value < minimum:  # type: ignore[operator]
-        raise err(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_finite(err: type[PolicyError], name: str, value: object, *, positive: bool = False) -> None:
-    if not _is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
-        raise err(f"{name} must be a finite number, got {value!r}")
-    if positive and value <= 0:  # type: ignore[operator]
-        raise err(f"{name} must be > 0, got {value!r}")
-    if not positive and value < 0:  # type: ignore[operator]
-        raise err(f"{name} must be >= 0, got {value!r}")
-
-
-def _finite_floats(values: tuple[object, ...]) -> bool:
-    """Every value a float and their sum finite (so each is): the usual case, checked at once before any value
-    is checked alone; False may still be a valid sequence (ints, a sum that overflows)."""
-    return set(map(type, values)) <= {float} and math.isfinite(sum(values))  # type: ignore[arg-type]
-
-
 def _check_reason(err: type[PolicyError], reason: object) -> None:
     if not isinstance(reason, str) or not reason.strip():
         raise err(f"reason must be a non-empty string, got {reason!r}")
@@ -180,8 +144,8 @@ class Throughput:
     steps: int = 0
 
     def __post_init__(self) -> None:
-        _check_finite(InvalidSnapshotError, "samples_per_second", self.samples_per_second)
-        _check_count(InvalidSnapshotError, "steps", self.steps)
+        check_finite(InvalidSnapshotError, "samples_per_second", self.samples_per_second)
+        check_count(InvalidSnapshotError, "steps", self.steps)
 
 
 @dataclass(frozen=True)
@@ -212,20 +176,20 @@ class StepTime:
     steps: int = 0
 
     def __post_init__(self) -> None:
-        _check_count(InvalidSnapshotError, "StepTime.workers", self.workers, minimum=1)
-        _check_count(InvalidSnapshotError, "StepTime.nodes", self.nodes, minimum=1)
+        check_count(InvalidSnapshotError, "StepTime.workers", self.workers, minimum=1)
+        check_count(InvalidSnapshotError, "StepTime.nodes", self.nodes, minimum=1)
         if self.nodes > self.workers:
             raise InvalidSnapshotError(f"StepTime.nodes ({self.nodes}) exceeds its workers ({self.workers})")
-        _check_finite(InvalidSnapshotError, "StepTime.local_batch", self.local_batch, positive=True)
-        _check_count(InvalidSnapshotError, "StepTime.accum_steps", self.accum_steps)
-        _check_finite(InvalidSnapshotError, "StepTime.seconds", self.seconds, positive=True)
+        check_finite(InvalidSnapshotError, "StepTime.local_batch", self.local_batch, positive=True)
+        check_count(InvalidSnapshotError, "StepTime.accum_steps", self.accum_steps)
+        check_finite(InvalidSnapshotError, "StepTime.seconds", self.seconds, positive=True)
         if self.sync_seconds is not None:
-            _check_finite(InvalidSnapshotError, "StepTime.sync_seconds", self.sync_seconds)
+            check_finite(InvalidSnapshotError, "StepTime.sync_seconds", self.sync_seconds)
             if self.sync_seconds > self.seconds:
                 raise InvalidSnapshotError(
                     f"StepTime.sync_seconds ({self.sync_seconds}) exceeds the step's seconds ({self.seconds})"
                 )
-        _check_count(InvalidSnapshotError, "StepTime.steps", self.steps)
+        check_count(InvalidSnapshotError, "StepTime.steps", self.steps)
 
     @property
     def global_batch(self) -> float:
@@ -265,56 +229,56 @@ class JobMetrics:
     resize_cost_s: float | None = None
 
     def __post_init__(self) -> None:
-        _check_count(InvalidSnapshotError, "step", self.step)
-        if not _is_mapping(self.throughput):
+        check_count(InvalidSnapshotError, "step", self.step)
+        if not is_mapping(self.throughput):
             raise InvalidSnapshotError(f"throughput must map world size to Throughput, got {self.throughput!r}")
         throughput: dict[int, Throughput] = {}
         for size, value in self.throughput.items():
-            _check_count(InvalidSnapshotError, "throughput world size", size, minimum=1)
+            check_count(InvalidSnapshotError, "throughput world size", size, minimum=1)
             if not isinstance(value, Throughput):
                 raise InvalidSnapshotError(f"throughput[{size}] must be a Throughput, got {value!r}")
             throughput[size] = value
         object.__setattr__(self, "throughput", dict(sorted(throughput.items())))
-        if not _is_mapping(self.step_times):
+        if not is_mapping(self.step_times):
             raise InvalidSnapshotError(f"step_times must map instance name to times, got {self.step_times!r}")
         step_times: dict[str, tuple[float, ...]] = {}
         for name, times in self.step_times.items():
             if not INSTANCE.matches(name):
                 raise InvalidSnapshotError(f"step_times key must be a worker instance name, got {name!r}")
-            if not _is_sequence(times):
+            if not is_sequence(times):
                 raise InvalidSnapshotError(f"step_times[{name!r}] must be a sequence of seconds, got {times!r}")
             values = tuple(times)
-            if not (_finite_floats(values) and min(values, default=0.0) >= 0):
+            if not (finite_floats(values) and min(values, default=0.0) >= 0):
                 for t in values:
-                    _check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
+                    check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
             step_times[name] = tuple(map(float, values))
         object.__setattr__(self, "step_times", dict(sorted(step_times.items())))
-        if not _is_sequence(self.loss_window):
+        if not is_sequence(self.loss_window):
             raise InvalidSnapshotError(f"loss_window must be a sequence of numbers, got {self.loss_window!r}")
         losses = tuple(self.loss_window)
-        if not _finite_floats(losses):
+        if not finite_floats(losses):
             for loss in losses:
-                if not _is_number(loss) or not math.isfinite(loss):
+                if not is_number(loss) or not math.isfinite(loss):
                     raise InvalidSnapshotError(f"loss_window entries must be finite numbers, got {loss!r}")
         object.__setattr__(self, "loss_window", tuple(map(float, losses)))
         if self.gradient_noise_scale is not None:
-            _check_finite(InvalidSnapshotError, "gradient_noise_scale", self.gradient_noise_scale)
+            check_finite(InvalidSnapshotError, "gradient_noise_scale", self.gradient_noise_scale)
         if self.batch_size is not None:
-            _check_count(InvalidSnapshotError, "batch_size", self.batch_size, minimum=1)
+            check_count(InvalidSnapshotError, "batch_size", self.batch_size, minimum=1)
         if self.learning_rate is not None:
-            _check_finite(InvalidSnapshotError, "learning_rate", self.learning_rate, positive=True)
+            check_finite(InvalidSnapshotError, "learning_rate", self.learning_rate, positive=True)
         if self.remaining_samples is not None:
-            _check_finite(InvalidSnapshotError, "remaining_samples", self.remaining_samples)
-        if not _is_sequence(self.configurations):
+            check_finite(InvalidSnapshotError, "remaining_samples", self.remaining_samples)
+        if not is_sequence(self.configurations):
             raise InvalidSnapshotError(f"configurations must be a sequence of StepTime, got {self.configurations!r}")
         for measured in self.configurations:
             if not isinstance(measured, StepTime):
                 raise InvalidSnapshotError(f"configurations must hold StepTime objects, got {measured!r}")
         object.__setattr__(self, "configurations", tuple(self.configurations))
         if self.accum_steps is not None:
-            _check_count(InvalidSnapshotError, "accum_steps", self.accum_steps)
+            check_count(InvalidSnapshotError, "accum_steps", self.accum_steps)
         if self.resize_cost_s is not None:
-            _check_finite(InvalidSnapshotError, "resize_cost_s", self.resize_cost_s)
+            check_finite(InvalidSnapshotError, "resize_cost_s", self.resize_cost_s)
 
     @property
     def loss_trend(self) -> float | None:
@@ -423,8 +387,8 @@ class JobView:
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
             raise InvalidSnapshotError(f"job_id must be a non-empty string, got {self.job_id!r}")
-        _check_count(InvalidSnapshotError, f"{self.job_id}: min_workers", self.min_workers, minimum=1)
-        _check_count(InvalidSnapshotError, f"{self.job_id}: max_workers", self.max_workers, minimum=1)
+        check_count(InvalidSnapshotError, f"{self.job_id}: min_workers", self.min_workers, minimum=1)
+        check_count(InvalidSnapshotError, f"{self.job_id}: max_workers", self.max_workers, minimum=1)
         if self.max_workers < self.min_workers:
             raise InvalidSnapshotError(
                 f"{self.job_id}: max_workers ({self.max_workers}) is below min_workers ({self.min_workers})"
@@ -436,17 +400,17 @@ class JobView:
                 f"{self.job_id}: a job that is not elastic needs min_workers == max_workers, "
                 f"got {self.min_workers} and {self.max_workers}"
             )
-        _check_count(InvalidSnapshotError, f"{self.job_id}: current_workers", self.current_workers)
-        _check_count(InvalidSnapshotError, f"{self.job_id}: pending_workers", self.pending_workers)
-        if not _is_number(self.submitted_at) or not math.isfinite(self.submitted_at):
+        check_count(InvalidSnapshotError, f"{self.job_id}: current_workers", self.current_workers)
+        check_count(InvalidSnapshotError, f"{self.job_id}: pending_workers", self.pending_workers)
+        if not is_number(self.submitted_at) or not math.isfinite(self.submitted_at):
             raise InvalidSnapshotError(f"{self.job_id}: submitted_at must be finite, got {self.submitted_at!r}")
         if self.last_resize_at is not None and (
-            not _is_number(self.last_resize_at) or not math.isfinite(self.last_resize_at)
+            not is_number(self.last_resize_at) or not math.isfinite(self.last_resize_at)
         ):
             raise InvalidSnapshotError(
                 f"{self.job_id}: last_resize_at must be a finite number or None, got {self.last_resize_at!r}"
             )
-        if not _is_sequence(self.instances):
+        if not is_sequence(self.instances):
             raise InvalidSnapshotError(f"{self.job_id}: instances must be a sequence of names, got {self.instances!r}")
         for name in self.instances:
             if not INSTANCE.matches(name):
@@ -460,23 +424,23 @@ class JobView:
                 f"{self.min_batch_size!r} and {self.max_batch_size!r}"
             )
         if self.min_batch_size is not None:
-            _check_count(InvalidSnapshotError, f"{self.job_id}: min_batch_size", self.min_batch_size, minimum=1)
-            _check_count(InvalidSnapshotError, f"{self.job_id}: max_batch_size", self.max_batch_size, minimum=1)
+            check_count(InvalidSnapshotError, f"{self.job_id}: min_batch_size", self.min_batch_size, minimum=1)
+            check_count(InvalidSnapshotError, f"{self.job_id}: max_batch_size", self.max_batch_size, minimum=1)
             if self.max_batch_size < self.min_batch_size:  # type: ignore[operator]
                 raise InvalidSnapshotError(
                     f"{self.job_id}: max_batch_size ({self.max_batch_size}) is below min_batch_size "
                     f"({self.min_batch_size})"
                 )
         if self.max_local_batch is not None:
-            _check_count(InvalidSnapshotError, f"{self.job_id}: max_local_batch", self.max_local_batch, minimum=1)
+            check_count(InvalidSnapshotError, f"{self.job_id}: max_local_batch", self.max_local_batch, minimum=1)
         if self.requested_workers is not None:
-            _check_count(InvalidSnapshotError, f"{self.job_id}: requested_workers", self.requested_workers, minimum=1)
-        if not _is_sequence(self.placement):
+            check_count(InvalidSnapshotError, f"{self.job_id}: requested_workers", self.requested_workers, minimum=1)
+        if not is_sequence(self.placement):
             raise InvalidSnapshotError(
                 f"{self.job_id}: placement must be a sequence of worker counts, got {self.placement!r}"
             )
         for count in self.placement:
-            _check_count(InvalidSnapshotError, f"{self.job_id}: placement entry", count, minimum=1)
+            check_count(InvalidSnapshotError, f"{self.job_id}: placement entry", count, minimum=1)
         if sum(self.placement) > self.holding:
             raise InvalidSnapshotError(
                 f"{self.job_id}: placement {tuple(self.placement)} places more workers than it holds ({self.holding})"
@@ -531,13 +495,13 @@ class Snapshot:
     queues: tuple[QueueShare, ...] = ()
 
     def __post_init__(self) -> None:
-        if not _is_number(self.now) or not math.isfinite(self.now):
+        if not is_number(self.now) or not math.isfinite(self.now):
             raise InvalidSnapshotError(f"now must be a finite number, got {self.now!r}")
-        _check_count(InvalidSnapshotError, "capacity", self.capacity)
-        _check_count(InvalidSnapshotError, "free", self.free)
+        check_count(InvalidSnapshotError, "capacity", self.capacity)
+        check_count(InvalidSnapshotError, "free", self.free)
         if self.free > self.capacity:
             raise InvalidSnapshotError(f"free ({self.free}) exceeds capacity ({self.capacity})")
-        if not _is_sequence(self.jobs):
+        if not is_sequence(self.jobs):
             raise InvalidSnapshotError(f"jobs must be a sequence of JobView, got {self.jobs!r}")
         seen: set[str] = set()
         for job in self.jobs:
@@ -548,11 +512,11 @@ class Snapshot:
             seen.add(job.job_id)
         object.__setattr__(self, "jobs", tuple(self.jobs))
         if self.slots_per_node is not None:
-            _check_count(InvalidSnapshotError, "slots_per_node", self.slots_per_node, minimum=1)
+            check_count(InvalidSnapshotError, "slots_per_node", self.slots_per_node, minimum=1)
         self._check_queues()
 
     def _check_queues(self) -> None:
-        if not _is_sequence(self.queues):
+        if not is_sequence(self.queues):
             raise InvalidSnapshotError(f"queues must be a sequence of QueueShare, got {self.queues!r}")
         object.__setattr__(self, "queues", tuple(self.queues))
         if not self.queues:
@@ -613,12 +577,12 @@ class Decision:
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
             raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
-        _check_count(InvalidDecisionError, f"{self.job_id}: target_workers", self.target_workers)
+        check_count(InvalidDecisionError, f"{self.job_id}: target_workers", self.target_workers)
         _check_reason(InvalidDecisionError, self.reason)
         problem = batch_setting_problem(self.batch_size, self.accum_steps or 0, self.learning_rate)
         if problem is not None:
             raise InvalidDecisionError(f"{self.job_id}: {problem}")
-        if not _is_sequence(self.replace):
+        if not is_sequence(self.replace):
             raise InvalidDecisionError(f"{self.job_id}: replace must be a sequence of names, got {self.replace!r}")
         for name in self.replace:
             if not INSTANCE.matches(name):
@@ -670,7 +634,7 @@ class Request:
     def __post_init__(self) -> None:
         if not isinstance(self.job, JobView):
             raise InvalidDecisionError(f"job must be a JobView, got {self.job!r}")
-        _check_count(InvalidDecisionError, f"{self.job.job_id}: desired", self.desired)
+        check_count(InvalidDecisionError, f"{self.job.job_id}: desired", self.desired)
         if not self.job.min_workers <= self.desired <= self.job.max_workers:
             raise InvalidDecisionError(
                 f"{self.job.job_id}: desired {self.desired} is outside [{self.job.min_workers}, {self.job.max_workers}]"
@@ -705,7 +669,7 @@ class Allocation:
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
             raise InvalidDecisionError(f"job_id must be a non-empty string, got {self.job_id!r}")
-        _check_count(InvalidDecisionError, f"{self.job_id}: workers", self.workers)
+        check_count(InvalidDecisionError, f"{self.job_id}: workers", self.workers)
         _check_reason(InvalidDecisionError, self.reason)
         problem = batch_setting_problem(self.batch_size, self.accum_steps or 0)
         if problem is not None:
@@ -716,7 +680,7 @@ class Allocation:
 def _check_nodes(job_id: str, nodes: object, workers: int) -> None:
     if nodes is None:
         return
-    _check_count(InvalidDecisionError, f"{job_id}: nodes", nodes, minimum=1)
+    check_count(InvalidDecisionError, f"{job_id}: nodes", nodes, minimum=1)
     if nodes > max(workers, 1):  # type: ignore[operator]
         raise InvalidDecisionError(f"{job_id}: nodes ({nodes}) exceeds its workers ({workers})")
 
@@ -752,7 +716,7 @@ class PolicyBase(ABC):  # noqa: B024 - no abstract method of its own; the two su
         Raises:
             PolicyStateError: ``state`` is not something this policy wrote.
         """
-        if not _is_mapping(state):
+        if not is_mapping(state):
             raise PolicyStateError(f"{self.display_name}: state must be a mapping, got {state!r}")
         if state:
             raise PolicyStateError(f"{self.display_name}: keeps no state, got keys {sorted(state)}")
