@@ -254,6 +254,7 @@ class JobSubmission:
             app_id=app_id,
             policy=self.policy,
             queue=self.queue,
+            requested=self.workers,
         )
 
 
@@ -308,6 +309,8 @@ class JobRecord:
         policy: the job policy it was submitted with, or None (the controller's default).
         last_resize_at: wall-clock seconds of its last resize (the start of its cooldown), or None.
         queue: the YARN queue it was submitted to, or None (the cluster's default).
+        requested: the worker count it was submitted with (a policy's ``JobView.requested_workers``), or None
+            (a record kept before it was stored).
     """
 
     job_id: str
@@ -325,6 +328,7 @@ class JobRecord:
     policy: str | None = None
     last_resize_at: float | None = None
     queue: str | None = None
+    requested: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))

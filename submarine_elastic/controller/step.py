@@ -388,6 +388,8 @@ def view(job: JobRecord, held: Held, obs: Observation, names: list[str]) -> JobV
         # reads) is left unknown rather than refused.
         placement=placement if sum(placement) <= held.current + held.pending else (),
         queue=queue_of(job, names),
+        # Within its limits: a job found on the cluster may run outside the ones it is kept with.
+        requested_workers=None if job.requested is None else min(max(job.requested, job.min_workers), job.max_workers),
     )
 
 

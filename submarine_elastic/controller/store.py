@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     run INTEGER NOT NULL DEFAULT 1,
     app_id TEXT,
     observed_at REAL,
-    queue TEXT
+    queue TEXT,
+    requested INTEGER
 );
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -81,6 +82,7 @@ _ADDED_COLUMNS = (
     ("jobs", "app_id", "TEXT"),
     ("jobs", "observed_at", "REAL"),
     ("jobs", "queue", "TEXT"),
+    ("jobs", "requested", "INTEGER"),
     ("decisions", "run", "INTEGER NOT NULL DEFAULT 1"),
     ("decisions", "stalled", "INTEGER NOT NULL DEFAULT 0"),
     ("decisions", "progress", "TEXT"),
@@ -163,7 +165,7 @@ class ControllerStore:
             self._throughput.pop(job.job_id, None)
             db.execute(
                 "INSERT INTO jobs (job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at,"
-                " source, policy, run, app_id, queue) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " source, policy, run, app_id, queue, requested) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.job_id,
                     job.min_workers,
@@ -178,6 +180,7 @@ class ControllerStore:
                     run,
                     job.app_id,
                     job.queue,
+                    job.requested,
                 ),
             )
         return run
@@ -443,6 +446,7 @@ def _job(row: sqlite3.Row) -> JobRecord:
         policy=row["policy"],
         last_resize_at=row["last_resize_at"],
         queue=row["queue"],
+        requested=row["requested"],
     )
 
 

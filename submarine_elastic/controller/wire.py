@@ -70,7 +70,7 @@ def job_to_proto(job: JobRecord) -> pb.Job:
         source=_SOURCES[job.source],
         run=job.run,
     )
-    for name in ("app_id", "observed_at", "policy", "last_resize_at", "queue"):
+    for name in ("app_id", "observed_at", "policy", "last_resize_at", "queue", "requested"):
         value = getattr(job, name)
         if value is not None:
             setattr(message, name, value)
@@ -94,6 +94,7 @@ def job_from_proto(message: pb.Job) -> JobRecord:
         policy=_optional(message, "policy"),
         last_resize_at=_optional(message, "last_resize_at"),
         queue=_optional(message, "queue"),
+        requested=_optional(message, "requested"),
     )
 
 

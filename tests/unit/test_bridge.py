@@ -122,7 +122,7 @@ def test_job_submitted_records_a_bridge_job_and_returns_it(
 ) -> None:
     kind, record = service.jobSubmitted("job-a", 1, 4, 3, True)
     assert kind == "Job"
-    assert record == JobRecord("job-a", 1, 4, 3, 3, True, "running", CLOCK, "bridge")
+    assert record == JobRecord("job-a", 1, 4, 3, 3, True, "running", CLOCK, "bridge", requested=3)
     assert controller.jobs() == [record]
 
 

@@ -127,7 +127,9 @@ def test_a_job_submitted_through_the_api_is_the_controllers(
     client: ControllerClient, service: ControllerService
 ) -> None:
     record = client.job_submitted("big", 1, 4, 2, policy="greedy")
-    assert record == JobRecord("big", 1, 4, 2, 2, True, JobState.PENDING, 1000.0, JobSource.CLI, policy="greedy")
+    assert record == JobRecord(
+        "big", 1, 4, 2, 2, True, JobState.PENDING, 1000.0, JobSource.CLI, policy="greedy", requested=2
+    )
     assert service.store.job("big") == record
     service.submit(JobSubmission("web", 1, 1, 1, elastic=False, source=JobSource.YARN), app_id="application_7")
     assert client.jobs() == service.jobs()

@@ -40,7 +40,7 @@ def test_it_is_a_controller(controller: InMemoryController) -> None:
 
 def test_a_submitted_job_is_recorded_as_given(controller: InMemoryController) -> None:
     record = controller.job_submitted("job-a", 1, 4, 3, source="bridge")
-    assert record == JobRecord("job-a", 1, 4, 3, 3, True, "running", 101.0, "bridge")
+    assert record == JobRecord("job-a", 1, 4, 3, 3, True, "running", 101.0, "bridge", requested=3)
     assert controller.jobs() == [record]
     assert controller.decision("job-a") is None
     assert controller.timeline("job-a") == []

@@ -275,3 +275,11 @@ def test_the_controllers_metrics_store_is_bounded_in_jobs_and_points() -> None:
     assert len(store.series("job", 10_000)) == METRICS_POINTS_PER_JOB == 1024
     # A round reads no more of a job than the store keeps as tuples.
     assert SERIES_WINDOW <= LOSS_POINTS <= RECENT_POINTS <= METRICS_POINTS_PER_JOB
+
+
+def test_the_snapshot_carries_the_count_a_job_was_submitted_with(tmp_path: Path) -> None:
+    """What the goodput policy caps a job at before it has measured anything: the simulator gives it the
+    count the job was submitted with, and live it went unknown, so an arrival that had to wait started at one
+    worker and grew 1 -> 2 -> 4 a measurement at a time (the simulator started it at 4)."""
+    [job] = snapshot_of(tmp_path, InMemoryStore(), workers=3).jobs
+    assert job.requested_workers == 3

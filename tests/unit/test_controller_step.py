@@ -433,6 +433,7 @@ def test_a_submission_makes_its_first_record() -> None:
         app_id="application_1",
         policy="greedy",
         queue="prod",
+        requested=2,
     )
 
 

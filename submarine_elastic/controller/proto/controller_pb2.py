@@ -24,49 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3submarine_elastic/controller/proto/controller.proto\x12\x17submarine.controller.v1\"\xb2\x03\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bmin_workers\x18\x02 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x03 \x01(\x05\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0e\n\x06target\x18\x05 \x01(\x05\x12\x0f\n\x07\x65lastic\x18\x06 \x01(\x08\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.submarine.controller.v1.JobState\x12\x14\n\x0csubmitted_at\x18\x08 \x01(\x01\x12\x32\n\x06source\x18\t \x01(\x0e\x32\".submarine.controller.v1.JobSource\x12\x0b\n\x03run\x18\n \x01(\x05\x12\x13\n\x06\x61pp_id\x18\x0b \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bobserved_at\x18\x0c \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x06policy\x18\r \x01(\tH\x02\x88\x01\x01\x12\x1b\n\x0elast_resize_at\x18\x0e \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05queue\x18\x0f \x01(\tH\x04\x88\x01\x01\x42\t\n\x07_app_idB\x0e\n\x0c_observed_atB\t\n\x07_policyB\x11\n\x0f_last_resize_atB\x08\n\x06_queue\"\xe8\x01\n\x08\x44\x65\x63ision\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x03 \x01(\x05\x12\x12\n\nto_workers\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x35\n\x05state\x18\x06 \x01(\x0e\x32&.submarine.controller.v1.DecisionState\x12\x12\n\x05\x65rror\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03run\x18\x08 \x01(\x05\x12\x15\n\x08progress\x18\t \x01(\tH\x01\x88\x01\x01\x42\x08\n\x06_errorB\x0b\n\t_progress\"\xee\x01\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bmin_workers\x18\x02 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x03 \x01(\x05\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0f\n\x07\x65lastic\x18\x05 \x01(\x08\x12\x32\n\x06source\x18\x06 \x01(\x0e\x32\".submarine.controller.v1.JobSource\x12\x13\n\x06policy\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04gpus\x18\x08 \x01(\x05\x12\x12\n\x05queue\x18\t \x01(\tH\x01\x88\x01\x01\x42\t\n\x07_policyB\x08\n\x06_queue\">\n\x11SubmitJobResponse\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\"\x1f\n\rEndJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x10\n\x0e\x45ndJobResponse\"\x80\x01\n\x14ReportMetricsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x1a\n\x12samples_per_second\x18\x04 \x01(\x01\x12\x11\n\x04loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x42\x07\n\x05_loss\"\x17\n\x15ReportMetricsResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x8c\x01\n\x0eGetJobResponse\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\x12=\n\rlast_decision\x18\x02 \x01(\x0b\x32!.submarine.controller.v1.DecisionH\x00\x88\x01\x01\x42\x10\n\x0e_last_decision\"+\n\x0fListJobsRequest\x12\x18\n\x10include_finished\x18\x01 \x01(\x08\"\x87\x01\n\tJobStatus\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\x12=\n\rlast_decision\x18\x02 \x01(\x0b\x32!.submarine.controller.v1.DecisionH\x00\x88\x01\x01\x42\x10\n\x0e_last_decision\"D\n\x10ListJobsResponse\x12\x30\n\x04jobs\x18\x01 \x03(\x0b\x32\".submarine.controller.v1.JobStatus\"5\n\x11GetHistoryRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61ll_runs\x18\x02 \x01(\x08\"J\n\x12GetHistoryResponse\x12\x34\n\tdecisions\x18\x01 \x03(\x0b\x32!.submarine.controller.v1.Decision*k\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x16\n\x12JOB_STATE_FINISHED\x10\x03*g\n\tJobSource\x12\x1a\n\x16JOB_SOURCE_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_SOURCE_CLI\x10\x01\x12\x15\n\x11JOB_SOURCE_BRIDGE\x10\x02\x12\x13\n\x0fJOB_SOURCE_YARN\x10\x03*\xa2\x01\n\rDecisionState\x12\x1e\n\x1a\x44\x45\x43ISION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_STATE_IN_PROGRESS\x10\x01\x12\x1a\n\x16\x44\x45\x43ISION_STATE_APPLIED\x10\x02\x12\x19\n\x15\x44\x45\x43ISION_STATE_FAILED\x10\x03\x12\x1a\n\x16\x44\x45\x43ISION_STATE_STALLED\x10\x04\x32\xe5\x04\n\x11\x43ontrollerService\x12\x62\n\tSubmitJob\x12).submarine.controller.v1.SubmitJobRequest\x1a*.submarine.controller.v1.SubmitJobResponse\x12Y\n\x06\x45ndJob\x12&.submarine.controller.v1.EndJobRequest\x1a\'.submarine.controller.v1.EndJobResponse\x12n\n\rReportMetrics\x12-.submarine.controller.v1.ReportMetricsRequest\x1a..submarine.controller.v1.ReportMetricsResponse\x12Y\n\x06GetJob\x12&.submarine.controller.v1.GetJobRequest\x1a\'.submarine.controller.v1.GetJobResponse\x12_\n\x08ListJobs\x12(.submarine.controller.v1.ListJobsRequest\x1a).submarine.controller.v1.ListJobsResponse\x12\x65\n\nGetHistory\x12*.submarine.controller.v1.GetHistoryRequest\x1a+.submarine.controller.v1.GetHistoryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3submarine_elastic/controller/proto/controller.proto\x12\x17submarine.controller.v1\"\xd8\x03\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bmin_workers\x18\x02 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x03 \x01(\x05\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0e\n\x06target\x18\x05 \x01(\x05\x12\x0f\n\x07\x65lastic\x18\x06 \x01(\x08\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.submarine.controller.v1.JobState\x12\x14\n\x0csubmitted_at\x18\x08 \x01(\x01\x12\x32\n\x06source\x18\t \x01(\x0e\x32\".submarine.controller.v1.JobSource\x12\x0b\n\x03run\x18\n \x01(\x05\x12\x13\n\x06\x61pp_id\x18\x0b \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bobserved_at\x18\x0c \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x06policy\x18\r \x01(\tH\x02\x88\x01\x01\x12\x1b\n\x0elast_resize_at\x18\x0e \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05queue\x18\x0f \x01(\tH\x04\x88\x01\x01\x12\x16\n\trequested\x18\x10 \x01(\x05H\x05\x88\x01\x01\x42\t\n\x07_app_idB\x0e\n\x0c_observed_atB\t\n\x07_policyB\x11\n\x0f_last_resize_atB\x08\n\x06_queueB\x0c\n\n_requested\"\xe8\x01\n\x08\x44\x65\x63ision\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12\x14\n\x0c\x66rom_workers\x18\x03 \x01(\x05\x12\x12\n\nto_workers\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x35\n\x05state\x18\x06 \x01(\x0e\x32&.submarine.controller.v1.DecisionState\x12\x12\n\x05\x65rror\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03run\x18\x08 \x01(\x05\x12\x15\n\x08progress\x18\t \x01(\tH\x01\x88\x01\x01\x42\x08\n\x06_errorB\x0b\n\t_progress\"\xee\x01\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bmin_workers\x18\x02 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x03 \x01(\x05\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0f\n\x07\x65lastic\x18\x05 \x01(\x08\x12\x32\n\x06source\x18\x06 \x01(\x0e\x32\".submarine.controller.v1.JobSource\x12\x13\n\x06policy\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04gpus\x18\x08 \x01(\x05\x12\x12\n\x05queue\x18\t \x01(\tH\x01\x88\x01\x01\x42\t\n\x07_policyB\x08\n\x06_queue\">\n\x11SubmitJobResponse\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\"\x1f\n\rEndJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x10\n\x0e\x45ndJobResponse\"\x80\x01\n\x14ReportMetricsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x1a\n\x12samples_per_second\x18\x04 \x01(\x01\x12\x11\n\x04loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x42\x07\n\x05_loss\"\x17\n\x15ReportMetricsResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x8c\x01\n\x0eGetJobResponse\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\x12=\n\rlast_decision\x18\x02 \x01(\x0b\x32!.submarine.controller.v1.DecisionH\x00\x88\x01\x01\x42\x10\n\x0e_last_decision\"+\n\x0fListJobsRequest\x12\x18\n\x10include_finished\x18\x01 \x01(\x08\"\x87\x01\n\tJobStatus\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.submarine.controller.v1.Job\x12=\n\rlast_decision\x18\x02 \x01(\x0b\x32!.submarine.controller.v1.DecisionH\x00\x88\x01\x01\x42\x10\n\x0e_last_decision\"D\n\x10ListJobsResponse\x12\x30\n\x04jobs\x18\x01 \x03(\x0b\x32\".submarine.controller.v1.JobStatus\"5\n\x11GetHistoryRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61ll_runs\x18\x02 \x01(\x08\"J\n\x12GetHistoryResponse\x12\x34\n\tdecisions\x18\x01 \x03(\x0b\x32!.submarine.controller.v1.Decision*k\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x16\n\x12JOB_STATE_FINISHED\x10\x03*g\n\tJobSource\x12\x1a\n\x16JOB_SOURCE_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_SOURCE_CLI\x10\x01\x12\x15\n\x11JOB_SOURCE_BRIDGE\x10\x02\x12\x13\n\x0fJOB_SOURCE_YARN\x10\x03*\xa2\x01\n\rDecisionState\x12\x1e\n\x1a\x44\x45\x43ISION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_STATE_IN_PROGRESS\x10\x01\x12\x1a\n\x16\x44\x45\x43ISION_STATE_APPLIED\x10\x02\x12\x19\n\x15\x44\x45\x43ISION_STATE_FAILED\x10\x03\x12\x1a\n\x16\x44\x45\x43ISION_STATE_STALLED\x10\x04\x32\xe5\x04\n\x11\x43ontrollerService\x12\x62\n\tSubmitJob\x12).submarine.controller.v1.SubmitJobRequest\x1a*.submarine.controller.v1.SubmitJobResponse\x12Y\n\x06\x45ndJob\x12&.submarine.controller.v1.EndJobRequest\x1a\'.submarine.controller.v1.EndJobResponse\x12n\n\rReportMetrics\x12-.submarine.controller.v1.ReportMetricsRequest\x1a..submarine.controller.v1.ReportMetricsResponse\x12Y\n\x06GetJob\x12&.submarine.controller.v1.GetJobRequest\x1a\'.submarine.controller.v1.GetJobResponse\x12_\n\x08ListJobs\x12(.submarine.controller.v1.ListJobsRequest\x1a).submarine.controller.v1.ListJobsResponse\x12\x65\n\nGetHistory\x12*.submarine.controller.v1.GetHistoryRequest\x1a+.submarine.controller.v1.GetHistoryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'submarine_elastic.controller.proto.controller_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=1824
-  _globals['_JOBSTATE']._serialized_end=1931
-  _globals['_JOBSOURCE']._serialized_start=1933
-  _globals['_JOBSOURCE']._serialized_end=2036
-  _globals['_DECISIONSTATE']._serialized_start=2039
-  _globals['_DECISIONSTATE']._serialized_end=2201
+  _globals['_JOBSTATE']._serialized_start=1862
+  _globals['_JOBSTATE']._serialized_end=1969
+  _globals['_JOBSOURCE']._serialized_start=1971
+  _globals['_JOBSOURCE']._serialized_end=2074
+  _globals['_DECISIONSTATE']._serialized_start=2077
+  _globals['_DECISIONSTATE']._serialized_end=2239
   _globals['_JOB']._serialized_start=81
-  _globals['_JOB']._serialized_end=515
-  _globals['_DECISION']._serialized_start=518
-  _globals['_DECISION']._serialized_end=750
-  _globals['_SUBMITJOBREQUEST']._serialized_start=753
-  _globals['_SUBMITJOBREQUEST']._serialized_end=991
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=993
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=1055
-  _globals['_ENDJOBREQUEST']._serialized_start=1057
-  _globals['_ENDJOBREQUEST']._serialized_end=1088
-  _globals['_ENDJOBRESPONSE']._serialized_start=1090
-  _globals['_ENDJOBRESPONSE']._serialized_end=1106
-  _globals['_REPORTMETRICSREQUEST']._serialized_start=1109
-  _globals['_REPORTMETRICSREQUEST']._serialized_end=1237
-  _globals['_REPORTMETRICSRESPONSE']._serialized_start=1239
-  _globals['_REPORTMETRICSRESPONSE']._serialized_end=1262
-  _globals['_GETJOBREQUEST']._serialized_start=1264
-  _globals['_GETJOBREQUEST']._serialized_end=1295
-  _globals['_GETJOBRESPONSE']._serialized_start=1298
-  _globals['_GETJOBRESPONSE']._serialized_end=1438
-  _globals['_LISTJOBSREQUEST']._serialized_start=1440
-  _globals['_LISTJOBSREQUEST']._serialized_end=1483
-  _globals['_JOBSTATUS']._serialized_start=1486
-  _globals['_JOBSTATUS']._serialized_end=1621
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1623
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1691
-  _globals['_GETHISTORYREQUEST']._serialized_start=1693
-  _globals['_GETHISTORYREQUEST']._serialized_end=1746
-  _globals['_GETHISTORYRESPONSE']._serialized_start=1748
-  _globals['_GETHISTORYRESPONSE']._serialized_end=1822
-  _globals['_CONTROLLERSERVICE']._serialized_start=2204
-  _globals['_CONTROLLERSERVICE']._serialized_end=2817
+  _globals['_JOB']._serialized_end=553
+  _globals['_DECISION']._serialized_start=556
+  _globals['_DECISION']._serialized_end=788
+  _globals['_SUBMITJOBREQUEST']._serialized_start=791
+  _globals['_SUBMITJOBREQUEST']._serialized_end=1029
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=1031
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=1093
+  _globals['_ENDJOBREQUEST']._serialized_start=1095
+  _globals['_ENDJOBREQUEST']._serialized_end=1126
+  _globals['_ENDJOBRESPONSE']._serialized_start=1128
+  _globals['_ENDJOBRESPONSE']._serialized_end=1144
+  _globals['_REPORTMETRICSREQUEST']._serialized_start=1147
+  _globals['_REPORTMETRICSREQUEST']._serialized_end=1275
+  _globals['_REPORTMETRICSRESPONSE']._serialized_start=1277
+  _globals['_REPORTMETRICSRESPONSE']._serialized_end=1300
+  _globals['_GETJOBREQUEST']._serialized_start=1302
+  _globals['_GETJOBREQUEST']._serialized_end=1333
+  _globals['_GETJOBRESPONSE']._serialized_start=1336
+  _globals['_GETJOBRESPONSE']._serialized_end=1476
+  _globals['_LISTJOBSREQUEST']._serialized_start=1478
+  _globals['_LISTJOBSREQUEST']._serialized_end=1521
+  _globals['_JOBSTATUS']._serialized_start=1524
+  _globals['_JOBSTATUS']._serialized_end=1659
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1661
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1729
+  _globals['_GETHISTORYREQUEST']._serialized_start=1731
+  _globals['_GETHISTORYREQUEST']._serialized_end=1784
+  _globals['_GETHISTORYRESPONSE']._serialized_start=1786
+  _globals['_GETHISTORYRESPONSE']._serialized_end=1860
+  _globals['_CONTROLLERSERVICE']._serialized_start=2242
+  _globals['_CONTROLLERSERVICE']._serialized_end=2855
 # @@protoc_insertion_point(module_scope)

@@ -42,7 +42,7 @@ DECISION_STATE_FAILED: DecisionState
 DECISION_STATE_STALLED: DecisionState
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "target", "elastic", "state", "submitted_at", "source", "run", "app_id", "observed_at", "policy", "last_resize_at", "queue")
+    __slots__ = ("job_id", "min_workers", "max_workers", "workers", "target", "elastic", "state", "submitted_at", "source", "run", "app_id", "observed_at", "policy", "last_resize_at", "queue", "requested")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Job(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_RESIZE_AT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     min_workers: int
     max_workers: int
@@ -73,7 +74,8 @@ class Job(_message.Message):
     policy: str
     last_resize_at: float
     queue: str
-    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., target: _Optional[int] = ..., elastic: bool = ..., state: _Optional[_Union[JobState, str]] = ..., submitted_at: _Optional[float] = ..., source: _Optional[_Union[JobSource, str]] = ..., run: _Optional[int] = ..., app_id: _Optional[str] = ..., observed_at: _Optional[float] = ..., policy: _Optional[str] = ..., last_resize_at: _Optional[float] = ..., queue: _Optional[str] = ...) -> None: ...
+    requested: int
+    def __init__(self, job_id: _Optional[str] = ..., min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., workers: _Optional[int] = ..., target: _Optional[int] = ..., elastic: bool = ..., state: _Optional[_Union[JobState, str]] = ..., submitted_at: _Optional[float] = ..., source: _Optional[_Union[JobSource, str]] = ..., run: _Optional[int] = ..., app_id: _Optional[str] = ..., observed_at: _Optional[float] = ..., policy: _Optional[str] = ..., last_resize_at: _Optional[float] = ..., queue: _Optional[str] = ..., requested: _Optional[int] = ...) -> None: ...
 
 class Decision(_message.Message):
     __slots__ = ("job_id", "time", "from_workers", "to_workers", "reason", "state", "error", "run", "progress")
