@@ -617,15 +617,18 @@ class JobFootprint:
         workers_allocated: worker containers YARN has given it (their room is no longer free).
         unplaced: its other containers (ApplicationMaster, driver) that YARN has not given it yet; they
             will take room before any worker of a job that arrived later.
-        ended: its service has ended (YARN Services shows it SUCCEEDED, FAILED or STOPPED). It takes nothing,
-            and the controller ends the job in the round that reads it: the ResourceManager goes on listing the
-            application as running for up to 40 s after, while the ApplicationMaster finishes.
+        ended_app: the application of a run of the job that YARN Services shows ended (SUCCEEDED, FAILED or
+            STOPPED); None while it runs, and before the service has an application (YARN Services shows a
+            service just submitted as STOPPED until the ResourceManager has its application). It takes nothing,
+            and the controller ends the job in the round that reads it, when it is the run it knows: the
+            ResourceManager goes on listing the application as running for up to 40 s after, while its
+            ApplicationMaster finishes.
     """
 
     worker: Resources
     workers_allocated: int = 0
     unplaced: tuple[Resources, ...] = ()
-    ended: bool = False
+    ended_app: str | None = None
 
     def __post_init__(self) -> None:
         if self.worker.memory_mb <= 0 or self.worker.vcores <= 0:

@@ -146,7 +146,10 @@ class YarnJobBackend(JobBackend):
             log.warning("cannot read job %s from the RM: %s", job_id, exc)
             return None
         if status.is_terminal:
-            return JobFootprint(self._worker, ended=True)
+            # Ended as its ApplicationMaster says, while it finishes (its components in the answer). The RM answers
+            # STOPPED alone for a service with no application yet, one it does not know and one whose AM is gone.
+            ended = status.id if status.components else None
+            return JobFootprint(self._worker, ended_app=ended) if ended else None
         if not status.components:
             # Its ApplicationMaster does not run yet, so YARN shows no spec: the template's sizes.
             return JobFootprint(self._worker, 0, unplaced=(self._am_size(), self._driver))

@@ -2,11 +2,11 @@
 
 :meth:`Observer.observe` asks each live job's driver for its status once (:meth:`.JobBackend.status`), reads each
 job's metrics (:func:`.jobmetrics.read_metrics`), and, unless the controller was given ``--capacity`` slots, the
-cluster's nodes, each job's footprint and the scheduler's queues; a job whose service YARN shows ended is left
-out of the round and named in :attr:`.step.Observation.ended`. What it remembers between rounds is what it
-read: each job run's footprint (YARN shows none for a while after a job's ApplicationMaster restarts), each job's
-batch limits (its driver's, while the driver does not answer), and the capacity filter of dips
-(:class:`.capacity.CapacityFilter`). It is used by the round's thread only.
+cluster's nodes, each job's footprint and the scheduler's queues; a job whose run YARN shows ended (its application
+the one the controller knows for it) is left out of the round and named in :attr:`.step.Observation.ended`. What
+it remembers between rounds is what it read: each job run's footprint (YARN shows none for a while after a job's
+ApplicationMaster restarts), each job's batch limits (its driver's, while the driver does not answer), and the
+capacity filter of dips (:class:`.capacity.CapacityFilter`). It is used by the round's thread only.
 """
 
 from __future__ import annotations
@@ -89,8 +89,9 @@ class Observer:
         for job in jobs:
             key = (job.job_id, job.run)
             found = self.backend.footprint(job.job_id)
-            if found is not None and found.ended:
-                ended.add(job.job_id)
+            if found is not None and found.ended_app is not None:
+                if found.ended_app == job.app_id:  # this run's application: a run not seen yet is not ended
+                    ended.add(job.job_id)
                 continue
             if found is not None:
                 self._footprints[key] = found

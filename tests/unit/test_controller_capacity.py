@@ -188,7 +188,7 @@ class MiniYarn(JobBackend):
     def footprint(self, job_id: str) -> JobFootprint | None:
         job = self.jobs.get(job_id)
         if job is not None and job.finished:
-            return JobFootprint(job.worker, ended=True)
+            return JobFootprint(job.worker, ended_app=job.app_id)
         return None if job is None else JobFootprint(job.worker, len(job.workers), unplaced=(SMALL,) * job.unplaced)
 
     def ring_size(self, job_id: str) -> int | None:
@@ -387,11 +387,13 @@ def test_a_job_whose_service_ended_is_ended_before_the_rm_stops_listing_it(tmp_p
     yarn, clock = MiniYarn(vcores=8), Clock()
     yarn.submit("done", 1, on=("n0", "n0"))
     yarn.submit("big", 1, on=("n1", "n1"))
+    yarn.jobs["done"].started_at = clock.now  # its application: the run the controller is told of
     c = controller(tmp_path, yarn, clock, cooldown=0)
     c.job_submitted("done", 1, 1, 1, elastic=False)
     c.job_submitted("big", 1, 4, 1, policy="greedy")
     c.tick()
     assert c.wait_idle(5)
+    assert c.store.job("done").app_id == yarn.jobs["done"].app_id
     held = len(yarn.jobs["big"].workers)
     yarn.finish("done")
     clock.now += 5
@@ -400,6 +402,22 @@ def test_a_job_whose_service_ended_is_ended_before_the_rm_stops_listing_it(tmp_p
     assert c.store.job("done").state is JobState.FINISHED and yarn.ended == ["done"]
     assert c.wait_idle(5)
     assert len(yarn.jobs["big"].workers) == held + 1
+
+
+def test_a_job_whose_service_shows_ended_before_its_application_is_seen_is_not_ended(tmp_path: Path) -> None:
+    """YARN Services shows a service just submitted as STOPPED until the RM has its application (seen live: the
+    controller ended an arrival in its first round, never counted it, and did not shrink a job for it); and a
+    new run of a name is not ended for the run before it."""
+    yarn, clock = MiniYarn(vcores=8), Clock()
+    yarn.submit("big", 1, on=("n1", "n1"))
+    c = controller(tmp_path, yarn, clock, cooldown=0)
+    c.job_submitted("big", 1, 4, 1, policy="greedy")
+    c.job_submitted("new", 1, 1, 1, elastic=False)  # `job run` tells the controller before YARN has it
+    yarn.submit("new", 1, held=True)
+    yarn.jobs["new"].finished = True  # YARN shows an ended run of the name, not one the controller knows
+    c.tick()
+    assert c.store.job("new").app_id is None
+    assert c.store.job("new").state is not JobState.FINISHED and yarn.ended == []
 
 
 def test_an_arrival_whose_am_fits_nowhere_gets_room_for_it_too(tmp_path: Path) -> None:
@@ -470,6 +488,15 @@ def test_the_backend_reads_a_jobs_sizes_from_its_service_and_the_am_size_from_th
         assert backend.footprint("web") is None  # not one of our jobs
         rsps.get(f"{RM}/app/v1/services/gone", status=404, json={"diagnostics": "Service gone not found"})
         assert backend.footprint("gone") is None
+        # The RM's STOPPED alone (a service just submitted, with no application yet; or one the RM does not know
+        # after a restart) is no end: only the ApplicationMaster's own answer, while it finishes.
+        rsps.get(f"{RM}/app/v1/services/new", json={"name": "new", "state": "STOPPED"})
+        assert backend.footprint("new") is None
+        rsps.get(f"{RM}/app/v1/services/lost", json={"name": "lost", "state": "STOPPED", "id": "application_9_2"})
+        assert backend.footprint("lost") is None
+        done = {**running, "name": "done", "state": "SUCCEEDED", "id": "application_9_1"}
+        rsps.get(f"{RM}/app/v1/services/done", json=done)
+        assert backend.footprint("done") == JobFootprint(MB2048, ended_app="application_9_1")
     backend.close()
 
 
