@@ -80,11 +80,11 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
     4096 MB, 4 vcores, where each job's ApplicationMaster and driver (512 MB, 1 vcore each) also take room.
     The elastic job asks for 4 and gets what fits (2 or 3, as YARN placed its AM and driver); the
     controller withdraws the rest of its request. A fixed-size job of one worker arrives to the full
-    cluster: the elastic job goes down to 1 — as far as needed for the arrival's worker and, where the
-    room left beside the elastic job's AM and driver has too few vcores, for the arrival's driver — and
-    gets its workers back when the arrival leaves. The controller, SIGKILLed while that resize is in flight,
-    comes back, adopts the driver's target, counts the resize applied once YARN and the ring have it, and
-    resizes nothing."""
+    cluster: the elastic job goes down as far as needed for the arrival's worker and, where the room left
+    beside the elastic job's AM and driver has too few vcores, for the arrival's AM and driver (to 1; or to
+    2 of 3, seen in CI, as YARN had placed the containers by then) — and gets its workers back when the
+    arrival leaves. The controller, SIGKILLed while that resize is in flight, comes back, adopts the driver's
+    target, counts the resize applied once YARN and the ring have it, and resizes nothing."""
     out = submarine("controller", "start", "--policy", "static", "--interval", "1")
     assert "controller running" in out
     (tmp_path / "a").mkdir()
@@ -118,9 +118,11 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 run_job("ctl-fixed", tmp_path / "b", "--num_workers", "1", memory_mb=2048)
                 with JobClient("ctl-fixed", yarn, locate_timeout=120) as fixed:
                     wait_ring(fixed, 1)
-                    assert elastic.status().world_size == 1
-                assert wait_applied(ctl, "ctl-elastic", 2) == [(4, fits, True), (fits, 1, True)]
-                gave = fits - 1
+                    # 1, or 2 where YARN had placed the arrival's AM beside the elastic job's before the round.
+                    shrunk = elastic.status().world_size
+                    assert 1 <= shrunk < fits
+                assert wait_applied(ctl, "ctl-elastic", 2) == [(4, fits, True), (fits, shrunk, True)]
+                gave = fits - shrunk
                 assert ctl.timeline("ctl-elastic")[1].reason == f"fair share: gives {gave} to ctl-fixed ({gave})"
                 shown = submarine("job", "show", "ctl-elastic")
                 assert "controller decisions" in shown
@@ -129,7 +131,7 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                 assert ctl.job("ctl-fixed").state is JobState.FINISHED  # told by job kill, not found out later
                 # The room comes back as YARN frees the arrival's containers: one grow or several, one at a time.
                 grow = eventually(lambda: ctl.timeline("ctl-elastic")[2:], "a grow back decided", 60, interval=0.1)[0]
-                assert grow.from_workers == 1 and 1 < grow.to_workers <= fits, grow
+                assert grow.from_workers == shrunk and shrunk < grow.to_workers <= fits, grow
                 # The controller dies while YARN starts the containers and the ring re-forms; it comes back,
                 # takes the driver's target as the job's, follows the resize to its end and undoes nothing.
                 assert not grow.applied, f"YARN and the ring had {grow.to_workers} workers at once: nothing in flight"
@@ -152,10 +154,10 @@ def test_an_arrival_takes_workers_from_an_elastic_job_and_gives_them_back(
                     return after if after[-1][1:] == (fits, True) else None
 
                 after = eventually(regrown, f"ctl-elastic given its {fits} workers back", 120)
-                assert after[0] == (1, grow.to_workers, True), after
+                assert after[0] == (shrunk, grow.to_workers, True), after
                 assert all(to > start and applied for start, to, applied in after), f"a resize was undone: {after}"
                 driver = [(e.from_workers, e.to_workers) for e in elastic.status().timeline]
-                since = driver[driver.index((1, grow.to_workers)) :]
+                since = driver[driver.index((shrunk, grow.to_workers)) :]
                 assert all(to > start for start, to in since), f"the driver was resized down after the grow: {driver}"
                 ctl.close()
         finally:
