@@ -617,12 +617,9 @@ class JobFootprint:
         workers_allocated: worker containers YARN has given it (their room is no longer free).
         unplaced: its other containers (ApplicationMaster, driver) that YARN has not given it yet; they
             will take room before any worker of a job that arrived later.
-        ended_app: the application of a run of the job that YARN Services shows ended (SUCCEEDED, FAILED or
-            STOPPED); None while it runs, and before the service has an application (YARN Services shows a
-            service just submitted as STOPPED until the ResourceManager has its application). It takes nothing,
-            and the controller ends the job in the round that reads it, when it is the run it knows: the
-            ResourceManager goes on listing the application as running for up to 40 s after, while its
-            ApplicationMaster finishes.
+        ended_app: the application of a run of the job whose ApplicationMaster says it ended (SUCCEEDED, FAILED
+            or STOPPED), else None. It takes nothing, and the controller ends the job then if that is the run
+            it knows: the ResourceManager lists the application as running for up to 40 s more.
     """
 
     worker: Resources
