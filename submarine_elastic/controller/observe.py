@@ -53,7 +53,6 @@ class Observer:
         for job_id, status in statuses.items():
             if status is not None:
                 self._batch_limits[job_id] = status.batch_limits
-        self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
         cluster = None
         ended: tuple[JobRecord, ...] = ()
         if capacity is None:
@@ -63,7 +62,7 @@ class Observer:
                 ended = tuple(job for job in jobs if job.job_id in gone)
                 jobs = [job for job in jobs if job.job_id not in gone]
                 statuses = {job_id: status for job_id, status in statuses.items() if job_id not in gone}
-                self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
+        self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
         return Observation(
             now=now,
             jobs=tuple(jobs),
