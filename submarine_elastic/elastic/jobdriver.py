@@ -124,6 +124,8 @@ class JobDriver:
         self._rendezvous_port = 0
         #: the first failed training processes (at most MAX_FAILURES), kept under their lock
         self.failures: list[pb.WorkerFailure] = []
+        #: the workers whose training process ended on its own, cleanly, in the ring (not stopped, not leaving)
+        self.finished_workers: set[str] = set()
         self._failures_lock = threading.Lock()
         self.error = ""
         self._fatal = threading.Event()
@@ -482,12 +484,17 @@ class JobDriver:
                 log.info("no slot for %s: %s", agent.instance, exc)
             else:
                 agent.commands.put(pb.AgentCommand(start=pb.Start(env=env_of_slot)))
+        stopped = False
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):
+                stopped = True
                 agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
                 agent.exited.wait(15)
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
+        stopped = stopped or any(e.is_set() for e in events)  # Horovod was stopping the ring when it ended
+        if code == 0 and not stopped and agent.state is WorkerState.EXITED and not agent.preempted:
+            self.finished_workers.add(agent.instance)
         self._wait_for_reform()
         withdrawn = agent.state in (WorkerState.LEAVING, WorkerState.LEFT) and not agent.preempted
         if withdrawn and self._hvd_assigned(slot_info) and not any(e.is_set() for e in events):
@@ -623,6 +630,15 @@ class JobDriver:
             if not self.error:
                 horovod_said = f"Horovod ended the job: {results.error_message or failed}"
                 self.error = job_reason(self.failures[0]) if self.failures else horovod_said
+            return self._end(server, 1)
+        if not self.finished_workers:
+            # Horovod stops without an error when it cannot form the next ring (no host of the last one left, every
+            # host blacklisted); the workers it then stops exit cleanly. That is no finished training.
+            self.error = (
+                "Horovod stopped the ring before any worker finished its training (no error and no failed worker: "
+                "the driver's log has Horovod's reason); the job did not finish"
+            )
+            log.error("%s", self.error)
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)

@@ -21,7 +21,7 @@ from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.jobspec import job_dir
-from submarine_elastic.yarn import ServiceNotFoundError, ServiceState, YarnServiceClient
+from submarine_elastic.yarn import ServiceNotFoundError, ServiceState, YarnError, YarnServiceClient
 from tests.integration.conftest import committed_steps, container_processes, eventually
 from tests.integration.jobcheck import start_job
 
@@ -62,7 +62,24 @@ class Job:
             ok = st.target == workers and st.converged and desired is not None
             return st if ok and desired.number_of_containers == workers else None
 
-        return eventually(at, f"the job settled at {workers} workers", timeout)
+        try:
+            return eventually(at, f"the job settled at {workers} workers", timeout)
+        except Exception as exc:  # the job ended, or never settled: what its driver logged says why
+            raise AssertionError(f"{exc}\n--- the job's driver logged:\n{self.driver_log()}") from exc
+
+    def driver_log(self, lines: int = 120) -> str:
+        """The last ``lines`` of what the job's driver containers wrote (every attempt's, oldest first)."""
+        try:
+            app = self.yarn.status(NAME).id
+        except YarnError as exc:
+            return f"(not read: {exc})"
+        found = []
+        for script in sorted(self.cluster.dir.glob(f"nm-*/logs/{app}/container_*/launch_container.sh")):
+            if "submarine_elastic.elastic.driver" in script.read_text(errors="replace"):
+                err = script.with_name("stderr.txt")
+                text = err.read_text(errors="replace").splitlines()[-lines:] if err.exists() else []
+                found.append(f"[{script.parent.name}]\n" + "\n".join(text))
+        return "\n".join(found) or "(no driver container log found)"
 
 
 @pytest.fixture(scope="module")

@@ -361,3 +361,20 @@ def test_a_preempted_worker_kept_in_its_ring_is_not_evicted_when_yarn_counts_its
     )
     assert driver._evict_orphans(listed) == []
     assert agents[1] in driver.registry.available() and not driver.failures
+
+
+def test_only_a_worker_that_ended_its_training_on_its_own_counts_as_finished() -> None:
+    # A job is SUCCEEDED only when a worker finished its training: Horovod also stops without an error when it
+    # cannot form the next ring, and the workers it then stops exit cleanly.
+    driver, agents = running_job(RecordingYarn(), 3, Limits(3, 1, 3))
+    stop = threading.Event()
+    stop.set()
+    driver.registry.end(agents[0], 0)  # stopped by Horovod (its event set), cleanly
+    driver._create_worker(SlotInfo("c-0", 0, 0, 0, 3, 1, 3), [stop])
+    driver.resizer.on_preempted(agents[1], "SIGTERM from its NodeManager")  # YARN stopped it; it left cleanly
+    driver.registry.end(agents[1], 0)
+    driver._create_worker(SlotInfo("c-1", 0, 1, 1, 3, 1, 3), [threading.Event()])
+    assert driver.finished_workers == set()
+    driver.registry.end(agents[2], 0)  # its training ended on its own
+    driver._create_worker(SlotInfo("c-2", 0, 2, 2, 3, 1, 3), [threading.Event()])
+    assert driver.finished_workers == {agents[2].instance}
