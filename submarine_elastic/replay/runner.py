@@ -288,7 +288,7 @@ class LiveReplay:
         with YarnServiceClient(self.rm_url) as yarn:
             gpus_before = _gpus_in_use(yarn)
         if self.elastic:
-            self._start_controller()
+            self.start_controller()
         t0 = time.time()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay-submit")
         pending: dict[str, concurrent.futures.Future[None]] = {}
@@ -306,7 +306,7 @@ class LiveReplay:
             self._release(t0, gpus_before)
             if self.elastic:
                 self._print_decisions(t0)
-                self._submarine("controller", "stop", check=False)
+                self.submarine("controller", "stop", check=False)
         for record in self.records:
             if not record.checked:  # killed, or the run stopped before its end was seen
                 self._read_log(record, t0)
@@ -452,7 +452,7 @@ class LiveReplay:
         samples by then (it ended as it was being stopped)."""
         record.suspending = False
         record.stopped_done_s.append(now)
-        log_dir = self._log_dir(record.job)
+        log_dir = self.log_dir(record.job)
         if log_dir.is_dir() and self._read(record, t0).samples >= record.job.samples:
             return False
         record.suspended = True
@@ -493,13 +493,13 @@ class LiveReplay:
 
     def _read(self, record: JobRecord, t0: float) -> StepLog:
         return read_step_log(
-            self._log_dir(record.job), record.job.dataset_samples, resumed=[t0 + t for t in record.resumed_s]
+            self.log_dir(record.job), record.job.dataset_samples, resumed=[t0 + t for t in record.resumed_s]
         )
 
     def _read_log(self, record: JobRecord, t0: float) -> None:
         """Read and check the job's step log, once."""
         record.checked = True
-        log_dir = self._log_dir(record.job)
+        log_dir = self.log_dir(record.job)
         if not log_dir.is_dir():
             return
         steps = self._read(record, t0)
@@ -516,7 +516,7 @@ class LiveReplay:
             record.problems.append(f"trained {record.samples} of its {record.job.samples} samples")
 
     # --- submitting and stopping -----------------------------------------------------------------
-    def _log_dir(self, job: ReplayJob) -> Path:
+    def log_dir(self, job: ReplayJob) -> Path:
         return self.out / job.name / "log"
 
     def _service(self, job: ReplayJob) -> str:
@@ -530,7 +530,7 @@ class LiveReplay:
         return (
             f"{sys.executable} {TRAIN_SCRIPT} --data blobs --samples {job.dataset_samples} "
             f"--global-batch {job.batch} --total-samples {job.samples} --epochs 1000000 "
-            f"--commit-every {COMMIT_EVERY} --emulate {job.application} --log-dir {self._log_dir(job)}"
+            f"--commit-every {COMMIT_EVERY} --emulate {job.application} --log-dir {self.log_dir(job)}"
         )
 
     def job_run_args(self, job: ReplayJob) -> list[str]:
@@ -552,12 +552,12 @@ class LiveReplay:
         return args
 
     def _submit(self, record: JobRecord) -> None:
-        self._submarine(*self.job_run_args(record.job))
+        self.submarine(*self.job_run_args(record.job))
 
     def _kill_all(self) -> None:
         for record in self.records:
             if record.submitted_s is not None and record.ended_s is None:  # a suspended one too
-                self._submarine("job", "kill", record.service, check=False)
+                self.submarine("job", "kill", record.service, check=False)
 
     def _release(self, t0: float, gpus_before: int) -> None:
         """Destroy the services of this run whose ApplicationMaster still runs after the job's end (YARN keeps a
@@ -597,15 +597,15 @@ class LiveReplay:
         except YarnError as exc:
             self.say(f"the run's applications could not all be released: {exc}")
 
-    def _start_controller(self) -> None:
+    def start_controller(self) -> None:
         policy, _, arbiter = self.policy.partition("+")
         args = ["controller", "start", "--policy", policy, "--interval", f"{self.interval_s:g}"]
         if arbiter:
             args += ["--arbiter", arbiter]
         self.say("submarine " + " ".join(args))
-        self._submarine(*args)
+        self.submarine(*args)
 
-    def _submarine(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def submarine(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cli = Path(sys.executable).parent / "submarine"
         done = subprocess.run([str(cli), *args], env=self.env, capture_output=True, text=True, check=False)
         if check and done.returncode != 0:

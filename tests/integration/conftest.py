@@ -12,6 +12,7 @@ start to end (its module fixtures made once), and the modules on the session's c
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -83,6 +84,19 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_spec: Cluster
         yield cluster
     finally:
         cluster.down()
+
+
+@contextlib.contextmanager
+def own_cluster(tmp_path_factory: pytest.TempPathFactory, name: str, spec: ClusterSpec) -> Iterator[LocalCluster]:
+    """A module's pseudo-cluster of its own, in a temporary directory ``name``; down at the end unless a test took
+    it down itself (a power loss leaves no state file)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp(name))
+    cluster.up(spec, timeout=240)
+    try:
+        yield cluster
+    finally:
+        if cluster.state_file.exists():
+            cluster.down()
 
 
 @pytest.fixture(scope="session")

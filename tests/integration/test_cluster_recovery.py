@@ -32,7 +32,7 @@ from submarine_elastic.yarn import (
     YarnError,
     YarnServiceClient,
 )
-from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually
+from tests.integration.conftest import AS_USER, PORT_BASE, container_processes, eventually, own_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +42,9 @@ WORKERS = 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("recovery-cluster"))
-    cluster.up(ClusterSpec(nodes=2, node_memory_mb=2048, node_vcores=4, port_base=PORT_BASE + 300), timeout=240)
-    try:
+    spec = ClusterSpec(nodes=2, node_memory_mb=2048, node_vcores=4, port_base=PORT_BASE + 300)
+    with own_cluster(tmp_path_factory, "recovery-cluster", spec) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from submarine_elastic.cluster.processes import descendants, named_processes, pr
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import ServiceState, YarnServiceClient
-from tests.integration.conftest import PORT_BASE, eventually, submarine
+from tests.integration.conftest import PORT_BASE, eventually, own_cluster, submarine
 from tests.integration.jobcheck import check_training, finish, start_job, step_times, steps_across_a_loss
 from tf_hooks.elastic.checkpoint import checkpoints_in, read_checkpoint
 
@@ -47,13 +47,8 @@ COMMIT_EVERY = 4
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("power-loss-cluster"))
-    cluster.up(SPEC, timeout=240)
-    try:
+    with own_cluster(tmp_path_factory, "power-loss-cluster", SPEC) as cluster:
         yield cluster
-    finally:
-        if cluster.state_file.exists():
-            cluster.down()
 
 
 def _cluster_processes(cluster: LocalCluster) -> list[psutil.Process]:

@@ -1,0 +1,135 @@
+"""Chaos: a live workload of elastic jobs under the controller, with faults from the catalogue injected at
+random times into random targets for ``--minutes``, and the checker over what was recorded.
+
+A cluster of its own (2 nodes x 4 stand-in GPUs, ``--port-base``); ``--jobs`` jobs drawn from ``--workload``'s
+rows that fit 8 GPUs (``--seed``), each job's work scaled by ``--time-scale`` and the arrivals spread over the
+first 70 % of the run; ``--policy`` (default goodput+goodput) sizes them. A fault every ``--every`` seconds on
+average (kill -9 and SIGSTOP of training processes, agents, drivers, ApplicationMasters, NodeManagers, the
+ResourceManager, ZooKeeper and the controller; an operator's flex and kill; ``--kind`` to choose), each held
+to its recovery deadline (``submarine_elastic.chaos.catalogue``). Emulated accelerators, as in ``bench_live``.
+
+Prints the table (fault kind, injected, recovered, median and worst recovery, violations) and every violation;
+writes ``benchmarks/results/chaos.json`` and ``chaos.md`` (``--out``). Exits 1 when the checker found a
+violation.
+
+Run: ``.venv/bin/python benchmarks/bench_chaos.py [--minutes 30] [--every 18] [--seed 0] [--jobs 16]``;
+``--minutes 4 --every 20 --jobs 4`` is the short run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(REPO))
+
+from submarine_elastic.chaos import ChaosResult, ChaosRun, catalogue  # noqa: E402
+from submarine_elastic.chaos.check import table  # noqa: E402
+from submarine_elastic.cluster import LocalCluster  # noqa: E402
+from submarine_elastic.replay.plan import ReplayPlan, fitting_sample, plan_replay  # noqa: E402
+from submarine_elastic.replay.runner import LiveReplay, replay_cluster_spec  # noqa: E402
+from submarine_elastic.replay.watch import MachineWatch  # noqa: E402
+
+#: The arrivals end this far into the run, so that the last jobs train under faults too.
+ARRIVALS_WITHIN = 0.7
+
+
+def spread_plan(workload: str, jobs: int, seed: int, time_scale: float, seconds: float, folder: Path) -> ReplayPlan:
+    """``jobs`` jobs of ``workload`` whose arrivals end :data:`ARRIVALS_WITHIN` of ``seconds`` in."""
+    path = fitting_sample(workload, jobs, 8, seed, folder / "workload.csv")
+    plan = plan_replay(str(path), time_scale=time_scale, nodes=2, gpus_per_node=4)
+    last = max(j.arrival_s for j in plan.jobs)
+    scale = ARRIVALS_WITHIN * seconds / last if last > 0 else 1.0
+    return plan_replay(str(path), time_scale=time_scale, arrival_scale=scale, nodes=2, gpus_per_node=4)
+
+
+def main() -> None:
+    kinds = [k.name for k in catalogue(random.Random(0))]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
+    p.add_argument("--every", type=float, default=18.0, help="mean seconds between faults (default 18)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=16)
+    p.add_argument("--workload", default="workload-1")
+    p.add_argument("--time-scale", type=float, default=0.06)
+    p.add_argument("--policy", default="goodput+goodput")
+    p.add_argument("--kind", dest="kinds", action="append", default=[], choices=kinds, metavar="KIND",
+                   help=f"a fault kind to inject (repeatable; default every one): {', '.join(kinds)}")  # fmt: skip
+    p.add_argument("--port-base", type=int, default=29400)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    if args.minutes <= 0 or args.every <= 0:
+        p.error("--minutes and --every must be above 0")
+    root = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
+    plan = spread_plan(args.workload, args.jobs, args.seed, args.time_scale, args.minutes * 60, root)
+    print(f"bench_chaos: {plan.describe()}; a fault every {args.every:g} s for {args.minutes:g} min "
+          f"(seed {args.seed}); logs in {root}", flush=True)  # fmt: skip
+    cluster = LocalCluster(root / "cluster")
+    started = time.time()
+    with MachineWatch() as watch:
+        rm_url = cluster.up(replay_cluster_spec(args.port_base), progress=lambda m: print(f"  {m}", flush=True))
+        try:
+            replay = LiveReplay(
+                plan, args.policy, rm_url=rm_url, out=root / "run", say=lambda line: print(line, flush=True),
+                timeout_s=args.minutes * 60 + 1800,
+            )  # fmt: skip
+            chaos = ChaosRun(
+                replay, cluster, duration_s=args.minutes * 60, every_s=args.every, seed=args.seed, kinds=args.kinds,
+                say=lambda line: print(line, flush=True),
+            )  # fmt: skip
+            result = chaos.run()
+        finally:
+            cluster.down()
+    machine = {**watch.as_dict(), "python": platform.python_version()}
+    write(args, plan, result, machine, time.time() - started, root)
+    sys.exit(1 if result.violations else 0)
+
+
+def write(
+    args: argparse.Namespace, plan: ReplayPlan, result: ChaosResult, machine: dict[str, object], wall_s: float,
+    root: Path,
+) -> None:  # fmt: skip
+    shown = table(result.faults, result.violations)
+    print(f"\n{shown}\n")
+    for violation in result.violations:
+        print(f"violation: {violation}")
+    finished = sum(1 for r in (result.run.records if result.run else []) if r.state == "SUCCEEDED")
+    print(f"{finished} of {len(plan.jobs)} jobs SUCCEEDED; {len(result.violations)} violations; emulated GPUs")
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = {
+        "benchmark": "bench_chaos",
+        "accelerators": "emulated",
+        "plan": plan.describe(),
+        "minutes": args.minutes,
+        **result.as_dict(),
+        "machine": machine,
+        "wall_s": round(wall_s, 1),
+        "logs": str(root),
+    }
+    (args.out / "chaos.json").write_text(json.dumps(data, indent=2) + "\n")
+    md = [
+        f"# Chaos: {len(result.faults)} faults in {args.minutes:g} minutes (seed {result.seed})",
+        "",
+        f"{plan.describe()}; policy {result.policy}; a fault every {result.every_s:g} s on average. "
+        f"Emulated GPUs. {finished} of {len(plan.jobs)} jobs SUCCEEDED. Peak memory "
+        f"{machine['peak_memory_mb']} MB, load mean {machine['load_mean']}, {wall_s / 60:.1f} min.",
+        "",
+        "```",
+        shown,
+        "```",
+        "",
+        *(f"- violation: {v}" for v in result.violations),
+    ]
+    (args.out / "chaos.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The checker of a chaos run, over what it recorded, and the table it prints.
+
+After the run: every fault recovered within its deadline (:mod:`.catalogue`); every job ended SUCCEEDED, or
+ended as the fault that hit it meant (an operator's kill), its reason in ``job show``; every committed step once,
+every sample once per epoch, and the whole of its planned samples (the replay's step-log checks); every rank
+of a finished job ended with identical weights; and nothing of the run left behind: no process of its
+containers, no application of it live in the ResourceManager, no GPU held by a node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import psutil
+
+from submarine_elastic.chaos.targets import job_processes
+from submarine_elastic.cluster import LocalCluster
+from submarine_elastic.replay.plan import ReplayJob
+from submarine_elastic.replay.runner import JobRecord
+from submarine_elastic.submit.store import load_outcome
+from submarine_elastic.yarn import YarnError, YarnServiceClient
+
+if TYPE_CHECKING:
+    from submarine_elastic.chaos.run import Injected
+
+#: How long after the run its containers' processes and GPUs may take to go.
+LEFTOVER_WAIT_S = 60.0
+
+
+def cluster_unhealthy(cluster: LocalCluster) -> str:
+    """What is wrong with the cluster now ("" when nothing): a daemon not running or stopped (SIGSTOP), the
+    ResourceManager not answering, a NodeManager not RUNNING in it."""
+    spec = cluster.spec()
+    running = {d.name: d for d in cluster.running_daemons()}
+    down = [name for name in spec.daemon_names() if name not in running]
+    if down:
+        return f"{', '.join(down)} not running"
+    stopped = []
+    for name, daemon in running.items():
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(daemon.pid).status() == psutil.STATUS_STOPPED:
+                stopped.append(name)
+    if stopped:
+        return f"{', '.join(stopped)} stopped"
+    status = cluster.status()
+    if status.rm_error:
+        return f"the ResourceManager: {status.rm_error}"
+    states = sorted(n.state for n in status.nodes)
+    if states != ["RUNNING"] * spec.nodes:
+        return f"NodeManagers {', '.join(states) or 'none'} in the ResourceManager, not {spec.nodes} RUNNING"
+    return ""
+
+
+def faults(injected: Iterable[Injected]) -> list[str]:
+    """A violation for each fault not recovered within its deadline, naming what was still wrong."""
+    return [
+        f"{f.kind} on {f.target} at +{f.at_s:.0f} s: not recovered within {f.deadline_s:.0f} s ({f.missing})"
+        for f in injected
+        if f.recovered_s is None
+    ]
+
+
+def jobs(records: Sequence[JobRecord], log_dir: Callable[[ReplayJob], Path], ended_by_fault: set[str]) -> list[str]:
+    """A violation for each job that did not end as it should have, or whose step log or weights are wrong."""
+    found: list[str] = []
+    for record in records:
+        name = record.service
+        meant = name in ended_by_fault
+        if record.ended_s is None:
+            found.append(f"{name}: did not end")
+        elif record.state != "SUCCEEDED" and not meant:
+            outcome = load_outcome(name)
+            why = outcome.error if outcome is not None and outcome.error else "no reason recorded"
+            found.append(f"{name}: ended {record.state}: {why}")
+        for problem in record.problems:
+            if meant and problem.startswith("trained "):
+                continue  # an operator killed it before it trained all its samples
+            found.append(f"{name}: {problem}")
+        if record.state == "SUCCEEDED":
+            differ = weights_differ(log_dir(record.job))
+            if differ:
+                found.append(f"{name}: {differ}")
+    return found
+
+
+def weights_differ(log_dir: Path) -> str:
+    """Whether the ranks' final weights (``weights-rank*.npz``) differ ("" when they agree)."""
+    paths = sorted(log_dir.glob("weights-rank*.npz"))
+    if not paths:
+        return "no rank wrote its final weights"
+    first = np.load(paths[0])
+    for path in paths[1:]:
+        other = np.load(path)
+        if first.files != other.files or any(not np.array_equal(first[k], other[k]) for k in first.files):
+            return f"{path.name} differs from {paths[0].name}"
+    return ""
+
+
+def leftovers(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str]) -> list[str]:
+    """What the run left behind, waiting up to :data:`LEFTOVER_WAIT_S` for it to go: processes of its
+    containers, its applications live in the ResourceManager, GPUs the nodes hold."""
+    deadline = time.monotonic() + LEFTOVER_WAIT_S
+    while True:
+        found = _left(cluster, rm_url, applications)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(2.0)
+
+
+def _left(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str]) -> list[str]:
+    found = [
+        f"{t.name}: its {t.role} process (pid {t.pid}) still runs" for t in job_processes(cluster.dir, applications)
+    ]
+    try:
+        with YarnServiceClient(rm_url) as yarn:
+            live = sorted(a.name for a in yarn.list() if a.name in set(applications.values()))
+            gpus = sum(node.used_gpus for node in yarn.nodes())
+    except YarnError as exc:
+        return [*found, f"the ResourceManager did not answer: {exc}"]
+    found += [f"{name}: its application is still live" for name in live]
+    if gpus:
+        found.append(f"the nodes still hold {gpus} GPUs")
+    return found
+
+
+def table(injected: Sequence[Injected], violations: Sequence[str]) -> str:
+    """Per fault kind: injected, recovered, median and worst recovery, violations (recoveries missed); then the
+    other violations (the jobs', what the run left behind); 80 columns."""
+    rows = [f"{'fault':<16} {'injected':>8} {'recovered':>9} {'median s':>9} {'worst s':>8} {'violations':>10}"]
+    for kind in sorted({f.kind for f in injected}):
+        of = [f for f in injected if f.kind == kind]
+        times = [t for t in (f.recovery_s for f in of) if t is not None]
+        median = f"{statistics.median(times):.1f}" if times else "-"
+        worst = f"{max(times):.1f}" if times else "-"
+        rows.append(f"{kind:<16} {len(of):>8} {len(times):>9} {median:>9} {worst:>8} {len(of) - len(times):>10}")
+    missed = sum(1 for f in injected if f.recovered_s is None)
+    recovered = len(injected) - missed
+    rows.append(f"{'all faults':<16} {len(injected):>8} {recovered:>9} {'':>9} {'':>8} {missed:>10}")
+    rows.append(f"{'jobs, leftovers':<16} {'':>8} {'':>9} {'':>9} {'':>8} {len(violations) - missed:>10}")
+    return "\n".join(rows)

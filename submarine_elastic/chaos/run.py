@@ -1,0 +1,297 @@
+"""A chaos run: a live replay (:class:`~submarine_elastic.replay.LiveReplay`) under a policy, its controller
+running, with faults from the catalogue (:mod:`.catalogue`) injected at random times into random targets,
+then the checker (:mod:`.check`) over what was recorded.
+
+The injector draws, every ``every_s`` on average (uniformly 0.5 to 1.5 times it), a kind among those that
+have a target now and a target among them, from one seeded generator: the same seed on the same workload
+draws the same sequence where the cluster offers the same targets. Faults overlap: each is watched apart,
+healed after its hold and held to its recovery deadline while the next ones come, so that a recovery is
+itself hit. Injection stops after ``duration_s``; the replay goes on until its jobs end.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from submarine_elastic.chaos import check
+from submarine_elastic.chaos.catalogue import FaultKind, catalogue, draw, select
+from submarine_elastic.chaos.targets import CONTROLLER, DAEMON, Target, controller, daemons, job_processes, newest_step
+from submarine_elastic.cluster import LocalCluster
+from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
+from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ReplayRunError, Say
+from submarine_elastic.yarn import YarnError, YarnServiceClient
+
+#: Seconds between two looks at whether a fault's damage is repaired.
+WATCH_S = 1.0
+#: The longest a heal waits for what it needs (a NodeManager's ResourceManager) to be back.
+HEAL_WAIT_S = 240.0
+
+
+@dataclass
+class Injected:
+    """One fault of a run; times in seconds after the run began."""
+
+    kind: str
+    target: str
+    service: str | None
+    at_s: float
+    what: str
+    deadline_s: float
+    #: the jobs it touched: those training when it came (every one for a daemon or the controller)
+    touched: list[str] = field(default_factory=list)
+    healed_s: float | None = None
+    healed: str = ""
+    recovered_s: float | None = None
+    #: what was still not repaired at the deadline, when it did not recover
+    missing: str = ""
+
+    @property
+    def recovery_s(self) -> float | None:
+        return None if self.recovered_s is None else round(self.recovered_s - self.at_s, 1)
+
+
+@dataclass
+class ChaosResult:
+    """What a chaos run injected and what the checker found."""
+
+    seed: int
+    policy: str
+    duration_s: float
+    every_s: float
+    wall_s: float
+    faults: list[Injected]
+    violations: list[str]
+    run: LiveRun | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "seed": self.seed,
+            "policy": self.policy,
+            "duration_s": self.duration_s,
+            "every_s": self.every_s,
+            "wall_s": round(self.wall_s, 1),
+            "faults": [{**asdict(f), "recovery_s": f.recovery_s} for f in self.faults],
+            "violations": self.violations,
+            "jobs": [
+                {"service": r.service, "state": r.state, "samples": r.samples, "planned": r.job.samples}
+                for r in (self.run.records if self.run is not None else [])
+            ],
+        }
+
+
+class ChaosRun:
+    """Replays ``replay``'s plan on ``cluster`` while injecting faults for ``duration_s``.
+
+    Args:
+        replay: the live replay, under a policy the controller runs (its jobs elastic).
+        cluster: the running pseudo-cluster the replay submits to.
+        duration_s: how long faults are injected.
+        every_s: the mean time between two faults.
+        seed: the seed of every random choice.
+        kinds: the catalogue's kinds to inject (every one when empty).
+        say: where progress lines go.
+
+    Raises:
+        ValueError: a kind the catalogue does not have, a duration or interval not above 0, or a replay
+            that is not elastic (``static``, ``tiresias``: no controller to hit, no job limits to flex in).
+    """
+
+    def __init__(
+        self,
+        replay: LiveReplay,
+        cluster: LocalCluster,
+        *,
+        duration_s: float,
+        every_s: float,
+        seed: int,
+        kinds: Sequence[str] = (),
+        say: Say = print,
+    ) -> None:
+        if not replay.elastic:
+            raise ValueError(f"a chaos run replays under a policy the controller runs, not {replay.policy!r}")
+        if not duration_s > 0 or not every_s > 0:
+            raise ValueError(f"duration ({duration_s}) and interval ({every_s}) must be above 0 s")
+        self.replay = replay
+        self.cluster = cluster
+        self.duration_s = duration_s
+        self.every_s = every_s
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self.kinds = select(catalogue(self._rng), kinds)
+        self.say = say
+        self.faults: list[Injected] = []
+        self.ended_by_fault: set[str] = set()
+        self._apps: dict[str, str] = {}  # application id -> service
+        self._stop = threading.Event()
+        self._heal_lock = threading.Lock()
+        self._watchers: list[threading.Thread] = []
+        self._t0 = 0.0
+        self._health_lock = threading.Lock()
+        self._health = (float("-inf"), "")
+
+    # --- the world a fault acts on --------------------------------------------------------------
+    def targets(self, role: str) -> list[Target]:
+        if role == DAEMON:
+            return daemons(self.cluster)
+        if role == CONTROLLER:
+            return controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
+        return [t for t in job_processes(self.cluster.dir, self._applications()) if t.role == role]
+
+    def restart_daemon(self, name: str) -> None:
+        deadline = time.monotonic() + HEAL_WAIT_S
+        while True:
+            try:
+                with self._heal_lock:  # one daemon started at a time: they share the cluster's state file
+                    self.cluster.restart(name)
+                return
+            except DaemonNotRunningError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2.0)  # what it needs is down (another fault's): started again once that is
+
+    def restart_controller(self) -> None:
+        self.replay.start_controller()
+
+    def submarine(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.replay.submarine(*args, check=False)
+
+    def job_limits(self, service: str) -> tuple[int, int] | None:
+        record = self._running().get(service)
+        return None if record is None else (1, record.job.max_workers)
+
+    def running_services(self) -> list[str]:
+        return sorted(self._running())
+
+    def _running(self) -> dict[str, JobRecord]:
+        return {r.service: r for r in self.replay.records if r.created and r.ended_s is None and not r.suspended}
+
+    def _applications(self) -> dict[str, str]:
+        """Application id -> service of every job of the run that YARN has given one (read once each)."""
+        known = set(self._apps.values())
+        missing = [r.service for r in self.replay.records if r.created and r.service not in known]
+        if missing:
+            try:
+                with YarnServiceClient(self.replay.rm_url) as yarn:
+                    for service in missing:
+                        app = yarn.status(service).id
+                        if app:
+                            self._apps[app] = service
+            except YarnError:
+                pass  # the ResourceManager is down (a fault): the jobs known so far
+        return dict(self._apps)
+
+    # --- the run -----------------------------------------------------------------------------------
+    def run(self) -> ChaosResult:
+        """Replay the plan with faults; return what was injected and every violation the checker found."""
+        self._t0 = time.time()
+        injector = threading.Thread(target=self._inject_loop, name="chaos-injector", daemon=True)
+        injector.start()
+        run: LiveRun | None = None
+        violations: list[str] = []
+        try:
+            run = self.replay.run()
+        except ReplayRunError as exc:
+            violations.append(f"the replay did not complete: {exc}")
+        finally:
+            self._stop.set()
+            injector.join()
+            for watcher in self._watchers:
+                watcher.join()
+        records = run.records if run is not None else self.replay.records
+        violations += check.faults(self.faults)
+        violations += check.jobs(records, self.replay.log_dir, self.ended_by_fault)
+        violations += check.leftovers(self.cluster, self.replay.rm_url, self._applications())
+        return ChaosResult(
+            self.seed, self.replay.policy, self.duration_s, self.every_s, time.time() - self._t0, self.faults,
+            violations, run,
+        )  # fmt: skip
+
+    def _inject_loop(self) -> None:
+        end = self._t0 + self.duration_s
+        while not self._stop.wait(self._rng.uniform(0.5, 1.5) * self.every_s) and time.time() < end:
+            drawn = draw(self.kinds, self, self._rng)
+            if drawn is not None:
+                self._inject(*drawn)
+
+    def _inject(self, kind: FaultKind, target: Target) -> None:
+        touched = self.running_services() if kind.cluster_wide else [target.service or ""]
+        touched = [s for s in touched if self._training(s)]
+        at = time.time()
+        try:
+            what = kind.inject(self, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            what = f"could not inject: {exc}"
+        if kind.ends_job and target.service:
+            self.ended_by_fault.add(target.service)
+        fault = Injected(kind.name, target.name, target.service, round(at - self._t0, 1), what, kind.deadline_s,
+                         touched)  # fmt: skip
+        self.faults.append(fault)
+        self.say(f"!{fault.at_s:6.0f} s  {kind.name} on {target.name}: {what}")
+        watcher = threading.Thread(target=self._watch, args=(kind, target, fault, at), daemon=True)
+        self._watchers.append(watcher)
+        watcher.start()
+
+    def _training(self, service: str) -> bool:
+        record = self._running().get(service)
+        return record is not None and newest_step(self.replay.log_dir(record.job)) is not None
+
+    def _watch(self, kind: FaultKind, target: Target, fault: Injected, at: float) -> None:
+        """Heals the fault after its hold, then waits until what it touched is repaired or its deadline."""
+        if kind.heal is not None:
+            time.sleep(kind.hold_s)
+            try:
+                fault.healed = kind.heal(self, target)
+            except (ClusterError, ReplayRunError, OSError) as exc:
+                fault.healed = f"could not heal: {exc}"
+            fault.healed_s = round(time.time() - self._t0, 1)
+            self.say(f"!{fault.healed_s:6.0f} s  {kind.name} on {target.name}: {fault.healed}")
+        since = time.time()
+        while True:
+            missing = self._unrepaired(fault.touched, since)
+            now = time.time()
+            if not missing:
+                fault.recovered_s = round(now - self._t0, 1)
+                return
+            if now >= at + kind.deadline_s:
+                fault.missing = missing
+                self.say(f"!{now - self._t0:6.0f} s  {kind.name} on {target.name}: not recovered: {missing}")
+                return
+            time.sleep(WATCH_S)
+
+    def _cluster_unhealthy(self) -> str:
+        """:func:`check.cluster_unhealthy`, read at most once per :data:`WATCH_S` for every watcher."""
+        with self._health_lock:
+            if time.monotonic() - self._health[0] >= WATCH_S:
+                self._health = (time.monotonic(), check.cluster_unhealthy(self.cluster))
+            return self._health[1]
+
+    def _unrepaired(self, services: Sequence[str], since: float) -> str:
+        """What is not yet repaired ("" when nothing): a daemon not running or stopped, the ResourceManager
+        not answering or not every NodeManager RUNNING in it, a touched job that has not committed a step since
+        ``since`` or whose YARN READY workers are not its ring."""
+        missing = self._cluster_unhealthy()
+        if missing:
+            return missing
+        records = {r.service: r for r in self.replay.records}
+        try:
+            with YarnServiceClient(self.replay.rm_url) as yarn:
+                for service in services:
+                    record = records[service]
+                    if record.ended_s is not None:
+                        continue
+                    newest = newest_step(self.replay.log_dir(record.job))
+                    if newest is None or newest[0] < since:
+                        return f"{service}: no committed step since"
+                    worker = yarn.status(service).component("worker")
+                    ready = worker.ready_count if worker is not None else 0
+                    if ready != newest[1]:
+                        return f"{service}: YARN has {ready} READY workers, its ring {newest[1]}"
+        except YarnError as exc:
+            return f"the ResourceManager: {exc}"
+        return ""

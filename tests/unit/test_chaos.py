@@ -1,0 +1,183 @@
+"""The chaos run's parts that need no cluster: the catalogue's draws, finding a job's processes from YARN's
+container paths, reading a step log's newest step, and the checker's verdicts and table."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from submarine_elastic.chaos import ChaosRun, Injected, catalogue
+from submarine_elastic.chaos import check as chaos_check
+from submarine_elastic.chaos.catalogue import draw, select
+from submarine_elastic.chaos.targets import AGENT, DAEMON, TRAINING, Target, job_processes, newest_step
+from submarine_elastic.replay.plan import ReplayJob
+from submarine_elastic.replay.runner import JobRecord
+
+
+class FakeWorld:
+    """The processes a draw sees: given per role."""
+
+    def __init__(self, by_role: dict[str, list[Target]], services: list[str] = ()) -> None:
+        self.by_role = by_role
+        self.services = list(services)
+
+    def targets(self, role: str) -> list[Target]:
+        return self.by_role.get(role, [])
+
+    def running_services(self) -> list[str]:
+        return self.services
+
+    def job_limits(self, service: str) -> tuple[int, int] | None:
+        return (1, 4) if service in self.services else None
+
+
+def test_a_draw_takes_only_kinds_that_have_a_target_and_repeats_with_its_seed() -> None:
+    world = FakeWorld({TRAINING: [Target(TRAINING, "j/c1", 11, "j"), Target(TRAINING, "j/c2", 12, "j")]})
+    kinds = catalogue(random.Random(0))
+    draws = [draw(kinds, world, rng) for rng in (random.Random(3), random.Random(3))]
+    assert draws[0] is not None and draws[0] == draws[1]
+    kind, target = draws[0]
+    assert kind.name in ("kill-training", "stop-training") and target.pid in (11, 12)
+    assert draw(kinds, FakeWorld({}), random.Random(0)) is None
+
+
+def test_a_daemon_kind_hits_only_its_daemon() -> None:
+    world = FakeWorld({DAEMON: [Target(DAEMON, "zk", 1), Target(DAEMON, "rm", 2), Target(DAEMON, "nm-0", 3)]})
+    rng = random.Random(0)
+    for name, pid in (("kill-rm", 2), ("kill-zk", 1), ("kill-nm", 3)):
+        (kind,) = select(catalogue(rng), [name])
+        assert [draw([kind], world, rng)[1].pid for _ in range(5)] == [pid] * 5  # type: ignore[index]
+
+
+def test_select_refuses_an_unknown_kind_naming_the_catalogue() -> None:
+    with pytest.raises(ValueError, match=r"no fault kind kill-everything; the catalogue has kill-training, "):
+        select(catalogue(random.Random(0)), ["kill-training", "kill-everything"])
+    assert [k.name for k in select(catalogue(random.Random(0)), ["kill-rm", "kill-rm"])] == ["kill-rm"]
+
+
+def test_a_jobs_processes_are_found_under_its_containers_launch_script(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "cluster"
+    container = cluster_dir / "nm-1" / "local" / "usercache" / "u" / "appcache" / "application_17_0003"
+    script = f"{container}/container_17_0003_01_000002/launch_container.sh"
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '/x/train_elastic.py']); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'submarine_elastic.elastic.agent']); "
+        "time.sleep(60)"
+    )
+    root = subprocess.Popen([sys.executable, "-c", child, script])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", script.replace("_17_", "_18_")])
+    try:
+        found: list[Target] = []
+        for _ in range(100):  # the children start
+            found = job_processes(cluster_dir, {"application_17_0003": "my-job"})
+            if {t.role for t in found} == {TRAINING, AGENT}:
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        training = [t for t in found if t.role == TRAINING]
+        assert len(training) == 1 and training[0].service == "my-job"
+        assert training[0].name == "my-job/container_17_0003_01_000002"
+        assert all(t.service == "my-job" for t in found)  # never the other application's
+        assert sorted(t.role for t in found) == [AGENT, TRAINING]
+        assert job_processes(cluster_dir, {}) == []
+    finally:
+        for proc in (root, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_newest_step_is_the_latest_rank_line_and_a_line_cut_short_is_skipped(tmp_path: Path) -> None:
+    assert newest_step(tmp_path) is None
+    (tmp_path / "steps-rank0.jsonl").write_text(
+        json.dumps({"step": 4, "time": 100.0, "size": 2}) + "\n" + '{"step": 5, "ti'
+    )
+    (tmp_path / "steps-rank1.jsonl").write_text(
+        json.dumps({"step": 3, "time": 90.0, "size": 2}) + "\n" + json.dumps({"step": 4, "time": 101.5, "size": 3})
+        + "\n"
+    )  # fmt: skip
+    assert newest_step(tmp_path) == (101.5, 3)
+
+
+def _record(name: str, state: str | None, problems: list[str], ended: bool = True) -> JobRecord:
+    job = ReplayJob(name, name, 1, 0.0, "cifar10", 2, 4, 64, 6400, 10.0)
+    return JobRecord(job, f"t-{name}", ended_s=10.0 if ended else None, state=state, problems=problems)
+
+
+def test_the_checker_names_each_job_that_ended_wrong(tmp_path: Path) -> None:
+    log = tmp_path / "ok"
+    log.mkdir()
+    weights = {"a": np.arange(4.0)}
+    np.savez(log / "weights-rank0.npz", **weights)
+    np.savez(log / "weights-rank1.npz", **weights)
+    records = [
+        _record("ok", "SUCCEEDED", []),
+        _record("failed", "FAILED", []),
+        _record("killed", "STOPPED", ["trained 10 of its 6400 samples"]),
+        _record("twice", "SUCCEEDED", ["step 7: a rank logged it twice (a committed step trained twice)"]),
+        _record("running", None, [], ended=False),
+    ]
+    found = chaos_check.jobs(records, lambda job: tmp_path / job.name, {"t-killed"})
+    assert found == [
+        "t-failed: ended FAILED: no reason recorded",
+        "t-twice: step 7: a rank logged it twice (a committed step trained twice)",
+        "t-twice: no rank wrote its final weights",
+        "t-running: did not end",
+    ]
+
+
+def test_weights_that_differ_in_one_value_are_found(tmp_path: Path) -> None:
+    np.savez(tmp_path / "weights-rank0.npz", np.zeros(3), np.ones(2))
+    np.savez(tmp_path / "weights-rank1.npz", np.zeros(3), np.ones(2))
+    assert chaos_check.weights_differ(tmp_path) == ""
+    np.savez(tmp_path / "weights-rank2.npz", np.zeros(3), np.array([1.0, 1.0 + 1e-12]))
+    assert chaos_check.weights_differ(tmp_path) == "weights-rank2.npz differs from weights-rank0.npz"
+
+
+def test_the_table_counts_each_kind_and_fits_80_columns() -> None:
+    faults = [
+        Injected("kill-rm", "rm", None, 10.0, "SIGKILL", 240, recovered_s=40.0),
+        Injected("kill-rm", "rm", None, 100.0, "SIGKILL", 240, recovered_s=120.0),
+        Injected("kill-training", "j/c", "j", 50.0, "SIGKILL", 180, missing="j: no committed step since"),
+    ]
+    violations = [*chaos_check.faults(faults), "t-j: ended FAILED: lost"]
+    assert violations[0] == ("kill-training on j/c at +50 s: not recovered within 180 s (j: no committed step since)")
+    shown = chaos_check.table(faults, violations)
+    lines = shown.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert lines[1].split() == ["kill-rm", "2", "2", "25.0", "30.0", "0"]
+    assert lines[2].split() == ["kill-training", "1", "0", "-", "-", "1"]
+    assert lines[3].split() == ["all", "faults", "3", "2", "1"]
+    assert lines[4].split() == ["jobs,", "leftovers", "1"]
+
+
+def test_a_chaos_run_refuses_a_replay_with_no_controller() -> None:
+    class Static:
+        elastic = False
+        policy = "static"
+
+    with pytest.raises(ValueError, match="not 'static'"):
+        ChaosRun(Static(), None, duration_s=60, every_s=10, seed=0)  # type: ignore[arg-type]
+
+
+def test_an_operators_flex_and_kill_are_the_commands_an_operator_types() -> None:
+    calls: list[tuple[str, ...]] = []
+
+    class Operator(FakeWorld):
+        def submarine(self, *args: str) -> subprocess.CompletedProcess[str]:
+            calls.append(args)
+            return subprocess.CompletedProcess(args, 0, "", "")
+
+    world = Operator({}, services=["s-job"])
+    flex, kill = select(catalogue(random.Random(5)), ["flex", "kill-job"])
+    _, target = draw([flex], world, random.Random(0))  # type: ignore[misc]
+    said = flex.inject(world, target)
+    (args,) = calls
+    assert args[:3] == ("job", "flex", "s-job") and args[3] == "--workers" and args[5] == "--no-wait"
+    assert 1 <= int(args[4]) <= 4 and said == f"job flex --workers {args[4]}: exit 0"
+    assert kill.ends_job and kill.inject(world, target) == "job kill: exit 0" and calls[-1] == ("job", "kill", "s-job")
