@@ -19,6 +19,7 @@ Run: ``.venv/bin/python benchmarks/bench_chaos.py [--minutes 30] [--every 18] [-
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import platform
 import random
@@ -43,8 +44,16 @@ ARRIVALS_WITHIN = 0.7
 
 
 def spread_plan(workload: str, jobs: int, seed: int, time_scale: float, seconds: float, folder: Path) -> ReplayPlan:
-    """``jobs`` jobs of ``workload`` whose arrivals end :data:`ARRIVALS_WITHIN` of ``seconds`` in."""
+    """``jobs`` jobs of ``workload``, the first arriving at the start and the last :data:`ARRIVALS_WITHIN` of
+    ``seconds`` in."""
     path = fitting_sample(workload, jobs, 8, seed, folder / "workload.csv")
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    first = min(float(r["time"]) for r in rows)
+    with path.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        out.writeheader()
+        out.writerows({**r, "time": f"{float(r['time']) - first:g}"} for r in rows)
     plan = plan_replay(str(path), time_scale=time_scale, nodes=2, gpus_per_node=4)
     last = max(j.arrival_s for j in plan.jobs)
     scale = ARRIVALS_WITHIN * seconds / last if last > 0 else 1.0
