@@ -132,16 +132,23 @@ class ChaosRun:
         self._heal_lock = threading.Lock()
         self._watchers: list[threading.Thread] = []
         self._t0 = 0.0
+        self._held: set[int] = set()  # the processes of faults not yet healed
         self._health_lock = threading.Lock()
         self._health = (float("-inf"), "")
 
     # --- the world a fault acts on --------------------------------------------------------------
     def targets(self, role: str) -> list[Target]:
+        """What runs now in ``role`` (of a job: of the jobs not yet ended), but a process a fault holds until its
+        heal (stopped, say)."""
         if role == DAEMON:
-            return daemons(self.cluster)
-        if role == CONTROLLER:
-            return controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
-        return [t for t in job_processes(self.cluster.dir, self._applications()) if t.role == role]
+            found = daemons(self.cluster)
+        elif role == CONTROLLER:
+            found = controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
+        else:
+            running = set(self.running_services())
+            apps = {app: service for app, service in self._applications().items() if service in running}
+            found = [t for t in job_processes(self.cluster.dir, apps) if t.role == role]
+        return [t for t in found if t.pid not in self._held]
 
     def restart_daemon(self, name: str) -> None:
         deadline = time.monotonic() + HEAL_WAIT_S
@@ -229,6 +236,8 @@ class ChaosRun:
             what = f"could not inject: {exc}"
         if kind.ends_job and target.service:
             self.ended_by_fault.add(target.service)
+        if kind.heal is not None and target.pid:
+            self._held.add(target.pid)
         fault = Injected(kind.name, target.name, target.service, round(at - self._t0, 1), what, kind.deadline_s,
                          touched)  # fmt: skip
         self.faults.append(fault)
@@ -249,6 +258,7 @@ class ChaosRun:
                 fault.healed = kind.heal(self, target)
             except (ClusterError, ReplayRunError, OSError) as exc:
                 fault.healed = f"could not heal: {exc}"
+            self._held.discard(target.pid)
             fault.healed_s = round(time.time() - self._t0, 1)
             self.say(f"!{fault.healed_s:6.0f} s  {kind.name} on {target.name}: {fault.healed}")
         since = time.time()
