@@ -757,13 +757,17 @@ def _gpus_in_use(yarn: YarnServiceClient) -> int:
 
 
 def ended_state(service: str, yarn_state: str) -> str:
-    """How a job whose service YARN shows ended (``yarn_state``) ended: ``SUCCEEDED`` also where YARN says
-    ``STOPPED`` but the job's driver recorded it finished. YARN's services API shows a service SUCCEEDED while its
-    ApplicationMaster runs, and, read once that has exited and before the RM has the application FINISHED (up to
-    30 s), the saved definition's ``STOPPED``: seen in a replay, a job that trained every sample ended STOPPED and
-    was left out of the run's figures."""
-    if yarn_state == "STOPPED":
-        outcome = load_outcome(service)
-        if outcome is not None and outcome.phase is JobPhase.FINISHED and not outcome.error:
-            return "SUCCEEDED"
+    """How a job whose service YARN shows ended (``yarn_state``) ended, by its driver's record where it left one:
+    ``FAILED`` whatever YARN shows when the driver recorded the job failed (a driver that concluded the job exits
+    0, so that YARN does not relaunch it: YARN then shows SUCCEEDED; seen in a chaos run, a job whose every
+    worker was lost counted as finished); ``SUCCEEDED`` also where YARN says ``STOPPED`` but the driver recorded
+    it finished. YARN's services API shows a service SUCCEEDED while its ApplicationMaster runs, and, read once
+    that has exited and before the RM has the application FINISHED (up to 30 s), the saved definition's
+    ``STOPPED``: seen in a replay, a job that trained every sample ended STOPPED and was left out of the run's
+    figures."""
+    outcome = load_outcome(service)
+    if outcome is not None and outcome.phase is JobPhase.FAILED:
+        return "FAILED"
+    if yarn_state == "STOPPED" and outcome is not None and outcome.phase is JobPhase.FINISHED and not outcome.error:
+        return "SUCCEEDED"
     return yarn_state

@@ -263,6 +263,11 @@ def job_dir(job: str) -> Path:
     return env.settings().jobs_directory() / job
 
 
+#: The job's YARN service properties it always has (``--conf`` may change them): an ApplicationMaster attempt
+#: that failed more than 10 minutes ago no longer counts towards the service's attempts (3 on the pseudo-cluster,
+#: ``yarn.service.am-restart.max-attempts``), so that a job of hours survives an AM lost now and then; YARN's
+#: default (-1) counts every failure of the job's life.
+SERVICE_PROPERTIES = {"yarn.service.am-failure.validity-interval-ms": "600000"}
 #: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``submit.jobcode``): the
 #: training command runs there.
 CODE_DIR = "code"
@@ -596,9 +601,10 @@ def build_service(req: JobRequest) -> Service:
     secret_files = job_secrets(req)
     if req.docker_image:
         common.update(YARN_CONTAINER_RUNTIME_TYPE="docker", YARN_CONTAINER_RUNTIME_DOCKER_IMAGE=req.docker_image)
-    raw["configuration"] = {"env": {k: v for k, v in common.items() if v != ""}}
-    if req.conf:
-        raw["configuration"]["properties"] = dict(req.conf)
+    raw["configuration"] = {
+        "env": {k: v for k, v in common.items() if v != ""},
+        "properties": {**SERVICE_PROPERTIES, **dict(req.conf)},
+    }
     source = code_source(req)
     files = [{"type": "STATIC", "src_file": f"{source}/{dest}", "dest_file": dest} for dest in secret_files]
     if req.code is not None:

@@ -129,7 +129,10 @@ def test_submarines_quickstart_flags_reach_the_spec(monkeypatch: pytest.MonkeyPa
     env = spec["configuration"]["env"]
     assert (env["SUBMARINE_SAVED_MODEL_PATH"], env["SUBMARINE_INPUT_PATH"]) == ("/shared/model", "/data/mnist")
     assert "SUBMARINE_TENSORBOARD_DIR" not in env
-    assert spec["configuration"]["properties"] == {"yarn.service.am-restart.max-attempts": "3"}
+    assert spec["configuration"]["properties"] == {
+        "yarn.service.am-restart.max-attempts": "3",  # --conf
+        "yarn.service.am-failure.validity-interval-ms": "600000",  # every job's
+    }
     assert spec["quicklinks"] == {"Notebook": "http://worker-0:7070"}
     worker = next(c for c in spec["components"] if c["name"] == "worker")
     assert worker["resource"] == {"cpus": 1, "memory": "2048"}
