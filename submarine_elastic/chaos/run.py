@@ -21,12 +21,26 @@ from pathlib import Path
 
 from submarine_elastic.chaos import check
 from submarine_elastic.chaos.catalogue import FaultKind, catalogue, draw, select
-from submarine_elastic.chaos.targets import CONTROLLER, DAEMON, Target, controller, daemons, job_processes, newest_step
+from submarine_elastic.chaos.targets import (
+    AGENT,
+    AM,
+    CONTROLLER,
+    DAEMON,
+    DRIVER,
+    TRAINING,
+    Target,
+    controller,
+    daemons,
+    job_processes,
+    newest_step,
+)
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
 from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ReplayRunError, Say
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
+#: The roles of a job's own processes: a job takes one fault of these at a time.
+PROCESS_ROLES = (TRAINING, AGENT, DRIVER, AM)
 #: Seconds between two looks at whether a fault's damage is repaired.
 WATCH_S = 1.0
 #: The longest a heal waits for what it needs (a NodeManager's ResourceManager) to be back.
@@ -133,19 +147,20 @@ class ChaosRun:
         self._watchers: list[threading.Thread] = []
         self._t0 = 0.0
         self._held: set[int] = set()  # the processes of faults not yet healed
+        self._recovering: set[str] = set()  # the jobs a fault of one of their processes has not yet recovered
         self._health_lock = threading.Lock()
         self._health = (float("-inf"), "")
 
     # --- the world a fault acts on --------------------------------------------------------------
     def targets(self, role: str) -> list[Target]:
-        """What runs now in ``role`` (of a job: of the jobs not yet ended), but a process a fault holds until its
-        heal (stopped, say)."""
+        """What runs now in ``role`` (of a job: of the jobs not yet ended and not recovering from a fault of one of
+        their processes), but a process a fault holds until its heal (stopped, say)."""
         if role == DAEMON:
             found = daemons(self.cluster)
         elif role == CONTROLLER:
             found = controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
-        else:
-            running = set(self.running_services())
+        else:  # one process fault at a time in a job: its next comes once it recovered (cluster faults overlap)
+            running = set(self.running_services()) - self._recovering
             apps = {app: service for app, service in self._applications().items() if service in running}
             found = [t for t in job_processes(self.cluster.dir, apps) if t.role == role]
         return [t for t in found if t.pid not in self._held]
@@ -238,6 +253,8 @@ class ChaosRun:
             self.ended_by_fault.add(target.service)
         if kind.heal is not None and target.pid:
             self._held.add(target.pid)
+        if target.service and target.role in PROCESS_ROLES:
+            self._recovering.add(target.service)
         fault = Injected(kind.name, target.name, target.service, round(at - self._t0, 1), what, kind.deadline_s,
                          touched)  # fmt: skip
         self.faults.append(fault)
@@ -267,12 +284,13 @@ class ChaosRun:
             now = time.time()
             if not missing:
                 fault.recovered_s = round(now - self._t0, 1)
-                return
+                break
             if now >= at + kind.deadline_s:
                 fault.missing = missing
                 self.say(f"!{now - self._t0:6.0f} s  {kind.name} on {target.name}: not recovered: {missing}")
-                return
+                break
             time.sleep(WATCH_S)
+        self._recovering.discard(target.service or "")
 
     def _cluster_unhealthy(self) -> str:
         """:func:`check.cluster_unhealthy`, read at most once per :data:`WATCH_S` for every watcher."""
