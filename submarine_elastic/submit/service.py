@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +53,16 @@ from submarine_elastic.yarn import (
 )
 
 
+#: How long ``job run`` waits for a NodeManager when the ResourceManager lists none running before it judges
+#: whether the workers' GPUs fit: after a restart of the RM its NodeManagers register again within seconds.
+NODES_WAIT_S = 30.0
+
+
 def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> None:
     """Refuse workers that ask GPUs the cluster cannot give one of them, before anything is submitted: YARN
     would accept the service and its ApplicationMaster fail three times over a resource type its RM does not
     know, or keep a worker pending for ever on nodes that all have too few. Blocks for one or two requests to
-    the RM (none when the workers ask no GPU).
+    the RM (none when the workers ask no GPU); up to :data:`NODES_WAIT_S` more while it lists no running node.
 
     Raises:
         JobSpecError: the RM declares no ``yarn.io/gpu``, or no running node has ``resources.gpus`` (naming what
@@ -73,8 +79,13 @@ def refuse_unplaceable(yarn: YarnServiceClient, resources: WorkerResources) -> N
             f"{', '.join(sorted(totals))}); declare it in the cluster's resource-types.xml "
             f"(the pseudo-cluster: submarine cluster up --gpus-per-node N), or ask no gpu"
         )
+    nodes = yarn.nodes()
+    deadline = time.monotonic() + NODES_WAIT_S
+    while not nodes and time.monotonic() < deadline:  # none yet, as right after the RM restarted
+        time.sleep(1.0)
+        nodes = yarn.nodes()
     problem = gpus_on_one_node_problem(
-        resources.gpus, [(n.node_id, n.total_gpus) for n in yarn.nodes()], f"the cluster at {yarn.rm_url}"
+        resources.gpus, [(n.node_id, n.total_gpus) for n in nodes], f"the cluster at {yarn.rm_url}"
     )
     if problem is not None:
         raise JobSpecError(f"{asked}, but {problem}")

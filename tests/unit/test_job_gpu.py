@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
 from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources, job_dir
+from submarine_elastic.submit import service
 from submarine_elastic.submit.service import refuse_unplaceable
 from submarine_elastic.yarn import YarnServiceClient
 
@@ -104,7 +105,8 @@ def test_workers_without_gpus_ask_the_rm_nothing_about_them() -> None:
 
 
 @responses.activate
-def test_a_cluster_whose_nodes_are_all_gone_offers_no_gpu() -> None:
+def test_a_cluster_whose_nodes_are_all_gone_offers_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "NODES_WAIT_S", 1.5)  # it waits that long for a node first
     responses.get(f"{RM}/ws/v1/cluster/metrics", json=recorded("metrics-gpu"))
     responses.get(f"{RM}/ws/v1/cluster/nodes", json={"nodes": None})
     with (
@@ -112,6 +114,20 @@ def test_a_cluster_whose_nodes_are_all_gone_offers_no_gpu() -> None:
         pytest.raises(JobSpecError, match="has 0 .yarn.io/gpu by node: no running node"),
     ):
         refuse_unplaceable(yarn, WorkerResources(1024, 1, 1))
+    assert len([c for c in responses.calls if c.request.url.startswith(f"{RM}/ws/v1/cluster/nodes")]) >= 2
+
+
+@responses.activate
+def test_a_job_run_right_after_the_rm_restarted_waits_for_its_nodes_to_register() -> None:
+    # Seen in a chaos run: a job submitted while the ResourceManager had just restarted was refused for "no
+    # running node", and its NodeManagers registered again seconds later.
+    responses.get(f"{RM}/ws/v1/cluster/metrics", json=recorded("metrics-gpu"))
+    responses.get(f"{RM}/ws/v1/cluster/nodes", json={"nodes": None})
+    responses.get(f"{RM}/ws/v1/cluster/nodes", json=recorded("nodes-gpu"))
+    with YarnServiceClient(RM) as yarn:
+        refuse_unplaceable(yarn, WorkerResources(1024, 1, 2))
+        with pytest.raises(JobSpecError, match="has 2"):  # judged on the nodes once they are back
+            refuse_unplaceable(yarn, WorkerResources(1024, 1, 3))
 
 
 @responses.activate
