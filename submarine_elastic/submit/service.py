@@ -52,7 +52,6 @@ from submarine_elastic.yarn import (
     gpus_on_one_node_problem,
 )
 
-
 #: How long ``job run`` waits for a NodeManager when the ResourceManager lists none running before it judges
 #: whether the workers' GPUs fit: after a restart of the RM its NodeManagers register again within seconds.
 NODES_WAIT_S = 30.0

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from submarine_elastic.cli import job as job_cli
 from submarine_elastic.cli.main import cli
-from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources, job_dir
 from submarine_elastic.submit import service
+from submarine_elastic.submit.jobspec import JobRequest, JobSpecError, WorkerResources, job_dir
 from submarine_elastic.submit.service import refuse_unplaceable
 from submarine_elastic.yarn import YarnServiceClient
 
