@@ -154,12 +154,21 @@ def catalogue(rng: random.Random) -> tuple[FaultKind, ...]:
         FaultKind("kill-driver", "kill -9 of a job's driver", 180, _one_of(DRIVER), kill),
         FaultKind(
             "stop-driver",
-            "SIGSTOP of a job's driver for 15 s, then SIGCONT",
+            "SIGSTOP of a job's driver for 4 s (under its agents' keepalive timeout, a long pause), then SIGCONT",
+            120,
+            _one_of(DRIVER),
+            stop,
+            cont,
+            hold_s=4,
+        ),
+        FaultKind(
+            "freeze-driver",
+            "SIGSTOP of a job's driver for 20 s (past its agents' keepalive timeout), then SIGCONT",
             150,
             _one_of(DRIVER),
             stop,
             cont,
-            hold_s=15,
+            hold_s=20,
         ),
         FaultKind("kill-am", "kill -9 of a job's YARN service ApplicationMaster", 240, _one_of(AM), kill),
         FaultKind(

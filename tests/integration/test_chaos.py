@@ -36,10 +36,12 @@ TIME_SCALE = 0.005 * 8
 MINUTES = 2.5
 EVERY_S = 15.0
 SEED = 7
-#: Every kind but ``kill-am``: this seed kills a job's ApplicationMaster twice 9 s apart and restarts the
-#: ResourceManager while the third attempt recovers the job's containers, which loses the job (docs/chaos.md,
-#: "Found so far": open). ``benchmarks/bench_chaos.py`` injects it.
-KINDS = [k.name for k in catalogue(random.Random(0)) if k.name != "kill-am"]
+#: Every kind but the two that still lose a job (docs/chaos.md, "Found so far": open), which
+#: ``benchmarks/bench_chaos.py`` injects: ``kill-am`` (this seed kills a job's ApplicationMaster twice 9 s apart
+#: and restarts the ResourceManager while the third attempt recovers the job's containers) and
+#: ``freeze-driver`` (a driver stopped past its agents' keepalive counts their lost streams as lost workers).
+OPEN = ("kill-am", "freeze-driver")
+KINDS = [k.name for k in catalogue(random.Random(0)) if k.name not in OPEN]
 
 
 @pytest.fixture(scope="module")
