@@ -99,20 +99,17 @@ def _restart_controller(world: World, _target: Target) -> str:
     return "controller started again"
 
 
-def _elastic_job(world: World, rng: random.Random) -> Target | None:
-    services = [s for s in world.running_services() if world.job_limits(s) is not None]
-    if not services:
-        return None
-    service = rng.choice(services)
-    return Target("job", service, 0, service)
+def _job(elastic: bool) -> Pick:
+    """A running job (with ``elastic``: one with worker limits to flex within) as the target."""
 
+    def pick(world: World, rng: random.Random) -> Target | None:
+        services = [s for s in world.running_services() if not elastic or world.job_limits(s) is not None]
+        if not services:
+            return None
+        service = rng.choice(services)
+        return Target("job", service, 0, service)
 
-def _any_job(world: World, rng: random.Random) -> Target | None:
-    services = world.running_services()
-    if not services:
-        return None
-    service = rng.choice(services)
-    return Target("job", service, 0, service)
+    return pick
 
 
 def _flex(rng: random.Random) -> Act:
@@ -222,13 +219,17 @@ def catalogue(rng: random.Random) -> tuple[FaultKind, ...]:
             cluster_wide=True,
         ),
         FaultKind(
-            "flex", "an operator's `job flex` to a random count within the job's limits", 180, _elastic_job, _flex(rng)
+            "flex",
+            "an operator's `job flex` to a random count within the job's limits",
+            180,
+            _job(elastic=True),
+            _flex(rng),
         ),
         FaultKind(
             "kill-job",
             "an operator's `job kill` of a running job",
             120,
-            _any_job,
+            _job(elastic=False),
             _kill_job,
             weight=0.25,
             ends_job=True,

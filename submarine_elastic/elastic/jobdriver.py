@@ -484,15 +484,13 @@ class JobDriver:
                 log.info("no slot for %s: %s", agent.instance, exc)
             else:
                 agent.commands.put(pb.AgentCommand(start=pb.Start(env=env_of_slot)))
-        stopped = False
         while not agent.exited.wait(0.5):
             if any(e.is_set() for e in events):
-                stopped = True
                 agent.commands.put(pb.AgentCommand(stop=pb.Stop(grace_seconds=10)))
                 agent.exited.wait(15)
                 break
         code = agent.exit_code if agent.exit_code is not None else 1
-        stopped = stopped or any(e.is_set() for e in events)  # Horovod was stopping the ring when it ended
+        stopped = any(e.is_set() for e in events)  # Horovod stopped the ring, or was stopping it when it ended
         if code == 0 and not stopped and agent.state is WorkerState.EXITED and not agent.preempted:
             self.finished_workers.add(agent.instance)
         self._wait_for_reform()
