@@ -189,26 +189,24 @@ def test_service_restart_mid_fit_resumes_without_doubles() -> None:
     assert (stats.acked, stats.duplicates) == (summary.points_received, summary.points_duplicate)
 
 
-def test_absent_service_leaves_training_speed_alone() -> None:
+def test_an_absent_service_never_holds_training_back_and_its_steps_are_counted_dropped() -> None:
+    """The callback hands steps to a bounded queue and never waits on the network: with every connection
+    refused, three fits of 200 steps end, each step is recorded, and what the queue could not keep is counted
+    dropped, not silently lost. (What the callback costs a step, service up or down, is measured side by side
+    in benchmarks/bench_hook_overhead.py.)"""
     with socket.socket() as s:  # bound, not listening: every connection is refused
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
         x = np.tile(X, (50, 1))
         y = np.tile(Y, (50, 1))
         model = model_for(tf.keras)
-        model.fit(x[:64], y[:64], batch_size=16, epochs=1, verbose=0)  # build and trace once
         metrics = MetricsCallback(endpoint=dead, job_id="absent", batch_size=16, queue_size=64, **FAST)
-        times: dict[str, list[float]] = {"without": [], "with": []}
         for _ in range(3):
-            for kind, callbacks in (("without", []), ("with", [metrics])):
-                started = time.perf_counter()
-                history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=callbacks)
-                times[kind].append(time.perf_counter() - started)
-                assert len(history.history["loss"]) == 1
+            history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[metrics])
+            assert len(history.history["loss"]) == 1
         stats = metrics.close(timeout=0.5)
-    best_without, best_with = min(times["without"]), min(times["with"])
-    assert best_with < 1.5 * best_without + 0.05, times
     assert stats.recorded == 3 * 200 and stats.acked == 0 and stats.failed_streams >= 1
+    assert stats.dropped == stats.recorded, "every step was refused, so every step is counted dropped"
     assert metrics.errors == 0
 
 
