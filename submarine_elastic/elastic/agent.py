@@ -335,6 +335,9 @@ class Agent:
             self.training.tell(pb.ToTraining(reform=pb.Reform(env=self.slot_env)))
         elif kind == "target":
             self._relay_target(command.target)
+        elif kind == "reattached":
+            log.info("%s: the job driver took this worker back on a new stream; its ring stands", self.instance)
+            self.training.tell(pb.ToTraining(driver_lost=False))
         elif kind == "stop":
             self.stop_training(command.stop.grace_seconds or STOP_GRACE_S)
 

@@ -1,9 +1,10 @@
 """The job driver's gRPC face (``elastic.proto``'s ``ElasticDriver``): it checks what arrives and hands it on.
 
 1. ``Attach``: an agent's stream. Its first event must be a valid Hello (:func:`hello_problems`, else
-   ``INVALID_ARGUMENT``); the driver then admits or refuses it (``FAILED_PRECONDITION``, with why), its events
-   are read on a thread of their own and handed to the driver, and the driver's commands to it are the stream's
-   replies until the driver ends it.
+   ``INVALID_ARGUMENT``); the driver then admits or refuses it (``FAILED_PRECONDITION``, with why), or takes
+   back an agent that lost its previous stream; its events are read on a thread of their own and handed to the
+   driver, and the driver's commands to it are the stream's replies until the driver ends it (or the agent
+   re-attaches on another stream).
 2. ``SetTarget``: a target the driver takes (``INVALID_ARGUMENT`` naming what is wrong with one it refuses).
 3. ``Status``: the driver's :meth:`~submarine_elastic.elastic.driver.JobDriver.status`.
 
@@ -13,6 +14,7 @@ Nothing here decides anything about the job; :class:`~submarine_elastic.elastic.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -33,16 +35,17 @@ log = logging.getLogger("submarine_elastic.driver")
 class ServedDriver(Protocol):
     """What the servicer asks of the job's driver (:class:`~submarine_elastic.elastic.driver.JobDriver`)."""
 
-    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
-        """Registers a new agent; why it is refused ('' when it is not)."""
+    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentHandle, str]:
+        """Registers an agent (or takes back one that lost its stream): the handle its stream serves, and why it
+        is refused ('' when it is not)."""
         ...
 
     def on_event(self, agent: AgentHandle, event: pb.AgentEvent) -> None:
         """One event of an attached agent's stream."""
         ...
 
-    def detach(self, agent: AgentHandle) -> None:
-        """The agent's stream ended."""
+    def detach(self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None]) -> None:
+        """The agent's stream whose replies were ``commands`` ended."""
         ...
 
     def take_target(self, target: pb.Target) -> tuple[pb.Target, int]:
@@ -104,28 +107,31 @@ class DriverServicer(pb_grpc.ElasticDriverServicer):
             tuple(hello.gpus),
             node=hello.node,
         )
-        refusal = self._driver.attach(agent, hello.resume if hello.HasField("resume") else None)
+        agent, refusal = self._driver.attach(agent, hello.resume if hello.HasField("resume") else None)
         if refusal:
             log.warning("refused %s (%s): %s", agent.instance, agent.agent_id, refusal)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
             return
-        threading.Thread(target=self.read_events, args=(agent, request_iterator), daemon=True).start()
+        commands = agent.commands  # this stream's: a re-attach gives the agent another and ends this one
+        threading.Thread(target=self.read_events, args=(agent, commands, request_iterator), daemon=True).start()
         while True:
-            command = agent.commands.get()
+            command = commands.get()
             if command is None:
                 return
             yield command
 
-    def read_events(self, agent: AgentHandle, events: Iterator[pb.AgentEvent]) -> None:
+    def read_events(
+        self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None], events: Iterator[pb.AgentEvent]
+    ) -> None:
         """Hands each of ``agent``'s events to the driver until its stream ends (however it ends), then tells
-        the driver the agent is gone."""
+        the driver that stream (the one replying ``commands``) is gone."""
         try:
             for event in events:
                 self._driver.on_event(agent, event)
         except grpc.RpcError:
             pass
         finally:
-            self._driver.detach(agent)
+            self._driver.detach(agent, commands)
 
     def SetTarget(self, request: pb.Target, context: grpc.ServicerContext) -> pb.FlexReply:
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import sys
 import threading
@@ -56,6 +57,7 @@ from submarine_elastic.protocol.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
     Adoption,
+    AgentState,
     BatchLimits,
     IllegalTransitionError,
     JobPhase,
@@ -77,6 +79,18 @@ PERSIST_EVERY_S = 1.0
 #: How often the driver reads the worker containers YARN runs, to stop agents whose container YARN lost.
 CONTAINER_CHECK_S = 5.0
 
+
+#: How long an agent whose stream was lost, its process training on (as far as the driver knows), has to
+#: re-attach before its process counts lost. Its stream closes within the keepalive's
+#: :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S` of a silence; the two together stay under Gloo's 30 s
+#: collective timeout, so a ring whose worker is really gone re-forms without it no later than Gloo would fail it.
+REATTACH_GRACE_S = 10.0
+#: The driver's state of a worker its agent re-attaches in, by what the agent says of its process.
+RESUMED_AS = {
+    AgentState.STARTING: WorkerState.ATTACHED,
+    AgentState.WARM: WorkerState.WARM,
+    AgentState.RUNNING: WorkerState.RUNNING,
+}
 
 #: What Horovod is told of a worker YARN stopped that left the ring cleanly while the ring needed it
 #: (:meth:`JobDriver._stopped_in_ring`): a failure, never the job's success.
@@ -243,12 +257,20 @@ class JobDriver:
 
     # ------------------------------------------------------------------ agents and clients (DriverServicer)
 
-    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
-        """Registers an agent whose Hello was valid, unless :meth:`admit` refuses it (then returns why); sends it
-        the batch in force."""
+    def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentHandle, str]:
+        """Registers an agent whose Hello was valid, unless :meth:`admit` refuses it; sends it the batch in force.
+        Returns the handle its stream serves and why it is refused ('' when it is not). An agent this driver
+        already holds re-attaches after losing its stream (:meth:`_take_back`): the handle is the one it had."""
+        known = self.registry.get(agent.agent_id)
+        if known is not None and not known.state.ended:
+            return self._take_back(agent, resume)
         refusal = self.admit(agent, resume)
         if refusal:
-            return refusal
+            return agent, refusal
+        for lost in self.registry.snapshot():
+            if lost.container_id == agent.container_id and lost.stream_lost_at is not None:
+                # Its container's next agent (YARN relaunched the one that died there): the lost one is not coming back.
+                self._stream_gone(lost, lost.commands)
         self.registry.add(agent)
         batch = self.targets.batch
         if batch is not None:
@@ -259,7 +281,33 @@ class JobDriver:
             agent.container_id,
             f", adopted at rank {agent.adopted_rank}" if agent.adopted else "",
         )
-        return ""
+        return agent, ""
+
+    def _take_back(self, agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentHandle, str]:
+        """An agent this driver holds, not ended, attaching again: it lost its stream (the driver was paused
+        past the stream's keepalive, the network was cut a moment) while its process trained on. It takes its
+        place back, in its ring as it was, when its process stands where the driver thinks (its Resume's state);
+        otherwise a command of the lost stream moved it on and it is refused: it is counted lost once its
+        grace ends (:meth:`detach`)."""
+        try:
+            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
+        except ValueError as exc:
+            return agent, f"{agent.instance} resumes in no state of an agent: {exc}"
+        held = RESUMED_AS.get(state)
+        known = self.registry.take_back(agent.agent_id, agent.container_id, held) if held is not None else None
+        if known is None:
+            was = self.registry.get(agent.agent_id)
+            return agent, (
+                f"{agent.instance} re-attached {state.value} while this driver holds it "
+                f"{was.state.value if was is not None else 'nowhere'}: a command was lost with its stream"
+            )
+        batch = self.targets.batch
+        if batch is not None:
+            known.commands.put(pb.AgentCommand(target=batch))
+        log.warning(
+            "agent re-attached: %s (%s) after its stream was lost; its ring stands", known.instance, known.agent_id
+        )
+        return known, ""
 
     def admit(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
         """Why a (re-)attaching agent is refused ('' when it is not), its state set from ``resume``
@@ -286,11 +334,32 @@ class JobDriver:
         except IllegalTransitionError as exc:
             log.error("ignoring %s's %s event: %s", agent.instance, kind, exc)
 
-    def detach(self, agent: AgentHandle) -> None:
-        """``agent``'s stream ended: its process is lost to the job if it had not ended, and its commands end."""
-        self.registry.disconnect(agent.agent_id)
+    def detach(self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None] | None = None) -> None:
+        """``agent``'s stream whose replies were ``commands`` (default: its current one) ended. One it no longer
+        uses (it re-attached since) changes nothing. An agent that stays in the job (attached, warm or running,
+        not leaving) has :data:`REATTACH_GRACE_S` to re-attach, still offered to Horovod: its process may train on
+        in the ring while the stream is down. Otherwise, or once the grace ends, its process is lost to the job."""
+        commands = agent.commands if commands is None else commands
+        if not self.registry.lose_stream(agent, commands):
+            return
+        commands.put(None)  # the lost stream's replies end; what is queued after waits for a re-attach
+        if agent.staying and not self._fatal.is_set():
+            log.warning(
+                "lost the stream of %s (%s); its process counts lost unless it re-attaches within %.0f s",
+                *(agent.instance, agent.agent_id, REATTACH_GRACE_S),
+            )
+            grace = threading.Timer(REATTACH_GRACE_S, self._stream_gone, args=(agent, commands))
+            grace.daemon = True
+            grace.start()
+            return
+        self._stream_gone(agent, commands)
+
+    def _stream_gone(self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None]) -> None:
+        """``agent`` did not re-attach on another stream: its process is lost to the job if it had not ended, and
+        its commands end."""
+        if not self.registry.disconnect(agent, commands):
+            return
         self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
-        agent.commands.put(None)
         log.info("agent detached: %s", agent.instance)
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:

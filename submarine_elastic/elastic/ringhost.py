@@ -55,6 +55,10 @@ class AgentHandle:
     adopted_rank: int = -1
     #: its NodeManager is stopping its container (YARN preempts it): it leaves without the driver asking
     preempted: bool = False
+    #: when its stream to the driver was lost (monotonic; None: open): the driver waits
+    #: :data:`~submarine_elastic.elastic.jobdriver.REATTACH_GRACE_S` for it to re-attach before it counts its
+    #: process lost, offering it to Horovod meanwhile (its process may train on in the ring)
+    stream_lost_at: float | None = None
 
     @property
     def number(self) -> int:
@@ -121,12 +125,48 @@ class AgentRegistry(HostDiscovery):
             agent.exited.set()
             self._lock.notify_all()
 
-    def disconnect(self, agent_id: str) -> None:
+    def lose_stream(self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None]) -> bool:
+        """``agent``'s stream whose replies were ``commands`` ended: True when that was its current stream (now
+        marked lost), False when the agent has re-attached on another since."""
         with self._lock:
-            agent = self._agents.get(agent_id)
-            if agent is not None:
-                agent.connected = False
+            if agent.commands is not commands:
+                return False
+            if agent.stream_lost_at is None:
+                agent.stream_lost_at = time.monotonic()
+            return True
+
+    def disconnect(self, agent: AgentHandle, commands: queue.Queue[pb.AgentCommand | None]) -> bool:
+        """``agent`` is gone for good with its stream of ``commands``: no longer connected (so no longer offered
+        to Horovod). False, changing nothing, when it re-attached on another stream meanwhile."""
+        with self._lock:
+            if agent.commands is not commands:
+                return False
+            agent.connected = False
             self._lock.notify_all()
+            return True
+
+    def take_back(self, agent_id: str, container_id: str, state: WorkerState) -> AgentHandle | None:
+        """An agent re-attaching to the driver that lost its stream: the registered one of ``agent_id`` in
+        ``container_id``, not ended and in ``state`` (as its process says), gets a new command queue, which holds
+        ``Reattached`` and then what the lost stream had not sent; the lost stream's replies end. None (changing
+        nothing) when no such agent is registered, or it is in another state (a command it missed moved it)."""
+        with self._lock:
+            known = self._agents.get(agent_id)
+            if known is None or known.container_id != container_id or known.state.ended or known.state is not state:
+                return None
+            lost, known.commands = known.commands, queue.Queue()
+            known.commands.put(pb.AgentCommand(reattached=pb.Reattached()))
+            while True:
+                try:
+                    command = lost.get_nowait()
+                except queue.Empty:
+                    break
+                if command is not None:
+                    known.commands.put(command)
+            lost.put(None)  # the lost stream's replies end, if they had not
+            known.connected, known.stream_lost_at = True, None
+            self._lock.notify_all()
+            return known
 
     def get(self, agent_id: str) -> AgentHandle | None:
         with self._lock:

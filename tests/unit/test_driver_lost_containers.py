@@ -135,7 +135,9 @@ def test_an_agent_whose_container_yarn_lists_stopped_and_relaunched_is_stopped_a
     assert commands(old) == [] and len(driver.failures) == 1
 
     # Its process ends (Stop): it is counted out as having left, with no second failure.
-    driver.servicer.read_events(old, iter([pb.AgentEvent(exited=pb.Exited(exit_code=-15, leaving=True, joined=True))]))
+    driver.servicer.read_events(
+        old, old.commands, iter([pb.AgentEvent(exited=pb.Exited(exit_code=-15, leaving=True, joined=True))])
+    )
     assert old.state is WorkerState.LEFT and len(driver.failures) == 1
 
 

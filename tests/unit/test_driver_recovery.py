@@ -226,6 +226,34 @@ def test_the_training_process_beats_reads_leave_lost_reform_and_waits_while_the_
     ours.close()
 
 
+def test_the_same_driver_taking_its_agent_back_ends_the_wait_for_a_new_one() -> None:
+    """The agent lost its stream and told the process the driver is gone; the same driver took it back
+    (``Reattached``): a re-init then goes ahead in the ring as it stands, with no Reform to wait for."""
+    ours, theirs = socket.socketpair()
+    channel = ring.AgentChannel(theirs)
+    ours.settimeout(5)
+    replies = FrameReader(pb.FromTraining)
+    ours.sendall(encode(pb.ToTraining(driver_lost=True)))
+    threading.Thread(target=answer_ping, args=(ours, replies), daemon=True).start()
+    assert channel.sync() and channel.driver_lost
+    ours.sendall(encode(pb.ToTraining(driver_lost=False)))
+    threading.Thread(target=answer_ping, args=(ours, replies), daemon=True).start()
+    assert channel.sync() and not channel.driver_lost
+    assert channel.take_reform(timeout=0) is None  # no RingJoinError: nothing to wait for
+    ours.close()
+
+
+def test_the_agent_tells_its_process_when_the_same_driver_took_it_back() -> None:
+    worker = agent_mod.Agent("true", "worker-0", "container_0", "127.0.0.1")
+    ours, worker.training.channel_end = socket.socketpair()
+    worker._state = AgentState.RUNNING
+    worker._handle(pb.AgentCommand(reattached=pb.Reattached()))
+    ours.settimeout(5)
+    (told,) = FrameReader(pb.ToTraining).feed(ours.recv(4096))
+    assert told.WhichOneof("message") == "driver_lost" and told.driver_lost is False
+    ours.close()
+
+
 def test_a_re_init_takes_the_new_drivers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ours, theirs = socket.socketpair()
     monkeypatch.setattr(ring, "_channel", ring.AgentChannel(theirs))

@@ -16,7 +16,8 @@ Once the process is in a ring, one daemon thread (:class:`AgentChannel`) owns th
   TensorFlow's, where no thread beats any more) then get the agent's exit grace instead of the hung bound;
 - it reads what the agent sends (``ToTraining`` of ``elastic.proto``, framed by
   :mod:`submarine_elastic.protocol.channel`): ``leave`` (scale-in: :func:`leave_requested`), ``driver_lost``
-  (the job's driver went away; a re-init waits for the next one), ``reform`` (a new driver incarnation adopted
+  (true: the job's driver went away, a re-init waits for the next one; false: the same driver took the agent
+  back), ``reform`` (a new driver incarnation adopted
   this process: the Horovod environment of its new ring, and a re-form at the next commit, triggered
   through Horovod's own host-update notification), ``target`` (the job's target as its driver numbered it,
   decided by its controller or an operator; its batch is :func:`batch_setting`, and the ranks take rank 0's
@@ -136,7 +137,7 @@ class AgentChannel:
             if kind == "leave":
                 self.leave = True
             elif kind == "driver_lost":
-                self.driver_lost = True
+                self.driver_lost = message.driver_lost  # false: the same driver took the agent back
             elif kind == "reform":
                 reform = dict(message.reform.env)
                 self._reform = reform

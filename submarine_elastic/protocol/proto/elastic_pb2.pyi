@@ -122,18 +122,24 @@ class Exited(_message.Message):
     def __init__(self, exit_code: _Optional[int] = ..., leaving: bool = ..., joined: bool = ..., stderr_tail: _Optional[str] = ..., log_path: _Optional[str] = ..., hung_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("start", "leave", "stop", "reform", "target")
+    __slots__ = ("start", "leave", "stop", "reform", "target", "reattached")
     START_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     REFORM_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
+    REATTACHED_FIELD_NUMBER: _ClassVar[int]
     start: Start
     leave: Leave
     stop: Stop
     reform: Reform
     target: Target
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., target: _Optional[_Union[Target, _Mapping]] = ...) -> None: ...
+    reattached: Reattached
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., reform: _Optional[_Union[Reform, _Mapping]] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., reattached: _Optional[_Union[Reattached, _Mapping]] = ...) -> None: ...
+
+class Reattached(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Start(_message.Message):
     __slots__ = ("env",)
