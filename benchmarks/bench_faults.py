@@ -61,6 +61,10 @@ BEFORE = {
     "rm_kill": "job lost (RM recovery was off: the NodeManagers resynced and killed every container)",
     "rm_freeze": "the CLI said 'ring has 1 workers' while YARN kept 3 containers for 98 s",
     "driver_kill": "job lost (the agents stopped their training processes), every committed step lost (no checkpoint)",
+    "driver_freeze": (
+        "job lost: the driver counted every closed stream a lost worker, Horovod stopped the ring, and the agents' "
+        "re-attaches were refused"
+    ),
     "worker_hang": (
         "(stopped 60 s) survived, but the ring waited the whole 60 s (the worker was not evicted); training again "
         "0.2 s after SIGCONT"

@@ -18,7 +18,14 @@ from submarine_elastic.cluster.hdfs import HDFS_FRAMEWORK, HDFS_SERVICES
 from submarine_elastic.cluster.jvm import AM_JAVA_OPTS
 from submarine_elastic.cluster.kdc import KerberosRealm
 
-CONF_FILES = ("core-site.xml", "yarn-site.xml", "hdfs-site.xml", "capacity-scheduler.xml", "log4j.properties")
+CONF_FILES = (
+    "core-site.xml",
+    "yarn-site.xml",
+    "hdfs-site.xml",
+    "capacity-scheduler.xml",
+    "log4j.properties",
+    "yarnservice-log4j.properties",  # the services API ships it with every ApplicationMaster
+)
 #: The (empty) web application each HDFS daemon's HTTP server needs on its classpath: the Maven jars do not
 #: carry Hadoop's ``webapps/`` directory, and WebHDFS is served without one.
 HDFS_WEBAPPS = {"nn": "hdfs", "dn": "datanode"}

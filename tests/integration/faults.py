@@ -20,8 +20,9 @@ step a rank 0 ran, rolled back or not; the step log has only the committed ones.
 A scenario is one function that injects its fault into a :class:`FaultRun` and returns the ring size the job
 should train at afterwards; register it in :data:`SCENARIOS` and ``benchmarks/bench_faults.py`` runs it too.
 The faults: a NodeManager killed under the workers, the ResourceManager killed and restarted, the
-ResourceManager frozen during a flex (``tests/integration/test_job_faults.py``); the job's driver killed, a
-worker's training process stopped past the hung bound (``tests/integration/test_job_recovery.py``).
+ResourceManager frozen during a flex (``tests/integration/test_job_faults.py``); the job's driver killed, the
+job's driver frozen past its agents' keepalive, a worker's training process stopped past the hung bound
+(``tests/integration/test_job_recovery.py``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.yarn import YarnError, YarnServiceClient
-from tests.integration.conftest import AS_USER, container_processes, eventually, submarine
+from tests.integration.conftest import container_processes, eventually, submarine
 from tests.integration.jobcheck import Step, check_training, finish, start_job, step_times, training_pids
+from tests.integration.placement import am_node, nodes_of_containers, only_on
 from tests.tls import cluster_metrics_tls
 
 METRICS_TOKEN = "fault-metrics-token"
@@ -389,16 +391,6 @@ def container_nodes(run: FaultRun) -> dict[str, str]:
     return nodes_of_containers(run.spec, run.yarn, run.name)
 
 
-def nodes_of_containers(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> dict[str, str]:
-    """:func:`container_nodes` of job ``name``, before there is a :class:`FaultRun`."""
-    app_id = yarn.status(name).id
-    base = f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts"
-    attempts = requests.get(base, params=AS_USER, timeout=10).json()["appAttempts"]["appAttempt"]
-    attempt = attempts[-1]["appAttemptId"]
-    raw = requests.get(f"{base}/{attempt}/containers", params=AS_USER, timeout=10).json()
-    return {c["containerId"]: node_of(spec, c["nodeId"]) for c in raw.get("container") or []}
-
-
 # -------------------------------------------------------------------------------------------- scenarios
 
 
@@ -523,6 +515,35 @@ def kill_driver(run: FaultRun) -> int:
     return run.workers
 
 
+#: How long :func:`freeze_driver` holds the driver stopped: past its agents' keepalive (a ping every 10 s, 5 s to
+#: answer), so that every stream to it closes while it cannot answer.
+DRIVER_FROZEN_S = 20.0
+
+
+def freeze_driver(run: FaultRun) -> int:
+    """SIGSTOP of the job's driver for :data:`DRIVER_FROZEN_S` (a stalled VM, a long pause), then SIGCONT: the
+    workers train on; their agents' streams close on the keepalive and re-attach once the driver runs again,
+    which takes each back in its ring as it was. No worker counts lost, nothing is relaunched, and the driver
+    is still its first incarnation."""
+    (victim,) = driver_pids(run)
+    run.inject()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        run.wait_steps(1, after=run.injected_at + 0.5, timeout=30)
+        run.mark("trained_on_while_frozen_s")
+        time.sleep(max(0.0, run.injected_at + DRIVER_FROZEN_S - time.time()))  # the fault is the pause itself
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    run.mark("driver_resumed_s")
+    run.wait_steps(STEPS, after=time.time(), size=run.workers, timeout=60)
+    status = run.job.status()
+    assert [i.number for i in status.incarnations] == [1], f"the driver was replaced: {status.incarnations}"
+    assert not status.failures, f"the pause counted workers lost: {[f.reason for f in status.failures]}"
+    since = [s for s in step_times(run.log_dir) if s.time > run.injected_at]
+    assert {s.size for s in since} == {run.workers}, "the ring changed size over the driver's pause"
+    return run.workers
+
+
 def hang_worker(run: FaultRun) -> int:
     """SIGSTOP of the training process of the ring's rank 1, left stopped: once it sent its agent no heartbeat
     for the hung bound (``SUBMARINE_HUNG_AFTER_S``, default :data:`HUNG_AFTER_S`) the agent kills it, the ring
@@ -608,56 +629,6 @@ def wait_relaunched(run: FaultRun, lost: dict[str, str]) -> dict[str, str]:
     moved = eventually(relaunched, f"YARN to relaunch {sorted(lost)} READY in new containers", 120)
     run.mark("relaunched_s")
     return moved
-
-
-def node_of(spec: ClusterSpec, node_id: str) -> str:
-    """The NodeManager (``nm-<i>``) of a ResourceManager node id (``host:port``) on this pseudo-cluster: on
-    loopback its port names it, on hosts (every NodeManager on the same port) its host, ``host-<i>``."""
-    name, port = node_id.rsplit(":", 1)
-    if spec.hosts:
-        return f"nm-{int(name.removeprefix('host-'))}"
-    by_port = {spec.nm_ports(i)["yarn.nodemanager.address"]: f"nm-{i}" for i in range(spec.nodes)}
-    return by_port[int(port)]
-
-
-def am_node(spec: ClusterSpec, yarn: YarnServiceClient, name: str) -> str:
-    """The NodeManager running the job's ApplicationMaster (its current attempt); '' before it is placed."""
-    app_id = yarn.status(name).id
-    if not app_id:
-        return ""
-    raw = requests.get(f"{spec.rm_url}/ws/v1/cluster/apps/{app_id}/appattempts", params=AS_USER, timeout=10).json()
-    attempts = (raw.get("appAttempts") or {}).get("appAttempt") or []
-    node = attempts[-1].get("nodeId", "") if attempts else ""
-    return node_of(spec, node) if node else ""
-
-
-def set_node_size(spec: ClusterSpec, yarn: YarnServiceClient, node: str, memory_mb: int, vcores: int) -> None:
-    """Sets what NodeManager ``node`` (``nm-<i>``) offers to containers, as an operator does with ``yarn rmadmin
-    -updateNodeResource`` (the RM's REST equivalent): at 0 the scheduler places nothing more there, and the
-    containers running there go on (no over-commit timeout). The NodeManager keeps heartbeating meanwhile."""
-    (node_id,) = [n.node_id for n in yarn.nodes() if node_of(spec, n.node_id) == node]
-    resp = requests.post(
-        f"{spec.rm_url}/ws/v1/cluster/nodes/{node_id}/resource",
-        params={"user.name": yarn.user or ""},
-        json={"resource": {"memory": memory_mb, "vCores": vcores}, "overCommitTimeout": -1},
-        timeout=10,
-    )
-    assert resp.status_code == 200, f"the RM refused to size {node} ({node_id}): HTTP {resp.status_code} {resp.text}"
-
-
-@contextlib.contextmanager
-def only_on(cluster: LocalCluster, yarn: YarnServiceClient, node: str) -> Iterator[None]:
-    """While inside, the scheduler places containers on NodeManager ``node`` alone: the others offer nothing
-    (:func:`set_node_size`); they are given back their size on the way out."""
-    spec = cluster.spec()
-    others = [f"nm-{i}" for i in range(spec.nodes) if f"nm-{i}" != node]
-    try:
-        for other in others:
-            set_node_size(spec, yarn, other, 0, 0)
-        yield
-    finally:
-        for other in others:
-            set_node_size(spec, yarn, other, spec.node_memory_mb, spec.node_vcores)
 
 
 #: The NodeManager :func:`lose_node_manager`'s job starts on (with its ApplicationMaster and driver); the other
@@ -785,6 +756,12 @@ SCENARIOS: dict[str, Scenario] = {
             workers=2,
             inject=kill_driver,
             then=flex_to_three,
+        ),
+        Scenario(
+            name="driver_freeze",
+            title=f"SIGSTOP of the job's driver for {DRIVER_FROZEN_S:.0f} s (past its agents' keepalive), SIGCONT",
+            workers=2,
+            inject=freeze_driver,
         ),
         Scenario(
             name="nm_lost",

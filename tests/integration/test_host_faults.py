@@ -35,22 +35,18 @@ from tests.integration.faults import (
     STEPS,
     FaultRun,
     Scenario,
-    am_node,
     container_nodes,
     driver_pids,
     flex_to_three,
-    node_of,
-    nodes_of_containers,
-    only_on,
     recorded,
     restore,
     ring,
     run_fault,
-    set_node_size,
     wait_relaunched,
 )
 from tests.integration.hosts import HostsCluster
 from tests.integration.jobcheck import step_times
+from tests.integration.placement import am_node, node_of, nodes_of_containers, only_on, set_node_size
 
 pytestmark = pytest.mark.integration
 

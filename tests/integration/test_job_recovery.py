@@ -6,6 +6,9 @@ Each test runs one scenario of :mod:`tests.integration.faults`, which checks wha
   its second incarnation adopts both of them, their ring re-forming around it at the size it had; `job show`
   says the job is driven by incarnation 2, and a later flex 2 -> 3 still re-forms the ring (Horovod's
   notification of the new ring reached the new driver);
+- SIGSTOP the driver for 20 s, past its agents' keepalive (``driver_freeze``): their streams close, the
+  workers train on, and once the driver runs again each agent re-attaches and takes its place back: no worker
+  counts lost, nothing is relaunched;
 - SIGSTOP a worker's training process for longer than the hung bound (``worker_hang``): its agent kills it
   within the bound and 3 s, the ring trains without it, `job show` says it hung, YARN relaunches it and it
   rejoins;
@@ -45,6 +48,16 @@ def test_a_killed_driver_is_relaunched_and_adopts_the_training_workers(
     assert report.containers_kept == ["worker-0", "worker-1"]
     after = [s for s in step_times(tmp_path / "log") if s.time > report.injected_at]
     assert {s.size for s in after} == {2, 3} and after[-1].size == 3
+
+
+def test_a_driver_paused_past_its_agents_keepalive_takes_its_workers_back_as_they_were(
+    yarn_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    report = run_fault(SCENARIOS["driver_freeze"], yarn_cluster, tmp_path)
+    recorded(report, tmp_path, capsys)
+    # Every stream closed while it was stopped; once it ran again each agent re-attached and took its place
+    # back: no container replaced, no worker counted lost (freeze_driver checks job show's failures).
+    assert report.containers_kept == ["worker-0", "worker-1"] and report.containers_replaced == []
 
 
 def test_a_stopped_worker_is_evicted_within_the_hung_bound_and_replaced(

@@ -145,6 +145,16 @@ def test_plus_one_is_read_by_hadoop_as_the_count_one(job: Job):
     assert st.timeline[-1].reason == "flex through YARN: 2 -> 1 workers"
 
 
+def test_the_jobs_application_master_logs_into_its_containers_log_directory(job: Job):
+    """Where an operator looks when a job misbehaves in YARN: the AM's own log beside its stdout and stderr,
+    kept with the container's logs (not in its working directory, which YARN deletes with the application)."""
+    app = job.yarn.status(NAME).id
+    logs = list(job.cluster.dir.glob(f"nm-*/logs/{app}/container_*_000001/serviceam.log"))
+    assert len(logs) == 1, f"no ApplicationMaster log of {app} (or more than one attempt's): {logs}"
+    text = logs[0].read_text(errors="replace")
+    assert NAME in text and "worker" in text, text[-2000:]
+
+
 def test_stop_then_start_starts_a_new_ring_and_says_what_is_lost(job: Job):
     job.hadoop("app", "-stop", NAME)
     eventually(lambda: job.yarn.status(NAME).state == ServiceState.STOPPED, "the service stopped", 60)
