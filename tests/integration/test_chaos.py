@@ -36,12 +36,7 @@ TIME_SCALE = 0.005 * 8
 MINUTES = 2.5
 EVERY_S = 15.0
 SEED = 7
-#: Every kind but the two that still lose a job (docs/chaos.md, "Found so far": open), which
-#: ``benchmarks/bench_chaos.py`` injects: ``kill-am`` (this seed kills a job's ApplicationMaster twice 9 s apart
-#: and restarts the ResourceManager while the third attempt recovers the job's containers) and
-#: ``freeze-driver`` (a driver stopped past its agents' keepalive counts their lost streams as lost workers).
-OPEN = ("kill-am", "freeze-driver")
-KINDS = [k.name for k in catalogue(random.Random(0)) if k.name not in OPEN]
+KINDS = [k.name for k in catalogue(random.Random(0))]
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +45,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield cluster
 
 
-@pytest.mark.skip(
-    reason="not yet green: in CI a job's driver died during a ResourceManager restart and was never relaunched, so "
-    "the job never ended (docs/chaos.md, 'Found so far'); run it with `pytest -p no:skipping` or bench_chaos.py"
-)
 def test_a_short_chaos_run_ends_with_no_violation(cluster: LocalCluster, tmp_path: Path) -> None:
     workload = tmp_path / "workload.csv"
     workload.write_text(WORKLOAD)
