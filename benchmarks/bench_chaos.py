@@ -62,7 +62,7 @@ def spread_plan(workload: str, jobs: int, seed: int, time_scale: float, seconds:
 
 def main() -> None:
     kinds = [k.name for k in catalogue(random.Random(0))]
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
     p.add_argument("--every", type=float, default=18.0, help="mean seconds between faults (default 18)")
     p.add_argument("--seed", type=int, default=0)

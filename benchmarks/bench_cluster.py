@@ -122,7 +122,7 @@ def bench_flex(runs: int, port_base: int) -> tuple[list[float], list[float], lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--up-runs", type=int, default=3)
     parser.add_argument("--flex-runs", type=int, default=5)
     parser.add_argument("--port-base", type=int, default=20000)

@@ -591,7 +591,7 @@ def write_report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="1,10,100,300,1000")
     parser.add_argument("--procs", type=int, default=8, help="agent client processes")
     parser.add_argument("--jobs", default="1,10,100,500")

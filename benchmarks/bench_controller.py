@@ -323,7 +323,7 @@ def _counts(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=_counts, default=[10, 100, 250, 500, 1000], help="controller job counts")
     parser.add_argument("--rounds", type=int, default=30, help="controller rounds after the first")
     parser.add_argument("--policy", action="append", help="job-policy+arbiter (repeatable), or all")

@@ -540,7 +540,7 @@ def shown_epoch(epoch: int) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--port-base", type=int, default=20500)
     parser.add_argument(

@@ -89,7 +89,7 @@ def summary(values: list[float]) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=4, help="kills per rank kind (rank 0, another rank)")
     parser.add_argument("--port-base", type=int, default=20700)
     args = parser.parse_args()

@@ -102,7 +102,7 @@ def summary(values: list[float]) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each fault")
     parser.add_argument("--only", action="append", choices=sorted(SCENARIOS), help="run only these faults")
     parser.add_argument("--port-base", type=int, default=20900)

@@ -323,7 +323,7 @@ def points_received(address: str, transport: Transport, job: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30, help="rounds of interleaved fits")
     parser.add_argument("--steps", type=int, default=1000, help="steps per fit")
     parser.add_argument("--pairs", type=int, default=30_000, help="reported/unreported step pairs of part 2")

@@ -155,7 +155,7 @@ def table(rows: dict[str, dict[str, dict[str, float]]], key: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--port-base", type=int, default=27000)
     args = parser.parse_args()

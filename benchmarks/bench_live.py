@@ -42,13 +42,12 @@ sys.path.insert(0, str(REPO))
 
 from submarine_elastic.cluster import LocalCluster  # noqa: E402
 from submarine_elastic.replay.plan import ReplayPlan, fitting_sample, plan_replay  # noqa: E402
+from submarine_elastic.replay.records import LiveRun, load_runs  # noqa: E402
 from submarine_elastic.replay.report import summary, table, write  # noqa: E402
 from submarine_elastic.replay.runner import (  # noqa: E402
     INTERVAL_S,
     STATIC,
     TIRESIAS,
-    LiveRun,
-    load_runs,
     replay_cluster_spec,
     run_policies,
 )
@@ -79,7 +78,7 @@ def choose_plan(args: argparse.Namespace, folder: Path) -> tuple[ReplayPlan, int
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default="workload-1")
     p.add_argument("--jobs", type=int, default=12)
     p.add_argument("--seed", type=int, default=None)

@@ -195,7 +195,7 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--batches", type=int, default=40, help="batches per client")
     parser.add_argument("--points", type=int, default=500, help="points per batch")

@@ -22,7 +22,7 @@ import psutil
 from submarine_elastic.chaos.targets import job_processes
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.replay.plan import ReplayJob
-from submarine_elastic.replay.runner import JobRecord
+from submarine_elastic.replay.records import JobRecord
 from submarine_elastic.submit.store import load_outcome
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 

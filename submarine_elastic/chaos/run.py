@@ -36,7 +36,8 @@ from submarine_elastic.chaos.targets import (
 )
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
-from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ReplayRunError, Say
+from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
+from submarine_elastic.replay.runner import LiveReplay, Say
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 #: The roles of a job's own processes: a job takes one fault of these at a time.
@@ -147,6 +148,7 @@ class ChaosRun:
         self._watchers: list[threading.Thread] = []
         self._t0 = 0.0
         self._held: set[int] = set()  # the processes of faults not yet healed
+        self._healing: set[str] = set()  # the targets (by name) of faults not yet healed: a daemon being restarted
         self._recovering: set[str] = set()  # the jobs a fault of one of their processes has not yet recovered
         self._health_lock = threading.Lock()
         self._health = (float("-inf"), "")
@@ -154,7 +156,8 @@ class ChaosRun:
     # --- the world a fault acts on --------------------------------------------------------------
     def targets(self, role: str) -> list[Target]:
         """What runs now in ``role`` (of a job: of the jobs not yet ended and not recovering from a fault of one of
-        their processes), but a process a fault holds until its heal (stopped, say)."""
+        their processes), but a process a fault holds until its heal (stopped, say) and a target whose heal is under
+        way (a daemon being started again, which a second kill would leave its heal waiting on a dead process)."""
         if role == DAEMON:
             found = daemons(self.cluster)
         elif role == CONTROLLER:
@@ -163,7 +166,7 @@ class ChaosRun:
             running = set(self.running_services()) - self._recovering
             apps = {app: service for app, service in self._applications().items() if service in running}
             found = [t for t in job_processes(self.cluster.dir, apps) if t.role == role]
-        return [t for t in found if t.pid not in self._held]
+        return [t for t in found if t.pid not in self._held and t.name not in self._healing]
 
     def restart_daemon(self, name: str) -> None:
         deadline = time.monotonic() + HEAL_WAIT_S
@@ -251,8 +254,10 @@ class ChaosRun:
             what = f"could not inject: {exc}"
         if kind.ends_job and target.service:
             self.ended_by_fault.add(target.service)
-        if kind.heal is not None and target.pid:
-            self._held.add(target.pid)
+        if kind.heal is not None:
+            self._healing.add(target.name)
+            if target.pid:
+                self._held.add(target.pid)
         if target.service and target.role in PROCESS_ROLES:
             self._recovering.add(target.service)
         fault = Injected(kind.name, target.name, target.service, round(at - self._t0, 1), what, kind.deadline_s,
@@ -276,6 +281,7 @@ class ChaosRun:
             except (ClusterError, ReplayRunError, OSError) as exc:
                 fault.healed = f"could not heal: {exc}"
             self._held.discard(target.pid)
+            self._healing.discard(target.name)
             fault.healed_s = round(time.time() - self._t0, 1)
             self.say(f"!{fault.healed_s:6.0f} s  {kind.name} on {target.name}: {fault.healed}")
         since = time.time()

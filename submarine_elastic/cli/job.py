@@ -47,7 +47,13 @@ from submarine_elastic.submit.store import forget_job, forget_outcome, last_driv
 from submarine_elastic.submit.submarine_flags import SubmarineFlagError
 from submarine_elastic.tls import TlsError
 from submarine_elastic.webhdfs import WebHdfsError
-from submarine_elastic.yarn import RMUnreachableError, ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import (
+    RM_UNREACHABLE_EXIT,
+    RMUnreachableError,
+    ServiceNotFoundError,
+    YarnError,
+    YarnServiceClient,
+)
 
 if TYPE_CHECKING:
     from submarine_elastic.controller.client import ControllerClient
@@ -140,7 +146,15 @@ def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
     return default_fs, f"http://{web}"
 
 
+class ClusterUnavailable(click.ClickException):
+    """The ResourceManager did not answer: exit status :data:`~submarine_elastic.yarn.RM_UNREACHABLE_EXIT`, not 1."""
+
+    exit_code = RM_UNREACHABLE_EXIT
+
+
 def _fail(exc: Exception) -> click.ClickException:
+    if isinstance(exc, RMUnreachableError):
+        return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
     return click.ClickException(str(exc))
 
 
@@ -402,7 +416,7 @@ def show(name: str, all_runs: bool) -> None:
             console.print(f"[yellow]{_rm_down(exc)}[/yellow]")
             address = last_driver_address(name)
             if address is None:
-                raise click.ClickException(
+                raise ClusterUnavailable(
                     f"cannot show job {name}: {_rm_down(exc)}, and its driver's address is not known on this machine"
                 ) from exc
             console.print(f"asking the job's driver at its last known address {address}")
@@ -470,7 +484,7 @@ def flex(name: str, workers: int, remove: tuple[str, ...], wait: bool, timeout: 
         except RMUnreachableError as exc:
             address = last_driver_address(name)
             if address is None:
-                raise click.ClickException(
+                raise ClusterUnavailable(
                     f"cannot resize job {name}: {_rm_down(exc)}, and its driver's address is not known on this "
                     f"machine; nothing was changed"
                 ) from exc

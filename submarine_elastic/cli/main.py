@@ -65,6 +65,10 @@ def cli(verbose: int) -> None:
     logging.basicConfig(
         level=level, format="%(message)s", handlers=[RichHandler(console=Console(stderr=True), show_path=False)]
     )
+    if verbose == 0:
+        # urllib3 warns of each connection retry (several lines each, while a ResourceManager is down); the
+        # command's own error says what failed once it gave up.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def main() -> None:

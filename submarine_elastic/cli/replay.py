@@ -10,8 +10,9 @@ from rich.console import Console
 
 from submarine_elastic.cluster import ClusterError, LocalCluster
 from submarine_elastic.replay.plan import ReplayError, plan_replay
+from submarine_elastic.replay.records import ReplayRunError
 from submarine_elastic.replay.report import summary, table, write
-from submarine_elastic.replay.runner import INTERVAL_S, STATIC, ReplayRunError, run_policies
+from submarine_elastic.replay.runner import INTERVAL_S, STATIC, run_policies
 
 console = Console()
 

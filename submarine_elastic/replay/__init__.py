@@ -2,6 +2,7 @@
 on emulated accelerators, under a policy or the static baseline (``submarine replay``)."""
 
 from submarine_elastic.replay.plan import ReplayError, ReplayJob, ReplayPlan, plan_replay
-from submarine_elastic.replay.runner import LiveReplay, LiveRun, ReplayRunError
+from submarine_elastic.replay.records import LiveRun, ReplayRunError
+from submarine_elastic.replay.runner import LiveReplay
 
 __all__ = ["LiveReplay", "LiveRun", "ReplayError", "ReplayJob", "ReplayPlan", "ReplayRunError", "plan_replay"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from submarine_elastic.replay.runner import JobRecord, LiveRun
+from submarine_elastic.replay.records import JobRecord, LiveRun
 
 EMULATED_NOTE = (
     "emulated accelerators: step times are the measured GPU profiles'; the ratios hold, absolute times only "

@@ -20,7 +20,6 @@ exactly-once checks of its step log. Interrupted, it kills every job it submitte
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import secrets
 import signal
@@ -29,19 +28,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from submarine_elastic.cluster import ClusterSpec
-from submarine_elastic.protocol.api import JobPhase
 from submarine_elastic.replay.plan import COMMIT_EVERY, ReplayJob, ReplayPlan
+from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError, ended_state
 from submarine_elastic.replay.steplog import StepLog, read_step_log
 from submarine_elastic.replay.tiresias import LiveJob, LiveTiresias
-from submarine_elastic.submit.store import load_outcome
-from submarine_elastic.yarn import ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import RM_UNREACHABLE_EXIT, ServiceNotFoundError, YarnError, YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO / "examples" / "train_elastic.py"
@@ -65,6 +61,9 @@ INTERVAL_S = 2.0
 POLL_S = 1.0
 #: The longest a run waits for YARN to remove a service it destroys at its end.
 RELEASE_TIMEOUT_S = 120.0
+#: How long a job whose ``job run`` found the ResourceManager unreachable is submitted again, and how often.
+SUBMIT_RETRY_S = 300.0
+SUBMIT_RETRY_EVERY_S = 5.0
 
 Say = Callable[[str], None]
 
@@ -76,150 +75,6 @@ def replay_cluster_spec(port_base: int = 18000, nodes: int = 2, gpus_per_node: i
     return ClusterSpec(
         nodes=nodes, gpus_per_node=gpus_per_node, node_memory_mb=16384, node_vcores=16, port_base=port_base
     )
-
-
-class ReplayRunError(RuntimeError):
-    """A live replay could not run (a submission refused, the jobs not done in time)."""
-
-
-@dataclass
-class JobRecord:
-    """One job of a live run, times in seconds after the run began."""
-
-    job: ReplayJob
-    #: its YARN service's name
-    service: str
-    submitted_s: float | None = None
-    #: its `job run` returned (the service exists)
-    created: bool = False
-    #: its step log was read and checked, after its end
-    checked: bool = False
-    ended_s: float | None = None
-    state: str | None = None
-    first_step_s: float | None = None
-    last_step_s: float | None = None
-    samples: int = 0
-    problems: list[str] = field(default_factory=list)
-    #: (time, ring size) at every committed step
-    ring: list[tuple[float, int]] = field(default_factory=list)
-    #: (time, worker containers YARN holds) at every look
-    held: list[tuple[float, int]] = field(default_factory=list)
-    #: under tiresias: when each suspension was asked (its service stopped), when YARN had it stopped, and when
-    #: the job was resumed (its service started again); the first resumed step after each resumption
-    stopped_s: list[float] = field(default_factory=list)
-    stopped_done_s: list[float] = field(default_factory=list)
-    resumed_s: list[float] = field(default_factory=list)
-    resumed_step_s: list[float | None] = field(default_factory=list)
-    #: steps an earlier run logged past the checkpoint its resumption started from (trained again after it)
-    rolled_back: int = 0
-    #: its service is being stopped (asked, not yet stopped), is stopped, is being started again
-    suspending: bool = False
-    suspended: bool = False
-    resuming: bool = False
-    #: the GPU-seconds it has held over its runs before the one it is in, and when that one began
-    attained_gpu_s: float = 0.0
-    holding_since: float | None = None
-
-    @property
-    def jct_s(self) -> float | None:
-        return None if self.last_step_s is None else self.last_step_s - self.job.arrival_s
-
-    @property
-    def queueing_s(self) -> float | None:
-        return None if self.first_step_s is None else self.first_step_s - self.job.arrival_s
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "name": self.job.name,
-            "service": self.service,
-            "workload_name": self.job.workload_name,
-            "application": self.job.application,
-            "workers": self.job.workers,
-            "max_workers": self.job.max_workers,
-            "batch": self.job.batch,
-            "samples_planned": self.job.samples,
-            "samples_trained": self.samples,
-            "arrival_s": round(self.job.arrival_s, 3),
-            "submitted_s": _round(self.submitted_s),
-            "first_step_s": _round(self.first_step_s),
-            "last_step_s": _round(self.last_step_s),
-            "ended_s": _round(self.ended_s),
-            "jct_s": _round(self.jct_s),
-            "queueing_s": _round(self.queueing_s),
-            "state": self.state,
-            "problems": self.problems,
-            "ring": [(round(t, 2), n) for t, n in self.ring],
-            "held": [(round(t, 2), n) for t, n in self.held],
-            **(
-                {
-                    "suspended_s": [round(t, 2) for t in self.stopped_s],
-                    "stopped_s": [round(t, 2) for t in self.stopped_done_s],
-                    "resumed_s": [round(t, 2) for t in self.resumed_s],
-                    "resumed_step_s": [_round(t) for t in self.resumed_step_s],
-                    "rolled_back_steps": self.rolled_back,
-                }
-                if self.stopped_s
-                else {}
-            ),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object], job: ReplayJob) -> JobRecord:
-        """The record :meth:`as_dict` wrote of ``job`` (what a run's ``replay.json`` holds); its end as
-        :func:`ended_state` reads it now."""
-
-        def seconds(key: str) -> list[float]:
-            return [float(t) for t in cast(list[float], data.get(key) or [])]
-
-        def optional(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(cast(float, value))
-
-        state = cast(str | None, data.get("state"))
-        return cls(
-            job=job,
-            service=str(data["service"]),
-            submitted_s=optional("submitted_s"),
-            created=data.get("submitted_s") is not None,
-            checked=True,
-            ended_s=optional("ended_s"),
-            state=None if state is None else ended_state(str(data["service"]), state),
-            first_step_s=optional("first_step_s"),
-            last_step_s=optional("last_step_s"),
-            samples=int(cast(int, data.get("samples_trained") or 0)),
-            problems=[str(p) for p in cast(list[str], data.get("problems") or [])],
-            ring=[(float(t), int(n)) for t, n in cast(list[tuple[float, int]], data.get("ring") or [])],
-            held=[(float(t), int(n)) for t, n in cast(list[tuple[float, int]], data.get("held") or [])],
-            stopped_s=seconds("suspended_s"),
-            stopped_done_s=seconds("stopped_s"),
-            resumed_s=seconds("resumed_s"),
-            resumed_step_s=[
-                None if t is None else float(t) for t in cast(list[float], data.get("resumed_step_s") or [])
-            ],
-            rolled_back=int(cast(int, data.get("rolled_back_steps") or 0)),
-        )
-
-    def attained(self, now: float) -> float:
-        """GPU-seconds held by ``now``: its runs before, and the one it is in."""
-        since = self.holding_since
-        return self.attained_gpu_s + (0.0 if since is None else self.job.workers * max(0.0, now - since))
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-@dataclass
-class LiveRun:
-    """What one policy's live run of a plan gave."""
-
-    policy: str
-    plan: ReplayPlan
-    started_at: float
-    records: list[JobRecord]
-    #: (time, decision text) of every controller decision, per job name
-    decisions: dict[str, list[tuple[float, int, int, str]]] = field(default_factory=dict)
-    wall_s: float = 0.0
 
 
 class LiveReplay:
@@ -261,6 +116,7 @@ class LiveReplay:
         self.rm_url = rm_url
         self.out = out
         self.say = say
+        self._t0 = 0.0  # when the running replay began (time.time())
         self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.env = {
@@ -289,7 +145,7 @@ class LiveReplay:
             gpus_before = _gpus_in_use(yarn)
         if self.elastic:
             self.start_controller()
-        t0 = time.time()
+        t0 = self._t0 = time.time()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay-submit")
         pending: dict[str, concurrent.futures.Future[None]] = {}
         previous = _terminate_as_interrupt()
@@ -552,7 +408,35 @@ class LiveReplay:
         return args
 
     def _submit(self, record: JobRecord) -> None:
-        self.submarine(*self.job_run_args(record.job))
+        """``job run`` of the record's job; while the ResourceManager does not answer (``job run`` exits
+        :data:`RM_UNREACHABLE_EXIT`: a restart, a pause), submitted again every :data:`SUBMIT_RETRY_EVERY_S` for up
+        to :data:`SUBMIT_RETRY_S`, as a user's submission script would, unless YARN holds the job by then (the
+        submission that failed reached it).
+
+        Raises:
+            ReplayRunError: ``job run`` refused the job, or the ResourceManager stayed away.
+        """
+        args = self.job_run_args(record.job)
+        deadline = time.monotonic() + SUBMIT_RETRY_S
+        while True:
+            done = self.submarine(*args, check=False)
+            if done.returncode == 0:
+                return
+            why = (done.stderr or done.stdout).strip()
+            if done.returncode != RM_UNREACHABLE_EXIT or time.monotonic() > deadline:
+                raise ReplayRunError(f"submarine job run {record.service} failed: {why}")
+            time.sleep(SUBMIT_RETRY_EVERY_S)
+            if self._held_by_yarn(record.service):
+                return
+            now = time.time() - self._t0
+            self.say(f"+{now:6.0f} s  {record.service}: the ResourceManager did not answer; submitting again")
+
+    def _held_by_yarn(self, service: str) -> bool:
+        try:
+            with YarnServiceClient(self.rm_url) as yarn:
+                return bool(yarn.status(service).id)
+        except YarnError:
+            return False
 
     def _kill_all(self) -> None:
         for record in self.records:
@@ -723,51 +607,6 @@ def run_policies(
     return runs
 
 
-def load_runs(path: Path, plan: ReplayPlan) -> list[LiveRun]:
-    """The runs a ``replay.json`` (:func:`~submarine_elastic.replay.report.write`) holds, of ``plan``'s jobs, so
-    that their figures can be worked out again without running them again (each job's end as
-    :func:`ended_state` reads it now).
-
-    Raises:
-        ReplayRunError: the file names a job ``plan`` does not have, or is not a replay's.
-    """
-    by_name = {job.name: job for job in plan.jobs}
-    try:
-        data = json.loads(path.read_text())
-        runs = []
-        for run in data["runs"]:
-            records = []
-            for job in run["jobs_detail"]:
-                if job["name"] not in by_name:
-                    raise ReplayRunError(f"{path}: job {job['name']!r} is not in the plan ({plan.describe()})")
-                records.append(JobRecord.from_dict(job, by_name[job["name"]]))
-            decisions = {
-                name: [(float(t), int(a), int(b), str(why)) for t, a, b, why in log]
-                for name, log in run.get("decision_log", {}).items()
-            }
-            runs.append(LiveRun(run["policy"], plan, 0.0, records, decisions, float(run.get("wall_s") or 0.0)))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReplayRunError(f"{path} is not a replay's results file: {exc}") from exc
-    return runs
-
-
 def _gpus_in_use(yarn: YarnServiceClient) -> int:
     """GPUs the running nodes' containers hold now."""
     return sum(node.used_gpus for node in yarn.nodes())
-
-
-def ended_state(service: str, yarn_state: str) -> str:
-    """How a job whose service YARN shows ended (``yarn_state``) ended, by its driver's record where it left one:
-    ``FAILED`` whatever YARN shows when the driver recorded the job failed (a driver that concluded the job exits
-    0, so that YARN does not relaunch it: YARN then shows SUCCEEDED; seen in a chaos run, a job whose every
-    worker was lost counted as finished); ``SUCCEEDED`` also where YARN says ``STOPPED`` but the driver recorded
-    it finished. YARN's services API shows a service SUCCEEDED while its ApplicationMaster runs, and, read once
-    that has exited and before the RM has the application FINISHED (up to 30 s), the saved definition's
-    ``STOPPED``: seen in a replay, a job that trained every sample ended STOPPED and was left out of the run's
-    figures."""
-    outcome = load_outcome(service)
-    if outcome is not None and outcome.phase is JobPhase.FAILED:
-        return "FAILED"
-    if yarn_state == "STOPPED" and outcome is not None and outcome.phase is JobPhase.FINISHED and not outcome.error:
-        return "SUCCEEDED"
-    return yarn_state

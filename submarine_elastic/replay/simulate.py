@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from submarine_elastic.replay.plan import ReplayPlan
-from submarine_elastic.replay.runner import STATIC, TIRESIAS, JobRecord, LiveRun
+from submarine_elastic.replay.records import JobRecord, LiveRun
+from submarine_elastic.replay.runner import STATIC, TIRESIAS
 from submarine_elastic.replay.tiresias import scaled_tiresias
 from submarine_elastic.sim import (
     BatchRule,

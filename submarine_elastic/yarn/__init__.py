@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .api import (
     GPU_RESOURCE,
+    RM_UNREACHABLE_EXIT,
     AppSummary,
     ComponentNotFoundError,
     ComponentState,
@@ -98,6 +99,7 @@ __all__ = [
     "PlacementPolicy",
     "PlacementScope",
     "PlacementType",
+    "RM_UNREACHABLE_EXIT",
     "RMUnreachableError",
     "ReadinessCheck",
     "ReadinessCheckType",

@@ -84,6 +84,11 @@ class RMUnreachableError(YarnError):
     """The ResourceManager could not be reached, or answered 502/503/504, after all retries."""
 
 
+#: The exit status of a ``submarine`` command that could not reach the ResourceManager (sysexits' EX_UNAVAILABLE):
+#: a script tells "try again once the cluster is back" from "refused" (1) by it.
+RM_UNREACHABLE_EXIT = 69
+
+
 class YarnTimeoutError(YarnError):
     """A wait ran out of time. The message names what was awaited and the last state seen.
 

@@ -3,10 +3,12 @@ container paths, reading a step log's newest step, and the checker's verdicts an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from submarine_elastic.chaos import check as chaos_check
 from submarine_elastic.chaos.catalogue import draw, select
 from submarine_elastic.chaos.targets import AGENT, DAEMON, TRAINING, Target, job_processes, newest_step
 from submarine_elastic.replay.plan import ReplayJob
-from submarine_elastic.replay.runner import JobRecord
+from submarine_elastic.replay.records import JobRecord
 
 
 class FakeWorld:
@@ -163,6 +165,44 @@ def test_a_chaos_run_refuses_a_replay_with_no_controller() -> None:
 
     with pytest.raises(ValueError, match="not 'static'"):
         ChaosRun(Static(), None, duration_s=60, every_s=10, seed=0)  # type: ignore[arg-type]
+
+
+def test_a_daemon_is_not_drawn_again_while_its_heal_starts_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ResourceManager killed again while the first kill's heal waited for its NodeManagers left that heal
+    waiting on a dead process (seen in a run): a target whose heal is under way is not drawn."""
+    rm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    restarting, restarted = threading.Event(), threading.Event()
+
+    class Daemon:
+        def __init__(self, name: str, pid: int) -> None:
+            self.name, self.pid = name, pid
+
+    class Cluster:
+        def running_daemons(self) -> list[Daemon]:
+            return [Daemon("rm", rm.pid if rm.poll() is None else 4242)]
+
+        def restart(self, name: str) -> None:
+            restarting.set()
+            restarted.wait(10)  # started, waiting for its NodeManagers
+
+    class Replay:
+        elastic, policy, records = True, "goodput+goodput", []
+
+    chaos = ChaosRun(Replay(), Cluster(), duration_s=60, every_s=10, seed=0, say=lambda line: None)  # type: ignore[arg-type]
+    monkeypatch.setattr(chaos, "_unrepaired", lambda services, since: "")
+    (kill_rm,) = select(catalogue(random.Random(0)), ["kill-rm"])
+    kill_rm = dataclasses.replace(kill_rm, hold_s=0.0)
+    try:
+        chaos._inject(kill_rm, chaos.targets(DAEMON)[0])
+        assert rm.wait(10) == -9
+        assert restarting.wait(10)
+        assert chaos.targets(DAEMON) == []  # its heal is under way
+        restarted.set()
+        chaos._watchers[0].join(10)
+        assert [t.name for t in chaos.targets(DAEMON)] == ["rm"]
+    finally:
+        restarted.set()
+        rm.kill()
 
 
 def test_an_operators_flex_and_kill_are_the_commands_an_operator_types() -> None:

@@ -20,6 +20,7 @@ from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.protocol.api import Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.jobspec import job_dir, outcome_path
+from submarine_elastic.yarn import RM_UNREACHABLE_EXIT
 from tests.unit._driver_support import serving
 
 TOKEN = "job-token"
@@ -62,7 +63,7 @@ def test_show_with_the_rm_down_asks_the_driver_at_its_last_address(rm_down: str,
 
 def test_show_with_the_rm_down_and_no_known_driver_fails_clearly(rm_down: str) -> None:
     code, out, _ = run("job", "show", "mnist")
-    assert code == 1
+    assert code == RM_UNREACHABLE_EXIT
     assert "cannot show job mnist: the ResourceManager is unreachable" in out
     assert "driver's address is not known on this machine" in out and "Traceback" not in out
 
@@ -81,10 +82,23 @@ def test_flex_with_the_rm_down_goes_to_the_driver_which_holds_the_target_for_yar
 
 def test_flex_with_the_rm_down_and_no_known_driver_refuses_and_changes_nothing(rm_down: str) -> None:
     code, out, took = run("job", "flex", "mnist", "--workers", "3")
-    assert code == 1
+    assert code == RM_UNREACHABLE_EXIT
     assert "cannot resize job mnist: the ResourceManager is unreachable" in out and "nothing was changed" in out
     assert "driver's address is not known on this machine" in out
     assert took < 20
+
+
+def test_run_with_the_rm_down_exits_69_having_submitted_nothing(rm_down: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A script tells "the cluster is away, try again" (69, sysexits' EX_UNAVAILABLE) from "refused" (1)."""
+    code, out, took = run(
+        "job", "run", "--name", "mnist", "--num_workers", "1", "--worker_launch_cmd", "python -c 1",
+    )  # fmt: skip
+    assert code == RM_UNREACHABLE_EXIT, out
+    assert "the ResourceManager is unreachable" in out and "try again once it is back" in out
+    assert "Traceback" not in out and not job_dir("mnist").exists()
+    # urllib3's retries (several lines each) are not logged without -v
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == []
+    assert took < 60
 
 
 @responses.activate

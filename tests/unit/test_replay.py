@@ -4,19 +4,23 @@ simulator on the same plan. The live runs themselves are in tests/integration/te
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from submarine_elastic.protocol.api import JobPhase
 from submarine_elastic.protocol.records import JobOutcome
+from submarine_elastic.replay import runner
 from submarine_elastic.replay.plan import ReplayError, fitting_sample, plan_replay
+from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError, ended_state, load_runs
 from submarine_elastic.replay.report import summary, table, utilisation, write
-from submarine_elastic.replay.runner import JobRecord, LiveReplay, LiveRun, ReplayRunError, ended_state, load_runs
+from submarine_elastic.replay.runner import LiveReplay
 from submarine_elastic.replay.simulate import ScaledCatalog, measured_costs, simulate_plan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.sim import ResizeCosts, TraceCatalog
 from submarine_elastic.submit.jobspec import outcome_path
+from submarine_elastic.yarn import RM_UNREACHABLE_EXIT
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
 
@@ -76,6 +80,31 @@ def test_static_and_elastic_submissions(tmp_path: Path):
     for args in (static, elastic):  # the emulated device's workers: Horovod's cycle at 10 ms, not its 1
         env = [args[i + 1] for i, a in enumerate(args) if a == "--env"]
         assert "SUBMARINE_EMULATE=cifar10" in env and "HOROVOD_CYCLE_TIME=10" in env
+
+
+def test_a_submission_the_resourcemanager_did_not_answer_is_made_again_and_a_refused_one_ends_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """As a user's submission script would: `job run` exiting 69 (the RM is away: a restart, a pause) is tried
+    again until it is taken; exiting 1 (refused) is not."""
+    p = plan(tmp_path, "a,0,cifar10,2,512\n")
+    replay = LiveReplay(p, "goodput+goodput", rm_url="http://x", out=tmp_path, say=lambda line: None)
+    monkeypatch.setattr(runner, "SUBMIT_RETRY_EVERY_S", 0.0)
+    monkeypatch.setattr(replay, "_held_by_yarn", lambda service: False)
+    exits = [RM_UNREACHABLE_EXIT, RM_UNREACHABLE_EXIT, 0]
+    calls: list[tuple[str, ...]] = []
+
+    def job_run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return subprocess.CompletedProcess(args, exits.pop(0), "", "the ResourceManager is unreachable")
+
+    monkeypatch.setattr(replay, "submarine", job_run)
+    replay._submit(replay.records[0])
+    assert len(calls) == 3 and len(set(calls)) == 1
+    exits[:] = [1]
+    with pytest.raises(ReplayRunError, match="is unreachable"):
+        replay._submit(replay.records[0])
+    assert len(calls) == 4
 
 
 def test_static_admits_in_arrival_order_while_the_workers_fit(tmp_path: Path):

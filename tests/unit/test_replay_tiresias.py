@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.replay.plan import plan_replay
+from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
 from submarine_elastic.replay.report import summary, utilisation
-from submarine_elastic.replay.runner import CHECKPOINT_EVERY, JobRecord, LiveReplay, LiveRun, ReplayRunError
+from submarine_elastic.replay.runner import CHECKPOINT_EVERY, LiveReplay
 from submarine_elastic.replay.simulate import measured_costs, scheduler_for, simulate_plan
 from submarine_elastic.replay.steplog import read_step_log
 from submarine_elastic.replay.tiresias import THRESHOLD_GPU_S, LiveJob, LiveTiresias
