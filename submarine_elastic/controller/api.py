@@ -790,9 +790,11 @@ class JobBackend(ABC):
     def cluster_jobs(self) -> dict[str, ClusterApp] | None:
         """Live yarn-service applications by name; None if the RM did not answer."""
 
-    def job_ended(self, job_id: str) -> None:  # noqa: B027 - optional hook, default no-op
-        """A job ended on its own (its application is gone): remove what was kept for it (its secrets).
+    def application_ended(self, app_id: str) -> bool | None:
+        """Whether ``app_id``, absent from :meth:`cluster_jobs`, has ended as the RM says (None: the RM does not
+        know it or did not answer). By default an application absent from that listing has ended."""
+        return True
 
-        Raises:
-            OSError: something could not be removed (the controller logs it and goes on).
-        """
+    def job_ended(self, job_id: str) -> None:  # noqa: B027 - optional hook, default no-op
+        """A job ended on its own (its application is gone): remove what was kept for it (its secrets). Raises
+        OSError when something could not be removed (the controller logs it and goes on)."""

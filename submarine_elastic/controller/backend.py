@@ -23,7 +23,7 @@ from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, E
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
 from submarine_elastic.submit.store import forget_job
-from submarine_elastic.yarn import ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
+from submarine_elastic.yarn import LIVE_APP_STATES, ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,14 @@ class YarnJobBackend(JobBackend):
                 queue=a.queue,
             )
         return found
+
+    def application_ended(self, app_id: str) -> bool | None:
+        try:
+            state = self.yarn.app_state(app_id)
+        except YarnError as exc:
+            log.warning("cannot read application %s: %s", app_id, exc)
+            return None
+        return None if state is None else state not in LIVE_APP_STATES
 
     def job_ended(self, job_id: str) -> None:
         client = self._clients.pop(job_id, None)

@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 
 START_GRACE_S = 60.0  # a job may take this long after its submission to appear in the RM's list
 CLOCK_SKEW_S = 30.0  # an application started this much before its run was registered still belongs to it
+#: A started job whose application the RM neither lists nor knows ends after this long missing.
+MISSING_ENDED_S = 300.0
 #: YARN's view of a job settles within this: a container allocated shows in its service's status a heartbeat
 #: or two later. A drop of capacity, or a job asking for more than fits, counts once it has lasted this long
 #: (or a round, when rounds are longer).
@@ -136,6 +138,7 @@ class ControllerService(Controller):
         self.clock = clock
         self.settle = max(interval, SETTLE_S)
         self._wake = threading.Event()
+        self._missing_since: dict[str, float] = {}  # job -> when its started application went missing (clock)
         self._stop = threading.Event()
         self._rounds = 0  # rounds the loop ran, for :meth:`collect_garbage`
         self._thread: threading.Thread | None = None
@@ -396,9 +399,11 @@ class ControllerService(Controller):
         for job in self.store.jobs(live_only=True):
             app = running.get(job.job_id)
             if app is None:
-                if now - job.submitted_at > START_GRACE_S:
+                if self._gone(job, now):
                     self._ended(job, forget=True)
-            elif job.app_id is None:
+                continue
+            self._missing_since.pop(job.job_id, None)
+            if job.app_id is None:
                 if app.started_at >= job.submitted_at - CLOCK_SKEW_S:
                     self.store.update_job(job.job_id, app_id=app.app_id)
                     self._started(job)
@@ -415,6 +420,23 @@ class ControllerService(Controller):
                     name, app.workers, app.workers, app.workers, elastic=False, source=JobSource.YARN, queue=app.queue
                 )
                 self.submit(found, app_id=app.app_id)
+
+    def _gone(self, job: JobRecord, now: float) -> bool:
+        """Whether a live job whose application the RM did not list has ended. One never seen started ends
+        :data:`START_GRACE_S` after its submission. One that started has ended when the RM says its application
+        did; not while the RM says it runs (the listing of a ResourceManager recovering its applications after a
+        restart left it out: ending it then removed the files YARN needs to relaunch its containers, and every
+        relaunch of its driver failed); and, while the RM does not know it, once it has been missing for
+        :data:`MISSING_ENDED_S`."""
+        if job.app_id is None:
+            return now - job.submitted_at > START_GRACE_S
+        ended = self.backend.application_ended(job.app_id)
+        if ended is not None:
+            if not ended:
+                log.info("job %s: its application %s runs, though the RM did not list it", job.job_id, job.app_id)
+            return ended
+        since = self._missing_since.setdefault(job.job_id, now)
+        return now - since > MISSING_ENDED_S
 
     def _started(self, job: JobRecord) -> None:
         """A pending job's application or ring showed: it runs (unless it left meanwhile)."""

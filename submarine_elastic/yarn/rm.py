@@ -321,6 +321,22 @@ class RmClient:
         summaries = [AppSummary.from_json(a) for a in _listed(self._get_json(_APPS, params), "apps", "app")]
         return sorted(summaries, key=lambda a: (a.name, a.id))
 
+    def app_state(self, app_id: str) -> str | None:
+        """The YARN application state of ``app_id`` (NEW ... RUNNING, FINISHED, FAILED, KILLED), None when the
+        RM does not know it (``/ws/v1/cluster/apps/{id}`` answers 404). Blocks for one request.
+
+        Raises:
+            RMUnreachableError, YarnAuthError, YarnRequestError: as for any request.
+        """
+        try:
+            app = self._get_json(f"{_APPS}/{app_id}").get("app") or {}
+        except YarnError as exc:
+            if exc.status_code == 404:  # the RM's 404 for an application it does not know
+                return None
+            raise
+        state = app.get("state")
+        return str(state) if state else None
+
     def nodes(self, states: Sequence[str] = ("RUNNING",)) -> builtins.list[NodeReport]:
         """NodeManagers known to the RM in ``states`` (``/ws/v1/cluster/nodes``), sorted by id. Blocks for
         one request.

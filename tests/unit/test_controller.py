@@ -23,7 +23,7 @@ from submarine_elastic.controller.api import (
     NodeResources,
     UnknownJobError,
 )
-from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, SENDERS, ControllerService
+from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, MISSING_ENDED_S, SENDERS, ControllerService
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
@@ -304,6 +304,45 @@ def test_a_job_that_ended_on_its_own_leaves_and_its_secrets_go(tmp_path: Path):
     c.tick()
     assert c.store.job("big").state == "finished"
     assert cluster.ended == ["big"]
+
+
+class Recovering(Listing):
+    """A ResourceManager that restarted: its listing may leave out an application it still runs; asked about
+    one application, it answers with what ``states`` holds (None: it does not know it)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.states: dict[str, bool | None] = {}
+
+    def application_ended(self, app_id: str) -> bool | None:
+        return self.states.get(app_id)
+
+
+def test_a_job_left_out_of_a_restarted_rms_listing_lives_on_while_the_rm_says_it_runs(tmp_path: Path):
+    """Seen in a chaos run: the listing of a ResourceManager just restarted left a running job out; the controller
+    ended it and removed its files, which YARN needed to relaunch its containers: every relaunch of its driver
+    then failed and the job never ended. It ends only when the RM says its application did, or after being
+    unknown to the RM for MISSING_ENDED_S."""
+    cluster, clock = Recovering(capacity=4), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    for name in ("big", "lost"):
+        c.job_submitted(name, 1, 4, 2)
+        cluster.apps[name] = ClusterApp(name, f"app-{name}", 2, started_at=clock.now + 2)
+    c.tick()
+    clock.now += 120
+    cluster.apps.clear()  # the restarted RM lists nothing yet
+    cluster.states = {"app-big": False, "app-lost": None}
+    c.tick()
+    assert cluster.ended == [] and {j.job_id for j in c.jobs() if j.live} == {"big", "lost"}
+    clock.now += MISSING_ENDED_S - 1
+    c.tick()
+    assert cluster.ended == []
+    clock.now += 2
+    c.tick()
+    assert cluster.ended == ["lost"]  # unknown to the RM for MISSING_ENDED_S
+    cluster.states["app-big"] = True  # the RM says it finished
+    c.tick()
+    assert cluster.ended == ["lost", "big"]
 
 
 def test_a_job_name_submitted_again_is_a_new_job(tmp_path: Path):

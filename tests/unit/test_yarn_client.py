@@ -450,6 +450,19 @@ def test_list_all_states_and_empty_answer(client: YarnServiceClient, rsps: respo
     assert query(rsps.calls[0]) == "applicationTypes=yarn-service&user=bob&user.name=alice"
 
 
+def test_an_applications_state_and_one_the_rm_does_not_know(
+    client: YarnServiceClient, rsps: responses.RequestsMock
+) -> None:
+    rsps.get(f"{APPS}/application_1_0001", json={"app": {"id": "application_1_0001", "state": "RUNNING"}})
+    rsps.get(
+        f"{APPS}/application_1_0002",
+        status=404,
+        json={"RemoteException": {"message": "app with id: application_1_0002 not found"}},
+    )
+    assert client.app_state("application_1_0001") == "RUNNING"
+    assert client.app_state("application_1_0002") is None
+
+
 def test_ready_instances_are_sorted_by_instance_number(client: YarnServiceClient, rsps: responses.RequestsMock) -> None:
     rsps.get(
         f"{SVC}/job",
