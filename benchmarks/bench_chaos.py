@@ -88,7 +88,7 @@ def main() -> None:
         try:
             replay = LiveReplay(
                 plan, args.policy, rm_url=rm_url, out=root / "run", say=lambda line: print(line, flush=True),
-                timeout_s=args.minutes * 60 + 1800,
+                timeout_s=args.minutes * 60 + 1800, checkpoints=True,
             )  # fmt: skip
             chaos = ChaosRun(
                 replay, cluster, duration_s=args.minutes * 60, every_s=args.every, seed=args.seed, kinds=args.kinds,

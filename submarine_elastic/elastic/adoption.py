@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
 from submarine_elastic import env
 from submarine_elastic.elastic.horovod_adapter import ElasticDriver, ring_registered
@@ -175,3 +176,31 @@ def newest_checkpoint(directory: str) -> str:
     if not commits:
         return f"starts from step 0: no checkpoint in {directory} yet"
     return f"resumes from the newest checkpoint, of commit {commits[-1]} ({directory})"
+
+
+def stopped_run(state_file: Path | None, app: str) -> DriverState | None:
+    """The state another application of this job left (YARN started the service again after it stopped:
+    ``yarn app -stop``, then ``-start``); None when there is none."""
+    if state_file is None:
+        return None
+    try:
+        old = DriverState.from_json(state_file.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return old if old.app and old.app != app else None
+
+
+def restart_reason(stopped: DriverState, app: str, workers: int) -> str:
+    """Why the job's ring starts anew, for its timeline: YARN started its service again (application ``app``)
+    after the run that left ``stopped`` (``yarn app -stop``, then ``-start``), at ``workers`` (the target that run
+    had, which YARN's saved definition holds too), and what the training resumes from (its checkpoint) or lost."""
+    checkpoint = env.settings().checkpoint_path
+    resumes = (
+        f"the training resumes from its checkpoint in {checkpoint} (the steps since it are trained again)"
+        if checkpoint
+        else "no --checkpoint_path: the training starts again from its first step, what it trained is lost"
+    )
+    return (
+        f"started again by YARN ({app or 'a new application'}) after {stopped.app} stopped "
+        f"(yarn app -stop, -start): a new ring at {workers} workers; {resumes}"
+    )

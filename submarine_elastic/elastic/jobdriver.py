@@ -37,7 +37,7 @@ from typing import cast
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic.adoption import Adopter
+from submarine_elastic.elastic.adoption import Adopter, restart_reason, stopped_run
 from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
 from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
 from submarine_elastic.elastic.horovod_adapter import (
@@ -92,6 +92,14 @@ RESUMED_AS = {
     AgentState.RUNNING: WorkerState.RUNNING,
 }
 
+#: The exit status of a driver that ends for YARN to relaunch it (its ring lost whole, the job resumable from a
+#: checkpoint; sysexits' EX_TEMPFAIL), and how many incarnations may run a job before a lost ring fails it.
+RELAUNCH_EXIT = 75
+MAX_INCARNATIONS = 8
+#: Training processes killed by a signal before the job's first ring formed that YARN relaunches; the next fails the
+#: job (a script the OOM killer ends in every container it starts in is not retried for ever).
+MAX_KILLED_BEFORE_RING = 3
+
 #: What Horovod is told of a worker YARN stopped that left the ring cleanly while the ring needed it
 #: (:meth:`JobDriver._stopped_in_ring`): a failure, never the job's success.
 STOPPED_IN_RING_EXIT = 1
@@ -141,6 +149,7 @@ class JobDriver:
         #: the workers whose training process ended on its own, cleanly, in the ring (not stopped, not leaving)
         self.finished_workers: set[str] = set()
         self._failures_lock = threading.Lock()
+        self._killed_before_ring = 0  # processes killed by a signal before the first ring formed (relaunched)
         self.error = ""
         self._fatal = threading.Event()
         self._app = app
@@ -157,7 +166,7 @@ class JobDriver:
             pb.DriverIncarnation(number=self.incarnation, started=self._started, host=socket.gethostname())
         )
         #: the last state of the job's run YARN stopped (``yarn app -stop``) before it started this one (None: none)
-        stopped = self._stopped_run(state_file, app) if previous is None else None
+        stopped = stopped_run(state_file, app) if previous is None else None
         #: YARN's worker component: the target this driver set, and what YARN had when it last looked
         count = (previous.target if previous else 0) or (stopped.target if stopped else 0) or limits.num
         self.sync = YarnSync(yarn, job, removing=previous.removing if previous else (), count=count)
@@ -169,8 +178,10 @@ class JobDriver:
                 "driver incarnation %d of job %s: the previous one left target %d (ring of %d)",
                 *(self.incarnation, job, self.target, previous.world_size),
             )
-        if stopped is not None:
-            self._note_restart(stopped, app)
+        if stopped is not None:  # YARN started the service again after `yarn app -stop`
+            reason = restart_reason(stopped, app, self.targets.workers)
+            log.warning("%s", reason)
+            self.targets.noted(stopped.world_size or stopped.target, self.targets.workers, reason)
         self._state_keeper = StateKeeper(state_file) if state_file is not None else None
         #: each client's target as taken, in the job's TensorBoard run (``SUBMARINE_TENSORBOARD_DIR``)
         self.decisions = DecisionLog.from_env()
@@ -190,36 +201,6 @@ class JobDriver:
         self.adoption = Adopter(self.registry, previous, limits.min)
         #: the gRPC servicer of its control plane
         self.servicer = DriverServicer(self)
-
-    @staticmethod
-    def _stopped_run(state_file: Path | None, app: str) -> DriverState | None:
-        """The state another application of this job left (YARN started the service again after it stopped:
-        ``yarn app -stop``, then ``-start``); None when there is none."""
-        if state_file is None:
-            return None
-        try:
-            old = DriverState.from_json(state_file.read_bytes())
-        except (OSError, ValueError):
-            return None
-        return old if old.app and old.app != app else None
-
-    def _note_restart(self, stopped: DriverState, app: str) -> None:
-        """YARN started the job's service again after the run that left ``stopped`` (``yarn app -stop``, then
-        ``-start``): the ring starts anew at the target that run had, which YARN's saved definition of the
-        service holds too. Kept in the timeline with what the training resumes from (the job's checkpoint), or
-        what is lost."""
-        checkpoint = env.settings().checkpoint_path
-        resumes = (
-            f"the training resumes from its checkpoint in {checkpoint} (the steps since it are trained again)"
-            if checkpoint
-            else "no --checkpoint_path: the training starts again from its first step, what it trained is lost"
-        )
-        reason = (
-            f"started again by YARN ({app or 'a new application'}) after {stopped.app} stopped "
-            f"(yarn app -stop, -start): a new ring at {self.targets.workers} workers; {resumes}"
-        )
-        log.warning("%s", reason)
-        self.targets.noted(stopped.world_size or stopped.target, self.targets.workers, reason)
 
     @property
     def phase(self) -> JobPhase:
@@ -364,13 +345,24 @@ class JobDriver:
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:
         """Keeps a failed (or never joined) training process's reason (:func:`exit_failure`); fails the job when
-        the ring has not formed yet, or when the process finished without ever joining it."""
+        the process finished without ever joining the ring, or failed before the ring formed (the script is
+        broken: it would fail in every container YARN relaunched). A process killed by a signal before then (an
+        operator, the kernel's OOM killer, a fault) is a lost worker, which YARN relaunches, up to
+        :data:`MAX_KILLED_BEFORE_RING` times; the next fails the job."""
         failure = exit_failure(agent, exited, self._ranks().get(agent.agent_id, -1))
         if failure is None:
             return
         self._keep(failure)
         tail = exited.stderr_tail
         log.error("%s%s", failure.reason, f"; its stderr ended with:\n{tail}" if tail else "")
+        killed_early = exited.exit_code < 0 and not self.ring_formed
+        if killed_early and self._killed_before_ring < MAX_KILLED_BEFORE_RING:
+            self._killed_before_ring += 1
+            log.warning(
+                "%s was killed before the first ring formed: a lost worker, which YARN relaunches (%d of %d)",
+                *(agent.instance, self._killed_before_ring, MAX_KILLED_BEFORE_RING),
+            )
+            return
         if exited.exit_code == 0 or not self.ring_formed:
             self._give_up(failure)
 
@@ -693,6 +685,8 @@ class JobDriver:
         results = hvd_driver.get_results()
         hvd_driver.stop()
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
+        if self._ring_lost_to_checkpoint(failed):
+            return self._relaunch(server)
         if results.error_message or failed or self._fatal.is_set():
             if not self.error:
                 horovod_said = f"Horovod ended the job: {results.error_message or failed}"
@@ -709,6 +703,30 @@ class JobDriver:
             return self._end(server, 1)
         log.info("job finished: every worker exited cleanly")
         return self._end(server, 0)
+
+    def _ring_lost_to_checkpoint(self, failed: dict[str, int]) -> bool:
+        """Every worker of the ring failed at once (its last worker killed, say), none finished, the job was not
+        failed on purpose (a start-up failure, a loss it cannot resume from), it writes checkpoints, and fewer than
+        :data:`MAX_INCARNATIONS` drivers have run it: the job resumes from its newest checkpoint rather than
+        ending FAILED."""
+        return bool(
+            failed
+            and not self._fatal.is_set()
+            and not self.finished_workers
+            and env.settings().checkpoint_path
+            and len(self.incarnations) < MAX_INCARNATIONS
+        )
+
+    def _relaunch(self, server: grpc.Server) -> int:
+        """Ends this incarnation without concluding the job, so that YARN relaunches the driver (restart policy
+        ON_FAILURE): the next one finds no worker of this ring left and forms a new ring from the job's newest
+        checkpoint (:class:`Adopter`), with the workers attached then."""
+        log.error("every worker of the ring failed; the job writes checkpoints: the next driver resumes it from there")
+        self._persist()
+        for agent in self.registry.snapshot():
+            agent.commands.put(None)
+        server.stop(grace=2)
+        return RELAUNCH_EXIT
 
     def _finish_adoption(self, hvd_driver: ElasticDriver, adopted: int) -> None:
         """Once the adopted ring re-formed around this driver (:meth:`Adopter.await_reform`), takes up a resize the

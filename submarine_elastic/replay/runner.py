@@ -86,6 +86,8 @@ class LiveReplay:
         env: the environment of the ``submarine`` commands it runs (RM, controller directory, ...).
         say: where progress lines go.
         timeout_s: how long after the last arrival the jobs may take to end.
+        checkpoints: every job writes a checkpoint at every commit (``--checkpoint_path``), as under
+            ``tiresias``: a job that loses every worker resumes from it (a chaos run's jobs).
 
     Raises:
         ReplayRunError: a policy the live replay does not run: a simulator baseline other than the two live
@@ -104,6 +106,7 @@ class LiveReplay:
         timeout_s: float = 1800.0,
         interval_s: float = INTERVAL_S,
         tag: str | None = None,
+        checkpoints: bool = False,
     ) -> None:
         check_policy(policy)
         if not TRAIN_SCRIPT.is_file():
@@ -130,6 +133,7 @@ class LiveReplay:
         self.records = [JobRecord(job, f"{self.tag}-{job.name}") for job in plan.jobs]
         self._decisions: dict[str, list[tuple[float, int, int, str]]] = {}
         self.tiresias = LiveTiresias(plan.nodes, plan.gpus_per_node, plan.time_scale) if policy == TIRESIAS else None
+        self.checkpoints = checkpoints or self.tiresias is not None
 
     @property
     def elastic(self) -> bool:
@@ -397,7 +401,7 @@ class LiveReplay:
                 "--elastic", "--min_workers", "1", "--max_workers", str(job.max_workers),
                 "--min_batch_size", str(job.batch), "--max_batch_size", str(job.batch),
             ]  # fmt: skip
-        if self.tiresias is not None:  # suspended whole and resumed from its checkpoint
+        if self.checkpoints:  # under tiresias: suspended whole and resumed from its checkpoint
             args += ["--checkpoint_path", str(self.checkpoint_dir(job)), "--checkpoint_every", str(CHECKPOINT_EVERY)]
         args += [
             "--worker_resources", WORKER_RESOURCES,

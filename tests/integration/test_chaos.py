@@ -49,7 +49,9 @@ def test_a_short_chaos_run_ends_with_no_violation(cluster: LocalCluster, tmp_pat
     workload = tmp_path / "workload.csv"
     workload.write_text(WORKLOAD)
     plan = plan_replay(str(workload), time_scale=TIME_SCALE, nodes=SPEC.nodes, gpus_per_node=SPEC.gpus_per_node)
-    replay = LiveReplay(plan, "goodput+goodput", rm_url=SPEC.rm_url, out=tmp_path / "run", timeout_s=900)
+    replay = LiveReplay(
+        plan, "goodput+goodput", rm_url=SPEC.rm_url, out=tmp_path / "run", timeout_s=900, checkpoints=True
+    )
     chaos = ChaosRun(replay, cluster, duration_s=MINUTES * 60, every_s=EVERY_S, seed=SEED, kinds=KINDS)
     result = chaos.run()
     print(table(result.faults, result.violations), *result.violations, sep="\n")

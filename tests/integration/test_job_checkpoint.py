@@ -188,3 +188,57 @@ def test_a_job_lost_whole_resumes_from_its_last_checkpoint(
     path.write_text(json.dumps(figures, indent=2) + "\n")
     with capsys.disabled():
         print(f"\n    whole-job loss: {path}\n    {json.dumps(figures)}")
+
+
+def _training_processes(yarn: YarnServiceClient, name: str) -> list[psutil.Process]:
+    """The training processes of the job's worker containers (not their agents)."""
+    found = []
+    for procs in _job_processes(yarn, name).values():
+        for proc in procs:
+            try:
+                if "train_elastic.py" in " ".join(proc.cmdline()):
+                    found.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+    return found
+
+
+def test_a_ring_whose_every_worker_is_killed_resumes_from_the_checkpoint_under_the_next_driver(
+    yarn: YarnServiceClient, cluster_spec: ClusterSpec, tmp_path: Path
+):
+    """Seen in a chaos run: a job of one worker lost it (kill -9 of its training process, its driver running on):
+    with no worker left holding the committed state, Horovod stopped the ring and the job ended FAILED, though it
+    wrote checkpoints. The driver now exits for YARN to relaunch it; the next incarnation finds no worker of the
+    ring and forms a new one from the newest checkpoint, and the job finishes with every step once."""
+    name = "ckpt-ring-loss"
+    log_dir, ckpt = tmp_path / "log", tmp_path / "ckpt"
+    start_job(cluster_spec.rm_url, name, tmp_path, 2, None, "--checkpoint_path", str(ckpt), "--checkpoint_every", "2")
+    try:
+        with JobClient(name, yarn, locate_timeout=120) as job:
+            job.wait_for_size(2, timeout=240)
+            eventually(
+                lambda: _newest_checkpoint_step(ckpt) is not None and any(s.epoch >= 1 for s in step_times(log_dir)),
+                "a checkpoint, in the second epoch",
+                120,
+                0.2,
+            )
+            victims = _training_processes(yarn, name)
+            assert len(victims) == 2, f"expected 2 training processes: {victims}"
+            _signal(victims, signal.SIGKILL)
+            psutil.wait_procs(victims, timeout=10)
+            dead_at = time.time()
+            newest = _newest_checkpoint_step(ckpt)
+            assert newest is not None
+
+            def relaunched_ring() -> pb.JobStatus | None:
+                status = job.status()
+                return status if len(status.incarnations) == 2 and status.world_size == 2 else None
+
+            status = eventually(relaunched_ring, "the next driver to train a ring of 2", 180, 0.5)
+            assert status is not None and status.incarnations[1].adopted_workers == 0
+        finish(yarn, name, tmp_path)
+    finally:
+        yarn.destroy(name, missing_ok=True)
+    _before, after = steps_across_a_loss(log_dir, dead_at)
+    assert min(after) == newest[1], f"resumed at step {min(after)}, the newest checkpoint is of step {newest[1]}"
+    check_training(log_dir, lost_at=dead_at)

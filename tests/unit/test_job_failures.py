@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from submarine_elastic.elastic import agent as agent_mod
-from submarine_elastic.elastic import trainlog
+from submarine_elastic.elastic import jobdriver, trainlog
 from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.elastic.failures import last_line as _last_line
 from submarine_elastic.elastic.ringhost import AgentHandle
@@ -63,6 +63,40 @@ def test_a_failure_before_the_ring_formed_fails_the_job_with_the_workers_reason(
         "/logs/training-1.log",
     )
     assert failure.stderr_tail == TRACEBACK
+
+
+def test_a_process_killed_before_the_ring_formed_is_relaunched_a_few_times_then_fails_the_job() -> None:
+    """Seen in a chaos run: kill -9 of one of a new job's processes while the job's eight workers were starting
+    failed the whole job, as a broken script would. A signal is no verdict on the script: YARN relaunches the
+    worker, up to MAX_KILLED_BEFORE_RING times (a script the OOM killer ends each time still fails the job)."""
+    driver = make_driver()
+    for n in range(jobdriver.MAX_KILLED_BEFORE_RING):
+        driver._note_exit(handle(f"worker-{n}"), pb.Exited(exit_code=-9, joined=False))
+        assert not driver._fatal.is_set() and driver.error == ""
+    assert len(driver.failures) == jobdriver.MAX_KILLED_BEFORE_RING  # each is listed in `job show`
+    driver._note_exit(handle("worker-0"), pb.Exited(exit_code=-9, joined=False))
+    assert driver._fatal.is_set()
+    assert driver.error.startswith("worker-0's training process was killed by SIGKILL before it joined the ring")
+
+
+def test_a_ring_lost_whole_goes_to_the_next_driver_only_when_a_checkpoint_can_resume_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver = make_driver()
+    driver.phase = JobPhase.RUNNING
+    lost = {"c-worker-0": -9}
+    assert not driver._ring_lost_to_checkpoint(lost)  # no --checkpoint_path: nothing to resume from
+    monkeypatch.setenv("SUBMARINE_CHECKPOINT_PATH", "/checkpoints")
+    assert driver._ring_lost_to_checkpoint(lost)
+    assert not driver._ring_lost_to_checkpoint({})  # nobody failed
+    driver.finished_workers.add("worker-1")
+    assert not driver._ring_lost_to_checkpoint(lost)  # a worker finished: the job's end, not a loss
+    driver.finished_workers.clear()
+    driver.incarnations = driver.incarnations * jobdriver.MAX_INCARNATIONS
+    assert not driver._ring_lost_to_checkpoint(lost)  # lost again and again: the job fails
+    driver.incarnations = driver.incarnations[:1]
+    driver._fatal.set()  # failed on purpose (a start-up failure, a loss it cannot resume from)
+    assert not driver._ring_lost_to_checkpoint(lost)
 
 
 def test_a_process_that_finished_without_joining_fails_the_job_even_after_the_ring_formed() -> None:
