@@ -81,15 +81,20 @@ def lost_failure(agent: AgentHandle, reason: str, rank: int, now: float | None =
 
 
 def job_reason(failure: pb.WorkerFailure) -> str:
-    """The job's reason from a failed process: its reason, and the error its stderr ended with."""
-    last = last_line(failure.stderr_tail) if failure.exit_code != 0 else ""
+    """The job's reason from a failed process: its reason, and the error its stderr ended with. For a process
+    killed from outside (SIGKILL, SIGTERM: an operator, the OOM killer, its agent finding it hung) only an
+    exception its stderr ends with: its last line may say nothing of why (in a chaos run, TensorFlow's start-up
+    notice)."""
+    killed = failure.exit_code in (-signal.SIGKILL, -signal.SIGTERM)
+    last = last_line(failure.stderr_tail, exceptions_only=killed) if failure.exit_code != 0 else ""
     return failure.reason + (f": {last}" if last else "")
 
 
-def last_line(text: str) -> str:
-    """The exception a traceback ends with (from its first line on), else the last non-empty line."""
+def last_line(text: str, *, exceptions_only: bool = False) -> str:
+    """The exception a traceback ends with (from its first line on), else the last non-empty line (nothing with
+    ``exceptions_only``)."""
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     for i in range(len(lines) - 1, -1, -1):
         if _EXCEPTION_LINE.match(lines[i]):
             return " ".join(line.strip() for line in lines[i:])[:REASON_CHARS]
-    return lines[-1].strip()[:REASON_CHARS] if lines else ""
+    return lines[-1].strip()[:REASON_CHARS] if lines and not exceptions_only else ""

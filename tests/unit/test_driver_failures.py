@@ -36,6 +36,11 @@ def test_each_failure_says_why_with_the_processs_own_words() -> None:
     )
     assert job_reason(killed) == killed.reason + ": ValueError: bad"
     assert job_reason(never) == never.reason  # exit 0: its stderr is not the reason
+    noise = "I0000 00:00:1796628640.508675 20511 port.cc:153] oneDNN custom operations are on.\n"
+    hung.stderr_tail = noise
+    assert job_reason(hung) == hung.reason  # killed from outside: a last line that is no exception says nothing
+    failed = exit_failure(agent(), pb.Exited(exit_code=3, joined=True, stderr_tail="disk full\n"), 0)
+    assert failed is not None and job_reason(failed) == failed.reason + ": disk full"
     assert describe_exit(3) == "exited with status 3" and describe_exit(-200) == "was killed by signal 200"
 
 
