@@ -720,12 +720,12 @@ class JobDriver:
     def _relaunch(self, server: grpc.Server) -> int:
         """Ends this incarnation without concluding the job, so that YARN relaunches the driver (restart policy
         ON_FAILURE): the next one finds no worker of this ring left and forms a new ring from the job's newest
-        checkpoint (:class:`Adopter`), with the workers attached then."""
+        checkpoint (:class:`Adopter`), with the workers attached then. The agents' streams are cut, not ended: an
+        agent whose stream ends cleanly takes it as the job's end and stops looking for a driver (seen in a chaos
+        run: a relaunched worker attached a moment before never joined the next incarnation)."""
         log.error("every worker of the ring failed; the job writes checkpoints: the next driver resumes it from there")
         self._persist()
-        for agent in self.registry.snapshot():
-            agent.commands.put(None)
-        server.stop(grace=2)
+        server.stop(grace=None)
         return RELAUNCH_EXIT
 
     def _finish_adoption(self, hvd_driver: ElasticDriver, adopted: int) -> None:

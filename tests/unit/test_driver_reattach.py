@@ -91,12 +91,18 @@ def running_worker(job: JobDriver, target: str) -> tuple[AgentHandle, Stream]:
     return agent, stream
 
 
-def test_a_worker_whose_stream_was_lost_takes_its_place_back_with_the_commands_it_missed(
-    served: tuple[JobDriver, str],
-) -> None:
+def a_lost_stream(served: tuple[JobDriver, str]) -> tuple[JobDriver, str, AgentHandle]:
+    """The job, its driver's address and worker-0, running, whose stream has just broken."""
     job, target = served
     agent, first = running_worker(job, target)
     first.lose()
+    return job, target, agent
+
+
+def test_a_worker_whose_stream_was_lost_takes_its_place_back_with_the_commands_it_missed(
+    served: tuple[JobDriver, str],
+) -> None:
+    job, target, agent = a_lost_stream(served)
     until(lambda: agent.stream_lost_at is not None, "the driver saw the stream go")
     # Within the grace it is still the job's: its process may train on in the ring, so Horovod keeps it.
     assert agent.state is WorkerState.RUNNING and [a.agent_id for a in job.registry.available()] == ["a0"]
@@ -119,12 +125,10 @@ def test_a_worker_whose_stream_was_lost_takes_its_place_back_with_the_commands_i
 def test_a_worker_that_does_not_re_attach_within_the_grace_counts_lost_and_is_refused_after(
     served: tuple[JobDriver, str],
 ) -> None:
-    job, target = served
-    agent, first = running_worker(job, target)
-    first.lose()
-    lost_at = time.monotonic()
+    job, target, agent = a_lost_stream(served)
     until(agent.exited.is_set, "the grace ended")
-    assert time.monotonic() - lost_at >= jobdriver.REATTACH_GRACE_S
+    assert agent.stream_lost_at is not None  # when the driver saw the stream go, on this process's clock
+    assert time.monotonic() - agent.stream_lost_at >= jobdriver.REATTACH_GRACE_S
     assert (agent.state, agent.exit_code, agent.connected) == (WorkerState.EXITED, 1, False)
     assert job.registry.available() == []
 
@@ -139,9 +143,7 @@ def test_a_worker_that_re_attaches_in_another_state_than_the_driver_holds_is_ref
 ) -> None:
     """The driver placed it (RUNNING) but the Start went down with the stream: its process still waits warm for a
     slot that Horovod counts taken. It cannot take that place back; it counts lost when its grace ends."""
-    job, target = served
-    agent, first = running_worker(job, target)
-    first.lose()
+    job, target, agent = a_lost_stream(served)
     until(lambda: agent.stream_lost_at is not None, "the driver saw the stream go")
     again = Stream(target, resume(AgentState.WARM, incarnation=0))
     assert again.closed.wait(WITHIN_S) and again.ended is not None
@@ -176,3 +178,20 @@ def test_the_next_agent_in_a_lost_agents_container_ends_the_lost_one_at_once(mon
     assert refusal == "" and taken.agent_id == "c0-pid2"
     assert dead.state is WorkerState.EXITED and not dead.connected
     assert [a.agent_id for a in job.registry.snapshot()] == ["c0-pid2"]
+
+
+def test_a_driver_that_leaves_for_the_next_incarnation_cuts_its_agents_streams() -> None:
+    """An agent whose stream ends cleanly takes it as the job's end and stops looking for a driver: a driver that
+    exits for YARN to relaunch it (its ring lost whole, the job resumable from a checkpoint) must cut the streams,
+    so that its agents look for the next incarnation (seen in a chaos run: a worker attached just before never
+    joined the next driver, which waited for it)."""
+    job = JobDriver("relaunch", Limits(1, 1, 2), RecordingYarn(), token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    served = job.serve(0)
+    assert served is not None
+    server, port = served
+    stream = Stream(f"127.0.0.1:{port}", resume(AgentState.WARM, incarnation=0))
+    until(lambda: job.registry.get("a0") is not None, "worker-0 attached")
+    assert job._relaunch(server) == jobdriver.RELAUNCH_EXIT
+    assert stream.closed.wait(WITHIN_S)
+    assert stream.ended is not None, "the stream ended cleanly: the agent would take it as the job's end"
+    assert stream.ended.code() is not grpc.StatusCode.FAILED_PRECONDITION  # not a refusal: it looks for the next
