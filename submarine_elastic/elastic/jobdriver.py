@@ -80,11 +80,10 @@ PERSIST_EVERY_S = 1.0
 CONTAINER_CHECK_S = 5.0
 
 
-#: How long an agent whose stream was lost, its process training on (as far as the driver knows), has to
-#: re-attach before its process counts lost. Its stream closes within the keepalive's
-#: :data:`~submarine_elastic.rpc.PARTITION_NOTICED_WITHIN_S` of a silence; the two together stay under Gloo's 30 s
-#: collective timeout, so a ring whose worker is really gone re-forms without it no later than Gloo would fail it.
-REATTACH_GRACE_S = 10.0
+#: How long an agent whose stream was lost (its process training on, as far as the driver knows) has to re-attach
+#: before its process counts lost: with the keepalive's 15 s (``rpc.PARTITION_NOTICED_WITHIN_S``), under the jobs'
+#: 20 s Gloo timeout. An agent that lost its stream to a paused driver re-attaches within a second of its waking.
+REATTACH_GRACE_S = 3.0
 #: The driver's state of a worker its agent re-attaches in, by what the agent says of its process.
 RESUMED_AS = {
     AgentState.STARTING: WorkerState.ATTACHED,
@@ -504,10 +503,16 @@ class JobDriver:
     def _evict_orphans(self, containers: tuple[ContainerStatus, ...]) -> list[AgentHandle]:
         """Evicts the agents still attached whose container YARN no longer runs (:func:`lost_agents`); returns
         them. Each is withdrawn from discovery (its ring re-forms without it), told to Stop, and recorded among
-        the failures with why."""
+        the failures with why; one whose stream is lost too went with its container and counts lost at once."""
         evicted: list[AgentHandle] = []
         for agent, reason in lost_agents(self.registry.snapshot(), containers):
             rank = self._ranks().get(agent.agent_id, -1)
+            if agent.stream_lost_at is not None:
+                # Its stream is gone too: its process went with the container (a host that died), not a leaver.
+                self._keep(lost_failure(agent, reason, rank))
+                self._stream_gone(agent, agent.commands)
+                evicted.append(agent)
+                continue
             if agent.state in (WorkerState.WARM, WorkerState.RUNNING):
                 try:
                     self.registry.move(agent.agent_id, WorkerState.LEAVING)
@@ -718,11 +723,9 @@ class JobDriver:
         )
 
     def _relaunch(self, server: grpc.Server) -> int:
-        """Ends this incarnation without concluding the job, so that YARN relaunches the driver (restart policy
-        ON_FAILURE): the next one finds no worker of this ring left and forms a new ring from the job's newest
-        checkpoint (:class:`Adopter`), with the workers attached then. The agents' streams are cut, not ended: an
-        agent whose stream ends cleanly takes it as the job's end and stops looking for a driver (seen in a chaos
-        run: a relaunched worker attached a moment before never joined the next incarnation)."""
+        """Ends this incarnation without concluding the job: YARN relaunches the driver (ON_FAILURE), and the next
+        forms a new ring from the newest checkpoint (:class:`Adopter`). The agents' streams are cut, not ended: an
+        agent takes a clean end as the job's (a worker attached a moment before never joined the next driver)."""
         log.error("every worker of the ring failed; the job writes checkpoints: the next driver resumes it from there")
         self._persist()
         server.stop(grace=None)

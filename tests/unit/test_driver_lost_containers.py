@@ -246,3 +246,21 @@ def test_agents_look_for_the_driver_yarn_runs_not_the_one_it_lost() -> None:
     now = ContainerStatus(id=D_NEW, state="READY", component_instance_name="driver-0", ip="198.18.0.3")
     driver = ComponentStatus(name="driver", state="STABLE", number_of_containers=1, containers=(lost, now))
     assert driver_host(ServiceStatus(name="job", state=ServiceState.STABLE, components=(driver,))) == "198.18.0.3"
+
+
+def test_an_agent_whose_stream_and_container_are_both_gone_counts_lost_at_once_not_as_a_leaver(
+    driver: JobDriver, ring: tuple[AgentHandle, AgentHandle, AgentHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: a host that died took worker-1's agent, whose stream the driver kept for its re-attach grace;
+    YARN then listed its container gone, and the eviction marked it leaving, so its end at the grace's close was
+    taken for a leaver's: it was recorded ready for the next ring, which formed with a place nobody took. Its
+    stream and its container both gone, its process went with them: it counts lost at once."""
+    monkeypatch.setattr(driver_mod, "REATTACH_GRACE_S", 3600.0)
+    _w0, old, _new = ring
+    driver.detach(old)
+    assert old.stream_lost_at is not None and old.state is WorkerState.RUNNING  # in its grace
+    listed = (container(W0, "worker-0", "READY"), container(OLD, "worker-1", "STOPPED"))
+    assert driver._evict_orphans(listed) == [old]
+    assert (old.state, old.exit_code, old.connected) == (WorkerState.EXITED, 1, False)
+    (failure,) = driver.failures
+    assert failure.container_id == OLD and "was lost with its NodeManager" in failure.reason
