@@ -62,10 +62,9 @@ class Adopter:
         """Sets a (re-)attaching agent's state from where it says its process stands (``resume``; None: a new
         agent) to driver incarnation ``incarnation``, whose ring has formed or not (an agent of an earlier ring
         cannot come back into it after that); returns why it is refused ('' when it is not)."""
-        try:
-            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
-        except ValueError as exc:
-            return f"{agent.instance} resumes in no state of an agent: {exc}"
+        state, refusal = resumed_state(agent, resume)
+        if state is None:
+            return refusal
         known = self._registry.get(agent.agent_id)
         if known is not None and known.state.ended:
             return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
@@ -204,3 +203,12 @@ def restart_reason(stopped: DriverState, app: str, workers: int) -> str:
         f"started again by YARN ({app or 'a new application'}) after {stopped.app} stopped "
         f"(yarn app -stop, -start): a new ring at {workers} workers; {resumes}"
     )
+
+
+def resumed_state(agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentState | None, str]:
+    """Where a (re-)attaching agent says its process stands (``resume``; None: a new agent, STARTING), or None
+    and why it is refused when its Resume names no state of an agent."""
+    try:
+        return (AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING), ""
+    except ValueError as exc:
+        return None, f"{agent.instance} resumes in no state of an agent: {exc}"

@@ -37,7 +37,7 @@ from typing import cast
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic.adoption import Adopter, restart_reason, stopped_run
+from submarine_elastic.elastic.adoption import Adopter, restart_reason, resumed_state, stopped_run
 from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
 from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
 from submarine_elastic.elastic.horovod_adapter import (
@@ -269,10 +269,9 @@ class JobDriver:
         place back, in its ring as it was, when its process stands where the driver thinks (its Resume's state);
         otherwise a command of the lost stream moved it on and it is refused: it is counted lost once its
         grace ends (:meth:`detach`)."""
-        try:
-            state = AgentState.from_wire(resume.state) if resume is not None else AgentState.STARTING
-        except ValueError as exc:
-            return agent, f"{agent.instance} resumes in no state of an agent: {exc}"
+        state, refusal = resumed_state(agent, resume)
+        if state is None:
+            return agent, refusal
         held = RESUMED_AS.get(state)
         known = self.registry.take_back(agent.agent_id, agent.container_id, held) if held is not None else None
         if known is None:
