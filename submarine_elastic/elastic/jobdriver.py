@@ -427,7 +427,7 @@ class JobDriver:
         leaving = [w.instance for w in workers if w.state == WorkerState.LEAVING.wire]
         yarn_lag = self.sync.lag()
         yarn_ready = self.sync.ready()
-        judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag)
+        judged = verdict(target, world_size, leaving, yarn_ready, yarn_lag, yarn_settled=not self.sync.reconciling)
         batch_timeline = self.targets.batch_timeline
         return pb.JobStatus(
             job=self.job,

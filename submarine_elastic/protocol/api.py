@@ -307,11 +307,21 @@ class Verdict:
     lag: str
 
 
-def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | None, yarn_error: str = "") -> Verdict:
+def verdict(
+    target: int,
+    ring: int,
+    leaving: Sequence[str],
+    yarn_ready: int | None,
+    yarn_error: str = "",
+    *,
+    yarn_settled: bool = True,
+) -> Verdict:
     """The driver's reconcile step's answer; the controller judges a driver's status by the same rule. The ring
     is at the target when it has ``target`` ranks and nobody is leaving; the job has converged when, besides,
     YARN's READY workers (``yarn_ready``, as the driver last read them; None: not known) equal ``target``.
-    ``yarn_error``: why YARN does not have the target yet, when the driver knows."""
+    ``yarn_error``: why YARN does not have the target yet, when the driver knows. ``yarn_settled``: False while
+    the driver still reconciles YARN with the target (containers beyond it still listed, or an instance it
+    removes), which YARN's READY count alone does not show."""
     ring_why = []
     if leaving:
         ring_why.append(f"leaving: {', '.join(leaving)}")
@@ -322,6 +332,8 @@ def verdict(target: int, ring: int, leaving: Sequence[str], yarn_ready: int | No
         yarn_why.append("YARN's workers unknown")
     elif yarn_ready != target:
         yarn_why.append(f"YARN has {yarn_ready} of {target}")
+    elif not yarn_settled:
+        yarn_why.append(f"YARN has {yarn_ready} of {target} READY, other worker containers not gone yet")
     why = yarn_why + ring_why
     if why and yarn_error:
         why.append(yarn_error)

@@ -15,6 +15,7 @@ import pytest
 
 from submarine_elastic.cluster import netns
 from submarine_elastic.cluster.netns import HostNetwork, HostNetworkError
+from tests.integration.conftest import eventually
 
 pytestmark = [
     pytest.mark.integration,
@@ -96,6 +97,9 @@ def test_killing_a_host_kills_every_process_in_it_and_no_other(network: HostNetw
     on_h1 = [subprocess.Popen(h1.command(["sleep", "600"])) for _ in range(3)]
     on_h0 = subprocess.Popen(h0.command(["sleep", "600"]))
     try:
+        # Each enters host 1 as it starts (ip netns exec joins the namespace, then runs sleep).
+        started = {p.pid for p in on_h1}
+        eventually(lambda: started <= set(netns.namespace_pids(h1.namespace)), "the 3 processes in host 1", 10, 0.05)
         assert netns.kill_namespace_processes(h1.namespace) == 3
         # Gone (and reaped by the kill's wait), while host 0's process lives on.
         assert not [p.pid for p in on_h1 if psutil.pid_exists(p.pid)]

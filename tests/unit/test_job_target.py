@@ -127,6 +127,10 @@ def test_the_verdict_says_converged_only_when_yarn_the_ring_and_the_leavers_agre
     leaving = verdict(1, 3, ("worker-1", "worker-2"), 3)
     assert not leaving.ring_at_target and leaving.lag == "YARN has 3 of 1; leaving: worker-1, worker-2; ring has 3 of 1"
     assert verdict(2, 2, (), None).lag == "YARN's workers unknown"
+    # READY at the target while YARN still lists a container it stops (a flex put back): not converged yet.
+    stopping = verdict(3, 3, (), 3, yarn_settled=False)
+    assert (stopping.ring_at_target, stopping.converged) == (True, False)
+    assert stopping.lag == "YARN has 3 of 3 READY, other worker containers not gone yet"
 
 
 def test_a_policy_cannot_propose_what_the_driver_refuses() -> None:
