@@ -3,8 +3,9 @@
 After the run: every fault recovered within its deadline (:mod:`.catalogue`); every job ended SUCCEEDED, or
 ended as the fault that hit it meant (an operator's kill), its reason in ``job show``; every committed step once,
 every sample once per epoch, and the whole of its planned samples (the replay's step-log checks); every rank
-of a finished job ended with identical weights; and nothing of the run left behind: no process of its
-containers, no application of it live in the ResourceManager, no GPU held by a node.
+of a finished job ended with identical weights; the controller's records agree with the drivers' (every resize
+the controller recorded applied is in that job's driver timeline); and nothing of the run left behind: no
+process of its containers, no application of it live in the ResourceManager, no GPU held by a node.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import psutil
 
 from submarine_elastic.chaos.targets import job_processes
 from submarine_elastic.cluster import LocalCluster
+from submarine_elastic.controller.api import DecisionRecord, DecisionState
+from submarine_elastic.elastic.reconcile import REQUEUED
 from submarine_elastic.replay.plan import ReplayJob
 from submarine_elastic.replay.records import JobRecord
 from submarine_elastic.submit.store import load_outcome
@@ -86,6 +89,28 @@ def jobs(records: Sequence[JobRecord], log_dir: Callable[[ReplayJob], Path], end
             differ = weights_differ(log_dir(record.job))
             if differ:
                 found.append(f"{name}: {differ}")
+    return found
+
+
+def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], Sequence[DecisionRecord]]) -> list[str]:
+    """A violation for each resize the controller recorded APPLIED (``decisions``: a job's, of its current run)
+    that the job's driver did not apply: no entry of its timeline (as its outcome keeps it) to the same count,
+    for the controller's reason or taken up again by a relaunched driver. Jobs without an outcome are judged
+    by :func:`jobs`."""
+    found: list[str] = []
+    for record in records:
+        outcome = load_outcome(record.service)
+        if outcome is None:
+            continue
+        events = [(e.to_workers, e.reason) for e in outcome.timeline]
+        for d in decisions(record.service):
+            if d.state is not DecisionState.APPLIED:
+                continue
+            if (d.to_workers, d.reason) not in events and (d.to_workers, REQUEUED) not in events:
+                found.append(
+                    f"{record.service}: the controller recorded {d.from_workers} -> {d.to_workers} workers applied "
+                    f"({d.reason}); the driver's timeline has no such resize"
+                )
     return found
 
 

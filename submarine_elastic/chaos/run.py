@@ -36,6 +36,8 @@ from submarine_elastic.chaos.targets import (
 )
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
+from submarine_elastic.controller.api import ControllerError, ControllerView, DecisionRecord, UnknownJobError
+from submarine_elastic.controller.client import view
 from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
 from submarine_elastic.replay.runner import LiveReplay, Say
 from submarine_elastic.yarn import YarnError, YarnServiceClient
@@ -82,7 +84,13 @@ class ChaosResult:
     wall_s: float
     faults: list[Injected]
     violations: list[str]
-    run: LiveRun | None
+    #: every job as the checker judged it: the replay's records, also where it did not complete
+    records: list[JobRecord]
+
+    @property
+    def succeeded(self) -> int:
+        """How many of the jobs ended SUCCEEDED."""
+        return sum(1 for r in self.records if r.state == "SUCCEEDED")
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -95,7 +103,7 @@ class ChaosResult:
             "violations": self.violations,
             "jobs": [
                 {"service": r.service, "state": r.state, "samples": r.samples, "planned": r.job.samples}
-                for r in (self.run.records if self.run is not None else [])
+                for r in self.records
             ],
         }
 
@@ -231,11 +239,25 @@ class ChaosRun:
         records = run.records if run is not None else self.replay.records
         violations += check.faults(self.faults)
         violations += check.jobs(records, self.replay.log_dir, self.ended_by_fault)
+        violations += self._controller_agrees(records)
         violations += check.leftovers(self.cluster, self.replay.rm_url, self._applications())
         return ChaosResult(
             self.seed, self.replay.policy, self.duration_s, self.every_s, time.time() - self._t0, self.faults,
-            violations, run,
+            violations, list(records),
         )  # fmt: skip
+
+    def _controller_agrees(self, records: Sequence[JobRecord]) -> list[str]:
+        """:func:`check.controller_agrees` over what the run's controller left in its database."""
+        if not self.replay.elastic:
+            return []
+        ended = [r for r in records if r.service not in self.ended_by_fault]
+        try:
+            with view(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"])) as controller:
+                if controller is None:
+                    return ["the controller left no records"]
+                return check.controller_agrees(ended, lambda service: _decisions(controller, service))
+        except ControllerError as exc:
+            return [f"the controller's records cannot be read: {exc}"]
 
     def _inject_loop(self) -> None:
         end = self._t0 + self.duration_s
@@ -329,3 +351,11 @@ class ChaosRun:
         except YarnError as exc:
             return f"the ResourceManager: {exc}"
         return ""
+
+
+def _decisions(controller: ControllerView, service: str) -> list[DecisionRecord]:
+    """The controller's decisions on ``service``'s current run (none when it never counted the job)."""
+    try:
+        return controller.timeline(service)
+    except UnknownJobError:
+        return []

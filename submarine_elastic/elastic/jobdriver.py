@@ -49,7 +49,7 @@ from submarine_elastic.elastic.horovod_adapter import (
     slot_env,
     wait_for_reform,
 )
-from submarine_elastic.elastic.reconcile import TargetBook, lost_agents
+from submarine_elastic.elastic.reconcile import REQUEUED, TargetBook, lost_agents
 from submarine_elastic.elastic.resizer import Resizer
 from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
 from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
@@ -661,7 +661,7 @@ class JobDriver:
         if adopting:
             self._ring_formed = True  # the job has trained: a worker failure from now on is not a start-up failure
         else:
-            self.targets.requeue_requested("asked for before the driver was relaunched")
+            self.targets.requeue_requested(REQUEUED)
         log.info("waiting for %d warm workers (at least %d)", self.limits.num, self.limits.min)
         # The target, not --num_workers: a controller may have shrunk the job before it started.
         settled_s = self.registry.await_first_ring(
@@ -734,7 +734,7 @@ class JobDriver:
         """Once the adopted ring re-formed around this driver (:meth:`Adopter.await_reform`), takes up a resize the
         previous incarnation had been asked for."""
         self.adoption.await_reform(hvd_driver, adopted, self.incarnations[-1])
-        self.targets.requeue_requested("asked for before the driver was relaunched")
+        self.targets.requeue_requested(REQUEUED)
 
     def _persist_loop(self) -> None:
         while True:
@@ -792,6 +792,7 @@ class JobDriver:
             time=time.time(),
             failures=tuple(self.failures),
             batch_timeline=tuple(self.batch_timeline),
+            timeline=tuple(self.timeline),
         )
         try:
             record.save(path)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 #: The states in which YARN no longer runs a container.
 ENDED_CONTAINER_STATES = frozenset({ContainerState.STOPPED, ContainerState.FAILED, ContainerState.SUCCEEDED})
+#: The reason of a target a relaunched driver takes up again (asked of its predecessor, not applied by it).
+REQUEUED = "asked for before the driver was relaunched"
 #: Targets that set a batch kept in a job's batch timeline (the latest ones; the one in force is among them).
 MAX_BATCH_TIMELINE = 64
 

@@ -156,8 +156,8 @@ class StateKeeper:
 
 class JobOutcome(_Record):
     """How a job ended, as its driver recorded it: ``phase`` finished or failed, the reason, when, the first
-    failed training processes, and the batch settings it took (oldest first; empty when its batch was never
-    set)."""
+    failed training processes, the batch settings it took (oldest first; empty when its batch was never set), and
+    every resize it applied or refused (its timeline, oldest first)."""
 
     job: str = ""
     phase: JobPhase
@@ -165,6 +165,7 @@ class JobOutcome(_Record):
     time: float = 0.0
     failures: tuple[WorkerFailure, ...] = ()
     batch_timeline: tuple[Target, ...] = ()
+    timeline: tuple[ResizeEvent, ...] = ()
 
     @field_validator("phase")
     @classmethod

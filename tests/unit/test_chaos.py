@@ -18,8 +18,14 @@ from submarine_elastic.chaos import ChaosRun, Injected, catalogue
 from submarine_elastic.chaos import check as chaos_check
 from submarine_elastic.chaos.catalogue import draw, select
 from submarine_elastic.chaos.targets import AGENT, DAEMON, TRAINING, Target, job_processes, newest_step
+from submarine_elastic.controller.api import DecisionRecord, DecisionState
+from submarine_elastic.elastic.reconcile import REQUEUED
+from submarine_elastic.protocol.api import JobPhase
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
+from submarine_elastic.protocol.records import JobOutcome
 from submarine_elastic.replay.plan import ReplayJob
 from submarine_elastic.replay.records import JobRecord
+from submarine_elastic.submit.jobspec import outcome_path
 
 
 class FakeWorld:
@@ -130,6 +136,38 @@ def test_the_checker_names_each_job_that_ended_wrong(tmp_path: Path) -> None:
         "t-twice: step 7: a rank logged it twice (a committed step trained twice)",
         "t-twice: no rank wrote its final weights",
         "t-running: did not end",
+    ]
+
+
+def test_the_checker_names_a_resize_the_controller_recorded_applied_that_no_driver_applied() -> None:
+    def decision(to: int, reason: str, state: DecisionState) -> DecisionRecord:
+        error = "gone" if state is DecisionState.FAILED else None
+        return DecisionRecord("x", 1.0, 1, to, reason, state=state, error=error)
+
+    timeline = [
+        pb.ResizeEvent(from_workers=2, to_workers=4, reason="goodput: 4 workers pay"),
+        pb.ResizeEvent(from_workers=4, to_workers=3, reason="preempted by YARN: worker-3"),
+        pb.ResizeEvent(from_workers=3, to_workers=1, reason=REQUEUED),
+    ]
+    for name in ("agree", "differ"):
+        outcome_path(f"t-{name}").parent.mkdir(parents=True, exist_ok=True)
+        outcome_path(f"t-{name}").write_text(
+            JobOutcome(job=f"t-{name}", phase=JobPhase.FINISHED, timeline=timeline).model_dump_json()
+        )
+    decisions = {
+        "t-agree": [
+            decision(4, "goodput: 4 workers pay", DecisionState.APPLIED),
+            decision(1, "goodput: 1 worker", DecisionState.APPLIED),  # taken up by a relaunched driver
+            decision(2, "goodput: 2 workers", DecisionState.FAILED),  # never applied, and says so
+        ],
+        "t-differ": [decision(3, "goodput: 3 workers", DecisionState.APPLIED)],  # 3 came from YARN, not this
+        "t-none": [decision(5, "goodput: 5", DecisionState.APPLIED)],  # no outcome: judged by jobs()
+    }
+    records = [_record(n, "SUCCEEDED", []) for n in ("agree", "differ", "none")]
+    found = chaos_check.controller_agrees(records, lambda service: decisions[service])
+    assert found == [
+        "t-differ: the controller recorded 1 -> 3 workers applied (goodput: 3 workers); the driver's timeline "
+        "has no such resize"
     ]
 
 

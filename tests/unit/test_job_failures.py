@@ -153,6 +153,7 @@ def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.Monk
         None,
         (),
     )
+    driver.targets.applied(2, "goodput: 2 workers")
     driver.phase = JobPhase.FAILED
     driver._record_outcome()
     outcome = load_outcome("job")
@@ -160,6 +161,7 @@ def test_the_outcome_record_round_trips(tmp_path: Path, monkeypatch: pytest.Monk
     assert outcome.phase == "failed" and outcome.error == driver.error
     assert list(outcome.failures) == list(driver.failures)
     assert list(outcome.batch_timeline) == list(driver.batch_timeline) and len(outcome.batch_timeline) == 1
+    assert [(e.to_workers, e.reason) for e in outcome.timeline] == [(2, "goodput: 2 workers")]
     outcome_path("job").write_text("{not json")
     assert load_outcome("job") is None
 
