@@ -1,12 +1,15 @@
 """Chaos: a live workload of elastic jobs under the controller, with faults from the catalogue injected at
 random times into random targets for ``--minutes``, and the checker over what was recorded.
 
-A cluster of its own (2 nodes x 4 stand-in GPUs, ``--port-base``); ``--jobs`` jobs drawn from ``--workload``'s
-rows that fit 8 GPUs (``--seed``), each job's work scaled by ``--time-scale`` and the arrivals spread over the
-first 90 % of the run; ``--policy`` (default goodput+goodput) sizes them. A fault every ``--every`` seconds on
-average (kill -9 and SIGSTOP of training processes, agents, drivers, ApplicationMasters, NodeManagers, the
-ResourceManager, ZooKeeper and the controller; an operator's flex and kill; ``--kind`` to choose), each held
-to its recovery deadline (``submarine_elastic.chaos.catalogue``). Emulated accelerators, as in ``bench_live``.
+A cluster of its own (``--port-base``): by default on 3 hosts (network namespaces; root), each with a
+NodeManager, an HDFS DataNode and 4 stand-in GPUs, ZooKeeper, the ResourceManager and the NameNode on host 0;
+``--hosts 0`` is 2 NodeManagers on loopback. ``--jobs`` jobs drawn from ``--workload``'s rows that fit the
+GPUs (``--seed``), each job's work scaled by ``--time-scale`` and the arrivals spread over the first 90 % of
+the run; ``--policy`` (default goodput+goodput) sizes them. A fault every ``--every`` seconds on average (kill
+-9 and SIGSTOP of training processes, agents, drivers, ApplicationMasters, NodeManagers, the ResourceManager,
+ZooKeeper, the NameNode, DataNodes and the controller; a host killed or cut off; an operator's flex and kill;
+``--kind`` to choose), each held to its recovery deadline (``submarine_elastic.chaos.catalogue``). Emulated
+accelerators, as in ``bench_live``.
 
 Prints the table (fault kind, injected, recovered, median and worst recovery, violations) and every violation;
 writes ``benchmarks/results/chaos.json`` and ``chaos.md`` (``--out``). Exits 1 when the checker found a
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import platform
 import random
@@ -42,12 +46,15 @@ from submarine_elastic.replay.watch import MachineWatch  # noqa: E402
 #: The arrivals end this far into the run, so that jobs train under faults until its end (with 0.7 and 16 jobs of
 #: time scale 0.06, the last job ended 22.7 minutes into a 30-minute run, and the faults with it).
 ARRIVALS_WITHIN = 0.9
+GPUS_PER_NODE = 4
 
 
-def spread_plan(workload: str, jobs: int, seed: int, time_scale: float, seconds: float, folder: Path) -> ReplayPlan:
-    """``jobs`` jobs of ``workload``, the first arriving at the start and the last :data:`ARRIVALS_WITHIN` of
-    ``seconds`` in."""
-    path = fitting_sample(workload, jobs, 8, seed, folder / "workload.csv")
+def spread_plan(
+    workload: str, jobs: int, seed: int, time_scale: float, seconds: float, folder: Path, nodes: int = 2
+) -> ReplayPlan:
+    """``jobs`` jobs of ``workload`` on ``nodes`` x :data:`GPUS_PER_NODE` GPUs, the first arriving at the start
+    and the last :data:`ARRIVALS_WITHIN` of ``seconds`` in."""
+    path = fitting_sample(workload, jobs, nodes * GPUS_PER_NODE, seed, folder / "workload.csv")
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     first = min(float(r["time"]) for r in rows)
@@ -55,10 +62,12 @@ def spread_plan(workload: str, jobs: int, seed: int, time_scale: float, seconds:
         out = csv.DictWriter(f, fieldnames=list(rows[0]))
         out.writeheader()
         out.writerows({**r, "time": f"{float(r['time']) - first:g}"} for r in rows)
-    plan = plan_replay(str(path), time_scale=time_scale, nodes=2, gpus_per_node=4)
+    plan = plan_replay(str(path), time_scale=time_scale, nodes=nodes, gpus_per_node=GPUS_PER_NODE)
     last = max(j.arrival_s for j in plan.jobs)
     scale = ARRIVALS_WITHIN * seconds / last if last > 0 else 1.0
-    return plan_replay(str(path), time_scale=time_scale, arrival_scale=scale, nodes=2, gpus_per_node=4)
+    return plan_replay(
+        str(path), time_scale=time_scale, arrival_scale=scale, nodes=nodes, gpus_per_node=GPUS_PER_NODE
+    )
 
 
 def main() -> None:
@@ -73,19 +82,24 @@ def main() -> None:
     p.add_argument("--policy", default="goodput+goodput")
     p.add_argument("--kind", dest="kinds", action="append", default=[], choices=kinds, metavar="KIND",
                    help=f"a fault kind to inject (repeatable; default every one): {', '.join(kinds)}")  # fmt: skip
+    p.add_argument("--hosts", type=int, default=3,
+                   help="hosts (network namespaces, one NodeManager and DataNode each, HDFS on; needs root) "
+                        "the cluster spans (default 3); 0: loopback, 2 NodeManagers, no HDFS")  # fmt: skip
     p.add_argument("--port-base", type=int, default=29400)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     if args.minutes <= 0 or args.every <= 0:
         p.error("--minutes and --every must be above 0")
     root = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
-    plan = spread_plan(args.workload, args.jobs, args.seed, args.time_scale, args.minutes * 60, root)
+    nodes = args.hosts or 2
+    plan = spread_plan(args.workload, args.jobs, args.seed, args.time_scale, args.minutes * 60, root, nodes)
     print(f"bench_chaos: {plan.describe()}; a fault every {args.every:g} s for {args.minutes:g} min "
           f"(seed {args.seed}); logs in {root}", flush=True)  # fmt: skip
     cluster = LocalCluster(root / "cluster")
     started = time.time()
     with MachineWatch() as watch:
-        rm_url = cluster.up(replay_cluster_spec(args.port_base), progress=lambda m: print(f"  {m}", flush=True))
+        spec = dataclasses.replace(replay_cluster_spec(args.port_base, nodes, GPUS_PER_NODE), hosts=args.hosts)
+        rm_url = cluster.up(spec, progress=lambda m: print(f"  {m}", flush=True))
         try:
             replay = LiveReplay(
                 plan, args.policy, rm_url=rm_url, out=root / "run", say=lambda line: print(line, flush=True),

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from submarine_elastic.chaos.targets import AGENT, AM, CONTROLLER, DAEMON, DRIVER, TRAINING, Target
+from submarine_elastic.chaos.targets import AGENT, AM, CONTROLLER, DAEMON, DRIVER, HOST, TRAINING, Target
 
 
 class World(Protocol):
@@ -34,6 +34,15 @@ class World(Protocol):
 
     def restart_controller(self) -> None:
         """Starts the run's controller again, with the policy it ran."""
+
+    def kill_host(self, target: Target) -> str:
+        """SIGKILLs every process of a host at once (its daemons and containers: a host losing power)."""
+
+    def set_link(self, target: Target, up: bool) -> str:
+        """Cuts a host off the cluster's network (its processes live on), or joins it again."""
+
+    def restart_host(self, target: Target) -> str:
+        """Starts again every daemon of a host that is not running, as its reboot would."""
 
     def submarine(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Runs ``submarine ARGS`` as an operator types it."""
@@ -97,6 +106,21 @@ def _restart_daemon(world: World, target: Target) -> str:
 def _restart_controller(world: World, _target: Target) -> str:
     world.restart_controller()
     return "controller started again"
+
+
+def _kill_host(world: World, target: Target) -> str:
+    return world.kill_host(target)
+
+
+def _restart_host(world: World, target: Target) -> str:
+    return world.restart_host(target)
+
+
+def _link(up: bool) -> Act:
+    def act(world: World, target: Target) -> str:
+        return world.set_link(target, up)
+
+    return act
 
 
 def _job(elastic: bool) -> Pick:
@@ -207,6 +231,48 @@ def catalogue(rng: random.Random) -> tuple[FaultKind, ...]:
             _restart_daemon,
             hold_s=5,
             cluster_wide=True,
+        ),
+        FaultKind(
+            "kill-nn",
+            "kill -9 of HDFS's NameNode, started again 5 s later",
+            180,
+            _one_of(DAEMON, "nn"),
+            kill,
+            _restart_daemon,
+            hold_s=5,
+            cluster_wide=True,
+        ),
+        FaultKind(
+            "kill-dn",
+            "kill -9 of an HDFS DataNode, started again 10 s later",
+            180,
+            _one_of(DAEMON, "dn-"),
+            kill,
+            _restart_daemon,
+            hold_s=10,
+            cluster_wide=True,
+        ),
+        FaultKind(
+            "kill-host",
+            "every process of a host (not host 0) killed at once, its daemons started again 30 s later",
+            300,
+            _one_of(HOST),
+            _kill_host,
+            _restart_host,
+            hold_s=30,
+            cluster_wide=True,
+            weight=0.5,
+        ),
+        FaultKind(
+            "cut-host",
+            "a host (not host 0) cut off the network for 45 s (past YARN's liveness expiry), then joined again",
+            300,
+            _one_of(HOST),
+            _link(False),
+            _link(True),
+            hold_s=45,
+            cluster_wide=True,
+            weight=0.5,
         ),
         FaultKind(
             "kill-controller",

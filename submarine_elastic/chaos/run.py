@@ -27,15 +27,19 @@ from submarine_elastic.chaos.targets import (
     CONTROLLER,
     DAEMON,
     DRIVER,
+    HOST,
     TRAINING,
     Target,
     controller,
     daemons,
+    host_index,
+    hosts,
     job_processes,
     newest_step,
 )
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
+from submarine_elastic.cluster.netns import HostNetwork, kill_namespace_processes
 from submarine_elastic.controller.api import ControllerError, ControllerView, DecisionRecord, UnknownJobError
 from submarine_elastic.controller.client import view
 from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
@@ -170,6 +174,8 @@ class ChaosRun:
             found = daemons(self.cluster)
         elif role == CONTROLLER:
             found = controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
+        elif role == HOST:
+            found = hosts(self.cluster)
         else:  # one process fault at a time in a job: its next comes once it recovered (cluster faults overlap)
             running = set(self.running_services()) - self._recovering
             apps = {app: service for app, service in self._applications().items() if service in running}
@@ -190,6 +196,29 @@ class ChaosRun:
 
     def restart_controller(self) -> None:
         self.replay.start_controller()
+
+    def kill_host(self, target: Target) -> str:
+        killed = kill_namespace_processes(self._network().host(host_index(target)).namespace)
+        return f"SIGKILL to its {killed} processes"
+
+    def set_link(self, target: Target, up: bool) -> str:
+        self._network().set_link(host_index(target), up)
+        return "joined again" if up else "cut off"
+
+    def restart_host(self, target: Target) -> str:
+        index = host_index(target)
+        running = {d.name for d in self.cluster.running_daemons()}
+        down = [n for n in self.cluster.spec().daemon_names() if n in (f"nm-{index}", f"dn-{index}")]
+        down = [n for n in down if n not in running]
+        for name in down:
+            self.restart_daemon(name)
+        return f"{', '.join(down) or 'nothing'} started again"
+
+    def _network(self) -> HostNetwork:
+        network = self.cluster.network(self.cluster.spec())
+        if network is None:
+            raise ClusterError("a host fault on a cluster on loopback")
+        return network
 
     def submarine(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.replay.submarine(*args, check=False)
@@ -272,7 +301,7 @@ class ChaosRun:
         at = time.time()
         try:
             what = kind.inject(self, target)
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (ClusterError, OSError, subprocess.SubprocessError) as exc:
             what = f"could not inject: {exc}"
         if kind.ends_job and target.service:
             self.ended_by_fault.add(target.service)

@@ -29,6 +29,9 @@ DRIVER = "driver"
 AM = "am"
 DAEMON = "daemon"
 CONTROLLER = "controller"
+#: a host of a cluster on hosts (a network namespace) other than host 0, which holds ZooKeeper, the
+#: ResourceManager and the NameNode
+HOST = "host"
 
 _CONTAINER = re.compile(r"/(application_\d+_\d+)/(container_[0-9a-z_]+)/")
 #: The bytes read from the end of a step log file for its newest committed step (a line is well under 8 KiB
@@ -80,6 +83,17 @@ def _role(args: list[str]) -> str | None:
 def daemons(cluster: LocalCluster) -> list[Target]:
     """The cluster's daemons that run now (a stopped one, SIGSTOP, runs)."""
     return [Target(DAEMON, d.name, d.pid) for d in cluster.running_daemons()]
+
+
+def hosts(cluster: LocalCluster) -> list[Target]:
+    """The hosts a fault may cut off or kill (named ``host-K``): every one but host 0; none on loopback."""
+    spec = cluster.spec()
+    return [Target(HOST, f"host-{i}", 0) for i in range(1, spec.hosts)]
+
+
+def host_index(target: Target) -> int:
+    """The index of a :data:`HOST` target."""
+    return int(target.name.removeprefix("host-"))
 
 
 def controller(directory: Path) -> list[Target]:
