@@ -3,13 +3,14 @@ random times into random targets for ``--minutes``, and the checker over what wa
 
 A cluster of its own (``--port-base``): by default on 3 hosts (network namespaces; root), each with a
 NodeManager, an HDFS DataNode and 4 stand-in GPUs, ZooKeeper, the ResourceManager and the NameNode on host 0;
-``--hosts 0`` is 2 NodeManagers on loopback. ``--jobs`` jobs drawn from ``--workload``'s rows that fit the
-GPUs (``--seed``), each job's work scaled by ``--time-scale`` and the arrivals spread over the first 90 % of
-the run; ``--policy`` (default goodput+goodput) sizes them. A fault every ``--every`` seconds on average (kill
--9 and SIGSTOP of training processes, agents, drivers, ApplicationMasters, NodeManagers, the ResourceManager,
-ZooKeeper, the NameNode, DataNodes and the controller; a host killed or cut off; an operator's flex and kill;
-``--kind`` to choose), each held to its recovery deadline (``submarine_elastic.chaos.catalogue``). Emulated
-accelerators, as in ``bench_live``.
+``--hosts 0`` is 2 NodeManagers on loopback. ``--jobs`` jobs drawn from ``--workload``'s rows that fit the GPUs
+(``--seed``), each job's work scaled by ``--time-scale`` and the arrivals spread over the first 90 % of the run;
+``--policy`` (default goodput+goodput) sizes them. A fault every ``--every`` seconds on average (kill -9 and
+SIGSTOP of training processes, agents, drivers, ApplicationMasters, NodeManagers, the ResourceManager,
+ZooKeeper, the NameNode, DataNodes and the controller; a host killed or cut off; a job of another tenant in the
+prod queue that YARN preempts the replay's workers for (``--prod-share``; the replay's jobs run in research); an
+operator's flex and kill; ``--kind`` to choose), each held to its recovery deadline
+(``submarine_elastic.chaos.catalogue``). Emulated accelerators, as in ``bench_live``.
 
 Prints the table (fault kind, injected, recovered, median and worst recovery, violations) and every violation;
 writes ``benchmarks/results/chaos.json`` and ``chaos.md`` (``--out``). Exits 1 when the checker found a
@@ -38,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from submarine_elastic.chaos import ChaosResult, ChaosRun, catalogue  # noqa: E402
 from submarine_elastic.chaos.check import table  # noqa: E402
-from submarine_elastic.cluster import LocalCluster  # noqa: E402
+from submarine_elastic.cluster import LocalCluster, QueueSpec  # noqa: E402
 from submarine_elastic.replay.plan import ReplayPlan, fitting_sample, plan_replay  # noqa: E402
 from submarine_elastic.replay.runner import LiveReplay, replay_cluster_spec  # noqa: E402
 from submarine_elastic.replay.watch import MachineWatch  # noqa: E402
@@ -85,11 +86,18 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=3,
                    help="hosts (network namespaces, one NodeManager and DataNode each, HDFS on; needs root) "
                         "the cluster spans (default 3); 0: loopback, 2 NodeManagers, no HDFS")  # fmt: skip
+    p.add_argument("--prod-share", type=int, default=25,
+                   help="percent of the cluster guaranteed to a prod queue whose jobs (the prod-job fault) YARN "
+                        "preempts the replay's workers for; the replay's jobs run in research, the rest "
+                        "(default 25; 0: one queue, no preemption)")  # fmt: skip
     p.add_argument("--port-base", type=int, default=29400)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     if args.minutes <= 0 or args.every <= 0:
         p.error("--minutes and --every must be above 0")
+    if not 0 <= args.prod_share < 100:
+        p.error(f"--prod-share must be 0..99 percent, got {args.prod_share}")
+    queues = (QueueSpec("prod", args.prod_share), QueueSpec("research", 100 - args.prod_share))
     root = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
     nodes = args.hosts or 2
     plan = spread_plan(args.workload, args.jobs, args.seed, args.time_scale, args.minutes * 60, root, nodes)
@@ -98,16 +106,20 @@ def main() -> None:
     cluster = LocalCluster(root / "cluster")
     started = time.time()
     with MachineWatch() as watch:
-        spec = dataclasses.replace(replay_cluster_spec(args.port_base, nodes, GPUS_PER_NODE), hosts=args.hosts)
+        spec = dataclasses.replace(
+            replay_cluster_spec(args.port_base, nodes, GPUS_PER_NODE),
+            hosts=args.hosts,
+            queues=queues if args.prod_share else (),
+        )
         rm_url = cluster.up(spec, progress=lambda m: print(f"  {m}", flush=True))
         try:
             replay = LiveReplay(
                 plan, args.policy, rm_url=rm_url, out=root / "run", say=lambda line: print(line, flush=True),
-                timeout_s=args.minutes * 60 + 1800, checkpoints=True,
+                timeout_s=args.minutes * 60 + 1800, checkpoints=True, queue="research" if args.prod_share else None,
             )  # fmt: skip
             chaos = ChaosRun(
                 replay, cluster, duration_s=args.minutes * 60, every_s=args.every, seed=args.seed, kinds=args.kinds,
-                say=lambda line: print(line, flush=True),
+                say=lambda line: print(line, flush=True), prod_queue="prod" if args.prod_share else None,
             )  # fmt: skip
             result = chaos.run()
         finally:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from submarine_elastic.chaos.targets import AGENT, AM, CONTROLLER, DAEMON, DRIVER, HOST, TRAINING, Target
+from submarine_elastic.chaos.targets import AGENT, AM, CONTROLLER, DAEMON, DRIVER, HOST, PROD, TRAINING, Target
 
 
 class World(Protocol):
@@ -43,6 +43,13 @@ class World(Protocol):
 
     def restart_host(self, target: Target) -> str:
         """Starts again every daemon of a host that is not running, as its reboot would."""
+
+    def start_prod(self, target: Target) -> str:
+        """Submits a fixed-size job named ``target.name`` to the prod queue, as large as the queue's guarantee
+        of GPUs: YARN preempts the replay's workers where they hold it."""
+
+    def end_prod(self, target: Target) -> str:
+        """Destroys the prod job ``target.name``."""
 
     def submarine(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Runs ``submarine ARGS`` as an operator types it."""
@@ -121,6 +128,14 @@ def _link(up: bool) -> Act:
         return world.set_link(target, up)
 
     return act
+
+
+def _start_prod(world: World, target: Target) -> str:
+    return world.start_prod(target)
+
+
+def _end_prod(world: World, target: Target) -> str:
+    return world.end_prod(target)
 
 
 def _job(elastic: bool) -> Pick:
@@ -271,6 +286,18 @@ def catalogue(rng: random.Random) -> tuple[FaultKind, ...]:
             _link(False),
             _link(True),
             hold_s=45,
+            cluster_wide=True,
+            weight=0.5,
+        ),
+        FaultKind(
+            "prod-job",
+            "a fixed-size job of another tenant in the prod queue, as large as its guarantee of GPUs (YARN "
+            "preempts workers for it), destroyed 60 s later",
+            300,
+            _one_of(PROD),
+            _start_prod,
+            _end_prod,
+            hold_s=60,
             cluster_wide=True,
             weight=0.5,
         ),

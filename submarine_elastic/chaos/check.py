@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,24 +127,27 @@ def weights_differ(log_dir: Path) -> str:
     return ""
 
 
-def leftovers(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str]) -> list[str]:
+def leftovers(
+    cluster: LocalCluster, rm_url: str, applications: Mapping[str, str], others: Collection[str] = ()
+) -> list[str]:
     """What the run left behind, waiting up to :data:`LEFTOVER_WAIT_S` for it to go: processes of its
-    containers, its applications live in the ResourceManager, GPUs the nodes hold."""
+    containers, its applications live in the ResourceManager (its jobs', ``applications``: id -> service, and
+    the services ``others`` names), GPUs the nodes hold."""
     deadline = time.monotonic() + LEFTOVER_WAIT_S
     while True:
-        found = _left(cluster, rm_url, applications)
+        found = _left(cluster, rm_url, applications, others)
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(2.0)
 
 
-def _left(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str]) -> list[str]:
+def _left(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str], others: Collection[str]) -> list[str]:
     found = [
         f"{t.name}: its {t.role} process (pid {t.pid}) still runs" for t in job_processes(cluster.dir, applications)
     ]
     try:
         with YarnServiceClient(rm_url) as yarn:
-            live = sorted(a.name for a in yarn.list() if a.name in set(applications.values()))
+            live = sorted(a.name for a in yarn.list() if a.name in {*applications.values(), *others})
             gpus = sum(node.used_gpus for node in yarn.nodes())
     except YarnError as exc:
         return [*found, f"the ResourceManager did not answer: {exc}"]

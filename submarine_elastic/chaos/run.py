@@ -28,6 +28,7 @@ from submarine_elastic.chaos.targets import (
     DAEMON,
     DRIVER,
     HOST,
+    PROD,
     TRAINING,
     Target,
     controller,
@@ -44,7 +45,16 @@ from submarine_elastic.controller.api import ControllerError, ControllerView, De
 from submarine_elastic.controller.client import view
 from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
 from submarine_elastic.replay.runner import LiveReplay, Say
-from submarine_elastic.yarn import YarnError, YarnServiceClient
+from submarine_elastic.yarn import (
+    GPU_RESOURCE,
+    Component,
+    Resource,
+    ResourceInformation,
+    RestartPolicy,
+    Service,
+    YarnError,
+    YarnServiceClient,
+)
 
 #: The roles of a job's own processes: a job takes one fault of these at a time.
 PROCESS_ROLES = (TRAINING, AGENT, DRIVER, AM)
@@ -123,6 +133,8 @@ class ChaosRun:
         seed: the seed of every random choice.
         kinds: the catalogue's kinds to inject (every one when empty).
         say: where progress lines go.
+        prod_queue: the queue of another tenant's jobs (``prod-job``), on a cluster with queues whose replay
+            submits to another (None: no such fault).
 
     Raises:
         ValueError: a kind the catalogue does not have, a duration or interval not above 0, or a replay
@@ -139,6 +151,7 @@ class ChaosRun:
         seed: int,
         kinds: Sequence[str] = (),
         say: Say = print,
+        prod_queue: str | None = None,
     ) -> None:
         if not replay.elastic:
             raise ValueError(f"a chaos run replays under a policy the controller runs, not {replay.policy!r}")
@@ -164,6 +177,8 @@ class ChaosRun:
         self._recovering: set[str] = set()  # the jobs a fault of one of their processes has not yet recovered
         self._health_lock = threading.Lock()
         self._health = (float("-inf"), "")
+        self.prod_queue = prod_queue
+        self._prod: list[str] = []  # the prod jobs submitted
 
     # --- the world a fault acts on --------------------------------------------------------------
     def targets(self, role: str) -> list[Target]:
@@ -176,6 +191,8 @@ class ChaosRun:
             found = controller(Path(self.replay.env["SUBMARINE_CONTROLLER_DIR"]))
         elif role == HOST:
             found = hosts(self.cluster)
+        elif role == PROD:  # a new job each time
+            found = [Target(PROD, f"{self.replay.tag}-prod-{len(self.faults)}", 0)] if self.prod_queue else []
         else:  # one process fault at a time in a job: its next comes once it recovered (cluster faults overlap)
             running = set(self.running_services()) - self._recovering
             apps = {app: service for app, service in self._applications().items() if service in running}
@@ -213,6 +230,33 @@ class ChaosRun:
         for name in down:
             self.restart_daemon(name)
         return f"{', '.join(down) or 'nothing'} started again"
+
+    def start_prod(self, target: Target) -> str:
+        assert self.prod_queue is not None
+        spec = self.cluster.spec()
+        share = next(q.capacity for q in spec.queues if q.name == self.prod_queue)
+        gpus = max(1, spec.nodes * spec.gpus_per_node * share // 100)
+        one = Resource(cpus=1, memory="512", additional={GPU_RESOURCE: ResourceInformation(value=1)})
+        main = Component(
+            name="main", number_of_containers=gpus, launch_command="sleep 3600", resource=one,
+            restart_policy=RestartPolicy.NEVER,
+        )  # fmt: skip
+        self._prod.append(target.name)
+        with YarnServiceClient(self.replay.rm_url) as yarn:
+            yarn.create(Service(name=target.name, version="1", queue=self.prod_queue, components=[main]), wait=False)
+        return f"{gpus} containers of 1 GPU in queue {self.prod_queue}"
+
+    def end_prod(self, target: Target) -> str:
+        deadline = time.monotonic() + HEAL_WAIT_S
+        while True:
+            try:
+                with YarnServiceClient(self.replay.rm_url) as yarn:
+                    yarn.destroy(target.name, missing_ok=True)
+                return "destroyed"
+            except YarnError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2.0)  # the ResourceManager is down (another fault's): destroyed once it is back
 
     def _network(self) -> HostNetwork:
         network = self.cluster.network(self.cluster.spec())
@@ -269,7 +313,7 @@ class ChaosRun:
         violations += check.faults(self.faults)
         violations += check.jobs(records, self.replay.log_dir, self.ended_by_fault)
         violations += self._controller_agrees(records)
-        violations += check.leftovers(self.cluster, self.replay.rm_url, self._applications())
+        violations += check.leftovers(self.cluster, self.replay.rm_url, self._applications(), self._prod)
         return ChaosResult(
             self.seed, self.replay.policy, self.duration_s, self.every_s, time.time() - self._t0, self.faults,
             violations, list(records),
@@ -301,7 +345,7 @@ class ChaosRun:
         at = time.time()
         try:
             what = kind.inject(self, target)
-        except (ClusterError, OSError, subprocess.SubprocessError) as exc:
+        except (ClusterError, YarnError, OSError, subprocess.SubprocessError) as exc:
             what = f"could not inject: {exc}"
         if kind.ends_job and target.service:
             self.ended_by_fault.add(target.service)
@@ -329,7 +373,7 @@ class ChaosRun:
             time.sleep(kind.hold_s)
             try:
                 fault.healed = kind.heal(self, target)
-            except (ClusterError, ReplayRunError, OSError) as exc:
+            except (ClusterError, ReplayRunError, YarnError, OSError) as exc:
                 fault.healed = f"could not heal: {exc}"
             self._held.discard(target.pid)
             self._healing.discard(target.name)

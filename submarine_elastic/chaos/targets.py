@@ -32,6 +32,8 @@ CONTROLLER = "controller"
 #: a host of a cluster on hosts (a network namespace) other than host 0, which holds ZooKeeper, the
 #: ResourceManager and the NameNode
 HOST = "host"
+#: a job of another tenant arriving in the cluster's prod queue (a cluster with queues)
+PROD = "prod"
 
 _CONTAINER = re.compile(r"/(application_\d+_\d+)/(container_[0-9a-z_]+)/")
 #: The bytes read from the end of a step log file for its newest committed step (a line is well under 8 KiB

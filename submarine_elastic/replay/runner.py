@@ -88,6 +88,8 @@ class LiveReplay:
         timeout_s: how long after the last arrival the jobs may take to end.
         checkpoints: every job writes a checkpoint at every commit (``--checkpoint_path``), as under
             ``tiresias``: a job that loses every worker resumes from it (a chaos run's jobs).
+        queue: the CapacityScheduler queue every job is submitted to (``job run --queue``; None: YARN's
+            default).
 
     Raises:
         ReplayRunError: a policy the live replay does not run: a simulator baseline other than the two live
@@ -107,6 +109,7 @@ class LiveReplay:
         interval_s: float = INTERVAL_S,
         tag: str | None = None,
         checkpoints: bool = False,
+        queue: str | None = None,
     ) -> None:
         check_policy(policy)
         if not TRAIN_SCRIPT.is_file():
@@ -134,6 +137,7 @@ class LiveReplay:
         self._decisions: dict[str, list[tuple[float, int, int, str]]] = {}
         self.tiresias = LiveTiresias(plan.nodes, plan.gpus_per_node, plan.time_scale) if policy == TIRESIAS else None
         self.checkpoints = checkpoints or self.tiresias is not None
+        self.queue = queue
 
     @property
     def elastic(self) -> bool:
@@ -403,6 +407,8 @@ class LiveReplay:
             ]  # fmt: skip
         if self.checkpoints:  # under tiresias: suspended whole and resumed from its checkpoint
             args += ["--checkpoint_path", str(self.checkpoint_dir(job)), "--checkpoint_every", str(CHECKPOINT_EVERY)]
+        if self.queue is not None:
+            args += ["--queue", self.queue]
         args += [
             "--worker_resources", WORKER_RESOURCES,
             "--env", f"{EMULATE_ENV}={job.application}",

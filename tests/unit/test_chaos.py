@@ -17,7 +17,7 @@ import pytest
 from submarine_elastic.chaos import ChaosRun, Injected, catalogue
 from submarine_elastic.chaos import check as chaos_check
 from submarine_elastic.chaos.catalogue import draw, select
-from submarine_elastic.chaos.targets import AGENT, DAEMON, HOST, TRAINING, Target, job_processes, newest_step
+from submarine_elastic.chaos.targets import AGENT, DAEMON, HOST, PROD, TRAINING, Target, job_processes, newest_step
 from submarine_elastic.controller.api import DecisionRecord, DecisionState
 from submarine_elastic.elastic.reconcile import REQUEUED
 from submarine_elastic.protocol.api import JobPhase
@@ -63,7 +63,7 @@ def test_a_daemon_kind_hits_only_its_daemon() -> None:
         assert [draw([kind], world, rng)[1].pid for _ in range(5)] == [pid] * 5  # type: ignore[index]
 
 
-def test_hdfs_kinds_hit_their_daemons_and_host_kinds_only_a_host_other_than_host_0() -> None:
+def test_hdfs_host_and_queue_kinds_hit_only_what_the_cluster_has() -> None:
     daemons = [Target(DAEMON, "nn", 1), Target(DAEMON, "dn-0", 2), Target(DAEMON, "dn-1", 3), Target(DAEMON, "rm", 4)]
     world = FakeWorld({DAEMON: daemons, HOST: [Target(HOST, "host-1", 0), Target(HOST, "host-2", 0)]})
     rng = random.Random(0)
@@ -76,6 +76,10 @@ def test_hdfs_kinds_hit_their_daemons_and_host_kinds_only_a_host_other_than_host
         assert kind.heal is not None and kind.cluster_wide
         assert {draw([kind], world, rng)[1].name for _ in range(30)} == {"host-1", "host-2"}  # type: ignore[index]
         assert draw([kind], FakeWorld({DAEMON: daemons}), rng) is None  # on loopback: never drawn
+    (prod,) = select(catalogue(rng), ["prod-job"])
+    assert prod.heal is not None and prod.cluster_wide and prod.hold_s == 60
+    assert draw([prod], FakeWorld({PROD: [Target(PROD, "e1-prod-3", 0)]}), rng)[1].name == "e1-prod-3"  # type: ignore[index]
+    assert draw([prod], world, rng) is None  # a cluster without a prod queue
 
 
 def test_select_refuses_an_unknown_kind_naming_the_catalogue() -> None:

@@ -80,6 +80,9 @@ def test_static_and_elastic_submissions(tmp_path: Path):
     for args in (static, elastic):  # the emulated device's workers: Horovod's cycle at 10 ms, not its 1
         env = [args[i + 1] for i, a in enumerate(args) if a == "--env"]
         assert "SUBMARINE_EMULATE=cifar10" in env and "HOROVOD_CYCLE_TIME=10" in env
+    assert "--queue" not in elastic  # YARN's default queue
+    queued = LiveReplay(p, "goodput+goodput", rm_url="http://x", out=tmp_path, queue="research").job_run_args(p.jobs[0])
+    assert queued[queued.index("--queue") + 1] == "research"
 
 
 def test_a_submission_the_resourcemanager_did_not_answer_is_made_again_and_a_refused_one_ends_the_run(
