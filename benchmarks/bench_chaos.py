@@ -109,6 +109,7 @@ def main() -> None:
         spec = dataclasses.replace(
             replay_cluster_spec(args.port_base, nodes, GPUS_PER_NODE),
             hosts=args.hosts,
+            hdfs=bool(args.hosts),
             queues=queues if args.prod_share else (),
         )
         rm_url = cluster.up(spec, progress=lambda m: print(f"  {m}", flush=True))
