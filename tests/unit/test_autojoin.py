@@ -107,6 +107,38 @@ def test_the_first_hvd_init_waits_for_the_slot_and_joins_with_its_environment(
     ours.close()
 
 
+def test_a_driver_lost_and_back_before_the_slot_comes_does_not_end_a_waiting_process(
+    fake_horovod: Path, tmp_path: Path
+) -> None:
+    """A process waiting for its slot while the job's driver is killed and relaunched (a chaos run): its agent
+    says driver_lost, then the next driver places it. It joins; it does not exit 1, which counted as a failed
+    worker and failed the job."""
+    ours, theirs = socket.socketpair()
+    proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
+    theirs.close()
+    assert read_message(ours).WhichOneof("message") == "ready"
+    ours.sendall(encode(pb.ToTraining(driver_lost=True)))
+    ours.sendall(encode(pb.ToTraining(driver_lost=False)))
+    ours.sendall(encode(pb.ToTraining(start=pb.Start(env={"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}))))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["initialised", "re-initialised"]
+    assert [c.get("HOROVOD_RANK") for c in init_calls(tmp_path)] == ["1", "1"]
+    ours.close()
+
+
+def test_a_leave_before_the_slot_is_refused_naming_it(fake_horovod: Path, tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair()
+    proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)
+    theirs.close()
+    assert read_message(ours).WhichOneof("message") == "ready"
+    ours.sendall(encode(pb.ToTraining(leave=pb.Leave())))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "the worker agent sent leave before the slot's environment" in err
+    assert init_calls(tmp_path) == []
+    ours.close()
+
+
 def test_outside_an_agent_hvd_init_is_horovods_own(fake_horovod: Path, tmp_path: Path) -> None:
     proc = start_script(SCRIPT, fake_horovod, tmp_path, None)
     out, err = proc.communicate(timeout=60)

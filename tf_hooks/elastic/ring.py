@@ -193,6 +193,27 @@ _channel: AgentChannel | None = None
 _reformed = False
 
 
+#: What the agent may send a process that waits for its slot before the slot itself: the driver lost and back
+#: (a driver relaunched meanwhile, whose next incarnation places it), and the job's targets (kept for the ring).
+_BEFORE_START = frozenset({"driver_lost", "target"})
+
+
+def _slot_start(got: list[pb.ToTraining]) -> int | None:
+    """The index of the slot's environment (``start``) among the messages ``got`` so far; None while it has
+    not come.
+
+    Raises:
+        RingJoinError: a message that has no meaning before the slot came before it.
+    """
+    for i, message in enumerate(got):
+        kind = message.WhichOneof("message")
+        if kind == "start":
+            return i
+        if kind not in _BEFORE_START:
+            raise RingJoinError(f"the worker agent sent {kind} before the slot's environment")
+    return None
+
+
 def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     """Tell the agent this process is warm and block until it sends the slot's Horovod environment.
 
@@ -214,8 +235,8 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
     try:
         sock.settimeout(timeout)
         send(sock, pb.FromTraining(ready=pb.Ready(pid=os.getpid(), time=time.time())))
-        first: list[pb.ToTraining] = []
-        while not first:
+        got: list[pb.ToTraining] = []
+        while (start := _slot_start(got)) is None:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError as exc:
@@ -223,19 +244,19 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
             if not chunk:
                 raise RingJoinError("the worker agent closed the channel before the ring formed")
             try:
-                first = reader.feed(chunk)
+                got += reader.feed(chunk)
             except ChannelError as exc:
                 raise RingJoinError(f"unreadable message from the worker agent: {exc}") from exc
-        if first[0].WhichOneof("message") != "start":
-            raise RingJoinError(f"the worker agent sent {first[0].WhichOneof('message')} before the slot's environment")
-        slot_env = dict(first[0].start.env)
+        slot_env = dict(got[start].start.env)
+        # The driver's comings and goings before this process was placed concern no ring of it: dropped.
+        after = [m for m in got[:start] if m.WhichOneof("message") == "target"] + got[start + 1 :]
         placed = True
     finally:
         if not placed:
             sock.close()
     os.environ.pop("SUBMARINE_AGENT_FD", None)
     os.environ.update(slot_env)
-    _channel = AgentChannel(sock, reader, first[1:])
+    _channel = AgentChannel(sock, reader, after)
     return slot_env
 
 
