@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -21,6 +22,8 @@ from submarine_elastic.yarn import refuse_cookies
 #: (connect, read) seconds of every WebHDFS request: the NameNode answers metadata calls at once; a
 #: DataNode takes the bytes of a file within the read timeout (the jar archive, 85 MB, takes seconds).
 WEBHDFS_TIMEOUT = (5.0, 120.0)
+#: The DataNodes a file's write tries, each named by the NameNode with the ones that did not answer excluded.
+CREATE_DATANODES = 3
 
 
 class WebHdfsError(Exception):
@@ -76,17 +79,32 @@ class WebHdfs:
         self._call("PUT", path, "MKDIRS", permission=f"{permission:o}")
 
     def create(self, path: str, data: bytes | IO[bytes], permission: int) -> None:
-        """Write ``data`` to ``path`` with mode ``permission``, replacing a file there.
+        """Write ``data`` to ``path`` with mode ``permission``, replacing a file there. A DataNode the NameNode
+        names that does not answer (dead, but not yet declared so: the NameNode takes minutes) is excluded and
+        the NameNode asked again, for up to :data:`CREATE_DATANODES` DataNodes, as Hadoop's own WebHDFS client
+        does.
 
         Raises:
             WebHdfsError: refused, or no answer.
         """
-        where = self._call(
-            "PUT", path, "CREATE", permission=f"{permission:o}", overwrite="true", redirect=False
-        ).headers.get("Location")
-        if not where:
-            raise WebHdfsError(f"WebHDFS CREATE {path}: the NameNode named no DataNode to write to")
-        self._send("PUT", where, f"CREATE {path}", data=data, expect=201)
+        excluded: list[str] = []
+        while True:
+            where = self._call(
+                "PUT", path, "CREATE", permission=f"{permission:o}", overwrite="true", redirect=False,
+                **({"excludedatanodes": ",".join(excluded)} if excluded else {}),
+            ).headers.get("Location")  # fmt: skip
+            if not where:
+                raise WebHdfsError(f"WebHDFS CREATE {path}: the NameNode named no DataNode to write to")
+            if hasattr(data, "seek"):
+                data.seek(0)
+            try:
+                self._send("PUT", where, f"CREATE {path}", data=data, expect=201)
+                return
+            except WebHdfsError as exc:
+                host = urlsplit(where).hostname
+                if exc.status_code is not None or host is None or len(excluded) + 1 >= CREATE_DATANODES:
+                    raise
+                excluded.append(host)
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
         """Remove ``path`` (a directory with what it holds when ``recursive``). Returns False when it did not exist.

@@ -147,7 +147,8 @@ def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
 
 
 class ClusterUnavailable(click.ClickException):
-    """The ResourceManager did not answer: exit status :data:`~submarine_elastic.yarn.RM_UNREACHABLE_EXIT`, not 1."""
+    """The ResourceManager or HDFS did not answer: exit status :data:`~submarine_elastic.yarn.RM_UNREACHABLE_EXIT`,
+    not 1."""
 
     exit_code = RM_UNREACHABLE_EXIT
 
@@ -155,6 +156,8 @@ class ClusterUnavailable(click.ClickException):
 def _fail(exc: Exception) -> click.ClickException:
     if isinstance(exc, RMUnreachableError):
         return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
+    if isinstance(exc, WebHdfsError) and exc.status_code is None:
+        return ClusterUnavailable(f"HDFS did not answer ({exc}); nothing was submitted: try again once it is back")
     return click.ClickException(str(exc))
 
 

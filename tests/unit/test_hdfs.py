@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import click
 import pytest
+import requests
 import responses
 from click.testing import CliRunner
 
@@ -164,6 +165,29 @@ def test_webhdfs_writes_a_file_in_two_steps_with_its_mode_as_its_user():
     }  # fmt: skip
     assert not to_nn.request.body, "the bytes go to the DataNode only"
     assert to_dn.request.url == f"{DN}/webhdfs/v1/d/f?op=CREATE&x=1" and to_dn.request.body == b"secret"
+
+
+@responses.activate
+def test_a_datanode_that_does_not_answer_is_excluded_and_the_namenode_asked_again():
+    """A DataNode killed a moment ago: the NameNode, which takes minutes to declare it dead, still names it."""
+    dead, live = "http://10.0.0.3:21104", "http://10.0.0.4:21104"
+    responses.put(
+        f"{NN}/webhdfs/v1/d/f", status=307, headers={"Location": f"{live}/webhdfs/v1/d/f?op=CREATE"},
+        match=[responses.matchers.query_param_matcher({"excludedatanodes": "10.0.0.3"}, strict_match=False)],
+    )  # fmt: skip
+    responses.put(f"{NN}/webhdfs/v1/d/f", status=307, headers={"Location": f"{dead}/webhdfs/v1/d/f?op=CREATE"})
+    responses.put(f"{dead}/webhdfs/v1/d/f", body=requests.ConnectionError("Connection refused"))
+    responses.put(f"{live}/webhdfs/v1/d/f", status=201)
+    WebHdfs(NN, "alice").create("/d/f", b"data", 0o600)
+    asked = [parse_qs(urlsplit(c.request.url).query).get("excludedatanodes") for c in responses.calls]
+    assert asked == [None, None, ["10.0.0.3"], None]  # NN, the dead DataNode, NN without it, the live one
+    assert responses.calls[-1].request.body == b"data"
+    # A DataNode that refuses (it answered) is HDFS's word: not tried elsewhere.
+    responses.replace(responses.PUT, f"{dead}/webhdfs/v1/d/f", status=403, json={"RemoteException": {}})
+    before = len(responses.calls)
+    with pytest.raises(WebHdfsError, match="HTTP 403"):
+        WebHdfs(NN, "alice").create("/d/f", b"data", 0o600)
+    assert len(responses.calls) == before + 2
 
 
 @responses.activate

@@ -101,6 +101,20 @@ def test_run_with_the_rm_down_exits_69_having_submitted_nothing(rm_down: str, ca
     assert took < 60
 
 
+def test_an_hdfs_that_does_not_answer_is_the_cluster_away_and_one_that_refuses_is_a_refusal() -> None:
+    """A NameNode restarting while `job run` writes the job's files: 69 (try again), as for the RM; nothing was
+    submitted (the service is created after the files)."""
+    from submarine_elastic.cli.job import _fail
+    from submarine_elastic.webhdfs import WebHdfsError
+
+    away = _fail(WebHdfsError("WebHDFS MKDIRS /submarine-jobs/root: no answer from http://nn:9870"))
+    assert away.exit_code == RM_UNREACHABLE_EXIT
+    assert away.message.startswith("HDFS did not answer (WebHDFS MKDIRS")
+    assert away.message.endswith("nothing was submitted: try again once it is back")
+    refused = _fail(WebHdfsError("WebHDFS CREATE /x refused (HTTP 403): denied", status_code=403))
+    assert refused.exit_code == 1 and refused.message == "WebHDFS CREATE /x refused (HTTP 403): denied"
+
+
 @responses.activate
 def test_show_of_an_ended_job_gives_the_reason_the_failed_workers_stderr_and_its_batch_settings(
     monkeypatch: pytest.MonkeyPatch,
