@@ -22,6 +22,11 @@ from submarine_elastic.yarn import refuse_cookies
 #: (connect, read) seconds of every WebHDFS request: the NameNode answers metadata calls at once; a
 #: DataNode takes the bytes of a file within the read timeout (the jar archive, 85 MB, takes seconds).
 WEBHDFS_TIMEOUT = (5.0, 120.0)
+#: The Java exceptions HDFS reports when it is away or starting, not refusing (:attr:`WebHdfsError.unavailable`).
+UNAVAILABLE_EXCEPTIONS = frozenset(
+    {"ConnectException", "SocketException", "SocketTimeoutException", "EOFException", "NoRouteToHostException",
+     "SafeModeException", "RetriableException", "StandbyException"}
+)  # fmt: skip
 #: The DataNodes a file's write tries, each named by the NameNode with the ones that did not answer excluded.
 CREATE_DATANODES = 3
 
@@ -39,6 +44,15 @@ class WebHdfsError(Exception):
         super().__init__(message)
         self.status_code = status_code
         self.exception = exception
+
+    @property
+    def unavailable(self) -> bool:
+        """HDFS is away, not refusing: nothing answered, or a DataNode could not reach the NameNode (Hadoop's
+        "Call From A to B failed on ..." of a connection lost), or the NameNode is starting (safe mode). A
+        later try may succeed; a refusal (``AccessControlException``, a path that exists) never does."""
+        if self.status_code is None or self.exception in UNAVAILABLE_EXCEPTIONS:
+            return True
+        return self.exception in ("IOException", None) and " failed on " in str(self) and "Call From " in str(self)
 
 
 class WebHdfs:

@@ -39,7 +39,7 @@ from submarine_elastic.chaos.targets import (
     newest_step,
 )
 from submarine_elastic.cluster import LocalCluster
-from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError
+from submarine_elastic.cluster.api import ClusterError, DaemonNotRunningError, DaemonStartError
 from submarine_elastic.cluster.netns import HostNetwork, kill_namespace_processes
 from submarine_elastic.controller.api import ControllerError, ControllerView, DecisionRecord, UnknownJobError
 from submarine_elastic.controller.client import view
@@ -206,10 +206,15 @@ class ChaosRun:
                 with self._heal_lock:  # one daemon started at a time: they share the cluster's state file
                     self.cluster.restart(name)
                 return
-            except DaemonNotRunningError:
+            except (DaemonNotRunningError, DaemonStartError) as exc:
+                if isinstance(exc, DaemonStartError) and exc.daemon != name and self._runs(name):
+                    return  # it started; another daemon died while the cluster was waited for (that fault's)
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(2.0)  # what it needs is down (another fault's): started again once that is
+
+    def _runs(self, name: str) -> bool:
+        return name in {d.name for d in self.cluster.running_daemons()}
 
     def restart_controller(self) -> None:
         self.replay.start_controller()

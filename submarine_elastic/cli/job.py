@@ -156,7 +156,7 @@ class ClusterUnavailable(click.ClickException):
 def _fail(exc: Exception) -> click.ClickException:
     if isinstance(exc, RMUnreachableError):
         return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
-    if isinstance(exc, WebHdfsError) and exc.status_code is None:
+    if isinstance(exc, WebHdfsError) and exc.unavailable:
         return ClusterUnavailable(f"HDFS did not answer ({exc}); nothing was submitted: try again once it is back")
     return click.ClickException(str(exc))
 

@@ -18,6 +18,7 @@ from submarine_elastic.chaos import ChaosRun, Injected, catalogue
 from submarine_elastic.chaos import check as chaos_check
 from submarine_elastic.chaos.catalogue import draw, select
 from submarine_elastic.chaos.targets import AGENT, DAEMON, HOST, PROD, TRAINING, Target, job_processes, newest_step
+from submarine_elastic.cluster.api import DaemonStartError
 from submarine_elastic.controller.api import DecisionRecord, DecisionState
 from submarine_elastic.elastic.reconcile import REQUEUED
 from submarine_elastic.protocol.api import JobPhase
@@ -260,6 +261,43 @@ def test_a_daemon_is_not_drawn_again_while_its_heal_starts_it_again(monkeypatch:
     finally:
         restarted.set()
         rm.kill()
+
+
+def test_a_heal_whose_daemon_started_while_another_died_is_done_and_one_that_did_not_start_tries_again(
+    tmp_path: Path,
+) -> None:
+    """A DataNode's heal waits for the cluster, and the NameNode is killed meanwhile (seen in a run): the restart
+    raises naming the NameNode. The DataNode runs: healed. A daemon that did not start is started again."""
+
+    class Daemon:
+        def __init__(self, name: str) -> None:
+            self.name, self.pid = name, 1
+
+    class Cluster:
+        def __init__(self) -> None:
+            self.running: list[str] = []
+            self.failures = [DaemonStartError("nn", "exited during start", tmp_path / "nn.log", "")]
+
+        def running_daemons(self) -> list[Daemon]:
+            return [Daemon(n) for n in self.running]
+
+        def restart(self, name: str) -> None:
+            if name == "dn-0":
+                self.running.append(name)
+            if self.failures:
+                raise self.failures.pop()
+
+    class Replay:
+        elastic, policy, records = True, "goodput+goodput", []
+
+    cluster = Cluster()
+    chaos = ChaosRun(Replay(), cluster, duration_s=60, every_s=10, seed=0, say=lambda line: None)  # type: ignore[arg-type]
+    chaos.restart_daemon("dn-0")
+    assert cluster.running == ["dn-0"] and cluster.failures == []
+    # The NameNode's own start failed (another fault killed a DataNode meanwhile): not running, tried again.
+    cluster.failures = [DaemonStartError("dn-1", "exited during start", tmp_path / "dn.log", "")]
+    chaos.restart_daemon("nn")
+    assert cluster.failures == []
 
 
 def test_an_operators_flex_and_kill_are_the_commands_an_operator_types() -> None:

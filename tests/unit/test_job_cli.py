@@ -113,6 +113,15 @@ def test_an_hdfs_that_does_not_answer_is_the_cluster_away_and_one_that_refuses_i
     assert away.message.endswith("nothing was submitted: try again once it is back")
     refused = _fail(WebHdfsError("WebHDFS CREATE /x refused (HTTP 403): denied", status_code=403))
     assert refused.exit_code == 1 and refused.message == "WebHDFS CREATE /x refused (HTTP 403): denied"
+    denied = WebHdfsError("refused (HTTP 403): Permission denied", status_code=403, exception="AccessControlException")
+    assert _fail(denied).exit_code == 1
+    # A DataNode whose call to a NameNode being restarted failed (seen in a chaos run), and a NameNode starting.
+    reset = "refused (HTTP 403): Call From host-0/198.18.0.2 to host-0:29420 failed on socket exception: reset"
+    for away in (
+        WebHdfsError(reset, status_code=403, exception="IOException"),
+        WebHdfsError("refused (HTTP 403): Name node is in safe mode.", status_code=403, exception="SafeModeException"),
+    ):
+        assert _fail(away).exit_code == RM_UNREACHABLE_EXIT
 
 
 @responses.activate
