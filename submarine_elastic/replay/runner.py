@@ -418,13 +418,13 @@ class LiveReplay:
         return args
 
     def _submit(self, record: JobRecord) -> None:
-        """``job run`` of the record's job; while the ResourceManager does not answer (``job run`` exits
+        """``job run`` of the record's job; while the ResourceManager or HDFS does not answer (``job run`` exits
         :data:`RM_UNREACHABLE_EXIT`: a restart, a pause), submitted again every :data:`SUBMIT_RETRY_EVERY_S` for up
         to :data:`SUBMIT_RETRY_S`, as a user's submission script would, unless YARN holds the job by then (the
         submission that failed reached it).
 
         Raises:
-            ReplayRunError: ``job run`` refused the job, or the ResourceManager stayed away.
+            ReplayRunError: ``job run`` refused the job, or the cluster stayed away.
         """
         args = self.job_run_args(record.job)
         deadline = time.monotonic() + SUBMIT_RETRY_S
@@ -439,7 +439,8 @@ class LiveReplay:
             if self._held_by_yarn(record.service):
                 return
             now = time.time() - self._t0
-            self.say(f"+{now:6.0f} s  {record.service}: the ResourceManager did not answer; submitting again")
+            said = _last_line(why)
+            self.say(f"+{now:6.0f} s  {record.service}: the cluster did not answer ({said}); submitting again")
 
     def _held_by_yarn(self, service: str) -> bool:
         try:
@@ -620,3 +621,9 @@ def run_policies(
 def _gpus_in_use(yarn: YarnServiceClient) -> int:
     """GPUs the running nodes' containers hold now."""
     return sum(node.used_gpus for node in yarn.nodes())
+
+
+def _last_line(text: str) -> str:
+    """The last line of what a command said, cut to 100 characters."""
+    lines = text.splitlines()
+    return lines[-1][:100] if lines else "nothing said"
