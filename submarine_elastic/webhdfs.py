@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from submarine_elastic.yarn import refuse_cookies
+from submarine_elastic.yarn import hadoop_connection_failed, refuse_cookies
 
 #: (connect, read) seconds of every WebHDFS request: the NameNode answers metadata calls at once; a
 #: DataNode takes the bytes of a file within the read timeout (the jar archive, 85 MB, takes seconds).
@@ -50,9 +50,11 @@ class WebHdfsError(Exception):
         """HDFS is away, not refusing: nothing answered, or a DataNode could not reach the NameNode (Hadoop's
         "Call From A to B failed on ..." of a connection lost), or the NameNode is starting (safe mode). A
         later try may succeed; a refusal (``AccessControlException``, a path that exists) never does."""
-        if self.status_code is None or self.exception in UNAVAILABLE_EXCEPTIONS:
-            return True
-        return self.exception in ("IOException", None) and " failed on " in str(self) and "Call From " in str(self)
+        return (
+            self.status_code is None
+            or self.exception in UNAVAILABLE_EXCEPTIONS
+            or hadoop_connection_failed(str(self))
+        )
 
 
 class WebHdfs:

@@ -53,6 +53,7 @@ from submarine_elastic.yarn import (
     ServiceNotFoundError,
     YarnError,
     YarnServiceClient,
+    cluster_away,
 )
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ class ClusterUnavailable(click.ClickException):
 def _fail(exc: Exception) -> click.ClickException:
     if isinstance(exc, RMUnreachableError):
         return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
+    if isinstance(exc, YarnError) and cluster_away(exc):
+        return ClusterUnavailable(f"the cluster did not answer ({exc}); try again once it is back")
     if isinstance(exc, WebHdfsError) and exc.unavailable:
         return ClusterUnavailable(f"HDFS did not answer ({exc}); nothing was submitted: try again once it is back")
     return click.ClickException(str(exc))
@@ -430,6 +433,8 @@ def show(name: str, all_runs: bool) -> None:
                 raise click.ClickException(f"cannot show job {name}: {_rm_down(exc)}; {err}") from err
             print_driver_view(st)
             return
+        except YarnError as exc:
+            raise _fail(exc) from exc
         if status.is_terminal:
             show_outcome(name, yarn, yarn_state=str(status.state))
             print_carried(read_carried(name))

@@ -33,7 +33,9 @@ from .api import (
     YarnError,
     YarnRequestError,
     YarnTimeoutError,
+    cluster_away,
     gpus_on_one_node_problem,
+    hadoop_connection_failed,
     instance_number,
     resource_values,
 )
@@ -100,6 +102,8 @@ __all__ = [
     "PlacementScope",
     "PlacementType",
     "RM_UNREACHABLE_EXIT",
+    "cluster_away",
+    "hadoop_connection_failed",
     "RMUnreachableError",
     "ReadinessCheck",
     "ReadinessCheckType",

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 __all__ = [
     "AppSummary",
+    "cluster_away",
+    "hadoop_connection_failed",
     "ComponentNotFoundError",
     "ComponentState",
     "ComponentStatus",
@@ -159,6 +161,25 @@ class ServiceFailedError(YarnError):
 
 class YarnRequestError(YarnError):
     """The RM answered with an error that no narrower class describes."""
+
+
+#: Hadoop's own words for a connection it could not make or lost (``NetUtils.wrapException``): "Call From
+#: host-0/10.0.0.2 to host-0:8020 failed on connection exception: java.net.ConnectException: ...".
+_CONNECTION_FAILED = re.compile(r"Call From \S+ to \S+ failed on (connection|socket) (exception|timeout)")
+
+
+def hadoop_connection_failed(text: str) -> bool:
+    """Whether a Hadoop daemon's error ``text`` says it could not reach another daemon (the NameNode from the
+    ResourceManager or a DataNode, say): the cluster away for a moment, not a refusal."""
+    return _CONNECTION_FAILED.search(text) is not None
+
+
+def cluster_away(exc: YarnError) -> bool:
+    """Whether ``exc`` means "try again once the cluster is back": the RM did not answer, or answered that a
+    daemon behind it (HDFS, where YARN Services keeps a service's definition) did not."""
+    return isinstance(exc, RMUnreachableError) or (
+        exc.status_code is not None and exc.status_code >= 500 and hadoop_connection_failed(str(exc))
+    )
 
 
 # --------------------------------------------------------------------------------------------- states

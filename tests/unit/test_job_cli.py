@@ -20,7 +20,7 @@ from submarine_elastic.elastic.driver import JobDriver
 from submarine_elastic.protocol.api import Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.jobspec import job_dir, outcome_path
-from submarine_elastic.yarn import RM_UNREACHABLE_EXIT
+from submarine_elastic.yarn import RM_UNREACHABLE_EXIT, YarnRequestError
 from tests.unit._driver_support import serving
 
 TOKEN = "job-token"
@@ -120,8 +120,15 @@ def test_an_hdfs_that_does_not_answer_is_the_cluster_away_and_one_that_refuses_i
     for away in (
         WebHdfsError(reset, status_code=403, exception="IOException"),
         WebHdfsError("refused (HTTP 403): Name node is in safe mode.", status_code=403, exception="SafeModeException"),
+        # The RM's services API reads a service's definition from HDFS: the NameNode away is its HTTP 500.
+        YarnRequestError(
+            "GET /app/v1/services/j -> HTTP 500: Call From host-0/198.18.0.2 to host-0:29420 failed on connection "
+            "exception: java.net.ConnectException: Connection refused",
+            status_code=500,
+        ),
     ):
-        assert _fail(away).exit_code == RM_UNREACHABLE_EXIT
+        assert _fail(away).exit_code == RM_UNREACHABLE_EXIT, away
+    assert _fail(YarnRequestError("GET /x -> HTTP 500: NullPointerException", status_code=500)).exit_code == 1
 
 
 @responses.activate
