@@ -263,11 +263,20 @@ def job_dir(job: str) -> Path:
     return env.settings().jobs_directory() / job
 
 
-#: The job's YARN service properties it always has (``--conf`` may change them): an ApplicationMaster attempt
+#: The job's YARN service properties it always has (``--conf`` may change them). An ApplicationMaster attempt
 #: that failed more than 10 minutes ago no longer counts towards the service's attempts (3 on the pseudo-cluster,
 #: ``yarn.service.am-restart.max-attempts``), so that a job of hours survives an AM lost now and then; YARN's
-#: default (-1) counts every failure of the job's life.
-SERVICE_PROPERTIES = {"yarn.service.am-failure.validity-interval-ms": "600000"}
+#: default (-1) counts every failure of the job's life. A worker's container that fails is the driver's to judge
+#: (a lost worker, relaunched; a broken script fails the job at once), so YARN Services' own limits are a
+#: backstop, counted over 10 minutes instead of 6 hours: the service shut down after 100 failed containers of a
+#: component (YARN's 10 ended a chaos run's job whose workers' relaunches failed while HDFS restarted), and a
+#: node left out of the job after 20 failures there (YARN's 3: one lost host with 3 workers of it did).
+SERVICE_PROPERTIES = {
+    "yarn.service.am-failure.validity-interval-ms": "600000",
+    "yarn.service.container-failure-per-component.threshold": "100",
+    "yarn.service.node-blacklist.threshold": "20",
+    "yarn.service.failure-count-reset.window": "600",
+}
 #: Where a job's code snapshot is extracted in each container (``$PWD/code``, ``submit.jobcode``): the
 #: training command runs there.
 CODE_DIR = "code"

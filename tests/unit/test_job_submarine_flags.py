@@ -16,6 +16,7 @@ from submarine_elastic.cli.main import cli
 from submarine_elastic.submit.api import JobSpecError
 from submarine_elastic.submit.jobspec import (
     KEYTAB_FILE,
+    SERVICE_PROPERTIES,
     JobRequest,
     WorkerResources,
     build_service,
@@ -131,7 +132,7 @@ def test_submarines_quickstart_flags_reach_the_spec(monkeypatch: pytest.MonkeyPa
     assert "SUBMARINE_TENSORBOARD_DIR" not in env
     assert spec["configuration"]["properties"] == {
         "yarn.service.am-restart.max-attempts": "3",  # --conf
-        "yarn.service.am-failure.validity-interval-ms": "600000",  # every job's
+        **SERVICE_PROPERTIES,  # every job's
     }
     assert spec["quicklinks"] == {"Notebook": "http://worker-0:7070"}
     worker = next(c for c in spec["components"] if c["name"] == "worker")

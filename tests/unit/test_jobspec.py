@@ -248,11 +248,18 @@ def test_job_run_refuses_half_a_tls_setup_and_sends_nothing(flags: list[str]):
     assert load_token("tls-half") is None
 
 
-def test_an_am_attempt_failure_counts_for_ten_minutes_unless_conf_says_otherwise() -> None:
-    # A job of hours survives an ApplicationMaster lost now and then: only the attempts failed in the last 10
-    # minutes count towards YARN's limit; --conf sets it as the user wants.
+def test_am_attempts_and_failed_containers_count_for_ten_minutes_unless_conf_says_otherwise() -> None:
+    # A job of hours survives an ApplicationMaster lost now and then, and workers lost now and then: only what
+    # failed in the last 10 minutes counts towards YARN's limits; --conf sets them as the user wants.
     props = build_service(request()).to_dict()["configuration"]["properties"]
-    assert props == {"yarn.service.am-failure.validity-interval-ms": "600000"}
+    assert props == {
+        "yarn.service.am-failure.validity-interval-ms": "600000",
+        "yarn.service.container-failure-per-component.threshold": "100",
+        "yarn.service.node-blacklist.threshold": "20",
+        "yarn.service.failure-count-reset.window": "600",
+    }
     conf = {"yarn.service.am-failure.validity-interval-ms": "-1", "yarn.service.am-restart.max-attempts": "5"}
     props = build_service(request(conf=conf)).to_dict()["configuration"]["properties"]
-    assert props == {"yarn.service.am-failure.validity-interval-ms": "-1", "yarn.service.am-restart.max-attempts": "5"}
+    assert props["yarn.service.am-failure.validity-interval-ms"] == "-1"
+    assert props["yarn.service.am-restart.max-attempts"] == "5"
+    assert props["yarn.service.failure-count-reset.window"] == "600"
