@@ -158,10 +158,17 @@ def _fail(exc: Exception) -> click.ClickException:
     if isinstance(exc, RMUnreachableError):
         return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
     if isinstance(exc, YarnError) and cluster_away(exc):
-        return ClusterUnavailable(f"the cluster did not answer ({exc}); try again once it is back")
+        return ClusterUnavailable(f"the cluster did not answer ({_first_line(exc)}); try again once it is back")
     if isinstance(exc, WebHdfsError) and exc.unavailable:
-        return ClusterUnavailable(f"HDFS did not answer ({exc}); nothing was submitted: try again once it is back")
+        return ClusterUnavailable(
+            f"HDFS did not answer ({_first_line(exc)}); nothing was submitted: try again once it is back"
+        )
     return click.ClickException(str(exc))
+
+
+def _first_line(exc: Exception) -> str:
+    """The first line of an error: a Hadoop daemon's answer goes on with its Java stack."""
+    return str(exc).split("\n", 1)[0]
 
 
 @click.group()

@@ -164,13 +164,18 @@ class YarnRequestError(YarnError):
 
 
 #: Hadoop's own words for a connection it could not make or lost (``NetUtils.wrapException``): "Call From
-#: host-0/10.0.0.2 to host-0:8020 failed on connection exception: java.net.ConnectException: ...".
-_CONNECTION_FAILED = re.compile(r"Call From \S+ to \S+ failed on (connection|socket) (exception|timeout)")
+#: host-0/10.0.0.2 to host-0:8020 failed on connection exception: java.net.ConnectException: ..."), and a
+#: NameNode starting (safe mode).
+_CONNECTION_FAILED = re.compile(
+    r"Call From \S+ to \S+ failed on (connection|socket) (exception|timeout)"
+    r"|SafeModeException|Name node is in safe mode"
+)
 
 
 def hadoop_connection_failed(text: str) -> bool:
     """Whether a Hadoop daemon's error ``text`` says it could not reach another daemon (the NameNode from the
-    ResourceManager or a DataNode, say): the cluster away for a moment, not a refusal."""
+    ResourceManager or a DataNode, say), or that the NameNode is starting (safe mode): the cluster away for a
+    moment, not a refusal."""
     return _CONNECTION_FAILED.search(text) is not None
 
 

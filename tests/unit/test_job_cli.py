@@ -129,6 +129,13 @@ def test_an_hdfs_that_does_not_answer_is_the_cluster_away_and_one_that_refuses_i
     ):
         assert _fail(away).exit_code == RM_UNREACHABLE_EXIT, away
     assert _fail(YarnRequestError("GET /x -> HTTP 500: NullPointerException", status_code=500)).exit_code == 1
+    # The NameNode starting (safe mode) under the services API: away, told in one line, not its Java stack.
+    safe = YarnRequestError(
+        "GET /app/v1/services/j -> HTTP 500: Zero blocklocations for /j.json. Name node is in safe mode.\n"
+        "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.newSafemodeException(FSNamesystem.java:1661)",
+        status_code=500,
+    )
+    assert _fail(safe).exit_code == RM_UNREACHABLE_EXIT and "FSNamesystem" not in _fail(safe).message
 
 
 @responses.activate
