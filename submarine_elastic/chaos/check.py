@@ -5,7 +5,8 @@ ended as the fault that hit it meant (an operator's kill), its reason in ``job s
 every sample once per epoch, and the whole of its planned samples (the replay's step-log checks); every rank
 of a finished job ended with identical weights; the controller's records agree with the drivers' (every resize
 the controller recorded applied is in that job's driver timeline); and nothing of the run left behind: no
-process of its containers, no application of it live in the ResourceManager, no GPU held by a node.
+process of its containers, no application of it live in the ResourceManager, no GPU held by a node, no job's
+directory on HDFS.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from submarine_elastic.controller.api import DecisionRecord, DecisionState
 from submarine_elastic.elastic.reconcile import REQUEUED
 from submarine_elastic.replay.plan import ReplayJob
 from submarine_elastic.replay.records import JobRecord
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.store import load_outcome
+from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 if TYPE_CHECKING:
@@ -128,14 +131,19 @@ def weights_differ(log_dir: Path) -> str:
 
 
 def leftovers(
-    cluster: LocalCluster, rm_url: str, applications: Mapping[str, str], others: Collection[str] = ()
+    cluster: LocalCluster,
+    rm_url: str,
+    applications: Mapping[str, str],
+    others: Collection[str] = (),
+    files: HdfsJobFiles | None = None,
 ) -> list[str]:
     """What the run left behind, waiting up to :data:`LEFTOVER_WAIT_S` for it to go: processes of its
     containers, its applications live in the ResourceManager (its jobs', ``applications``: id -> service, and
-    the services ``others`` names), GPUs the nodes hold."""
+    the services ``others`` names), GPUs the nodes hold, and its jobs' directories on HDFS (``files``: the
+    cluster's, None without HDFS)."""
     deadline = time.monotonic() + LEFTOVER_WAIT_S
     while True:
-        found = _left(cluster, rm_url, applications, others)
+        found = _left(cluster, rm_url, applications, others) + _on_hdfs(files, set(applications.values()))
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(2.0)
@@ -155,6 +163,19 @@ def _left(cluster: LocalCluster, rm_url: str, applications: Mapping[str, str], o
     if gpus:
         found.append(f"the nodes still hold {gpus} GPUs")
     return found
+
+
+def _on_hdfs(files: HdfsJobFiles | None, services: set[str]) -> list[str]:
+    """The run's jobs whose directory (their token, keys, certificates) is still on HDFS."""
+    if files is None:
+        return []
+    try:
+        if files.hdfs.status(files.home) is None:
+            return []
+        left = sorted(name for name in files.hdfs.list(files.home) if name in services)
+    except WebHdfsError as exc:
+        return [f"HDFS did not answer: {exc}"]
+    return [f"{name}: its files are still on HDFS ({files.path(name)})" for name in left]
 
 
 def table(injected: Sequence[Injected], violations: Sequence[str]) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from submarine_elastic import env
 from submarine_elastic.chaos import check
 from submarine_elastic.chaos.catalogue import FaultKind, catalogue, draw, select
 from submarine_elastic.chaos.targets import (
@@ -45,6 +46,8 @@ from submarine_elastic.controller.api import ControllerError, ControllerView, De
 from submarine_elastic.controller.client import view
 from submarine_elastic.replay.records import JobRecord, LiveRun, ReplayRunError
 from submarine_elastic.replay.runner import LiveReplay, Say
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
+from submarine_elastic.webhdfs import WebHdfs
 from submarine_elastic.yarn import (
     GPU_RESOURCE,
     Component,
@@ -318,11 +321,20 @@ class ChaosRun:
         violations += check.faults(self.faults)
         violations += check.jobs(records, self.replay.log_dir, self.ended_by_fault)
         violations += self._controller_agrees(records)
-        violations += check.leftovers(self.cluster, self.replay.rm_url, self._applications(), self._prod)
+        violations += check.leftovers(
+            self.cluster, self.replay.rm_url, self._applications(), self._prod, self._job_files()
+        )
         return ChaosResult(
             self.seed, self.replay.policy, self.duration_s, self.every_s, time.time() - self._t0, self.faults,
             violations, list(records),
         )  # fmt: skip
+
+    def _job_files(self) -> HdfsJobFiles | None:
+        """The jobs' directories on the cluster's HDFS (None: the cluster has none)."""
+        url = self.cluster.spec().webhdfs_url
+        if url is None:
+            return None
+        return HdfsJobFiles(WebHdfs(url, env.settings().user()), self.cluster.spec().default_fs)
 
     def _controller_agrees(self, records: Sequence[JobRecord]) -> list[str]:
         """:func:`check.controller_agrees` over what the run's controller left in its database."""

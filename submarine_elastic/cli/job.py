@@ -91,60 +91,14 @@ def _rm_url() -> str:
 
 
 def _job_files(rm_url: str) -> HdfsJobFiles | None:
-    """The job directories, as the YARN user, on the HDFS that ``HADOOP_CONF_DIR`` names, else on the HDFS of
-    the cluster recorded in ``SUBMARINE_CLUSTER_DIR`` when its RM is ``rm_url``, else on the HDFS the RM's own
-    configuration names (:func:`_rm_hdfs`). None: the files stay local."""
-    from submarine_elastic.cluster import ClusterError, LocalCluster
-    from submarine_elastic.cluster.hadoop_conf import hdfs_addresses
-    from submarine_elastic.submit.jobfiles import HdfsJobFiles
-    from submarine_elastic.webhdfs import WebHdfs
-
-    conf = env.settings().hadoop_conf_dir
-    try:
-        if conf is not None:
-            found = hdfs_addresses(conf)
-        else:
-            spec = LocalCluster().spec()
-            found = (spec.default_fs, spec.webhdfs_url) if spec.webhdfs_url and spec.rm_url == rm_url else None
-    except ClusterError as exc:
-        if conf is not None:
-            raise _fail(exc) from exc
-        found = None  # no cluster recorded here
-    if found is None:
-        found = _rm_hdfs(rm_url)
-    if found is None:
-        return None
-    default_fs, webhdfs_url = found
-    return HdfsJobFiles(WebHdfs(webhdfs_url, env.settings().user()), default_fs)
-
-
-def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
-    """The HDFS the ResourceManager at ``rm_url`` works on, from its own configuration (its ``/conf`` page):
-    ``fs.defaultFS`` and the NameNode's WebHDFS address. None when its file system is not HDFS or it does not
-    answer (the files stay local, as before).
-
-    Raises:
-        click.ClickException: the RM's file system is HDFS but its configuration names no NameNode web address:
-            the job's files cannot be put where YARN would look for them.
-    """
-    from submarine_elastic.yarn import YarnError, YarnServiceClient
+    """:func:`~submarine_elastic.submit.jobfiles.cluster_job_files`, its errors the command's. None: the files
+    stay local."""
+    from submarine_elastic.submit.jobfiles import JobFilesLookupError, cluster_job_files
 
     try:
-        with YarnServiceClient(rm_url, retries=0) as yarn:
-            default_fs = yarn.config_value("fs.defaultFS") or ""
-            if not default_fs.startswith("hdfs://"):
-                return None
-            web = yarn.config_value("dfs.namenode.http-address")
-    except YarnError:
-        return None
-    if not web or web.startswith("0.0.0.0:"):
-        raise click.ClickException(
-            f"the cluster's file system is {default_fs} (the ResourceManager's fs.defaultFS), where YARN looks for a "
-            f"job's files, but its configuration names no NameNode web address to put them there: set "
-            f"SUBMARINE_CLUSTER_DIR to the cluster's directory or HADOOP_CONF_DIR to a Hadoop configuration naming "
-            f"dfs.namenode.http-address"
-        )
-    return default_fs, f"http://{web}"
+        return cluster_job_files(rm_url)
+    except JobFilesLookupError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 class ClusterUnavailable(click.ClickException):

@@ -22,7 +22,9 @@ from submarine_elastic.policy import QueueShare
 from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
+from submarine_elastic.submit.jobfiles import JobFilesLookupError, cluster_job_files
 from submarine_elastic.submit.store import forget_job
+from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import LIVE_APP_STATES, ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
 
 log = logging.getLogger(__name__)
@@ -249,7 +251,16 @@ class YarnJobBackend(JobBackend):
         return None if state is None else state not in LIVE_APP_STATES
 
     def job_ended(self, job_id: str) -> None:
+        """Closes the job's client and removes its files: the local ones, and its directory on the cluster's
+        HDFS (its token, keys and certificates), which nothing reads once its application ended; an HDFS away
+        leaves that directory, said in the log."""
         client = self._clients.pop(job_id, None)
         if client is not None:
             client.close()
+        try:
+            files = cluster_job_files(self.rm_url)
+            if files is not None:
+                files.remove(job_id)
+        except (JobFilesLookupError, WebHdfsError) as exc:
+            log.warning("the files of job %s on HDFS stay: %s", job_id, exc)
         forget_job(job_id)

@@ -55,6 +55,8 @@ EMULATE_ENV = "SUBMARINE_EMULATE"
 #: 30 ms), which a replay's eight workers would take from the cluster and the jobs starting beside them. On a
 #: GPU host the thread has a core of its own, which the emulation cannot give it.
 EMULATED_CYCLE_MS = 10
+#: How long a run's end waits for the controller to see its jobs' ends before stopping it.
+CONTROLLER_ENDS_S = 30.0
 #: The controller's round under a policy (``controller start --interval``), and the simulator's beside it.
 INTERVAL_S = 2.0
 #: Seconds between two looks at the jobs.
@@ -169,6 +171,7 @@ class LiveReplay:
             self._kill_all()
             self._release(t0, gpus_before)
             if self.elastic:
+                self._controller_saw_the_ends()
                 self._print_decisions(t0)
                 self.submarine("controller", "stop", check=False)
         for record in self.records:
@@ -506,6 +509,25 @@ class LiveReplay:
         if check and done.returncode != 0:
             raise ReplayRunError(f"submarine {' '.join(args[:3])} failed: {(done.stderr or done.stdout).strip()}")
         return done
+
+    def _controller_saw_the_ends(self) -> None:
+        """Waits (up to :data:`CONTROLLER_ENDS_S`) until the controller counts none of the run's jobs live: it
+        removes what it kept of each ended job (its files on HDFS too) once it sees its end, and is stopped
+        next."""
+        from submarine_elastic.controller.api import ControllerError
+        from submarine_elastic.controller.client import view
+
+        ours = {r.service for r in self.records}
+        deadline = time.monotonic() + CONTROLLER_ENDS_S
+        while time.monotonic() < deadline:
+            try:
+                with view(Path(self.env["SUBMARINE_CONTROLLER_DIR"])) as controller:
+                    live = [] if controller is None else controller.statuses(include_finished=False)
+            except ControllerError:
+                return
+            if not any(s.job.job_id in ours for s in live):
+                return
+            time.sleep(POLL_S)
 
     def _print_decisions(self, t0: float) -> None:
         from submarine_elastic.controller.api import ControllerError

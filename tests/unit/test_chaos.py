@@ -26,6 +26,7 @@ from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.records import JobOutcome
 from submarine_elastic.replay.plan import ReplayJob
 from submarine_elastic.replay.records import JobRecord
+from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.submit.jobspec import outcome_path
 
 
@@ -189,6 +190,28 @@ def test_the_checker_names_a_resize_the_controller_recorded_applied_that_no_driv
         "t-differ: the controller recorded 1 -> 3 workers applied (goodput: 3 workers); the driver's timeline "
         "has no such resize"
     ]
+
+
+def test_the_checker_names_a_jobs_directory_left_on_hdfs_but_not_another_runs() -> None:
+    class Hdfs:
+        user = "root"
+
+        def __init__(self, names: list[str] | None) -> None:
+            self.names = names
+
+        def status(self, path: str) -> dict[str, str] | None:
+            return None if self.names is None else {"type": "DIRECTORY"}
+
+        def list(self, path: str) -> dict[str, dict[str, str]]:
+            assert self.names is not None and path == "/submarine-jobs/root"
+            return {n: {} for n in self.names}
+
+    files = HdfsJobFiles(Hdfs(["t-done", "other-run-job"]), "hdfs://nn:8020")  # type: ignore[arg-type]
+    assert chaos_check._on_hdfs(files, {"t-done", "t-gone"}) == [
+        "t-done: its files are still on HDFS (/submarine-jobs/root/t-done)"
+    ]
+    assert chaos_check._on_hdfs(HdfsJobFiles(Hdfs(None), "hdfs://nn:8020"), {"t-done"}) == []  # type: ignore[arg-type]
+    assert chaos_check._on_hdfs(None, {"t-done"}) == []  # a cluster without HDFS
 
 
 def test_weights_that_differ_in_one_value_are_found(tmp_path: Path) -> None:

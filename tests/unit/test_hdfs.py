@@ -316,6 +316,31 @@ def test_submit_refuses_files_the_spec_does_not_name():
         files.path("../etc")
 
 
+def test_the_controller_removes_an_ended_jobs_files_on_hdfs_and_locally(
+    jobs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that ended (its application gone) leaves no token, key or certificate on HDFS; an HDFS away leaves
+    them (logged) but the local files go."""
+    from submarine_elastic.controller import backend as controller_backend
+
+    hdfs = FakeHdfs()
+    files = job_files(hdfs)
+    for name in ("mnist", "other"):
+        submit(RecordingYarn(), request(name=name, files_uri=files.uri(name)), files=files)  # type: ignore[arg-type]
+    monkeypatch.setattr(controller_backend, "cluster_job_files", lambda rm_url: files)
+    yarn = controller_backend.YarnJobBackend("http://rm.test:8088")
+    yarn.job_ended("mnist")
+    assert hdfs.under("/submarine-jobs/alice/mnist") == {} and not (jobs_dir / "mnist").exists()
+    assert hdfs.under("/submarine-jobs/alice/other") != {}  # another job's stay
+
+    def away(rm_url: str) -> HdfsJobFiles:
+        raise WebHdfsError("WebHDFS DELETE: no answer")
+
+    monkeypatch.setattr(controller_backend, "cluster_job_files", away)
+    yarn.job_ended("other")
+    assert hdfs.under("/submarine-jobs/alice/other") != {} and not (jobs_dir / "other").exists()
+
+
 def _rm_conf(rsps: Any, values: dict[str, str]) -> None:
     """The RM's ``/conf`` answers: each of ``values``, 404 for a property not set."""
     from responses import matchers
