@@ -93,7 +93,7 @@ def _rm_url() -> str:
 def _job_files(rm_url: str) -> HdfsJobFiles | None:
     """:func:`~submarine_elastic.submit.jobfiles.cluster_job_files`, its errors the command's. None: the files
     stay local."""
-    from submarine_elastic.submit.jobfiles import JobFilesLookupError, cluster_job_files
+    from submarine_elastic.cluster.jobfiles import JobFilesLookupError, cluster_job_files
 
     try:
         return cluster_job_files(rm_url)

@@ -8,6 +8,7 @@ import logging
 from collections import Counter
 
 from submarine_elastic import resources
+from submarine_elastic.cluster.jobfiles import JobFilesLookupError, cluster_job_files
 from submarine_elastic.controller.api import (
     DEFAULT_WORKER,
     ClusterApp,
@@ -22,7 +23,6 @@ from submarine_elastic.policy import QueueShare
 from submarine_elastic.protocol.api import DRIVER_COMPONENT, WORKER_COMPONENT, ElasticError, JobPhase, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.submit.client import JobClient
-from submarine_elastic.submit.jobfiles import JobFilesLookupError, cluster_job_files
 from submarine_elastic.submit.store import forget_job
 from submarine_elastic.webhdfs import WebHdfsError
 from submarine_elastic.yarn import LIVE_APP_STATES, ComponentStatus, ServiceNotFoundError, YarnError, YarnServiceClient
