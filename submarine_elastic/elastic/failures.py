@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from collections.abc import Collection, Mapping
 
 from submarine_elastic.elastic.ringhost import AgentHandle
 from submarine_elastic.protocol.api import WorkerState
@@ -98,3 +99,12 @@ def last_line(text: str, *, exceptions_only: bool = False) -> str:
         if _EXCEPTION_LINE.match(lines[i]):
             return " ".join(line.strip() for line in lines[i:])[:REASON_CHARS]
     return lines[-1].strip()[:REASON_CHARS] if lines and not exceptions_only else ""
+
+
+def lost_on_the_way(failed: Mapping[str, int], finished: Collection[str]) -> bool:
+    """Whether a job whose Horovod results list ``failed`` workers (slot -> exit code) finished all the same:
+    a worker finished its training in the ring (``finished``), and every failed one was killed by a signal (a
+    worker lost on the way: hung and killed by its agent, a fault), none ended with an error of its own (an exit
+    code above 0: the script's). Horovod lists such a worker when its exit reaches it after the last worker
+    finished (seen in a chaos run: a worker killed 2.6 s before rank 0 finished failed the job)."""
+    return bool(failed) and bool(finished) and all(code < 0 for code in failed.values())

@@ -39,7 +39,7 @@ import grpc
 from submarine_elastic import env
 from submarine_elastic.elastic.adoption import Adopter, restart_reason, resumed_state, stopped_run
 from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
-from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure
+from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure, lost_on_the_way
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
     ElasticDriver,
@@ -677,10 +677,7 @@ class JobDriver:
         self.phase = JobPhase.RUNNING
         first_ring = len(self.registry.available())
         if first_ring < self.target:
-            log.info(
-                "first ring of %d of the target %d: YARN started no other worker container for %.0f s",
-                first_ring, self.target, settled_s,
-            )  # fmt: skip
+            log.info("first ring %d of target %d: no more workers in %.0f s", first_ring, self.target, settled_s)
         hvd_driver.start(first_ring if adopting else min(self.target, first_ring), self._create_worker)
         if adopting:
             threading.Thread(
@@ -691,6 +688,8 @@ class JobDriver:
         failed = {name: code for name, (code, _t) in results.worker_results.items() if code != 0}
         if self._ring_lost_to_checkpoint(failed):
             return self._relaunch(server)
+        if lost_on_the_way(failed, self.finished_workers) and not (results.error_message or self._fatal.is_set()):
+            failed = {}  # the training finished in the ring; the workers lost on the way stay in the failures
         if results.error_message or failed or self._fatal.is_set():
             if not self.error:
                 horovod_said = f"Horovod ended the job: {results.error_message or failed}"
@@ -705,7 +704,7 @@ class JobDriver:
             )
             log.error("%s", self.error)
             return self._end(server, 1)
-        log.info("job finished: every worker exited cleanly")
+        log.info("job finished: %s finished its training", ", ".join(sorted(self.finished_workers)))
         return self._end(server, 0)
 
     def _ring_lost_to_checkpoint(self, failed: dict[str, int]) -> bool:
