@@ -172,6 +172,7 @@ class ChaosRun:
         self.ended_by_fault: set[str] = set()
         self._apps: dict[str, str] = {}  # application id -> service
         self._stop = threading.Event()
+        self._aborted = threading.Event()  # interrupted (Ctrl-C): heal at once, watch no more
         self._heal_lock = threading.Lock()
         self._watchers: list[threading.Thread] = []
         self._t0 = 0.0
@@ -312,6 +313,9 @@ class ChaosRun:
             run = self.replay.run()
         except ReplayRunError as exc:
             violations.append(f"the replay did not complete: {exc}")
+        except KeyboardInterrupt:
+            self._aborted.set()  # the replay killed its jobs; what a fault holds is healed now
+            raise
         finally:
             self._stop.set()
             injector.join()
@@ -387,7 +391,7 @@ class ChaosRun:
     def _watch(self, kind: FaultKind, target: Target, fault: Injected, at: float) -> None:
         """Heals the fault after its hold, then waits until what it touched is repaired or its deadline."""
         if kind.heal is not None:
-            time.sleep(kind.hold_s)
+            self._aborted.wait(kind.hold_s)
             try:
                 fault.healed = kind.heal(self, target)
             except (ClusterError, ReplayRunError, YarnError, OSError) as exc:
@@ -403,11 +407,11 @@ class ChaosRun:
             if not missing:
                 fault.recovered_s = round(now - self._t0, 1)
                 break
-            if now >= at + kind.deadline_s:
+            if now >= at + kind.deadline_s or self._aborted.is_set():
                 fault.missing = missing
                 self.say(f"!{now - self._t0:6.0f} s  {kind.name} on {target.name}: not recovered: {missing}")
                 break
-            time.sleep(WATCH_S)
+            self._aborted.wait(WATCH_S)
         self._recovering.discard(target.service or "")
 
     def _cluster_unhealthy(self) -> str:

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -321,6 +322,44 @@ def test_a_heal_whose_daemon_started_while_another_died_is_done_and_one_that_did
     cluster.failures = [DaemonStartError("dn-1", "exited during start", tmp_path / "dn.log", "")]
     chaos.restart_daemon("nn")
     assert cluster.failures == []
+
+
+def test_an_interrupted_run_heals_what_it_holds_at_once_and_stops_watching(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C on a chaos run: it ends within seconds (not after its faults' holds and deadlines), and what a
+    fault holds (a killed daemon to start again) is healed first."""
+    rm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    healed = threading.Event()
+
+    class Daemon:
+        def __init__(self, name: str, pid: int) -> None:
+            self.name, self.pid = name, pid
+
+    class Cluster:
+        def running_daemons(self) -> list[Daemon]:
+            return [Daemon("rm", rm.pid if rm.poll() is None else 4242)]
+
+        def restart(self, name: str) -> None:
+            healed.set()
+
+    class Replay:
+        elastic, policy, records = True, "goodput+goodput", []
+
+        def run(self) -> None:
+            raise KeyboardInterrupt
+
+    chaos = ChaosRun(Replay(), Cluster(), duration_s=600, every_s=300, seed=0, say=lambda line: None)  # type: ignore[arg-type]
+    monkeypatch.setattr(chaos, "_unrepaired", lambda services, since: "the ResourceManager: not answering")
+    (kill_rm,) = select(catalogue(random.Random(0)), ["kill-rm"])
+    kill_rm = dataclasses.replace(kill_rm, hold_s=300.0, deadline_s=600.0)
+    try:
+        chaos._inject(kill_rm, chaos.targets(DAEMON)[0])
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            chaos.run()
+        assert time.monotonic() - started < 15
+        assert healed.is_set() and chaos.faults[0].recovered_s is None
+    finally:
+        rm.kill()
 
 
 def test_an_operators_flex_and_kill_are_the_commands_an_operator_types() -> None:
