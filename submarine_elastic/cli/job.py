@@ -109,8 +109,12 @@ class ClusterUnavailable(click.ClickException):
 
 
 def _fail(exc: Exception) -> click.ClickException:
+    from submarine_elastic.controller.api import ControllerUnavailableError
+
     if isinstance(exc, RMUnreachableError):
         return ClusterUnavailable(f"{_rm_down(exc)}; try again once it is back")
+    if isinstance(exc, ControllerUnavailableError):
+        return ClusterUnavailable(f"{_first_line(exc)}; nothing was submitted: try again once it is back")
     if isinstance(exc, YarnError) and cluster_away(exc):
         return ClusterUnavailable(f"the cluster did not answer ({_first_line(exc)}); try again once it is back")
     if isinstance(exc, WebHdfsError) and exc.unavailable:

@@ -136,6 +136,12 @@ def test_an_hdfs_that_does_not_answer_is_the_cluster_away_and_one_that_refuses_i
         status_code=500,
     )
     assert _fail(safe).exit_code == RM_UNREACHABLE_EXIT and "FSNamesystem" not in _fail(safe).message
+    # The controller a job is registered with before YARN hears of it, killed a moment ago (a chaos run).
+    from submarine_elastic.controller.api import ControllerError, ControllerUnavailableError
+
+    gone = ControllerUnavailableError("the controller at 10.0.0.1:4000 does not answer (DEADLINE_EXCEEDED: ...)")
+    assert _fail(gone).exit_code == RM_UNREACHABLE_EXIT and "nothing was submitted" in _fail(gone).message
+    assert _fail(ControllerError("INVALID_ARGUMENT: no policy 'x'")).exit_code == 1
 
 
 @responses.activate
