@@ -16,7 +16,7 @@ Prints the table (fault kind, injected, recovered, median and worst recovery, vi
 writes ``benchmarks/results/chaos.json`` and ``chaos.md`` (``--out``). Exits 1 when the checker found a
 violation.
 
-Run: ``.venv/bin/python benchmarks/bench_chaos.py [--minutes 30] [--every 16] [--seed 0] [--jobs 24]``;
+Run: ``.venv/bin/python benchmarks/bench_chaos.py [--minutes 30] [--every 16] [--seed 0] [--jobs 16]``;
 ``--minutes 4 --every 20 --jobs 4`` is the short run.
 """
 
@@ -77,9 +77,9 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
     p.add_argument("--every", type=float, default=16.0, help="mean seconds between faults (default 16)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=int, default=24)
+    p.add_argument("--jobs", type=int, default=16)
     p.add_argument("--workload", default="workload-1")
-    p.add_argument("--time-scale", type=float, default=0.1)
+    p.add_argument("--time-scale", type=float, default=0.06)
     p.add_argument("--policy", default="goodput+goodput")
     p.add_argument("--kind", dest="kinds", action="append", default=[], choices=kinds, metavar="KIND",
                    help=f"a fault kind to inject (repeatable; default every one): {', '.join(kinds)}")  # fmt: skip
