@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -249,28 +250,37 @@ def test_a_chaos_run_refuses_a_replay_with_no_controller() -> None:
         ChaosRun(Static(), None, duration_s=60, every_s=10, seed=0)  # type: ignore[arg-type]
 
 
+class FakeDaemon:
+    """A daemon as ``LocalCluster.running_daemons`` lists it."""
+
+    def __init__(self, name: str, pid: int = 1) -> None:
+        self.name, self.pid = name, pid
+
+
+class OneRmCluster:
+    """A cluster whose one daemon, the ResourceManager, is the process ``rm``; ``restart`` is its heal."""
+
+    def __init__(self, rm: subprocess.Popen[bytes], restart: Callable[[str], None]) -> None:
+        self.rm, self.restart = rm, restart
+
+    def running_daemons(self) -> list[FakeDaemon]:
+        return [FakeDaemon("rm", self.rm.pid if self.rm.poll() is None else 4242)]
+
+
 def test_a_daemon_is_not_drawn_again_while_its_heal_starts_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A ResourceManager killed again while the first kill's heal waited for its NodeManagers left that heal
     waiting on a dead process (seen in a run): a target whose heal is under way is not drawn."""
     rm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     restarting, restarted = threading.Event(), threading.Event()
 
-    class Daemon:
-        def __init__(self, name: str, pid: int) -> None:
-            self.name, self.pid = name, pid
-
-    class Cluster:
-        def running_daemons(self) -> list[Daemon]:
-            return [Daemon("rm", rm.pid if rm.poll() is None else 4242)]
-
-        def restart(self, name: str) -> None:
-            restarting.set()
-            restarted.wait(10)  # started, waiting for its NodeManagers
+    def restart(name: str) -> None:
+        restarting.set()
+        restarted.wait(10)  # started, waiting for its NodeManagers
 
     class Replay:
         elastic, policy, records = True, "goodput+goodput", []
 
-    chaos = ChaosRun(Replay(), Cluster(), duration_s=60, every_s=10, seed=0, say=lambda line: None)  # type: ignore[arg-type]
+    chaos = ChaosRun(Replay(), OneRmCluster(rm, restart), duration_s=60, every_s=10, seed=0, say=lambda line: None)  # type: ignore[arg-type]
     monkeypatch.setattr(chaos, "_unrepaired", lambda services, since: "")
     (kill_rm,) = select(catalogue(random.Random(0)), ["kill-rm"])
     kill_rm = dataclasses.replace(kill_rm, hold_s=0.0)
@@ -293,17 +303,13 @@ def test_a_heal_whose_daemon_started_while_another_died_is_done_and_one_that_did
     """A DataNode's heal waits for the cluster, and the NameNode is killed meanwhile (seen in a run): the restart
     raises naming the NameNode. The DataNode runs: healed. A daemon that did not start is started again."""
 
-    class Daemon:
-        def __init__(self, name: str) -> None:
-            self.name, self.pid = name, 1
-
     class Cluster:
         def __init__(self) -> None:
             self.running: list[str] = []
             self.failures = [DaemonStartError("nn", "exited during start", tmp_path / "nn.log", "")]
 
-        def running_daemons(self) -> list[Daemon]:
-            return [Daemon(n) for n in self.running]
+        def running_daemons(self) -> list[FakeDaemon]:
+            return [FakeDaemon(n) for n in self.running]
 
         def restart(self, name: str) -> None:
             if name == "dn-0":
@@ -330,24 +336,14 @@ def test_an_interrupted_run_heals_what_it_holds_at_once_and_stops_watching(monke
     rm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     healed = threading.Event()
 
-    class Daemon:
-        def __init__(self, name: str, pid: int) -> None:
-            self.name, self.pid = name, pid
-
-    class Cluster:
-        def running_daemons(self) -> list[Daemon]:
-            return [Daemon("rm", rm.pid if rm.poll() is None else 4242)]
-
-        def restart(self, name: str) -> None:
-            healed.set()
-
     class Replay:
         elastic, policy, records = True, "goodput+goodput", []
 
         def run(self) -> None:
             raise KeyboardInterrupt
 
-    chaos = ChaosRun(Replay(), Cluster(), duration_s=600, every_s=300, seed=0, say=lambda line: None)  # type: ignore[arg-type]
+    cluster = OneRmCluster(rm, lambda name: healed.set())
+    chaos = ChaosRun(Replay(), cluster, duration_s=600, every_s=300, seed=0, say=lambda line: None)  # type: ignore[arg-type]
     monkeypatch.setattr(chaos, "_unrepaired", lambda services, since: "the ResourceManager: not answering")
     (kill_rm,) = select(catalogue(random.Random(0)), ["kill-rm"])
     kill_rm = dataclasses.replace(kill_rm, hold_s=300.0, deadline_s=600.0)
