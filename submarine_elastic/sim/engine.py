@@ -447,7 +447,7 @@ class Simulator:
             last_resize_s=job.last_resize_s,
             steps=int(job.steps),
             steps_at=MappingProxyType({k: int(v) for k, v in job.steps_at.items()}),
-            metric_history=tuple(float(m) for m in app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch]),
+            metric_history=tuple(app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch].tolist()),
             metric_higher_is_better=app.metric_higher_is_better,
             noise_scale=app.noise_scale(job.batch, job.epoch),
             remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,

@@ -74,6 +74,23 @@ def _step_time(m: MeasuredStep) -> StepTime:
     return found
 
 
+#: Loss windows already made, by the metric history and whether higher is better: a job's history changes once an
+#: epoch, and the copies of a workload's job share theirs (a cache, cleared past :data:`_STEP_TIME_CACHE`).
+_loss_windows: dict[tuple[tuple[float, ...], bool], tuple[float, ...]] = {}
+
+
+def _loss_window(history: tuple[float, ...], higher_is_better: bool) -> tuple[float, ...]:
+    if 0.0 in history:  # equal keys would mix 0.0 and -0.0 up
+        return loss_window(enumerate(history), higher_is_better=higher_is_better)
+    key = (history, higher_is_better)
+    found = _loss_windows.get(key)
+    if found is None:
+        if len(_loss_windows) >= _STEP_TIME_CACHE:
+            _loss_windows.clear()
+        found = _loss_windows[key] = loss_window(enumerate(history), higher_is_better=higher_is_better)
+    return found
+
+
 def to_snapshot(view: ClusterView, elastic: bool = True, queues: Sequence[QueueShare] = ()) -> Snapshot:
     """The policy snapshot of one simulated round (see the module docstring for the mapping).
 
@@ -104,7 +121,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool, first_queue: str | None
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
-        loss_window=loss_window(enumerate(job.metric_history), higher_is_better=job.metric_higher_is_better),
+        loss_window=_loss_window(job.metric_history, job.metric_higher_is_better),
         gradient_noise_scale=job.noise_scale,
         batch_size=max(1, round(job.batch_size)),
         remaining_samples=max(0.0, job.remaining_examples),
