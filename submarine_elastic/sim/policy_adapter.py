@@ -80,8 +80,6 @@ _loss_windows: dict[tuple[tuple[float, ...], bool], tuple[float, ...]] = {}
 
 
 def _loss_window(history: tuple[float, ...], higher_is_better: bool) -> tuple[float, ...]:
-    if 0.0 in history:  # equal keys would mix 0.0 and -0.0 up
-        return loss_window(enumerate(history), higher_is_better=higher_is_better)
     key = (history, higher_is_better)
     found = _loss_windows.get(key)
     if found is None:

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from submarine_elastic.policy import GoodputArbiter, GoodputPolicy, JobView, PolicyConfigError, PolicyEngine, Request
-from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT
+from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT, _at
+from submarine_elastic.policy.goodput_model import GoodputModel
 from submarine_elastic.policy.goodput_programme import cheapest, programme
 
-from .test_policy_goodput import FAST, allocate, allocate_full, goodput_job, snap
+from .test_policy_goodput import FAST, MEASURED, allocate, allocate_full, goodput_job, snap
 
 
 def remaining(view: JobView, samples: float) -> JobView:
@@ -230,3 +231,15 @@ def test_the_arbiter_allocates_as_the_full_matrix_programme_does(
     monkeypatch.setattr(GoodputArbiter, "_solve", _solve_by_matrix)
     assert allocate_full(GoodputArbiter(), s) == fast
     assert fast  # the arbiter changes jobs
+
+
+def test_the_configuration_where_a_job_runs_spread_follows_its_measurements() -> None:
+    """The cached configuration of a job spread wider than packed is the model's for what it measured now: a
+    measurement that changed gives the new model's, not the one cached for the old."""
+    spread = replace(goodput_job(current=4, measured=MEASURED), placement=(1, 1, 1, 1))
+    first = _at(spread, MEASURED, 4, True, 4, 4)
+    assert first == GoodputModel(spread, MEASURED, 4).at(4, 4)
+    slower = tuple(replace(m, seconds=m.seconds * 3, sync_seconds=m.sync_seconds) for m in MEASURED)
+    moved = replace(spread, metrics=replace(spread.metrics, configurations=slower))
+    assert _at(moved, slower, 4, True, 4, 4) == GoodputModel(moved, slower, 4).at(4, 4) != first
+    assert _at(spread, MEASURED, 4, True, 4, 2) == GoodputModel(spread, MEASURED, 4).at(4, 2)
