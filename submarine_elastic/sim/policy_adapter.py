@@ -74,6 +74,26 @@ def _step_time(m: MeasuredStep) -> StepTime:
     return found
 
 
+#: Each job's configurations last converted, by its name, with the StepTimes they became: most of a job's are the
+#: same objects round after round (the simulator rebuilds the one it runs in), and converting every one again
+#: hashed each (a cache: cleared past :data:`_STEP_TIME_CACHE` jobs).
+_converted: dict[str, tuple[tuple[MeasuredStep, ...], tuple[StepTime, ...]]] = {}
+
+
+def _configurations(name: str, given: tuple[MeasuredStep, ...]) -> tuple[StepTime, ...]:
+    last = _converted.get(name)
+    if last is not None and len(last[0]) == len(given):
+        out = tuple(
+            known if m is seen else _step_time(m) for m, seen, known in zip(given, last[0], last[1], strict=True)
+        )
+    else:
+        out = tuple(_step_time(m) for m in given)
+    if len(_converted) >= _STEP_TIME_CACHE:
+        _converted.clear()
+    _converted[name] = (given, out)
+    return out
+
+
 #: Loss windows already made, by the metric history and whether higher is better: a job's history changes once an
 #: epoch, and the copies of a workload's job share theirs (a cache, cleared past :data:`_STEP_TIME_CACHE`).
 _loss_windows: dict[tuple[tuple[float, ...], bool], tuple[float, ...]] = {}
@@ -115,7 +135,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool, first_queue: str | None
         low, high = job.min_replicas, job.max_replicas
     else:
         low = high = min(job.requested_replicas, view.cluster.total_gpus, job.max_replicas)
-    configurations = tuple(_step_time(m) for m in job.configurations)
+    configurations = _configurations(job.name, job.configurations)
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -103,6 +104,20 @@ def test_a_loss_window_follows_its_metric_history():
     assert window((0.4, 0.5)) == (-0.4, -0.5)
     for zero in (0.0, -0.0):  # equal keys: each gives what a window made afresh gives
         assert str(window((zero, 0.5))) == str(loss_window(enumerate((zero, 0.5)), higher_is_better=True))
+
+
+def test_a_jobs_configurations_follow_its_measurements():
+    """The StepTimes a job's configurations become are converted anew where one changed, kept where it did not."""
+    one, two = MeasuredStep(1, 1, 32.0, 0, 0.5, 0.1, 10), MeasuredStep(2, 1, 32.0, 0, 0.4, 0.2, 5)
+
+    def configurations(*measured: MeasuredStep) -> list[tuple[int, float, int]]:
+        view = ClusterView(0.0, ClusterConfig(1, 4), 4, (view_job(configurations=measured),))
+        return [(m.workers, m.seconds, m.steps) for m in to_snapshot(view).jobs[0].metrics.configurations]
+
+    assert configurations(one, two) == [(1, 0.5, 10), (2, 0.4, 5)]
+    assert configurations(one, replace(two, steps=9)) == [(1, 0.5, 10), (2, 0.4, 9)]
+    assert configurations(replace(one, seconds=0.7), replace(two, steps=9)) == [(1, 0.7, 10), (2, 0.4, 9)]
+    assert configurations(two) == [(2, 0.4, 5)]
 
 
 def test_bad_view_values_are_reported_naming_the_job():
