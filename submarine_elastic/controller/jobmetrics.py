@@ -2,7 +2,7 @@
 
 The metrics store (:mod:`submarine_elastic.metrics`) holds what the training processes stream and what
 :meth:`~submarine_elastic.controller.service.ControllerService.report_metrics` is given, alike; the controller's
-SQLite store keeps the throughput per world size (history that survives a restart). :func:`read_metrics` turns
+SQLite store keeps the throughput per world size (history that survives a restart). :class:`MetricsReader` turns
 both into the :class:`~submarine_elastic.policy.JobMetrics` of a job's view, with the throughput figures the
 SQLite store has not seen yet.
 """
@@ -10,6 +10,7 @@ SQLite store has not seen yet.
 from __future__ import annotations
 
 import collections
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from submarine_elastic.controller.api import MetricsReport
@@ -18,7 +19,8 @@ from submarine_elastic.metrics.api import MAX_JOBS, MAX_POINTS_PER_REPLY, Metric
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.policy import LOSS_WINDOW, JobMetrics, StepTime, Throughput, loss_window
+from submarine_elastic.policy import LOSS_WINDOW, JobMetrics, StepTime, Throughput
+from submarine_elastic.policy.losses import step_mean
 
 SERIES_WINDOW = 40  # recent points per job per round that give the step times per worker and the global batch
 #: Most points read per job per round for its loss window (every rank reports each step): LOSS_WINDOW steps of up
@@ -52,54 +54,147 @@ def metrics_store() -> InMemoryStore:
     return InMemoryStore(max_jobs=METRICS_JOBS, points_per_job=METRICS_POINTS_PER_JOB)
 
 
-def read_metrics(store: ControllerStore, metrics: MetricsStore, job_id: str) -> ReadMetrics:
-    """The job's metrics: its saved throughput history updated with what the metrics store measured, its loss
-    window, step times per worker, noise scale, global batch, resize cost and measured configurations."""
-    history = store.throughput(job_id)
-    updates: list[HistoryRow] = []
-    losses: tuple[float, ...] = ()
-    step = 0
-    step_times: dict[str, list[float]] = {}
-    noise_scale = batch_size = resize_cost = None
-    configurations: tuple[StepTime, ...] = ()
-    try:
-        summary = metrics.summary(job_id)
-    except NoMetricsError:
-        summary = None
-    if summary is not None:
-        step = summary.last_step
-        for stat in summary.throughput:
-            measured = (stat.aggregate_examples_per_second, stat.points)
-            if history.get(stat.world_size) != measured:
-                history[stat.world_size] = measured
-                updates.append((job_id, stat.world_size, *measured))
-        points = metrics.recent(job_id, max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS)))
-        losses = loss_window((p.step, p.loss) for p in points if p.loss is not None)
-        points = points[-SERIES_WINDOW:]
+class LossWindow:
+    """One job's loss window kept between rounds: the recent points it was made of, their losses by step (in the
+    points' order) and each step's mean. A job's points arrive at the end of its store's recent points and leave at
+    the start, so the next round's points are mostly this round's: :meth:`slide` takes the ones that came and
+    drops the ones that went, and a round costs those and the steps they touch rather than the whole window (up to
+    :data:`LOSS_POINTS` points of every job every round, the largest part of reading a job's metrics). The entries
+    are the very floats :func:`~submarine_elastic.policy.loss_window` gives for the same points."""
+
+    __slots__ = ("points", "_losses", "_means")
+
+    def __init__(self, points: list[RecentPoint]) -> None:
+        self.points = points
+        self._losses: dict[int, collections.deque[float]] = {}
+        self._means: dict[int, float] = {}
+        self._add(points)
+
+    def slide(self, points: list[RecentPoint]) -> bool:
+        """Move to ``points``, the job's recent points now; False (nothing changed) when they are not this window's
+        points less some of its oldest and plus newer ones (the store forgot the job, or the window reaches further
+        back): the caller makes a new window then.
+
+        The store keeps each point once, as one object, until it drops it: the newest point kept here found among
+        ``points`` by identity, and the first of ``points`` found where it must be, every point between is the same."""
+        held = self.points
+        if not held or not points:
+            return False
+        last = held[-1]
+        end = len(points) - 1
+        while end >= 0 and points[end] is not last:
+            end -= 1
+        start = len(held) - end - 1  # where points[0] must be among the points held
+        if end < 0 or start < 0 or held[start] is not points[0]:
+            return False
+        self._drop(held[:start])
+        self._add(points[end + 1 :])
+        self.points = points
+        return True
+
+    def entries(self) -> tuple[float, ...]:
+        """The window: the newest :data:`LOSS_WINDOW` steps' mean losses, oldest first."""
+        means = self._means
+        return tuple(map(means.__getitem__, sorted(means)[-LOSS_WINDOW:]))
+
+    def _add(self, points: list[RecentPoint]) -> None:
+        touched = set()
         for p in points:
-            if p.step_time_seconds is not None and p.instance:
-                step_times.setdefault(p.instance, []).append(p.step_time_seconds)
-        if summary.noise is not None:
-            noise_scale = summary.noise.gradient_noise_scale
-        batch_size = global_batch(points, summary.world_size)
-        resize_cost = summary.resize_pause_s
-        # Nodes are not in the points: every configuration counts as one node until they are.
-        configurations = tuple(
-            StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
-            for c in summary.configurations
-            if c.batch_size > 0 and c.median_step_time_seconds > 0
+            if p.loss is not None:
+                losses = self._losses.get(p.step)
+                if losses is None:
+                    losses = self._losses[p.step] = collections.deque()
+                losses.append(p.loss)
+                touched.add(p.step)
+        for step in touched:
+            self._means[step] = step_mean(self._losses[step])
+
+    def _drop(self, points: list[RecentPoint]) -> None:
+        touched = set()
+        for p in points:
+            if p.loss is not None:
+                losses = self._losses[p.step]
+                losses.popleft()  # the oldest point of its step among those held is the oldest loss kept for it
+                touched.add(p.step)
+        for step in touched:
+            if self._losses[step]:
+                self._means[step] = step_mean(self._losses[step])
+            else:
+                del self._losses[step], self._means[step]
+
+
+class MetricsReader:
+    """Reads each job's metrics for its view (:meth:`read`), keeping each job's :class:`LossWindow` from one round to
+    the next. Used by the round's thread only.
+
+    Args:
+        store, metrics: the SQLite state (the throughput history) and the metrics store.
+    """
+
+    def __init__(self, store: ControllerStore, metrics: MetricsStore) -> None:
+        self.store, self.metrics = store, metrics
+        self._windows: dict[str, LossWindow] = {}
+
+    def keep_only(self, job_ids: Collection[str]) -> None:
+        """Forget the windows of jobs not among ``job_ids`` (ended, or no longer live)."""
+        self._windows = {job_id: window for job_id, window in self._windows.items() if job_id in job_ids}
+
+    def read(self, job_id: str) -> ReadMetrics:
+        """The job's metrics: its saved throughput history updated with what the metrics store measured, its loss
+        window, step times per worker, noise scale, global batch, resize cost and measured configurations."""
+        history = self.store.throughput(job_id)
+        updates: list[HistoryRow] = []
+        losses: tuple[float, ...] = ()
+        step = 0
+        step_times: dict[str, list[float]] = {}
+        noise_scale = batch_size = resize_cost = None
+        configurations: tuple[StepTime, ...] = ()
+        try:
+            summary = self.metrics.summary(job_id, trend=False)
+        except NoMetricsError:
+            summary = None
+            self._windows.pop(job_id, None)
+        if summary is not None:
+            step = summary.last_step
+            for stat in summary.throughput:
+                measured = (stat.aggregate_examples_per_second, stat.points)
+                if history.get(stat.world_size) != measured:
+                    history[stat.world_size] = measured
+                    updates.append((job_id, stat.world_size, *measured))
+            wanted = max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS))
+            points = self.metrics.recent(job_id, wanted)
+            losses = self._loss_window(job_id, points)
+            points = points[-SERIES_WINDOW:]
+            for p in points:
+                if p.step_time_seconds is not None and p.instance:
+                    step_times.setdefault(p.instance, []).append(p.step_time_seconds)
+            if summary.noise is not None:
+                noise_scale = summary.noise.gradient_noise_scale
+            batch_size = global_batch(points, summary.world_size)
+            resize_cost = summary.resize_pause_s
+            # Nodes are not in the points: every configuration counts as one node until they are.
+            configurations = tuple(
+                StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
+                for c in summary.configurations
+                if c.batch_size > 0 and c.median_step_time_seconds > 0
+            )
+        job_metrics = JobMetrics(
+            step=step,
+            throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
+            loss_window=losses,
+            step_times={name: tuple(times) for name, times in step_times.items()},
+            gradient_noise_scale=noise_scale,
+            batch_size=batch_size,
+            configurations=configurations,
+            resize_cost_s=resize_cost,
         )
-    job_metrics = JobMetrics(
-        step=step,
-        throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
-        loss_window=losses,
-        step_times={name: tuple(times) for name, times in step_times.items()},
-        gradient_noise_scale=noise_scale,
-        batch_size=batch_size,
-        configurations=configurations,
-        resize_cost_s=resize_cost,
-    )
-    return ReadMetrics(job_metrics, tuple(updates))
+        return ReadMetrics(job_metrics, tuple(updates))
+
+    def _loss_window(self, job_id: str, points: list[RecentPoint]) -> tuple[float, ...]:
+        window = self._windows.get(job_id)
+        if window is None or not window.slide(points):
+            window = self._windows[job_id] = LossWindow(points)
+        return window.entries()
 
 
 def report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.ReportBatch:

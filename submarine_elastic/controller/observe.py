@@ -1,12 +1,13 @@
 """A controller round's observation: everything the round's step reads, read once.
 
 :meth:`Observer.observe` asks each live job's driver for its status once (:meth:`.JobBackend.status`), reads each
-job's metrics (:func:`.jobmetrics.read_metrics`), and, unless the controller was given ``--capacity`` slots, the
+job's metrics (:class:`.jobmetrics.MetricsReader`), and, unless the controller was given ``--capacity`` slots, the
 cluster's nodes, each job's footprint and the scheduler's queues; a job whose run YARN shows ended (its application
 the one the controller knows for it) is left out of the round and named in :attr:`.step.Observation.ended`. What
 it remembers between rounds is what it read: each job run's footprint (YARN shows none for a while after a job's
-ApplicationMaster restarts), each job's batch limits (its driver's, while the driver does not answer), and the
-capacity filter of dips (:class:`.capacity.CapacityFilter`). It is used by the round's thread only.
+ApplicationMaster restarts), each job's batch limits (its driver's, while the driver does not answer), the
+capacity filter of dips (:class:`.capacity.CapacityFilter`) and each job's loss window (what of it the next round's
+points leave as it is). It is used by the round's thread only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 from submarine_elastic.controller.api import DriverStatus, JobBackend, JobFootprint, JobRecord
 from submarine_elastic.controller.capacity import CapacityFilter, count_slots, slot_unit
-from submarine_elastic.controller.jobmetrics import read_metrics
+from submarine_elastic.controller.jobmetrics import MetricsReader
 from submarine_elastic.controller.step import ClusterRoom, Observation, takes_part
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import MetricsStore
@@ -41,6 +42,7 @@ class Observer:
         self._filter = CapacityFilter(settle)
         self._footprints: dict[tuple[str, int], JobFootprint] = {}
         self._batch_limits: dict[str, tuple[int, int] | None] = {}
+        self._reader = MetricsReader(store, metrics)
 
     def statuses(self, jobs: Sequence[JobRecord]) -> dict[str, DriverStatus | None]:
         """One status call to each job's driver."""
@@ -63,12 +65,13 @@ class Observer:
                 jobs = [job for job in jobs if job.job_id not in gone]
                 statuses = {job_id: status for job_id, status in statuses.items() if job_id not in gone}
         self._batch_limits = {job.job_id: self._batch_limits.get(job.job_id) for job in jobs}
+        self._reader.keep_only(self._batch_limits)
         return Observation(
             now=now,
             jobs=tuple(jobs),
             ended=ended,
             statuses=statuses,
-            metrics={job.job_id: read_metrics(self.store, self.metrics, job.job_id) for job in jobs},
+            metrics={job.job_id: self._reader.read(job.job_id) for job in jobs},
             batch_limits=dict(self._batch_limits),
             queues=tuple(self.backend.queues()) if cluster is not None else (),
             capacity=capacity,

@@ -257,8 +257,10 @@ class MetricsStore(ABC):
         """Ids of the jobs held, in no particular order."""
 
     @abstractmethod
-    def summary(self, job_id: str) -> JobSummary:
-        """The job's aggregates now.
+    def summary(self, job_id: str, *, trend: bool = True) -> JobSummary:
+        """The job's aggregates now; with ``trend`` False, without the loss slope (``loss_slope_per_step`` None):
+        the slope over the trend window is most of a summary's cost, and the controller, which reads every job's
+        summary every round, never reads it.
 
         Raises:
             UnknownJobError: the store holds nothing for ``job_id``.

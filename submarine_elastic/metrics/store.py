@@ -480,7 +480,7 @@ class InMemoryStore(MetricsStore):
         with self._lock:
             return list(self._jobs)
 
-    def summary(self, job_id: str) -> JobSummary:
+    def summary(self, job_id: str, *, trend: bool = True) -> JobSummary:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
@@ -504,7 +504,7 @@ class InMemoryStore(MetricsStore):
                 last_step=job.last_step,
                 last_loss=job.last_loss,
                 loss_ema=job.loss_ema,
-                loss_slope_per_step=_slope(job.losses),
+                loss_slope_per_step=_slope(job.losses) if trend else None,
                 throughput=throughput,
                 points_received=job.received,
                 points_duplicate=job.duplicate,

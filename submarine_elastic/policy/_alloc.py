@@ -3,6 +3,7 @@ free slots, and write one-line reasons for what changed."""
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -102,16 +103,23 @@ def admit(shares: list[Share], available: int, donor_key: Callable[[Share], tupl
         share.admitted = share.newly_admitted = True
 
 
-def give_free(shares: list[Share], available: int, pick: Callable[[list[Share]], Share | None]) -> None:
-    """Hand out free slots one at a time to ``pick``'s choice among movable jobs below their wish."""
+def give_free(shares: list[Share], available: int, key: Callable[[Share], Any]) -> None:
+    """Hand out free slots one at a time, each to the movable job below its wish with the least ``key`` (the first
+    of them on a tie).
+
+    The jobs are kept in a heap by key, so a round that hands out every slot a departure or an arrival's start freed
+    costs the slots times the log of the jobs, not the slots times the jobs (a round of 978 slots among 1,000 jobs
+    took 0.6 s of the 1.0 s round with a scan of every job per slot)."""
     free = free_slots(shares, available)
-    while free > 0:
-        candidates = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
-        chosen = pick(candidates) if candidates else None
-        if chosen is None:
-            return
+    wanting = [(key(s), i) for i, s in enumerate(shares) if s.admitted and s.movable and s.workers < s.desired]
+    heapq.heapify(wanting)
+    while free > 0 and wanting:
+        _, i = heapq.heappop(wanting)
+        chosen = shares[i]
         chosen.workers += 1
         free -= 1
+        if chosen.workers < chosen.desired:
+            heapq.heappush(wanting, (key(chosen), i))
 
 
 def _jobs(counter: Counter[str]) -> str:

@@ -3,6 +3,7 @@ the rest is split max-min fairly (equal worker counts, capped by what each job w
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from ._alloc import Share, admit, allocations, free_slots, give_free, initial_shares
@@ -30,23 +31,42 @@ class FairShareArbiter(ClusterArbiter):
         shares = initial_shares(requests)
         available = snapshot.available
         admit(shares, available, donor_key=lambda s: (not s.movable, -s.workers, -s.job.submitted_at, s.job_id))
-        give_free(shares, available, pick=lambda c: min(c, key=lambda s: (s.workers, s.order)))
+        give_free(shares, available, key=lambda s: (s.workers, s.order))
         if free_slots(shares, available) >= 0:  # over-committed: nobody grows
             self._level(shares)
         return allocations(shares, "fair share", lambda s: f"fair share: {s.workers} of the {s.desired} it wants")
 
     @staticmethod
     def _level(shares: list[Share]) -> None:
+        """While the movable job below its wish holding the fewest (the earliest on a tie) holds at least two fewer
+        than the movable job above its minimum holding the most (the latest on a tie), one worker moves between
+        them. Both are kept in heaps (an entry whose job's count has changed since is skipped), so a round costs
+        the moves times the log of the jobs rather than the moves times the jobs."""
+        by_rank = sorted(shares, key=lambda s: s.order)  # a job's rank in this order names it in the heaps
+        rank = {id(s): r for r, s in enumerate(by_rank)}
+        movable = [s for s in shares if s.admitted and s.movable]
+        receivers = [(s.workers, rank[id(s)]) for s in movable if s.workers < s.desired]
+        donors = [(-s.workers, -rank[id(s)]) for s in movable if s.workers > s.job.min_workers]
+        heapq.heapify(receivers)
+        heapq.heapify(donors)
+
+        def top(heap: list[tuple[int, int]], sign: int) -> Share | None:
+            while heap and sign * heap[0][0] != by_rank[sign * heap[0][1]].workers:
+                heapq.heappop(heap)  # its count changed since: its entry of now is in the heap too, if it qualifies
+            return by_rank[sign * heap[0][1]] if heap else None
+
         while True:
-            receivers = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
-            donors = [s for s in shares if s.admitted and s.movable and s.workers > s.job.min_workers]
-            if not receivers or not donors:
+            receiver, donor = top(receivers, 1), top(donors, -1)
+            if receiver is None or donor is None:
                 return
-            receiver = min(receivers, key=lambda s: (s.workers, s.order))
-            donor = max(donors, key=lambda s: (s.workers, s.order))
             if donor is receiver or donor.workers - receiver.workers < 2:
                 return
             donor.workers -= 1
             donor.gave[receiver.job_id] += 1
             receiver.workers += 1
             receiver.took[donor.job_id] += 1
+            for moved in (donor, receiver):
+                if moved.workers < moved.desired:
+                    heapq.heappush(receivers, (moved.workers, rank[id(moved)]))
+                if moved.workers > moved.job.min_workers:
+                    heapq.heappush(donors, (-moved.workers, -rank[id(moved)]))

@@ -52,9 +52,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -73,6 +73,7 @@ from .api import (
 )
 from .goodput_history import MAX_CONFIGURATIONS, StepHistory
 from .goodput_model import BestConfigs, GoodputModel, worker_cap
+from .goodput_programme import programme
 
 __all__ = [
     "DEFAULT_RESIZE_COST_S",
@@ -89,6 +90,8 @@ __all__ = [
     "estimated_throughput",
     "statistical_efficiency",
 ]
+
+_M = TypeVar("_M")
 
 #: Seconds a resize is taken to cost when neither the arbiter nor the job's metrics say.
 DEFAULT_RESIZE_COST_S = 30.0
@@ -183,24 +186,42 @@ class _Table:
     here: _Here | None = None
 
 
-#: Best configurations already computed, by everything they depend on (a round asks for each job's twice,
-#: and most jobs' inputs do not change between rounds). A cache, not state: cleared when it grows past
-#: :data:`_CACHE_SIZE`.
-_best_cache: dict[tuple[Any, ...], BestConfigs] = {}
+#: What goodput models already gave, by everything it depends on: the best configurations at every count (a round
+#: asks for each job's twice, and most jobs' inputs do not change between rounds), and the configuration where a job
+#: runs spread wider than packed (the same, round after round, until it moves or is measured anew). A cache, not
+#: state: cleared when it grows past :data:`_CACHE_SIZE`.
+_model_cache: dict[tuple[Any, ...], Any] = {}
 _CACHE_SIZE = 4096
 
 
-def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int, explore: bool) -> BestConfigs:
+def _model_key(job: JobView, measured: tuple[StepTime, ...], slots: int | None, explore: bool) -> tuple[Any, ...]:
+    """Everything a :class:`GoodputModel` of ``job`` reads."""
     m = job.metrics
     fitted = tuple((t.workers, t.nodes, t.local_batch, t.accum_steps, t.seconds, t.sync_seconds) for t in measured)
     key: tuple[Any, ...] = (fitted, m.gradient_noise_scale, m.batch_size, job.min_batch_size, job.max_batch_size)
-    key += (job.max_local_batch, slots, cap, explore)
-    found = _best_cache.get(key)
+    return key + (job.max_local_batch, slots, explore)
+
+
+def _cached(key: tuple[Any, ...], make: Callable[[], _M]) -> _M:
+    found: _M | None = _model_cache.get(key)
     if found is None:
-        if len(_best_cache) >= _CACHE_SIZE:
-            _best_cache.clear()
-        found = _best_cache[key] = GoodputModel(job, measured, slots, explore=explore).best(cap)
+        if len(_model_cache) >= _CACHE_SIZE:
+            _model_cache.clear()
+        found = _model_cache[key] = make()
     return found
+
+
+def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int, explore: bool) -> BestConfigs:
+    key = (*_model_key(job, measured, slots, explore), "best", cap)
+    return _cached(key, lambda: GoodputModel(job, measured, slots, explore=explore).best(cap))
+
+
+def _at(
+    job: JobView, measured: tuple[StepTime, ...], slots: int | None, explore: bool, workers: int, nodes: int
+) -> tuple[float, int, int]:
+    """:meth:`GoodputModel.at`, made once per model and placement."""
+    key = (*_model_key(job, measured, slots, explore), "at", workers, nodes)
+    return _cached(key, lambda: GoodputModel(job, measured, slots, explore=explore).at(workers, nodes))
 
 
 #: The last tables made, by the identity of the job's view (held, so the id is not reused) and what else they
@@ -230,8 +251,7 @@ def _made_table(job: JobView, measured: Sequence[StepTime], slots: int | None, i
         here = None
         spread = job.nodes
         if spread is not None and job.current_workers and spread > _packed(job.current_workers, slots):
-            model = GoodputModel(job, measured, slots, explore=explore)
-            rate, batch, accum = model.at(job.current_workers, spread)
+            rate, batch, accum = _at(job, tuple(measured), slots, explore, job.current_workers, spread)
             base = float(best.goodput[1])
             here = _Here(spread, rate, rate / base if base > 0 else 0.0, batch, accum)
         return _Table(best.speedup(), best.batch, best.accum, cap, best.goodput, here)
@@ -291,26 +311,6 @@ def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> 
     if k == job.holding and batch == job.metrics.batch_size and (job.metrics.accum_steps in (None, accum)):
         return None, None
     return batch, accum
-
-
-def _cheapest(dp: np.ndarray, ks: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One step of the arbiter's dynamic programme: for every room ``c``, the least ``dp[c - ks[j]] + values[j]``
-    (inf where no option fits) and the first ``j`` that gives it. One pass over the rooms per option (a job has
-    a few), not a rooms x options matrix."""
-    n = len(dp)
-    best = np.full(n, np.inf)
-    pick = np.zeros(n, dtype=np.int64)
-    cand = np.empty(n)  # scratch, written in place: no arrays made per option, no fancy indexing
-    better = np.empty(n, dtype=bool)
-    for j, (k, value) in enumerate(zip(ks.tolist(), values.tolist(), strict=True)):
-        if k >= n:
-            continue
-        c, b = cand[: n - k], better[: n - k]
-        np.add(dp[: n - k], value, out=c)
-        np.less(c, best[k:], out=b)
-        np.copyto(best[k:], c, where=b)
-        np.copyto(pick[k:], j, where=b)
-    return best, pick
 
 
 # --------------------------------------------------------------------------------------- job policy
@@ -693,28 +693,11 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
     ) -> tuple[list[int], list[bool]] | None:
         """Every job's count and whether it moves, by dynamic programming over the jobs and the slots; None if
         nothing fits."""
-        dp = np.zeros(capacity + 1)
-        choices = []
-        most = 0  # the most slots the jobs so far can take: dp is flat from there on
-        for request, table, weight in zip(requests, tables, self._weights(requests, tables), strict=True):
-            ks, values, moves = self._options(request, table, now, slots, preempt, weight)
-            most = min(capacity, most + int(ks.max()))
-            best, pick = _cheapest(dp[: most + 1], ks, values)
-            dp = np.concatenate((best, np.full(capacity - most, best[most])))
-            choices.append((ks, moves, np.concatenate((pick, np.full(capacity - most, pick[most])))))
-        if not math.isfinite(dp[capacity]):
-            return None
-        counts: list[int] = []
-        moved: list[bool] = []
-        left = capacity
-        for ks, moves, pick in reversed(choices):
-            k = int(ks[pick[left]])
-            counts.append(k)
-            moved.append(bool(moves[pick[left]]))
-            left -= k
-        counts.reverse()
-        moved.reverse()
-        return counts, moved
+        options = [
+            self._options(request, table, now, slots, preempt, weight)
+            for request, table, weight in zip(requests, tables, self._weights(requests, tables), strict=True)
+        ]
+        return programme(options, capacity)
 
     @staticmethod
     def _reason(

@@ -9,9 +9,9 @@ is negated, so that lower is always better, as for a loss.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
-__all__ = ["LOSS_WINDOW", "loss_window"]
+__all__ = ["LOSS_WINDOW", "loss_window", "step_mean"]
 
 #: Entries in a job's loss window (the convergence policy compares the last 20 of them by default).
 LOSS_WINDOW = 32
@@ -26,4 +26,10 @@ def loss_window(samples: Iterable[tuple[int, float]], *, higher_is_better: bool 
         by_step.setdefault(step, []).append(value)
     sign = -1.0 if higher_is_better else 1.0
     newest = sorted(by_step)[-LOSS_WINDOW:]
-    return tuple(sign * sum(by_step[step]) / len(by_step[step]) for step in newest)
+    return tuple(sign * step_mean(by_step[step]) for step in newest)
+
+
+def step_mean(values: Collection[float]) -> float:
+    """One entry of a loss window: the mean of a step's values, summed in the order given (a window kept between
+    rounds, :class:`~submarine_elastic.controller.jobmetrics.LossWindow`, gives the very floats a new one would)."""
+    return sum(values) / len(values)

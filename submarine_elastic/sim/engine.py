@@ -129,9 +129,21 @@ class _Job:
         self.measured: dict[tuple[int, int, float, int], list[float]] = {}
         self.config: tuple[int, int, float, int] | None = None
         self._measured_views: dict[tuple[int, int, float, int], MeasuredStep] = {}
+        # the configurations last given, and whether any but the newest changed since (a reconfiguration)
+        self._measured_given: tuple[MeasuredStep, ...] = ()
+        self._reshaped = True
 
     def measured_steps(self) -> tuple[MeasuredStep, ...]:
-        """The configurations measured so far, oldest first (each built again only when it changed)."""
+        """The configurations measured so far, oldest first (each built again only when it changed). Between
+        reconfigurations only the newest (the one the job runs in) gains steps: the others are given as they
+        were."""
+        if not self._reshaped:
+            key, (seconds, sync, steps) = next(reversed(self.measured.items()))
+            last = self._measured_given[-1]
+            if last.steps != int(steps) or last.seconds != seconds:
+                last = self._measured_views[key] = MeasuredStep(*key, seconds, sync, int(steps))
+                self._measured_given = (*self._measured_given[:-1], last)
+            return self._measured_given
         out = []
         for key, (seconds, sync, steps) in self.measured.items():
             known = self._measured_views.get(key)
@@ -140,7 +152,9 @@ class _Job:
             out.append(known)
         if len(self._measured_views) > 2 * MEASURED_CONFIGURATIONS:
             self._measured_views = {key: self._measured_views[key] for key in self.measured}
-        return tuple(out)
+        self._measured_given = tuple(out)
+        self._reshaped = not out
+        return self._measured_given
 
     def placement(self) -> tuple[int, ...]:
         return tuple(sorted(self.nodes.values(), reverse=True))
@@ -186,6 +200,7 @@ class _Job:
         self.iter_s = seconds
         self.config = (self.workers, len(placement), cost.atomic_bsz, cost.accum_steps)
         entry = self.measured.pop(self.config, None)
+        self._reshaped = True
         sync = self.app.step_time(placement, cost.atomic_bsz)[1]
         self.measured[self.config] = [seconds, sync, entry[2] if entry else 0.0]
         while len(self.measured) > MEASURED_CONFIGURATIONS:
@@ -447,7 +462,7 @@ class Simulator:
             last_resize_s=job.last_resize_s,
             steps=int(job.steps),
             steps_at=MappingProxyType({k: int(v) for k, v in job.steps_at.items()}),
-            metric_history=tuple(float(m) for m in app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch]),
+            metric_history=tuple(app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch].tolist()),
             metric_higher_is_better=app.metric_higher_is_better,
             noise_scale=app.noise_scale(job.batch, job.epoch),
             remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,

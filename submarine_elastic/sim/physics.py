@@ -113,6 +113,7 @@ class Application:
         self.max_local_bsz = float(all_bsz.max())
         self._gains: dict[float, FloatArray] = {}
         self._metrics: dict[float, FloatArray] = {}
+        self._gradients: dict[float, tuple[FloatArray, FloatArray]] = {}
 
     # --- sizes -----------------------------------------------------------------------------------
     @property
@@ -218,7 +219,7 @@ class Application:
         cached = self._gains.get(b)
         if cached is not None:
             return cached
-        sqr, var = self._bracket(b, self._sqr), self._bracket(b, self._var)
+        sqr, var = self._gradient_stats(b)
         scale = b / self.init_batch_size
         denom = var / scale + sqr
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -240,8 +241,17 @@ class Application:
         """
         b = self.clamp_batch(batch_size)
         e = min(max(epoch, 0), self.epochs - 1)
-        sqr = float(self._bracket(b, self._sqr)[e])
-        return None if sqr <= 0 else self.init_batch_size * float(self._bracket(b, self._var)[e]) / sqr
+        sqrs, variances = self._gradient_stats(b)
+        sqr = float(sqrs[e])
+        return None if sqr <= 0 else self.init_batch_size * float(variances[e]) / sqr
+
+    def _gradient_stats(self, b: float) -> tuple[FloatArray, FloatArray]:
+        """``grad_sqr`` and ``grad_var`` of every epoch at the (clamped) batch ``b``, interpolated once per batch:
+        the simulator reads a job's noise scale every round."""
+        cached = self._gradients.get(b)
+        if cached is None:
+            cached = self._gradients[b] = (self._bracket(b, self._sqr), self._bracket(b, self._var))
+        return cached
 
     def metrics(self, batch_size: float) -> FloatArray:
         """Validation metric after every epoch at ``batch_size`` (read-only array of ``epochs`` values)."""

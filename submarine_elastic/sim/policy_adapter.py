@@ -74,6 +74,41 @@ def _step_time(m: MeasuredStep) -> StepTime:
     return found
 
 
+#: Each job's configurations last converted, by its name, with the StepTimes they became: most of a job's are the
+#: same objects round after round (the simulator rebuilds the one it runs in), and converting every one again
+#: hashed each (a cache: cleared past :data:`_STEP_TIME_CACHE` jobs).
+_converted: dict[str, tuple[tuple[MeasuredStep, ...], tuple[StepTime, ...]]] = {}
+
+
+def _configurations(name: str, given: tuple[MeasuredStep, ...]) -> tuple[StepTime, ...]:
+    last = _converted.get(name)
+    if last is not None and len(last[0]) == len(given):
+        out = tuple(
+            known if m is seen else _step_time(m) for m, seen, known in zip(given, last[0], last[1], strict=True)
+        )
+    else:
+        out = tuple(_step_time(m) for m in given)
+    if len(_converted) >= _STEP_TIME_CACHE:
+        _converted.clear()
+    _converted[name] = (given, out)
+    return out
+
+
+#: Loss windows already made, by the metric history and whether higher is better: a job's history changes once an
+#: epoch, and the copies of a workload's job share theirs (a cache, cleared past :data:`_STEP_TIME_CACHE`).
+_loss_windows: dict[tuple[tuple[float, ...], bool], tuple[float, ...]] = {}
+
+
+def _loss_window(history: tuple[float, ...], higher_is_better: bool) -> tuple[float, ...]:
+    key = (history, higher_is_better)
+    found = _loss_windows.get(key)
+    if found is None:
+        if len(_loss_windows) >= _STEP_TIME_CACHE:
+            _loss_windows.clear()
+        found = _loss_windows[key] = loss_window(enumerate(history), higher_is_better=higher_is_better)
+    return found
+
+
 def to_snapshot(view: ClusterView, elastic: bool = True, queues: Sequence[QueueShare] = ()) -> Snapshot:
     """The policy snapshot of one simulated round (see the module docstring for the mapping).
 
@@ -100,11 +135,11 @@ def _job(job: JobView, view: ClusterView, elastic: bool, first_queue: str | None
         low, high = job.min_replicas, job.max_replicas
     else:
         low = high = min(job.requested_replicas, view.cluster.total_gpus, job.max_replicas)
-    configurations = tuple(_step_time(m) for m in job.configurations)
+    configurations = _configurations(job.name, job.configurations)
     metrics = JobMetrics(
         step=job.steps,
         throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
-        loss_window=loss_window(enumerate(job.metric_history), higher_is_better=job.metric_higher_is_better),
+        loss_window=_loss_window(job.metric_history, job.metric_higher_is_better),
         gradient_noise_scale=job.noise_scale,
         batch_size=max(1, round(job.batch_size)),
         remaining_samples=max(0.0, job.remaining_examples),

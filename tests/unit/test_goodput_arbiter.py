@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from submarine_elastic.policy import GoodputArbiter, GoodputPolicy, JobView, PolicyConfigError, PolicyEngine, Request
-from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT, _cheapest
+from submarine_elastic.policy.goodput import MAX_REMAINING_EXPONENT, REMAINING_EXPONENT, _at
+from submarine_elastic.policy.goodput_model import GoodputModel
+from submarine_elastic.policy.goodput_programme import cheapest, programme
 
-from .test_policy_goodput import FAST, allocate, allocate_full, goodput_job, snap
+from .test_policy_goodput import FAST, MEASURED, allocate, allocate_full, goodput_job, snap
 
 
 def remaining(view: JobView, samples: float) -> JobView:
@@ -150,7 +152,7 @@ def test_the_programmes_step_per_option_is_the_matrix_one_ties_and_unreachable_r
         dp = rng.choice([0.5, 1.0, 2.0, np.inf], size=rooms)  # few distinct values: ties are common
         ks = rng.choice(np.arange(0, rooms + 5), size=int(rng.integers(1, 7)), replace=False).astype(np.int64)
         values = rng.choice([0.25, 0.5, 1.0], size=len(ks))
-        best, pick = _cheapest(dp, ks, values)
+        best, pick = cheapest(dp, ks, values)
         want_best, want_pick = _cheapest_by_matrix(dp, ks, values)
         assert np.array_equal(best, want_best)
         assert np.array_equal(pick, want_pick)
@@ -182,6 +184,40 @@ def _solve_by_matrix(
     return counts[::-1], moved[::-1]
 
 
+def _programme_by_matrix(
+    options: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], capacity: int
+) -> tuple[list[int], list[bool]] | None:
+    """The arbiter's programme over every room for every job, each step a rooms x options matrix."""
+    dp = np.zeros(capacity + 1)
+    picks = []
+    for ks, values, _ in options:
+        dp, pick = _cheapest_by_matrix(dp, ks, values)
+        picks.append(pick)
+    if not np.isfinite(dp[capacity]):
+        return None
+    counts, moved, left = [], [], capacity
+    for (ks, _, moves), pick in zip(reversed(options), reversed(picks), strict=True):
+        counts.append(int(ks[pick[left]]))
+        moved.append(bool(moves[pick[left]]))
+        left -= counts[-1]
+    return counts[::-1], moved[::-1]
+
+
+def test_the_programme_over_the_rooms_that_matter_is_the_one_over_every_room() -> None:
+    """Ties everywhere, jobs that take none, options past the capacity, capacities too small and too large for the
+    jobs: the same counts (and moves), or nothing fits for both."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        options = []
+        for _ in range(int(rng.integers(1, 12))):
+            ks = np.sort(rng.choice(np.arange(0, 12), size=int(rng.integers(1, 6)), replace=False)).astype(np.int64)
+            rng.shuffle(ks)
+            values = rng.choice([0.25, 0.5, 1.0, 3.0], size=len(ks))
+            options.append((ks, values, rng.random(len(ks)) < 0.3))
+        capacity = int(rng.integers(0, 60))
+        assert programme(options, capacity) == _programme_by_matrix(options, capacity)
+
+
 @pytest.mark.parametrize("capacity", [130, 200, 400])
 def test_the_arbiter_allocates_as_the_full_matrix_programme_does(
     capacity: int, monkeypatch: pytest.MonkeyPatch
@@ -195,3 +231,15 @@ def test_the_arbiter_allocates_as_the_full_matrix_programme_does(
     monkeypatch.setattr(GoodputArbiter, "_solve", _solve_by_matrix)
     assert allocate_full(GoodputArbiter(), s) == fast
     assert fast  # the arbiter changes jobs
+
+
+def test_the_configuration_where_a_job_runs_spread_follows_its_measurements() -> None:
+    """The cached configuration of a job spread wider than packed is the model's for what it measured now: a
+    measurement that changed gives the new model's, not the one cached for the old."""
+    spread = replace(goodput_job(current=4, measured=MEASURED), placement=(1, 1, 1, 1))
+    first = _at(spread, MEASURED, 4, True, 4, 4)
+    assert first == GoodputModel(spread, MEASURED, 4).at(4, 4)
+    slower = tuple(replace(m, seconds=m.seconds * 3, sync_seconds=m.sync_seconds) for m in MEASURED)
+    moved = replace(spread, metrics=replace(spread.metrics, configurations=slower))
+    assert _at(moved, slower, 4, True, 4, 4) == GoodputModel(moved, slower, 4).at(4, 4) != first
+    assert _at(spread, MEASURED, 4, True, 4, 2) == GoodputModel(spread, MEASURED, 4).at(4, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -129,6 +130,8 @@ def test_aggregates_throughput_per_world_size_and_loss_trend() -> None:
     expected = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     assert summary.loss_slope_per_step == pytest.approx(expected)
     assert summary.last_step == 10
+    # without the trend (what the controller reads every round), the rest as it is
+    assert store.summary("job-a", trend=False) == dataclasses.replace(summary, loss_slope_per_step=None)
 
 
 def test_active_workers_counts_recent_instances() -> None:

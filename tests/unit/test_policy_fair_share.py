@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
-from submarine_elastic.policy import Decision, FairShareArbiter, GreedyPolicy, PolicyEngine, StaticPolicy
+from submarine_elastic.policy import (
+    Allocation,
+    Decision,
+    FairShareArbiter,
+    GreedyPolicy,
+    PolicyEngine,
+    Request,
+    Snapshot,
+    StaticPolicy,
+)
+from submarine_elastic.policy._alloc import admit, allocations, free_slots, initial_shares
 
 from ._policy_support import job, snapshot
 
@@ -107,3 +118,62 @@ def test_a_job_that_grew_in_its_cooldown_still_gives_to_an_arrival_at_once() -> 
     big = job("big", current=4, max_workers=4, submitted_at=0.0, last_resize_at=1000.0)
     small = job("small", min_workers=2, max_workers=2, elastic=False, current=0, submitted_at=1005.0)
     assert targets(e.decide(snapshot(big, small, capacity=4, now=1005.0))) == {"big": 2, "small": 2}
+
+
+class _ScanningFairShare(FairShareArbiter):
+    """The arbiter with its hand-out and levelling as scans of every job for every slot and every move."""
+
+    def allocate(self, snapshot: Snapshot, requests: Sequence[Request]) -> Sequence[Allocation]:
+        shares = initial_shares(requests)
+        available = snapshot.available
+        admit(shares, available, donor_key=lambda s: (not s.movable, -s.workers, -s.job.submitted_at, s.job_id))
+        free = free_slots(shares, available)
+        while free > 0:
+            wanting = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
+            if not wanting:
+                break
+            min(wanting, key=lambda s: (s.workers, s.order)).workers += 1
+            free -= 1
+        if free_slots(shares, available) >= 0:
+            while True:
+                receivers = [s for s in shares if s.admitted and s.movable and s.workers < s.desired]
+                donors = [s for s in shares if s.admitted and s.movable and s.workers > s.job.min_workers]
+                if not receivers or not donors:
+                    break
+                receiver = min(receivers, key=lambda s: (s.workers, s.order))
+                donor = max(donors, key=lambda s: (s.workers, s.order))
+                if donor is receiver or donor.workers - receiver.workers < 2:
+                    break
+                donor.workers -= 1
+                donor.gave[receiver.job_id] += 1
+                receiver.workers += 1
+                receiver.took[donor.job_id] += 1
+        return allocations(shares, "fair share", lambda s: f"fair share: {s.workers} of the {s.desired} it wants")
+
+
+def test_the_heaps_hand_out_and_level_as_scans_of_every_job_do() -> None:
+    """Random clusters (jobs waiting, settled, fixed, wanting more or less, ties in submission time, room freed or
+    short): the same allocations, reasons included, as the scans."""
+    rng = random.Random(5)
+    for _ in range(300):
+        jobs = []
+        for i in range(rng.randint(1, 25)):
+            low = rng.randint(1, 3)
+            high = rng.randint(low, 10)
+            elastic = rng.random() < 0.85
+            jobs.append(
+                job(
+                    f"job-{i:02d}",
+                    min_workers=low if elastic else high,
+                    max_workers=high,
+                    elastic=elastic,
+                    current=rng.choice([0, low, rng.randint(low, high)]) if elastic else rng.choice([0, high]),
+                    submitted_at=float(rng.randint(0, 5)),
+                    last_resize_at=rng.choice([None, 990.0, 0.0]),
+                )
+            )
+        snap = snapshot(*jobs, capacity=rng.randint(0, 120), now=1000.0)
+        for policy in (GreedyPolicy(), StaticPolicy()):
+            fast = PolicyEngine(policy, FairShareArbiter(), cooldown_s=60.0).decide(snap)
+            scanned = PolicyEngine(policy, _ScanningFairShare(), cooldown_s=60.0).decide(snap)
+            assert fast == scanned

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
 import pytest
 
 from submarine_elastic.policy import PolicyStateError, StepTime
@@ -73,3 +76,33 @@ def test_malformed_state_is_refused_and_nothing_changes(state, explored, message
     with pytest.raises(PolicyStateError, match=message):
         history.load("goodput", state, explored)
     assert history.state() == before
+
+
+def test_configurations_measured_anew_merge_as_a_whole_merge_does():
+    """Rounds in which a job reports what it reported last with some of it measured anew (the quick merge), a new
+    configuration, one dropped, two of one key, another order: the history and the exploration times are those of
+    a history that merges everything every round, and the new measurements are kept, never the old."""
+    rng = random.Random(3)
+    quick, whole = StepHistory(), StepHistory()
+    given = [step(w, local=float(b)) for w, b in ((1, 64), (2, 64), (2, 128), (4, 64))]
+    for rnd in range(300):
+        what = rng.random()
+        if what < 0.6:  # measured anew, each at its place
+            given = [
+                replace(m, seconds=rng.choice((1.0, 2.0)), steps=m.steps + 1) if rng.random() < 0.4 else m
+                for m in given
+            ]
+        elif what < 0.7:
+            given = [*given, step(rng.randint(1, 12), local=float(rng.choice((32, 64, 128, 256))))]
+        elif what < 0.75 and len(given) > 1:
+            given.pop(rng.randrange(len(given)))
+        elif what < 0.8:
+            given = [*given, replace(rng.choice(given), seconds=5.0)]  # a key twice
+        elif what < 0.85:
+            rng.shuffle(given)
+        given = given[-MAX_CONFIGURATIONS - 2 :]
+        view = goodput_job(measured=given)
+        whole._seen.clear()
+        assert quick.update(view, now=float(rnd)) == whole.update(view, now=float(rnd))
+        assert quick.explored == whole.explored
+    assert quick.jobs == whole.jobs

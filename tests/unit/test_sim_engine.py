@@ -361,3 +361,32 @@ def test_written_files_hold_one_row_per_job(catalog: TraceCatalog, tmp_path: Pat
     assert summary["mean_jct_s"] == pytest.approx(37.5)
     assert summary["finished"] == 2
     assert paths["utilisation"].read_text().startswith("time_s,allocated_gpus")
+
+
+def test_a_jobs_measured_configurations_follow_its_steps_and_reconfigurations(catalog: TraceCatalog):
+    """The configurations a job shows are, after every advance and reconfiguration, those its measurements make:
+    the one it runs in gains its steps, a new one comes last, one taken up again moves last."""
+    from submarine_elastic.sim.api import MeasuredStep
+    from submarine_elastic.sim.engine import _Job, _Nodes
+
+    def made(j: _Job) -> tuple[MeasuredStep, ...]:
+        return tuple(MeasuredStep(*key, s, sync, int(n)) for key, (s, sync, n) in j.measured.items())
+
+    cluster = TWO_NODES
+    nodes = _Nodes(cluster)
+    j = _Job(job("a", 0.0, 1), catalog.get(TOY), cluster, 64)
+    assert j.measured_steps() == made(j) == ()
+    t = 0.0
+    for workers in (1, 2, 2, 4, 1, 4):
+        if workers > j.workers:
+            nodes.grow(j, workers - j.workers)
+        elif workers < j.workers:
+            nodes.shrink(j, j.workers - workers)
+        j.workers = workers
+        j.reconfigure(float(workers))
+        assert j.measured_steps() == made(j)
+        for _ in range(3):
+            t += 2.5
+            j.advance(t)
+            assert j.measured_steps() == made(j)
+    assert [m.workers for m in j.measured_steps()] == [2, 1, 4]

@@ -113,6 +113,27 @@ def test_gain_between_validated_batches_uses_interpolated_statistics(catalog: Tr
     assert app.gains(batch)[epoch] == pytest.approx((var + sqr) / (var / scale + sqr))
 
 
+def test_the_noise_scale_at_each_batch_is_that_batchs_own(catalog: TraceCatalog):
+    """Read at one batch, then at others (validated, between two, clamped) and again: each epoch's noise scale is
+    the one of the statistics read from the traces at that batch, never another batch's."""
+    app = catalog.get("cifar10")
+    runs = {b: rows("cifar10", f"validation-{b}.csv") for b in app.batch_sizes}
+    for batch in (384, 256, 384, 64, 10**6, 512, 384):
+        b = min(max(batch, app.batch_sizes[0]), app.batch_sizes[-1])
+        low = max(s for s in app.batch_sizes if s <= b)
+        high = min(s for s in app.batch_sizes if s >= b)
+        w = 0.0 if high == low else (b - low) / (high - low)
+        for epoch in (0, 5):
+
+            def stat(name: str, epoch: int = epoch, low: int = low, high: int = high, w: float = w) -> float:
+                return float(runs[low][epoch][name]) + w * (
+                    float(runs[high][epoch][name]) - float(runs[low][epoch][name])
+                )
+
+            expected = app.init_batch_size * stat("grad_var") / stat("grad_sqr")
+            assert app.noise_scale(batch, epoch) == pytest.approx(expected, rel=1e-9)
+
+
 def test_completion_target_is_the_smallest_final_progress(catalog: TraceCatalog):
     app = catalog.get("cifar10")
     finals = [float(rows("cifar10", f"validation-{b}.csv")[-1]["progress"]) for b in app.batch_sizes]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
 
 from submarine_elastic import env
-from submarine_elastic.policy import Snapshot
+from submarine_elastic.policy import Snapshot, loss_window
 from submarine_elastic.policy.engine import PolicyEngine
 from submarine_elastic.sim import (
     BatchRule,
@@ -85,6 +86,38 @@ def test_error_metrics_stay_as_they_are_and_fixed_jobs_have_one_size():
     (job,) = to_snapshot(view, elastic=False).jobs
     assert job.metrics.loss_window == (0.4, 0.5, 0.6)
     assert (job.min_workers, job.max_workers, job.elastic) == (4, 4, False)
+
+
+def test_a_loss_window_follows_its_metric_history():
+    """Loss windows are made once per history: a new epoch's history, the other sense, and a zero of either sign
+    each give their own, never one made for another."""
+
+    def window(history: tuple[float, ...], higher: bool = True) -> tuple[float, ...]:
+        view = ClusterView(
+            0.0, ClusterConfig(1, 4), 4, (view_job(metric_history=history, metric_higher_is_better=higher),)
+        )
+        return to_snapshot(view).jobs[0].metrics.loss_window
+
+    assert window((0.4, 0.5)) == (-0.4, -0.5)
+    assert window((0.4, 0.5, 0.7)) == (-0.4, -0.5, -0.7)
+    assert window((0.4, 0.5), higher=False) == (0.4, 0.5)
+    assert window((0.4, 0.5)) == (-0.4, -0.5)
+    for zero in (0.0, -0.0):  # equal keys: each gives what a window made afresh gives
+        assert str(window((zero, 0.5))) == str(loss_window(enumerate((zero, 0.5)), higher_is_better=True))
+
+
+def test_a_jobs_configurations_follow_its_measurements():
+    """The StepTimes a job's configurations become are converted anew where one changed, kept where it did not."""
+    one, two = MeasuredStep(1, 1, 32.0, 0, 0.5, 0.1, 10), MeasuredStep(2, 1, 32.0, 0, 0.4, 0.2, 5)
+
+    def configurations(*measured: MeasuredStep) -> list[tuple[int, float, int]]:
+        view = ClusterView(0.0, ClusterConfig(1, 4), 4, (view_job(configurations=measured),))
+        return [(m.workers, m.seconds, m.steps) for m in to_snapshot(view).jobs[0].metrics.configurations]
+
+    assert configurations(one, two) == [(1, 0.5, 10), (2, 0.4, 5)]
+    assert configurations(one, replace(two, steps=9)) == [(1, 0.5, 10), (2, 0.4, 9)]
+    assert configurations(replace(one, seconds=0.7), replace(two, steps=9)) == [(1, 0.7, 10), (2, 0.4, 9)]
+    assert configurations(two) == [(2, 0.4, 5)]
 
 
 def test_bad_view_values_are_reported_naming_the_job():

@@ -1,0 +1,142 @@
+"""The controller's read of a job's metrics: the loss window it keeps from one round to the next gives what a window
+made afresh from the same points gives, and never a stale one after new points, a forgotten job or a larger ring."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from submarine_elastic.controller.jobmetrics import LossWindow, MetricsReader, metrics_store
+from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.proto import metrics_pb2
+from submarine_elastic.metrics.store import InMemoryStore
+from submarine_elastic.policy import loss_window
+
+
+class Ranks:
+    """Reports steps of one job's ranks, each rank its own seqs, with the losses given."""
+
+    def __init__(self, store: InMemoryStore, job: str = "job-a") -> None:
+        self.store, self.job = store, job
+        self.seq: dict[int, int] = {}
+
+    def report(self, rank: int, world_size: int, steps: list[tuple[int, float | None]]) -> None:
+        points = []
+        for step, loss in steps:
+            self.seq[rank] = self.seq.get(rank, 0) + 1
+            point = metrics_pb2.StepPoint(
+                seq=self.seq[rank], step=step, wall_time=1.7e9 + step, step_time_seconds=0.1, batch_size=32
+            )
+            if loss is not None:
+                point.loss = loss
+            points.append(point)
+        self.store.ingest(
+            metrics_pb2.ReportBatch(
+                job_id=self.job,
+                worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+                incarnation="inc-1",
+                world_size=world_size,
+                points=points,
+            )
+        )
+
+
+@pytest.fixture
+def reader(tmp_path: Path) -> tuple[MetricsReader, InMemoryStore, ControllerStore]:
+    metrics = metrics_store()
+    store = ControllerStore(tmp_path / "c.db")
+    return MetricsReader(store, metrics), metrics, store
+
+
+def afresh(metrics: InMemoryStore, store: ControllerStore, job: str = "job-a") -> tuple[float, ...]:
+    return MetricsReader(store, metrics).read(job).metrics.loss_window
+
+
+def test_a_kept_window_is_the_window_made_afresh_round_after_round(
+    reader: tuple[MetricsReader, InMemoryStore, ControllerStore],
+) -> None:
+    """Ranks report uneven, out-of-order and lossless steps, the ring grows and shrinks: every round the kept
+    window equals a new one's and the policy module's loss window of the same points, float for float."""
+    kept, metrics, store = reader
+    ranks = Ranks(metrics)
+    rng = random.Random(7)
+    size = 2
+    for rnd in range(120):
+        if rnd % 17 == 16:
+            size = rng.randint(1, 8)
+        for rank in range(size):
+            steps = [
+                (max(0, 2 * rnd + i - rng.randint(0, 2)), rng.random() if rng.random() < 0.9 else None)
+                for i in range(rng.randint(1, 3))
+            ]
+            ranks.report(rank, size, steps)
+        got = kept.read("job-a").metrics.loss_window
+        wanted = max(40, min(32 * size, 256))
+        points = metrics.recent("job-a", wanted)
+        assert got == afresh(metrics, store) == loss_window((p.step, p.loss) for p in points if p.loss is not None)
+
+
+def test_new_points_change_the_kept_window(reader: tuple[MetricsReader, InMemoryStore, ControllerStore]) -> None:
+    kept, metrics, _ = reader
+    ranks = Ranks(metrics)
+    ranks.report(0, 2, [(1, 4.0)])
+    ranks.report(1, 2, [(1, 2.0)])
+    assert kept.read("job-a").metrics.loss_window == (3.0,)
+    ranks.report(0, 2, [(2, 1.0)])
+    assert kept.read("job-a").metrics.loss_window == (3.0, 1.0)
+    ranks.report(1, 2, [(2, 0.5)])  # a step's mean changes when its other rank reports
+    assert kept.read("job-a").metrics.loss_window == (3.0, 0.75)
+
+
+def test_a_forgotten_job_starts_a_new_window(reader: tuple[MetricsReader, InMemoryStore, ControllerStore]) -> None:
+    """A new run of the job's name reports the same steps again: none of the old run's losses stay."""
+    kept, metrics, _ = reader
+    ranks = Ranks(metrics)
+    ranks.report(0, 1, [(1, 9.0), (2, 8.0)])
+    assert kept.read("job-a").metrics.loss_window == (9.0, 8.0)
+    metrics.forget("job-a")
+    Ranks(metrics).report(0, 1, [(1, 1.0), (2, 2.0)])
+    assert kept.read("job-a").metrics.loss_window == (1.0, 2.0)
+
+
+def test_old_points_leave_the_kept_window(reader: tuple[MetricsReader, InMemoryStore, ControllerStore]) -> None:
+    """One rank, 40 points a read: a step whose points left the store's window leaves the loss window too."""
+    kept, metrics, store = reader
+    ranks = Ranks(metrics)
+    ranks.report(0, 1, [(step, float(step)) for step in range(60)])
+    assert kept.read("job-a").metrics.loss_window == tuple(float(s) for s in range(28, 60))
+    ranks.report(0, 1, [(60, 60.0)])
+    assert kept.read("job-a").metrics.loss_window == tuple(float(s) for s in range(29, 61))
+    assert kept.read("job-a").metrics.loss_window == afresh(metrics, store)
+
+
+def test_a_window_does_not_slide_to_points_it_does_not_hold(
+    reader: tuple[MetricsReader, InMemoryStore, ControllerStore],
+) -> None:
+    """A window of a job's 40 newest points does not slide to its 80 newest (they reach further back) nor to another
+    job's points; the reader makes a new one."""
+    _, metrics, _ = reader
+    ranks = Ranks(metrics)
+    ranks.report(0, 1, [(step, float(step)) for step in range(100)])
+    window = LossWindow(metrics.recent("job-a", 40))
+    assert not window.slide(metrics.recent("job-a", 80))
+    Ranks(metrics, "job-b").report(0, 1, [(step, 1.0) for step in range(100)])
+    assert not window.slide(metrics.recent("job-b", 40))
+    assert window.entries() == tuple(float(s) for s in range(68, 100))
+    assert window.slide(metrics.recent("job-a", 20))
+    assert window.entries() == tuple(float(s) for s in range(80, 100))
+
+
+def test_the_reader_forgets_the_windows_of_jobs_gone(
+    reader: tuple[MetricsReader, InMemoryStore, ControllerStore],
+) -> None:
+    kept, metrics, _ = reader
+    Ranks(metrics, "job-a").report(0, 1, [(1, 1.0)])
+    Ranks(metrics, "job-b").report(0, 1, [(1, 2.0)])
+    kept.read("job-a")
+    kept.read("job-b")
+    kept.keep_only({"job-b"})
+    assert kept.read("job-b").metrics.loss_window == (2.0,)
+    assert kept.read("job-a").metrics.loss_window == (1.0,)
