@@ -76,21 +76,11 @@ class Sender:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def send(self, decision_id: int, send: Send) -> None:
-        """Send the recorded decision ``send`` in the background, and follow it as a decision of its job's run.
-
-        A round's flex calls all go out before any of them is followed: the follow (a status call and its writes)
-        is queued behind the calls the senders have not made yet, so that it holds no sender while calls wait (a
-        sender that followed each call before making the next sent the last of a round's 1,000 some 200 ms after
-        the first, behind the writes of every call followed before it)."""
+        """Send the recorded decision ``send`` in the background, and follow it as a decision of its job's run."""
         job_id = send.record.job_id
         done = self.book.start_send(job_id, Converging(decision_id, send.record, send.run, send.restarts_cooldown))
 
-        def ended() -> None:
-            self.book.send_ended(job_id, done)
-            self.wake()
-
-        def deliver() -> bool:
-            """Whether the driver took it; one that did not is recorded failed."""
+        def run() -> None:
             try:
                 self._deliver(send)
             except Exception as exc:  # noqa: BLE001 - recorded as the decision's error, the loop goes on
@@ -98,42 +88,24 @@ class Sender:
                 self.book.send_failed(job_id)
                 self.store.finish_decision(decision_id, DecisionState.FAILED, str(exc) or type(exc).__name__)
                 self.store.update_job(job_id, target=send.previous_target)
-                return False
-            return True
-
-        def follow() -> None:
-            try:
-                self._check(job_id)
-            except Exception:  # noqa: BLE001 - the next round reads it again
-                log.exception("cannot follow the resize of %s; the next round reads it again", job_id)
+            else:
+                try:
+                    self._check(job_id)
+                except Exception:  # noqa: BLE001 - the next round reads it again
+                    log.exception("cannot follow the resize of %s; the next round reads it again", job_id)
             finally:
-                ended()
-
-        def delivered(queue_follow: bool) -> None:
-            try:
-                sent = deliver()
-            except BaseException:
-                ended()
-                raise
-            if not sent:
-                ended()
-            elif not (queue_follow and self._queue(follow, lambda: self.book.send_ended(job_id, done))):
-                follow()  # a replacement's own thread follows it; so does a sender once stopped
+                self.book.send_ended(job_id, done)
+                self.wake()
 
         if send.replace:
-            threading.Thread(target=delivered, args=(False,), daemon=True, name=f"replace-{job_id}").start()
+            threading.Thread(target=run, daemon=True, name=f"replace-{job_id}").start()
             return
-        if not self._queue(lambda: delivered(True), lambda: self.book.send_ended(job_id, done)):
-            self.book.send_ended(job_id, done)  # stopped already (a round that outlived stop()'s wait): never sent
-
-    def _queue(self, task: Callable[[], None], cancelled: Callable[[], None]) -> bool:
-        """Queue ``task`` for a sender (``cancelled`` is called if :meth:`stop` drops it); False when stopped."""
         try:
-            queued = self._pool.submit(task)
-        except RuntimeError:
-            return False
-        queued.add_done_callback(lambda future: cancelled() if future.cancelled() else None)
-        return True
+            queued = self._pool.submit(run)
+        except RuntimeError:  # stopped already (a round that outlived stop()'s wait): recorded, never sent
+            self.book.send_ended(job_id, done)
+            return
+        queued.add_done_callback(lambda future: self.book.send_ended(job_id, done) if future.cancelled() else None)
 
     def _deliver(self, send: Send) -> None:
         job_id = send.record.job_id

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from submarine_elastic.controller import act
 from submarine_elastic.controller.api import (
     ClusterApp,
     DecisionRecord,
     DecisionState,
-    DriverStatus,
     IllegalTransitionError,
     InvalidJobError,
     JobBackend,
@@ -470,38 +468,6 @@ def test_a_round_that_resizes_many_jobs_sends_every_decision_through_at_most_sen
     settle(c)
     assert cluster.most == SENDERS
     assert sorted(cluster.resizes) == sorted((f"job-{i}", 2) for i in range(jobs))
-    assert all(c.store.job(f"job-{i}").workers == 2 for i in range(jobs))
-
-
-def test_a_rounds_flex_calls_all_go_out_before_any_is_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """One sender, so its order is the queue's: every call of the round, then each call's follow (its status read);
-    not a call, its follow, the next call."""
-
-    class Ordered(FakeCluster):
-        def __init__(self, capacity: int) -> None:
-            super().__init__(capacity)
-            self.events: list[tuple[str, str]] = []
-
-        def status(self, job_id: str) -> DriverStatus | None:
-            if self.resizes:  # a follow's read, not the round's
-                self.events.append(("followed", job_id))
-            return super().status(job_id)
-
-        def set_target(self, job_id: str, target: pb.Target) -> None:
-            self.events.append(("sent", job_id))
-            super().set_target(job_id, target)
-
-    monkeypatch.setattr(act, "SENDERS", 1)
-    jobs = 8
-    cluster, clock = Ordered(capacity=2 * jobs), Clock()
-    c = controller(tmp_path, cluster, clock)
-    for i in range(jobs):
-        c.job_submitted(f"job-{i}", 1, 2, 1)
-        cluster.sizes[f"job-{i}"] = 1
-    assert len(c.tick()) == jobs
-    settle(c)
-    kinds = [kind for kind, _ in cluster.events]
-    assert kinds == ["sent"] * jobs + ["followed"] * jobs
     assert all(c.store.job(f"job-{i}").workers == 2 for i in range(jobs))
 
 
