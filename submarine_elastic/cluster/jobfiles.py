@@ -10,7 +10,7 @@ from submarine_elastic.cluster.hadoop_conf import hdfs_addresses
 from submarine_elastic.cluster.local import LocalCluster
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.webhdfs import WebHdfs
-from submarine_elastic.yarn import YarnError, YarnServiceClient, cluster_away
+from submarine_elastic.yarn import YarnError, YarnServiceClient
 
 
 class JobFilesLookupError(Exception):
@@ -21,12 +21,12 @@ class JobFilesLookupError(Exception):
 def cluster_job_files(rm_url: str) -> HdfsJobFiles | None:
     """The job directories, as the YARN user, on the HDFS that ``HADOOP_CONF_DIR`` names, else on the HDFS of
     the cluster recorded in ``SUBMARINE_CLUSTER_DIR`` when its RM is ``rm_url``, else on the HDFS the RM's own
-    configuration names (its ``/conf`` page). None: the cluster has no HDFS, and the files are local.
+    configuration names (its ``/conf`` page). None: the cluster has no HDFS (or its RM did not answer), and the
+    files are local.
 
     Raises:
         JobFilesLookupError: ``HADOOP_CONF_DIR`` cannot be read, or the RM's file system is HDFS but nothing
             names its NameNode's web address.
-        YarnError: the RM, asked for its configuration, did not answer (:func:`~submarine_elastic.yarn.cluster_away`).
     """
     conf = env.settings().hadoop_conf_dir
     try:
@@ -49,11 +49,10 @@ def cluster_job_files(rm_url: str) -> HdfsJobFiles | None:
 
 def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
     """``fs.defaultFS`` and the NameNode's WebHDFS address from the configuration of the ResourceManager at
-    ``rm_url``; None when its file system is not HDFS or it has no ``/conf`` page to read.
+    ``rm_url``; None when its file system is not HDFS or it does not answer.
 
     Raises:
         JobFilesLookupError: the RM's file system is HDFS but its configuration names no NameNode web address.
-        RMUnreachableError: the RM did not answer (a restart): whether the cluster has HDFS is not known.
     """
     try:
         with YarnServiceClient(rm_url, retries=0) as yarn:
@@ -61,10 +60,7 @@ def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
             if not default_fs.startswith("hdfs://"):
                 return None
             web = yarn.config_value("dfs.namenode.http-address")
-    except YarnError as exc:
-        if cluster_away(exc):
-            # Not "no HDFS": the files kept locally would be refused once the RM is back ("Wrong FS").
-            raise
+    except YarnError:
         return None
     if not web or web.startswith("0.0.0.0:"):
         raise JobFilesLookupError(
