@@ -90,15 +90,20 @@ def _rm_url() -> str:
         ) from exc
 
 
-def _job_files(rm_url: str) -> HdfsJobFiles | None:
-    """:func:`~submarine_elastic.submit.jobfiles.cluster_job_files`, its errors the command's. None: the files
-    stay local."""
+def _job_files(rm_url: str, *, away_means_local: bool = False) -> HdfsJobFiles | None:
+    """:func:`~submarine_elastic.cluster.jobfiles.cluster_job_files`, its errors the command's. None: the files
+    stay local. The RM not answering raises its YarnError, unless ``away_means_local``.
+    """
     from submarine_elastic.cluster.jobfiles import JobFilesLookupError, cluster_job_files
 
     try:
         return cluster_job_files(rm_url)
     except JobFilesLookupError as exc:
         raise click.ClickException(str(exc)) from exc
+    except YarnError:
+        if away_means_local:
+            return None
+        raise
 
 
 class ClusterUnavailable(click.ClickException):
@@ -147,16 +152,27 @@ def run(ctx: click.Context, **params: Any) -> None:
     for note in notes:
         console.print(f"[yellow]{note}[/yellow]")
     found: list[HdfsJobFiles | None] = []
+    unknown: list[YarnError] = []  # whether the cluster has HDFS, when the RM did not answer that
 
     def cluster(job_name: str) -> tuple[str, str | None]:
         rm_url = _rm_url()
-        found.append(_job_files(rm_url))
+        try:
+            found.append(_job_files(rm_url))
+        except YarnError as exc:
+            unknown.append(exc)
+            found.append(None)
         return rm_url, None if found[0] is None else found[0].uri(job_name)
 
     try:
         req = prepare(flags, cluster, cwd=Path.cwd())
         with _submitting_yarn(req.rm_url, flags) as yarn:
             req, cleared = check_cluster(yarn, req)
+        if unknown:
+            # The RM answers now: asked again, as files kept locally would be refused on a cluster with HDFS
+            # ("Wrong FS"). An RM with no configuration page to read means no HDFS to find, as before.
+            found[0] = _job_files(req.rm_url, away_means_local=True)
+            if found[0] is not None:
+                req = dataclasses.replace(req, files_uri=found[0].uri(name))
     except FlagError as exc:
         raise refused(exc) from exc
     except SubmarineFlagError as exc:
@@ -492,7 +508,7 @@ def kill(name: str) -> None:
         except YarnError as exc:
             raise _fail(exc) from exc
     try:
-        forget_job(name, _job_files(_rm_url()))
+        forget_job(name, _job_files(_rm_url(), away_means_local=True))
         forget_outcome(name)
     except (OSError, WebHdfsError) as exc:
         raise click.ClickException(f"job {name} is gone but its token files stay: {exc}") from exc

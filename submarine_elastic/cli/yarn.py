@@ -97,7 +97,7 @@ def _forget(name: str) -> None:
     if not (job_dir(name).is_dir() or outcome.exists() or state.exists()):
         return
     try:
-        forget_job(name, _job_files(_rm_url()))
+        forget_job(name, _job_files(_rm_url(), away_means_local=True))
         forget_outcome(name)
         state.unlink(missing_ok=True)
     except (OSError, WebHdfsError) as exc:

@@ -10,7 +10,7 @@ from submarine_elastic.cluster.hadoop_conf import hdfs_addresses
 from submarine_elastic.cluster.local import LocalCluster
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
 from submarine_elastic.webhdfs import WebHdfs
-from submarine_elastic.yarn import YarnError, YarnServiceClient
+from submarine_elastic.yarn import YarnError, YarnServiceClient, cluster_away
 
 
 class JobFilesLookupError(Exception):
@@ -21,12 +21,13 @@ class JobFilesLookupError(Exception):
 def cluster_job_files(rm_url: str) -> HdfsJobFiles | None:
     """The job directories, as the YARN user, on the HDFS that ``HADOOP_CONF_DIR`` names, else on the HDFS of
     the cluster recorded in ``SUBMARINE_CLUSTER_DIR`` when its RM is ``rm_url``, else on the HDFS the RM's own
-    configuration names (its ``/conf`` page). None: the cluster has no HDFS (or its RM did not answer), and the
-    files are local.
+    configuration names (its ``/conf`` page). None: the cluster has no HDFS, and the files are local.
 
     Raises:
         JobFilesLookupError: ``HADOOP_CONF_DIR`` cannot be read, or the RM's file system is HDFS but nothing
             names its NameNode's web address.
+        YarnError: the RM did not answer when asked its configuration
+            (:func:`~submarine_elastic.yarn.cluster_away`): whether the cluster has HDFS is not known.
     """
     conf = env.settings().hadoop_conf_dir
     try:
@@ -60,7 +61,9 @@ def _rm_hdfs(rm_url: str) -> tuple[str, str] | None:
             if not default_fs.startswith("hdfs://"):
                 return None
             web = yarn.config_value("dfs.namenode.http-address")
-    except YarnError:
+    except YarnError as exc:
+        if cluster_away(exc):
+            raise  # not "no HDFS": files kept locally would be refused once the RM is back ("Wrong FS")
         return None
     if not web or web.startswith("0.0.0.0:"):
         raise JobFilesLookupError(

@@ -261,6 +261,6 @@ class YarnJobBackend(JobBackend):
             files = cluster_job_files(self.rm_url)
             if files is not None:
                 files.remove(job_id)
-        except (JobFilesLookupError, WebHdfsError) as exc:
+        except (JobFilesLookupError, WebHdfsError, YarnError) as exc:
             log.warning("the files of job %s on HDFS stay: %s", job_id, exc)
         forget_job(job_id)

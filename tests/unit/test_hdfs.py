@@ -24,7 +24,7 @@ from submarine_elastic.submit.jobspec import JobSpecError, build_service, job_se
 from submarine_elastic.submit.service import submit
 from submarine_elastic.submit.store import forget_job
 from submarine_elastic.webhdfs import WebHdfs, WebHdfsError
-from submarine_elastic.yarn import YarnError
+from submarine_elastic.yarn import RMUnreachableError, YarnError
 from tests.unit.test_jobspec import RecordingYarn, request
 
 NN = "http://127.0.0.1:21070"
@@ -375,3 +375,14 @@ def test_without_a_recorded_cluster_job_run_finds_hdfs_in_the_resourcemanagers_c
     with responses.RequestsMock() as rsps, pytest.raises(click.ClickException, match="names no NameNode web address"):
         _rm_conf(rsps, {"fs.defaultFS": "hdfs://nn.test:8020"})
         _job_files("http://rm.test:8088")
+    # The RM restarting (a chaos run): not "no HDFS", whose files kept locally the RM refused once back ("Wrong
+    # FS"), but the RM away; job run asks again once the RM answered its other calls, and only then takes an RM
+    # without a configuration page for one without HDFS.
+    for away_means_local in (False, True):
+        with responses.RequestsMock() as rsps:
+            rsps.get("http://rm.test:8088/conf", body=requests.ConnectionError("Connection refused"))
+            if away_means_local:
+                assert _job_files("http://rm.test:8088", away_means_local=True) is None
+            else:
+                with pytest.raises(RMUnreachableError):
+                    _job_files("http://rm.test:8088")
