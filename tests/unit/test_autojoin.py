@@ -127,6 +127,23 @@ def test_a_driver_lost_and_back_before_the_slot_comes_does_not_end_a_waiting_pro
     ours.close()
 
 
+def test_a_process_whose_agent_dies_while_it_trains_leaves_the_job(fake_horovod: Path, tmp_path: Path) -> None:
+    """A chaos run killed a worker's agent (kill -9) in a ring of one: its training process, in a session of its
+    own that YARN's kill of the container does not reach, trained on beside the ring the next driver formed from
+    the checkpoint, both committing the same steps. A process that loses its agent now exits at once."""
+    script = "from horovod.common.basics import HorovodBasics\nHorovodBasics().init()\nimport time\ntime.sleep(60)\n"
+    ours, theirs = socket.socketpair()
+    proc = start_script(script, fake_horovod, tmp_path, theirs)
+    theirs.close()
+    assert read_message(ours).WhichOneof("message") == "ready"
+    ours.sendall(encode(pb.ToTraining(start=pb.Start(env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1"}))))
+    assert read_message(ours).WhichOneof("message") == "beat"  # in the ring, training
+    ours.close()  # the agent is gone
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 70, err
+    assert "the worker agent went away while this process trained" in err
+
+
 def test_a_leave_before_the_slot_is_refused_naming_it(fake_horovod: Path, tmp_path: Path) -> None:
     ours, theirs = socket.socketpair()
     proc = start_script(SCRIPT, fake_horovod, tmp_path, theirs)

@@ -36,7 +36,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from submarine_elastic import env
@@ -71,8 +71,10 @@ class AgentChannel:
         sock: socket.socket,
         reader: FrameReader[pb.ToTraining] | None = None,
         unread: Sequence[pb.ToTraining] = (),
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self._sock = sock
+        self._on_lost = on_lost
         self._reader = reader if reader is not None else FrameReader(pb.ToTraining)
         self._unread = list(unread)
         self._cond = threading.Condition()
@@ -129,6 +131,8 @@ class AgentChannel:
         with self._cond:
             self.closed = True
             self._cond.notify_all()
+        if self._on_lost is not None:
+            self._on_lost()
 
     def _dispatch(self, message: pb.ToTraining) -> None:
         kind = message.WhichOneof("message")
@@ -256,8 +260,24 @@ def wait_for_slot(timeout: float | None = None) -> dict[str, str]:
             sock.close()
     os.environ.pop("SUBMARINE_AGENT_FD", None)
     os.environ.update(slot_env)
-    _channel = AgentChannel(sock, reader, after)
+    _channel = AgentChannel(sock, reader, after, on_lost=_agent_lost)
     return slot_env
+
+
+#: The exit status of a training process whose agent went away while it trained.
+AGENT_LOST_EXIT = 70
+
+
+def _agent_lost() -> None:
+    """The agent's channel closed while this process trains: its agent died (killed; every orderly end of an
+    agent comes after its process's). Nothing can tell this process to leave or re-form any more, and in a ring of
+    one, which needs no peer, it would train on beside the ring the job forms without it: two rings committing the
+    same steps (seen in a chaos run: a killed agent's process and the next driver's ring both trained steps
+    728-815). It leaves the job at once."""
+    logger.error("the worker agent went away while this process trained: it leaves the job (exit %d)", AGENT_LOST_EXIT)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(AGENT_LOST_EXIT)
 
 
 def channel() -> AgentChannel | None:
