@@ -335,10 +335,10 @@ class ChaosRun:
 
     def _job_files(self) -> HdfsJobFiles | None:
         """The jobs' directories on the cluster's HDFS (None: the cluster has none)."""
-        url = self.cluster.spec().webhdfs_url
-        if url is None:
+        spec = self.cluster.spec()
+        if spec.webhdfs_url is None:
             return None
-        return HdfsJobFiles(WebHdfs(url, env.settings().user()), self.cluster.spec().default_fs)
+        return HdfsJobFiles(WebHdfs(spec.webhdfs_url, env.settings().user()), spec.default_fs)
 
     def _controller_agrees(self, records: Sequence[JobRecord]) -> list[str]:
         """:func:`check.controller_agrees` over what the run's controller left in its database."""
