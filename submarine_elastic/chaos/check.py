@@ -25,6 +25,7 @@ from submarine_elastic.chaos.targets import job_processes
 from submarine_elastic.cluster import LocalCluster
 from submarine_elastic.controller.api import DecisionRecord, DecisionState
 from submarine_elastic.elastic.reconcile import REQUEUED
+from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.replay.plan import ReplayJob
 from submarine_elastic.replay.records import JobRecord
 from submarine_elastic.submit.jobfiles import HdfsJobFiles
@@ -98,8 +99,9 @@ def jobs(records: Sequence[JobRecord], log_dir: Callable[[ReplayJob], Path], end
 def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], Sequence[DecisionRecord]]) -> list[str]:
     """A violation for each resize the controller recorded APPLIED (``decisions``: a job's, of its current run)
     that the job's driver did not apply: no entry of its timeline (as its outcome keeps it) to the same count,
-    for the controller's reason or taken up again by a relaunched driver. Jobs without an outcome are judged
-    by :func:`jobs`."""
+    for the controller's reason or taken up again by a relaunched driver, while the driver's count when the
+    controller decided was another (a decision to the count the driver has, one that sets the batch only, resizes
+    nothing). Jobs without an outcome are judged by :func:`jobs`."""
     found: list[str] = []
     for record in records:
         outcome = load_outcome(record.service)
@@ -107,7 +109,7 @@ def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], S
             continue
         events = [(e.to_workers, e.reason) for e in outcome.timeline]
         for d in decisions(record.service):
-            if d.state is not DecisionState.APPLIED:
+            if d.state is not DecisionState.APPLIED or d.to_workers == _count_at(outcome.timeline, d.time, record):
                 continue
             if (d.to_workers, d.reason) not in events and (d.to_workers, REQUEUED) not in events:
                 found.append(
@@ -115,6 +117,16 @@ def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], S
                     f"({d.reason}); the driver's timeline has no such resize"
                 )
     return found
+
+
+def _count_at(timeline: Sequence[pb.ResizeEvent], when: float, record: JobRecord) -> int:
+    """The driver's worker count at wall-clock ``when``, as its timeline says (the submitted count before it)."""
+    count = record.job.workers
+    for event in sorted(timeline, key=lambda e: e.time):
+        if event.time > when:
+            break
+        count = event.to_workers
+    return count
 
 
 def weights_differ(log_dir: Path) -> str:

@@ -127,11 +127,29 @@ def test_a_driver_lost_and_back_before_the_slot_comes_does_not_end_a_waiting_pro
     ours.close()
 
 
-def test_a_process_whose_agent_dies_while_it_trains_leaves_the_job(fake_horovod: Path, tmp_path: Path) -> None:
+#: Its output's pipe once the agent that read it died: every write and flush fails (the buffered part of a real
+#: one fails so as soon as it is flushed).
+DEAD_PIPE = """
+import io
+class DeadPipe(io.TextIOBase):
+    def write(self, s):
+        raise BrokenPipeError(32, "Broken pipe")
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+"""
+
+
+@pytest.mark.parametrize("output", ["read", "broken"])
+def test_a_process_whose_agent_dies_while_it_trains_leaves_the_job(
+    fake_horovod: Path, tmp_path: Path, output: str
+) -> None:
     """A chaos run killed a worker's agent (kill -9) in a ring of one: its training process, in a session of its
     own that YARN's kill of the container does not reach, trained on beside the ring the next driver formed from
-    the checkpoint, both committing the same steps. A process that loses its agent now exits at once."""
-    script = "from horovod.common.basics import HorovodBasics\nHorovodBasics().init()\nimport time\ntime.sleep(60)\n"
+    the checkpoint, both committing the same steps. A process that loses its agent now exits at once, also when
+    saying why fails because its output went to the dead agent (``broken``): that failure once ended only the
+    thread that reads the agent's channel, and the process trained on."""
+    script = DEAD_PIPE + "import sys\nsys.stderr = DeadPipe()\n" if output == "broken" else ""
+    script += "from horovod.common.basics import HorovodBasics\nHorovodBasics().init()\nimport time\ntime.sleep(60)\n"
     ours, theirs = socket.socketpair()
     proc = start_script(script, fake_horovod, tmp_path, theirs)
     theirs.close()
@@ -141,7 +159,8 @@ def test_a_process_whose_agent_dies_while_it_trains_leaves_the_job(fake_horovod:
     ours.close()  # the agent is gone
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 70, err
-    assert "the worker agent went away while this process trained" in err
+    if output == "read":
+        assert "the worker agent went away while this process trained" in err
 
 
 def test_a_leave_before_the_slot_is_refused_naming_it(fake_horovod: Path, tmp_path: Path) -> None:

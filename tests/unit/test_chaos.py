@@ -163,14 +163,14 @@ def test_the_checker_names_each_job_that_ended_wrong(tmp_path: Path) -> None:
 
 
 def test_the_checker_names_a_resize_the_controller_recorded_applied_that_no_driver_applied() -> None:
-    def decision(to: int, reason: str, state: DecisionState) -> DecisionRecord:
+    def decision(time: float, to: int, reason: str, state: DecisionState = DecisionState.APPLIED) -> DecisionRecord:
         error = "gone" if state is DecisionState.FAILED else None
-        return DecisionRecord("x", 1.0, 1, to, reason, state=state, error=error)
+        return DecisionRecord("x", time, 1, to, reason, state=state, error=error)
 
-    timeline = [
-        pb.ResizeEvent(from_workers=2, to_workers=4, reason="goodput: 4 workers pay"),
-        pb.ResizeEvent(from_workers=4, to_workers=3, reason="preempted by YARN: worker-3"),
-        pb.ResizeEvent(from_workers=3, to_workers=1, reason=REQUEUED),
+    timeline = [  # submitted with 2 workers
+        pb.ResizeEvent(time=10.0, from_workers=2, to_workers=4, reason="goodput: 4 workers pay"),
+        pb.ResizeEvent(time=20.0, from_workers=4, to_workers=3, reason="preempted by YARN: worker-3"),
+        pb.ResizeEvent(time=30.0, from_workers=3, to_workers=1, reason=REQUEUED),
     ]
     for name in ("agree", "differ"):
         outcome_path(f"t-{name}").parent.mkdir(parents=True, exist_ok=True)
@@ -179,18 +179,24 @@ def test_the_checker_names_a_resize_the_controller_recorded_applied_that_no_driv
         )
     decisions = {
         "t-agree": [
-            decision(4, "goodput: 4 workers pay", DecisionState.APPLIED),
-            decision(1, "goodput: 1 worker", DecisionState.APPLIED),  # taken up by a relaunched driver
-            decision(2, "goodput: 2 workers", DecisionState.FAILED),  # never applied, and says so
+            decision(9.0, 4, "goodput: 4 workers pay"),
+            decision(12.0, 4, "goodput: keeps 4 workers; batch 128 -> 256"),  # the count it had: batch only
+            decision(29.0, 1, "goodput: 1 worker"),  # taken up by a relaunched driver
+            decision(25.0, 2, "goodput: 2 workers", DecisionState.FAILED),  # never applied, and says so
         ],
-        "t-differ": [decision(3, "goodput: 3 workers", DecisionState.APPLIED)],  # 3 came from YARN, not this
-        "t-none": [decision(5, "goodput: 5", DecisionState.APPLIED)],  # no outcome: judged by jobs()
+        "t-differ": [
+            decision(15.0, 3, "goodput: 3 workers"),  # 3 came from YARN later, not from this
+            decision(25.0, 4, "goodput: keeps 4 workers; batch 128 -> 256"),  # the driver had 3 by then
+        ],
+        "t-none": [decision(9.0, 5, "goodput: 5")],  # no outcome: judged by jobs()
     }
     records = [_record(n, "SUCCEEDED", []) for n in ("agree", "differ", "none")]
     found = chaos_check.controller_agrees(records, lambda service: decisions[service])
     assert found == [
         "t-differ: the controller recorded 1 -> 3 workers applied (goodput: 3 workers); the driver's timeline "
-        "has no such resize"
+        "has no such resize",
+        "t-differ: the controller recorded 1 -> 4 workers applied (goodput: keeps 4 workers; batch 128 -> 256); "
+        "the driver's timeline has no such resize",
     ]
 
 

@@ -243,6 +243,22 @@ def test_the_same_driver_taking_its_agent_back_ends_the_wait_for_a_new_one() -> 
     ours.close()
 
 
+def test_a_channel_whose_reading_fails_counts_as_its_agent_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever ends the reading of the agent's channel, an error in it too, ends in ``on_lost``: a process that
+    can no longer hear its agent would never be told to leave or re-form."""
+    lost = threading.Event()
+
+    def broken(self: ring.AgentChannel, message: pb.ToTraining) -> None:
+        raise KeyError(message.WhichOneof("message"))
+
+    monkeypatch.setattr(ring.AgentChannel, "_dispatch", broken)
+    ours, theirs = socket.socketpair()
+    channel = ring.AgentChannel(theirs, on_lost=lost.set)
+    ours.sendall(encode(pb.ToTraining(driver_lost=True)))
+    assert lost.wait(10) and channel.closed
+    ours.close()
+
+
 def test_the_agent_tells_its_process_when_the_same_driver_took_it_back() -> None:
     worker = agent_mod.Agent("true", "worker-0", "container_0", "127.0.0.1")
     ours, worker.training.channel_end = socket.socketpair()

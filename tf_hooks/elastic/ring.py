@@ -104,6 +104,20 @@ class AgentChannel:
             return False
 
     def _run(self) -> None:
+        """Reads the agent's messages until the channel closes or breaks; then, whatever ended the reading (an
+        error in it too), ``on_lost``: a process that can no longer hear its agent must not train on."""
+        try:
+            self._read()
+        except Exception:
+            logger.exception("reading the worker agent's channel failed")
+        finally:
+            with self._cond:
+                self.closed = True
+                self._cond.notify_all()
+            if self._on_lost is not None:
+                self._on_lost()
+
+    def _read(self) -> None:
         self._sock.settimeout(HEARTBEAT_S)
         pending, self._unread = self._unread, []
         next_beat = 0.0
@@ -120,19 +134,14 @@ class AgentChannel:
                 pending = []
                 continue
             except OSError:
-                break
+                return
             if not chunk:
-                break
+                return
             try:
                 pending = self._reader.feed(chunk)
             except ChannelError as exc:
                 logger.error("the worker agent broke its channel: %s", exc)
-                break
-        with self._cond:
-            self.closed = True
-            self._cond.notify_all()
-        if self._on_lost is not None:
-            self._on_lost()
+                return
 
     def _dispatch(self, message: pb.ToTraining) -> None:
         kind = message.WhichOneof("message")
@@ -273,11 +282,15 @@ def _agent_lost() -> None:
     agent comes after its process's). Nothing can tell this process to leave or re-form any more, and in a ring of
     one, which needs no peer, it would train on beside the ring the job forms without it: two rings committing the
     same steps (seen in a chaos run: a killed agent's process and the next driver's ring both trained steps
-    728-815). It leaves the job at once."""
-    logger.error("the worker agent went away while this process trained: it leaves the job (exit %d)", AGENT_LOST_EXIT)
-    logging.shutdown()
-    sys.stderr.flush()
-    os._exit(AGENT_LOST_EXIT)
+    728-815). It leaves the job at once, whatever saying so does: its output went to the dead agent, so a write
+    fails with a broken pipe (which, raised here, once ended only this thread and the process trained on)."""
+    try:
+        logger.error(
+            "the worker agent went away while this process trained: it leaves the job (exit %d)", AGENT_LOST_EXIT
+        )
+        sys.stderr.flush()
+    finally:
+        os._exit(AGENT_LOST_EXIT)
 
 
 def channel() -> AgentChannel | None:
