@@ -300,7 +300,10 @@ def count_yarn(
     needs are kept back from the capacity meanwhile (in the same order), so that no policy hands them out. A
     job reported through the bridge that YARN does not know is taken to have workers of the slot's size. Short:
     a running job that asks for more than fits, and one that has not started (``answered``: its driver answered
-    this round, with no ring, and no ring of it was ever seen) that does.
+    this round, with no ring, and no ring of it was ever seen) that does. The workers a running job holds above
+    its target are on their way out (a shrink, often decided for another job, takes a commit and YARN's stop of
+    the containers: longer than the settle time): a job they would fit is not short meanwhile (claimed in the
+    same order), or it would be lowered while the room it was given comes free, and grown again the next round.
     """
     slots = cluster.slots
     if slots is None:
@@ -325,6 +328,11 @@ def count_yarn(
     short: dict[str, tuple[int, str]] = {}
     unstarted: set[str] = set()
     kept_back = 0
+    leaving = sum(
+        max(0, max(size, footprints[job.job_id].workers_allocated) - job.target)
+        for job in managed
+        if job.job_id not in placing and (size := rings.get(job.job_id)) is not None
+    )
     for job in managed:
         if job.job_id in placing:
             # Nor is the room for its minimum handed out meanwhile: that is all it is sure to get once it shows,
@@ -341,7 +349,9 @@ def count_yarn(
         holding[job.job_id] = Held(current, given - current + claim)
         # A job whose driver answers and whose ring was never seen has not started: it can take a lower target.
         fresh = size is None and job.observed_at is None and job.job_id in answered
-        if (size is not None or fresh) and given + claim < job.target:
+        coming = min(max(0, job.target - given - claim), leaving) if size is not None else 0
+        leaving -= coming
+        if (size is not None or fresh) and given + claim + coming < job.target:
             short[job.job_id] = (
                 given + claim,
                 f"only {given + claim} of its {job.target} workers fit "

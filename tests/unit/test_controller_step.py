@@ -172,6 +172,31 @@ def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_n
     assert count_yarn(jobs, {}, ClusterRoom((), {}, None)) == Room(0, {}, {})
 
 
+def test_a_job_the_workers_another_job_gives_back_would_fit_is_not_short_while_they_go() -> None:
+    """A chaos run: the arbiter shrank c0 3 -> 2 for c2 and grew c2 1 -> 2 in one round; c0's worker left at its
+    next commit and YARN stopped its container later than the settle time, so c2 was lowered back to 1 while the
+    slot came free, grown again the next round, and so on four times. The worker a job holds above its target
+    is on its way out: the job it would fit is not short meanwhile."""
+    unit = Resources(1024, 1)
+    cluster = ClusterRoom(
+        nodes=(NodeResources("n0", free=Resources(0, 0)),),
+        footprints={"c0": JobFootprint(unit, 3), "c2": JobFootprint(unit, 1)},
+        slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}),
+        kept=4,
+    )
+    shrinking = [job("c0", 2, submitted_at=1.0), job("c2", 2, submitted_at=2.0)]
+    room = count_yarn(shrinking, {"c0": 3, "c2": 1}, cluster, answered={"c0", "c2"})
+    assert room.short == {} and room.holding == {"c0": Held(3, 0), "c2": Held(1, 0)}
+    keeping = [job("c0", 3, submitted_at=1.0), job("c2", 2, submitted_at=2.0)]  # nothing goes: c2 is short
+    assert count_yarn(keeping, {"c0": 3, "c2": 1}, cluster, answered={"c0", "c2"}).short == {
+        "c2": (1, "only 1 of its 2 workers fit (1024 MB, 1 vcore each; 0 free slots of 1024 MB, 1 vcore)")
+    }
+    greedy = [job("c0", 2, submitted_at=1.0), job("c2", 3, submitted_at=2.0)]  # the one that goes is all it gets
+    assert count_yarn(greedy, {"c0": 3, "c2": 1}, cluster, answered={"c0", "c2"}).short == {
+        "c2": (1, "only 1 of its 3 workers fit (1024 MB, 1 vcore each; 0 free slots of 1024 MB, 1 vcore)")
+    }
+
+
 def test_a_job_that_has_not_started_is_lowered_to_what_fits_once_it_has_asked_the_settle_time() -> None:
     """An arrival asking for more than is free would have YARN give it the next GPUs that free, whoever the arbiter
     means them for: before its ring has ever reported, once its driver answers, it counts as short, and it is
