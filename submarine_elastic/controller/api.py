@@ -692,6 +692,7 @@ class DriverStatus:
         batch_limits: the global batch sizes ``(min, max)`` it lets a policy set its batch to (its driver's
             ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none.
         placement: its ring members on each node, most first; () when not known.
+        batch_size: the global batch its driver last set (a target's); None: the job's own, never set.
     """
 
     size: JobSize | None
@@ -699,6 +700,7 @@ class DriverStatus:
     instances: tuple[str, ...] = ()
     batch_limits: tuple[int, int] | None = None
     placement: tuple[int, ...] = ()
+    batch_size: int | None = None
 
 
 class JobBackend(ABC):

@@ -201,6 +201,11 @@ class YarnJobBackend(JobBackend):
                 (int(status.min_batch_size), int(status.max_batch_size)) if status.max_batch_size > 0 else None
             ),
             placement=placement_of(status),
+            batch_size=(
+                int(status.batch.batch_size)
+                if status.HasField("batch") and status.batch.HasField("batch_size")
+                else None
+            ),
         )
 
     def replace(self, job_id: str, instances: tuple[str, ...], timeout: float) -> None:

@@ -381,6 +381,11 @@ def view(job: JobRecord, held: Held, obs: Observation, names: list[str]) -> JobV
     placement = status.placement if status is not None and ring else ()
     limits = obs.batch_limits.get(job.job_id)
     read = obs.metrics.get(job.job_id)
+    metrics = read.metrics if read is not None else JobMetrics()
+    if metrics.batch_size is None and status is not None and status.batch_size is not None:
+        # Its report has not come (a controller just started, or its sender reconnecting): the batch its driver set
+        # is the one it trains with; unknown, every round's batch would be a change, each a decision of its own.
+        metrics = replace(metrics, batch_size=status.batch_size)
     return JobView(
         job_id=job.job_id,
         min_workers=job.min_workers,
@@ -391,7 +396,7 @@ def view(job: JobRecord, held: Held, obs: Observation, names: list[str]) -> JobV
         submitted_at=job.submitted_at,
         last_resize_at=job.last_resize_at,
         instances=status.instances if status is not None and ring else (),
-        metrics=read.metrics if read is not None else JobMetrics(),
+        metrics=metrics,
         min_batch_size=limits[0] if limits else None,
         max_batch_size=limits[1] if limits else None,
         # What the driver last read; a count that no longer fits what the job holds (a resize between the two

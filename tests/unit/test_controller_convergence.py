@@ -366,7 +366,7 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
     with responses.RequestsMock():
         driver.reply = pb.JobStatus(job="big", phase=pb.JOB_RUNNING, target=3, world_size=2, yarn_ready=2)
         status = backend.status("big")
-        assert status is not None and status.ring == 2
+        assert status is not None and status.ring == 2 and status.batch_size is None  # the job's own batch
         seen = status.size
         assert seen == JobSize(target=3, ring=2, yarn_ready=2)
         assert seen.lag(3) == "YARN has 2 of 3; ring has 2 of 3"
@@ -377,8 +377,10 @@ def test_the_backend_reads_the_drivers_target_ring_and_verdict_with_one_status_c
             target=1,
             world_size=3,
             workers=[pb.WorkerStatus(instance="worker-2", state=pb.WORKER_LEAVING, rank=2)],
+            batch=pb.Target(workers=3, batch_size=256, version=2),
         )
         status = backend.status("big")
+        assert status is not None and status.batch_size == 256  # the batch its driver set
         seen = status.size if status is not None else None
         assert seen is not None and seen.yarn_ready is None and seen.leaving == ("worker-2",)
         assert seen.lag(1) == "YARN's workers unknown; leaving: worker-2; ring has 3 of 1"

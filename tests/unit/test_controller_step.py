@@ -44,6 +44,7 @@ from submarine_elastic.controller.step import (
     sends,
     step,
     takes_part,
+    view,
 )
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import Decision, JobMetrics, PolicyEngine, Snapshot, load_arbiter, load_job_policy
@@ -337,6 +338,19 @@ def test_a_target_that_does_not_fit_is_lowered_once_it_has_lasted_the_settle_tim
 
 
 # ----------------------------------------------------------------------------- the step
+
+
+def test_a_job_that_has_not_reported_its_batch_is_seen_with_the_one_its_driver_set() -> None:
+    """A chaos run: the controller, started again, read no metrics of a job yet, so its batch was unknown and
+    every round's arbiter batch counted as a change: "keeps 4 workers; batch ? -> 256" decided three times in six
+    seconds. The batch the job's driver last set stands in until the job's report; the report, when there is one,
+    is what the policy sees."""
+    obs = Observation(now=20.0, jobs=(job("c0", 4),), statuses={"c0": status(4, 4, batch_size=256)})
+    assert view(job("c0", 4), Held(4, 0), obs, []).metrics.batch_size == 256
+    reported = replace(obs, metrics={"c0": ReadMetrics(JobMetrics(step=9, batch_size=128), ())})
+    assert view(job("c0", 4), Held(4, 0), reported, []).metrics == JobMetrics(step=9, batch_size=128)
+    unset = replace(obs, statuses={"c0": status(4, 4)})  # the job's own batch, never set: still unknown
+    assert view(job("c0", 4), Held(4, 0), unset, []).metrics.batch_size is None
 
 
 def test_the_step_follows_counts_asks_the_policy_and_returns_what_to_do() -> None:
