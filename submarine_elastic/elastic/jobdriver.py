@@ -338,7 +338,7 @@ class JobDriver:
         its commands end."""
         if not self.registry.disconnect(agent, commands):
             return
-        self.registry.end(agent, 1)  # an agent that went without a word: its process is lost to the job
+        self.registry.lose(agent)  # an agent that went without a word: its process is lost to the job
         log.info("agent detached: %s", agent.instance)
 
     def _note_exit(self, agent: AgentHandle, exited: pb.Exited) -> None:

@@ -14,6 +14,7 @@ them.
 from __future__ import annotations
 
 import queue
+import signal
 import socket
 import threading
 import time
@@ -27,6 +28,11 @@ from submarine_elastic.elastic.reconcile import first_ring_ready
 from submarine_elastic.protocol.api import Adoption, GlooInterfaceError, WorkerState, advance
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.yarn import instance_number
+
+#: The exit a process lost with its agent is recorded with: killed (its agent, container or host killed), a worker
+#: lost on the way, not an error of the script's. With code 1, a job whose other workers had just finished its
+#: training ended FAILED when an agent was killed in the last seconds (a chaos run).
+LOST_EXIT = -int(signal.SIGKILL)
 
 
 @dataclass
@@ -112,6 +118,11 @@ class AgentRegistry(HostDiscovery):
                 agent.joined = agent.joined or to is WorkerState.WARM
             self._lock.notify_all()
             return agent
+
+    def lose(self, agent: AgentHandle) -> None:
+        """``agent`` went without a word (its stream gone past its grace, or the next agent came in its container):
+        its process is lost to the job, ended as killed (:data:`LOST_EXIT`)."""
+        self.end(agent, LOST_EXIT)
 
     def end(self, agent: AgentHandle, exit_code: int) -> None:
         """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it

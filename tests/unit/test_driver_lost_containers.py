@@ -17,7 +17,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from submarine_elastic.elastic import jobdriver as driver_mod
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.elastic.ringhost import LOST_EXIT, AgentHandle
 from submarine_elastic.elastic.yarnsync import replaced_by_yarn
 from submarine_elastic.protocol.api import JobPhase, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
@@ -261,6 +261,6 @@ def test_an_agent_whose_stream_and_container_are_both_gone_counts_lost_at_once_n
     assert old.stream_lost_at is not None and old.state is WorkerState.RUNNING  # in its grace
     listed = (container(W0, "worker-0", "READY"), container(OLD, "worker-1", "STOPPED"))
     assert driver._evict_orphans(listed) == [old]
-    assert (old.state, old.exit_code, old.connected) == (WorkerState.EXITED, 1, False)
+    assert (old.state, old.exit_code, old.connected) == (WorkerState.EXITED, LOST_EXIT, False)  # lost: killed
     (failure,) = driver.failures
     assert failure.container_id == OLD and "was lost with its NodeManager" in failure.reason

@@ -14,7 +14,8 @@ import pytest
 
 from submarine_elastic.elastic import jobdriver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.elastic.failures import lost_on_the_way
+from submarine_elastic.elastic.ringhost import LOST_EXIT, AgentHandle
 from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 from submarine_elastic.protocol.proto import elastic_pb2_grpc as pb_grpc
@@ -129,7 +130,9 @@ def test_a_worker_that_does_not_re_attach_within_the_grace_counts_lost_and_is_re
     until(agent.exited.is_set, "the grace ended")
     assert agent.stream_lost_at is not None  # when the driver saw the stream go, on this process's clock
     assert time.monotonic() - agent.stream_lost_at >= jobdriver.REATTACH_GRACE_S
-    assert (agent.state, agent.exit_code, agent.connected) == (WorkerState.EXITED, 1, False)
+    # Lost as killed, not as an error of its script's: a job whose other workers finish is not failed by it.
+    assert (agent.state, agent.exit_code, agent.connected) == (WorkerState.EXITED, LOST_EXIT, False)
+    assert lost_on_the_way({agent.instance: agent.exit_code}, {"worker-1"})
     assert job.registry.available() == []
 
     late = Stream(target, resume(AgentState.RUNNING))
