@@ -264,7 +264,7 @@ def job_dir(job: str) -> Path:
 
 
 #: The job's YARN service properties it always has (``--conf`` may change them). An ApplicationMaster attempt
-#: that failed more than 10 minutes ago no longer counts towards the service's attempts (3 on the pseudo-cluster,
+#: that failed more than 10 minutes ago no longer counts towards the service's attempts (6 on the pseudo-cluster,
 #: ``yarn.service.am-restart.max-attempts``), so that a job of hours survives an AM lost now and then; YARN's
 #: default (-1) counts every failure of the job's life. A worker's container that fails is the driver's to judge
 #: (a lost worker, relaunched; a broken script fails the job at once), so YARN Services' own limits are a
