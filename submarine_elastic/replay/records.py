@@ -29,6 +29,8 @@ class JobRecord:
     submitted_s: float | None = None
     #: its `job run` returned (the service exists)
     created: bool = False
+    #: since when (run seconds) YARN has said its service does not exist, once created (None: it exists)
+    gone_since: float | None = None
     #: its step log was read and checked, after its end
     checked: bool = False
     ended_s: float | None = None

@@ -61,6 +61,8 @@ CONTROLLER_ENDS_S = 30.0
 INTERVAL_S = 2.0
 #: Seconds between two looks at the jobs.
 POLL_S = 1.0
+#: How long YARN must say a created job's service does not exist before the job counts ended (destroyed).
+GONE_S = 15.0
 #: The longest a run waits for YARN to remove a service it destroys at its end.
 RELEASE_TIMEOUT_S = 120.0
 #: How long a job whose ``job run`` found the ResourceManager unreachable is submitted again, and how often.
@@ -334,9 +336,11 @@ class LiveReplay:
             try:
                 status = yarn.status(record.service)
             except ServiceNotFoundError:
-                continue  # not created yet (its submission is under way)
+                self._gone(record, now, t0)
+                continue
             except YarnError:
                 continue
+            record.gone_since = None
             worker = status.component("worker")
             record.held.append((now, worker.ready_count if worker is not None else 0))
             if record.resuming:
@@ -357,6 +361,24 @@ class LiveReplay:
                     f"+{now:6.0f} s  {record.service} ends {record.state}"
                     + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
                 )
+
+    def _gone(self, record: JobRecord, now: float, t0: float) -> None:
+        """YARN says the service of a job whose `job run` returned does not exist: destroyed (a `job kill`). Once
+        that has lasted :data:`GONE_S`, the job ended, STOPPED (its driver's record decides, as for any end). Seen in
+        a chaos run: a job killed while the ResourceManager did not answer was never seen ended, and the replay
+        waited for it until its timeout."""
+        if record.gone_since is None:
+            record.gone_since = now
+            return
+        if now - record.gone_since < GONE_S:
+            return
+        record.holding_since = None
+        if self.tiresias is not None:
+            self.tiresias.finished(record.job.name)
+        record.ended_s = record.gone_since
+        record.state = ended_state(record.service, "STOPPED")
+        self._read_log(record, t0)
+        self.say(f"+{now:6.0f} s  {record.service} ends {record.state}: its service is gone (destroyed)")
 
     def _read(self, record: JobRecord, t0: float) -> StepLog:
         return read_step_log(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,37 @@ def test_fitting_sample_keeps_rows_that_fit(tmp_path: Path):
     path = fitting_sample("workload-1", 12, 8, 3, tmp_path / "w.csv")
     p = plan_replay(str(path), time_scale=0.12, nodes=2, gpus_per_node=4)
     assert len(p.jobs) == 12 and max(j.workers for j in p.jobs) <= 8
+
+
+def test_a_job_whose_service_was_destroyed_unseen_ends_once_yarn_has_said_so_for_a_while(tmp_path: Path) -> None:
+    """A chaos run: a job killed (its service destroyed) while the ResourceManager did not answer was never seen
+    ended, and the replay waited for it until its timeout. A created job's service that YARN says does not exist
+    for :data:`runner.GONE_S` was destroyed: the job ended then, STOPPED."""
+    from submarine_elastic.yarn import ServiceNotFoundError
+
+    class Yarn:
+        def status(self, service: str) -> object:
+            raise ServiceNotFoundError(f"Service {service} not found")
+
+    said: list[str] = []
+    p = plan(tmp_path, "a,0,cifar10,2,512\n")
+    replay = LiveReplay(p, "goodput+goodput", rm_url="http://x", out=tmp_path, say=said.append)
+    record = replay.records[0]
+    replay._look(Yarn(), 0.0)  # type: ignore[arg-type]
+    assert record.gone_since is None and record.ended_s is None  # not created yet: its submission is under way
+    record.created = True
+    start = time.time()  # a look's clock is time.time() - t0: these looks come 100 s, then later, into the run
+
+    def look_at(run_s: float) -> None:
+        replay._look(Yarn(), start - run_s)  # type: ignore[arg-type]
+
+    look_at(100.0)
+    look_at(100.0 + runner.GONE_S / 2)
+    assert record.ended_s is None and record.gone_since is not None  # gone for a moment only: not yet ended
+    gone = record.gone_since
+    look_at(100.0 + runner.GONE_S + 1)
+    assert (record.ended_s, record.state) == (gone, "STOPPED")
+    assert said[-1].endswith("ends STOPPED: its service is gone (destroyed)")
 
 
 def test_a_job_yarn_shows_stopped_after_its_am_exited_ended_as_its_driver_recorded(tmp_path: Path) -> None:
