@@ -1,5 +1,4 @@
-"""The controller's interface: what the CLI, the py4j bridge and the tests talk to, and what it asks of
-a cluster.
+"""The controller's interface: what the CLI, the py4j bridge and the tests talk to, and what it asks of a cluster.
 
 The controller closes the loop: it hosts the metrics service, keeps every job it knows of (submitted
 through it, reported by a JVM caller, or seen in the ResourceManager's application list), runs the
@@ -689,8 +688,7 @@ class DriverStatus:
         size: its target, ring, READY workers and leavers (what a decision is followed by); None when not known.
         ring: the world size of its ring while the ring runs; None while it has not formed.
         instances: the instance names of its ring members (``worker-0``, ...).
-        batch_limits: the global batch sizes ``(min, max)`` it lets a policy set its batch to (its driver's
-            ``SUBMARINE_MIN_BATCH_SIZE``/``..._MAX_...``); None: none.
+        batch_limits: the global batch sizes ``(min, max)`` a policy may set (``SUBMARINE_MIN_BATCH_SIZE``...).
         placement: its ring members on each node, most first; () when not known.
         batch_size: the global batch its driver last set (a target's); None: the job's own, never set.
     """

@@ -151,14 +151,19 @@ def test_fixed_slots_go_to_running_rings_then_to_jobs_whose_start_fits() -> None
     assert room == Room(6, {"a": Held(2, 1), "b": Held(0, 2), "c": Held(0, 0)}, {})
 
 
-def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_named() -> None:
-    unit = Resources(2048, 1)
-    cluster = ClusterRoom(
-        nodes=(NodeResources("n0", free=Resources(2048, 1)),),
-        footprints={"a": JobFootprint(unit, 2), "b": JobFootprint(unit, 0)},
-        slots=SlotCount(unit=unit, held=2, free=1, reserved=0, per_node={"n0": 1}),
-        kept=3,
+def one_node(unit: Resources, held: int, free: int, **allocated: int) -> ClusterRoom:
+    """A cluster of one node, ``n0``, in slots of ``unit``: ``held`` held, ``free`` free; ``allocated``: the worker
+    containers YARN gave each job."""
+    return ClusterRoom(
+        nodes=(NodeResources("n0", free=Resources(unit.memory_mb * free, unit.vcores * free)),),
+        footprints={name: JobFootprint(unit, n) for name, n in allocated.items()},
+        slots=SlotCount(unit=unit, held=held, free=free, reserved=0, per_node={"n0": free}),
+        kept=held + free,
     )
+
+
+def test_yarn_slots_are_claimed_in_submission_order_and_a_short_running_job_is_named() -> None:
+    cluster = one_node(Resources(2048, 1), held=2, free=1, a=2, b=0)
     jobs = [job("b", 2, submitted_at=2.0), job("a", 4, submitted_at=1.0)]
     room = count_yarn(jobs, {"a": 2, "b": None}, cluster, answered={"a", "b"})
     assert room.capacity == 3
@@ -178,13 +183,7 @@ def test_a_job_the_workers_another_job_gives_back_would_fit_is_not_short_while_t
     next commit and YARN stopped its container later than the settle time, so c2 was lowered back to 1 while the
     slot came free, grown again the next round, and so on four times. The worker a job holds above its target
     is on its way out: the job it would fit is not short meanwhile."""
-    unit = Resources(1024, 1)
-    cluster = ClusterRoom(
-        nodes=(NodeResources("n0", free=Resources(0, 0)),),
-        footprints={"c0": JobFootprint(unit, 3), "c2": JobFootprint(unit, 1)},
-        slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}),
-        kept=4,
-    )
+    cluster = one_node(Resources(1024, 1), held=4, free=0, c0=3, c2=1)
     shrinking = [job("c0", 2, submitted_at=1.0), job("c2", 2, submitted_at=2.0)]
     room = count_yarn(shrinking, {"c0": 3, "c2": 1}, cluster, answered={"c0", "c2"})
     assert room.short == {} and room.holding == {"c0": Held(3, 0), "c2": Held(1, 0)}
@@ -204,13 +203,7 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_once_it_has_asked_th
     lowered to what fits (at least its minimum) ``settle`` seconds after it first asked (YARN's view of its
     containers lags the nodes' free room), not ``settle`` seconds after its ring reports (its whole startup
     later). A job whose ring was seen before and is re-forming (its driver relaunched) is not lowered."""
-    unit = Resources(1024, 1)
-    cluster = ClusterRoom(
-        nodes=(NodeResources("n0", free=Resources(1024, 1)),),
-        footprints={"a": JobFootprint(unit, 3), "new": JobFootprint(unit, 0), "back": JobFootprint(unit, 0)},
-        slots=SlotCount(unit=unit, held=3, free=1, reserved=0, per_node={"n0": 1}),
-        kept=4,
-    )
+    cluster = one_node(Resources(1024, 1), held=3, free=1, a=3, new=0, back=0)
     new = job("new", 8, submitted_at=2.0, min_workers=1)
     back = replace(job("back", 2, submitted_at=3.0), observed_at=50.0)
     jobs = [job("a", 3), new, back]
@@ -227,7 +220,7 @@ def test_a_job_that_has_not_started_is_lowered_to_what_fits_once_it_has_asked_th
     ]
     assert "it has not started" in out[0].record.reason
     # Nothing free: lowered to its minimum, its one request waiting for the next GPU.
-    full = replace(cluster, slots=SlotCount(unit=unit, held=4, free=0, reserved=0, per_node={"n0": 0}))
+    full = replace(cluster, slots=SlotCount(unit=Resources(1024, 1), held=4, free=0, reserved=0, per_node={"n0": 0}))
     two = replace(new, min_workers=2)
     room = count_yarn([job("a", 3), two], {"a": 3, "new": None}, full, answered={"new"})
     assert [s.record.to_workers for s in lower_short([two], room, set(), waited, 110.0, 10.0)[1]] == [2]
