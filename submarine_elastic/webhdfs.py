@@ -51,9 +51,7 @@ class WebHdfsError(Exception):
         "Call From A to B failed on ..." of a connection lost), or the NameNode is starting (safe mode). A
         later try may succeed; a refusal (``AccessControlException``, a path that exists) never does."""
         return (
-            self.status_code is None
-            or self.exception in UNAVAILABLE_EXCEPTIONS
-            or hadoop_connection_failed(str(self))
+            self.status_code is None or self.exception in UNAVAILABLE_EXCEPTIONS or hadoop_connection_failed(str(self))
         )
 
 

@@ -108,8 +108,9 @@ def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], S
         if outcome is None:
             continue
         events = [(e.to_workers, e.reason) for e in outcome.timeline]
+        timeline = sorted(outcome.timeline, key=lambda e: e.time)
         for d in decisions(record.service):
-            if d.state is not DecisionState.APPLIED or d.to_workers == _count_at(outcome.timeline, d.time, record):
+            if d.state is not DecisionState.APPLIED or d.to_workers == _count_at(timeline, d.time, record):
                 continue
             if (d.to_workers, d.reason) not in events and (d.to_workers, REQUEUED) not in events:
                 found.append(
@@ -120,9 +121,10 @@ def controller_agrees(records: Sequence[JobRecord], decisions: Callable[[str], S
 
 
 def _count_at(timeline: Sequence[pb.ResizeEvent], when: float, record: JobRecord) -> int:
-    """The driver's worker count at wall-clock ``when``, as its timeline says (the submitted count before it)."""
+    """The driver's worker count at wall-clock ``when``, as its ``timeline`` (oldest first) says (the submitted
+    count before it)."""
     count = record.job.workers
-    for event in sorted(timeline, key=lambda e: e.time):
+    for event in timeline:
         if event.time > when:
             break
         count = event.to_workers

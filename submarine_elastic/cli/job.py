@@ -152,14 +152,15 @@ def run(ctx: click.Context, **params: Any) -> None:
     for note in notes:
         console.print(f"[yellow]{note}[/yellow]")
     found: list[HdfsJobFiles | None] = []
-    unknown: list[YarnError] = []  # whether the cluster has HDFS, when the RM did not answer that
+    unknown = False  # whether the cluster has HDFS, when the RM did not answer that
 
     def cluster(job_name: str) -> tuple[str, str | None]:
+        nonlocal unknown
         rm_url = _rm_url()
         try:
             found.append(_job_files(rm_url))
-        except YarnError as exc:
-            unknown.append(exc)
+        except YarnError:
+            unknown = True
             found.append(None)
         return rm_url, None if found[0] is None else found[0].uri(job_name)
 

@@ -350,17 +350,21 @@ class LiveReplay:
             if status.is_terminal and record.suspending and self._stopped(record, now, t0):
                 continue
             if status.is_terminal:
-                record.holding_since = None
-                if self.tiresias is not None:
-                    self.tiresias.finished(record.job.name)
-                record.ended_s = now
-                record.state = ended_state(record.service, str(status.state))
-                self._read_log(record, t0)  # its processes have ended: the log is whole
-                took = record.jct_s
-                self.say(
-                    f"+{now:6.0f} s  {record.service} ends {record.state}"
-                    + (f": JCT {took:.0f} s, queued {record.queueing_s:.0f} s" if took is not None else "")
-                )
+                self._ended(record, now, str(status.state), now, t0)
+
+    def _ended(self, record: JobRecord, at: float, yarn_state: str, now: float, t0: float, why: str = "") -> None:
+        """The job ended at run second ``at`` in ``yarn_state`` (its driver's record decides, :func:`ended_state`):
+        recorded, its step log read (its processes have ended: the log is whole), said."""
+        record.holding_since = None
+        if self.tiresias is not None:
+            self.tiresias.finished(record.job.name)
+        record.ended_s = at
+        record.state = ended_state(record.service, yarn_state)
+        self._read_log(record, t0)
+        took = record.jct_s
+        said = [f"JCT {took:.0f} s, queued {record.queueing_s:.0f} s"] if took is not None else []
+        said += [why] if why else []
+        self.say(f"+{now:6.0f} s  {record.service} ends {record.state}" + (f": {'; '.join(said)}" if said else ""))
 
     def _gone(self, record: JobRecord, now: float, t0: float) -> None:
         """YARN says the service of a job whose `job run` returned does not exist: destroyed (a `job kill`). Once
@@ -370,15 +374,8 @@ class LiveReplay:
         if record.gone_since is None:
             record.gone_since = now
             return
-        if now - record.gone_since < GONE_S:
-            return
-        record.holding_since = None
-        if self.tiresias is not None:
-            self.tiresias.finished(record.job.name)
-        record.ended_s = record.gone_since
-        record.state = ended_state(record.service, "STOPPED")
-        self._read_log(record, t0)
-        self.say(f"+{now:6.0f} s  {record.service} ends {record.state}: its service is gone (destroyed)")
+        if now - record.gone_since >= GONE_S:
+            self._ended(record, record.gone_since, "STOPPED", now, t0, why="its service is gone (destroyed)")
 
     def _read(self, record: JobRecord, t0: float) -> StepLog:
         return read_step_log(
