@@ -4,8 +4,9 @@ The workers train on while the driver is gone (Gloo's ring needs no driver); the
 incarnation saying where they stand (:class:`pb.Resume`). An :class:`Adopter`:
 
 1. :meth:`Adopter.admit`: sets each (re-)attaching agent's state from its Resume, or says why it is refused
-   (a worker this driver already counted out, or one that trains in a ring this driver's predecessor did not
-   form); one that trains in the predecessor's ring is ADOPTED (:class:`~submarine_elastic.protocol.api.Adoption`).
+   (a worker this driver already counted out, one that trains in a ring this driver's predecessor did not
+   form, or one its predecessor's ring re-formed without: :attr:`DriverState.ring`); one that trains in the
+   predecessor's ring is ADOPTED (:class:`~submarine_elastic.protocol.api.Adoption`).
 2. :meth:`Adopter.await_ring`: waits (up to :data:`ADOPT_WAIT_S`) for the predecessor's ring to re-attach; with
    at least ``--min_workers`` of it back the registry offers Horovod only the adopted workers, in their old rank
    order, so rank 0 is a worker holding the committed state, never a fresh joiner.
@@ -41,6 +42,12 @@ log = logging.getLogger("submarine_elastic.driver")
 ADOPT_WAIT_S = 20.0
 #: How long it offers Horovod only the adopted workers while their ring re-forms (then joiners are admitted).
 ADOPT_RING_S = 120.0
+#: The driver's state of a worker its agent re-attaches in, by what the agent says of its process.
+RESUMED_AS = {
+    AgentState.STARTING: WorkerState.ATTACHED,
+    AgentState.WARM: WorkerState.WARM,
+    AgentState.RUNNING: WorkerState.RUNNING,
+}
 #: A checkpoint's file name (``tf_hooks.elastic.checkpoint``): its commit count.
 _CHECKPOINT = re.compile(r"ckpt-(\d{12})\.npz")
 
@@ -52,6 +59,8 @@ class Adopter:
     def __init__(self, registry: AgentRegistry, previous: DriverState | None, min_workers: int) -> None:
         self._registry = registry
         self._previous = previous
+        if previous is not None:  # until this driver opens a ring of its own
+            registry.ring = previous.ring
         self._min_workers = min_workers
         #: Why the job cannot go on ('' while it can): its whole ring was lost and no checkpoint holds its state.
         self.lost = ""
@@ -70,6 +79,11 @@ class Adopter:
             return f"{agent.instance} was counted out of the job ({known.state.value}); it cannot rejoin its ring"
         if state in (AgentState.STOPPING, AgentState.EXITED):
             return f"{agent.instance}'s training process is ending"
+        ring = self._previous.ring if self._previous is not None else ()
+        if state is AgentState.RUNNING and ring and agent.agent_id not in ring:
+            # The previous driver's ring went on without it: it counted it out (its host cut off, say) and opened a
+            # ring of the others, which committed steps this worker never saw. Adopted, it would train them again.
+            return f"{agent.instance} trains in a ring its previous driver had re-formed without; it cannot rejoin"
         if state is AgentState.WARM:
             agent.state, agent.joined = WorkerState.WARM, True
         elif state is AgentState.RUNNING and resume is not None:
@@ -82,6 +96,33 @@ class Adopter:
         elif state is AgentState.LEAVING:
             agent.state, agent.joined = WorkerState.LEAVING, True
         return ""
+
+    def take_back(
+        self, agent: AgentHandle, resume: pb.Resume | None, batch: pb.Target | None
+    ) -> tuple[AgentHandle, str]:
+        """An agent this driver holds, not ended, attaching again: it lost its stream (the driver was paused
+        past the stream's keepalive, the network was cut a moment) while its process trained on. It takes its
+        place back, in its ring as it was, when its process stands where the driver thinks (its Resume's state),
+        and is sent the job's ``batch`` (None: never set). Otherwise a command of the lost stream moved it on and
+        it is refused: it is counted lost once its grace ends. Returns the handle its stream serves and why it is
+        refused ('' when it is not)."""
+        state, refusal = resumed_state(agent, resume)
+        if state is None:
+            return agent, refusal
+        held = RESUMED_AS.get(state)
+        known = self._registry.take_back(agent.agent_id, agent.container_id, held) if held is not None else None
+        if known is None:
+            was = self._registry.get(agent.agent_id)
+            return agent, (
+                f"{agent.instance} re-attached {state.value} while this driver holds it "
+                f"{was.state.value if was is not None else 'nowhere'}: a command was lost with its stream"
+            )
+        if batch is not None:
+            known.commands.put(pb.AgentCommand(target=batch))
+        log.warning(
+            "agent re-attached: %s (%s) after its stream was lost; its ring stands", known.instance, known.agent_id
+        )
+        return known, ""
 
     def await_ring(self, fatal: threading.Event) -> bool:
         """Waits (up to :data:`ADOPT_WAIT_S`, or until ``fatal`` is set) for the previous incarnation's ring to

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import horovod
 from horovod.runner.common.util.hosts import SlotInfo
@@ -140,7 +140,19 @@ check_horovod(horovod.__version__)
 
 class BoundRendezvousServer(RendezvousServer):
     """Horovod's rendezvous server listening on one address: Horovod's own binds every interface, where any
-    host that reaches the driver's could read and write the ring's key-value store."""
+    host that reaches the driver's could read and write the ring's key-value store.
+
+    ``on_ring`` (when set) is told each ring's hosts before its workers may rendezvous in it: what is recorded
+    there is never older than a ring that trained."""
+
+    on_ring: Callable[[tuple[str, ...]], None] | None = None
+
+    def init(self, host_alloc_plan: list[SlotInfo]) -> None:
+        """Opens the rendezvous of the ring ``host_alloc_plan`` describes (Horovod's driver calls it at each
+        re-form), after telling :attr:`on_ring` its hosts."""
+        if self.on_ring is not None:
+            self.on_ring(tuple(sorted({slot.hostname for slot in host_alloc_plan})))
+        super().init(host_alloc_plan)
 
     def start(self, handler_cls: type = RendezvousHandler, host: str = "127.0.0.1") -> int:
         """Listens on ``host`` (a free port) and serves in a thread; returns the port.

@@ -37,7 +37,7 @@ from typing import cast
 import grpc
 
 from submarine_elastic import env
-from submarine_elastic.elastic.adoption import Adopter, restart_reason, resumed_state, stopped_run
+from submarine_elastic.elastic.adoption import Adopter, restart_reason, stopped_run
 from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
 from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure, lost_on_the_way
 from submarine_elastic.elastic.horovod_adapter import (
@@ -57,7 +57,6 @@ from submarine_elastic.protocol.api import (
     DRIVER_COMPONENT,
     WORKER_COMPONENT,
     Adoption,
-    AgentState,
     BatchLimits,
     IllegalTransitionError,
     JobPhase,
@@ -84,12 +83,6 @@ CONTAINER_CHECK_S = 5.0
 #: before its process counts lost: with the keepalive's 15 s (``rpc.PARTITION_NOTICED_WITHIN_S``), under the jobs'
 #: 20 s Gloo timeout. An agent that lost its stream to a paused driver re-attaches within a second of its waking.
 REATTACH_GRACE_S = 3.0
-#: The driver's state of a worker its agent re-attaches in, by what the agent says of its process.
-RESUMED_AS = {
-    AgentState.STARTING: WorkerState.ATTACHED,
-    AgentState.WARM: WorkerState.WARM,
-    AgentState.RUNNING: WorkerState.RUNNING,
-}
 
 #: The exit status of a driver that ends for YARN to relaunch it (its ring lost whole, the job resumable from a
 #: checkpoint; sysexits' EX_TEMPFAIL), and how many incarnations may run a job before a lost ring fails it.
@@ -140,6 +133,7 @@ class JobDriver:
         self._ring_formed = False
         self._hvd: ElasticDriver | None = None
         self._rendezvous = BoundRendezvousServer(verbose=0)
+        self._rendezvous.on_ring = self._opening
         self._elastic_timeout = elastic_timeout
         self._server_ip = "127.0.0.1"
         self._rendezvous_port = 0
@@ -240,10 +234,10 @@ class JobDriver:
     def attach(self, agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentHandle, str]:
         """Registers an agent whose Hello was valid, unless :meth:`admit` refuses it; sends it the batch in force.
         Returns the handle its stream serves and why it is refused ('' when it is not). An agent this driver
-        already holds re-attaches after losing its stream (:meth:`_take_back`): the handle is the one it had."""
+        already holds re-attaches after losing its stream (:meth:`Adopter.take_back`): the handle is the one it had."""
         known = self.registry.get(agent.agent_id)
         if known is not None and not known.state.ended:
-            return self._take_back(agent, resume)
+            return self.adoption.take_back(agent, resume, self.targets.batch)
         refusal = self.admit(agent, resume)
         if refusal:
             return agent, refusal
@@ -262,31 +256,6 @@ class JobDriver:
             f", adopted at rank {agent.adopted_rank}" if agent.adopted else "",
         )
         return agent, ""
-
-    def _take_back(self, agent: AgentHandle, resume: pb.Resume | None) -> tuple[AgentHandle, str]:
-        """An agent this driver holds, not ended, attaching again: it lost its stream (the driver was paused
-        past the stream's keepalive, the network was cut a moment) while its process trained on. It takes its
-        place back, in its ring as it was, when its process stands where the driver thinks (its Resume's state);
-        otherwise a command of the lost stream moved it on and it is refused: it is counted lost once its
-        grace ends (:meth:`detach`)."""
-        state, refusal = resumed_state(agent, resume)
-        if state is None:
-            return agent, refusal
-        held = RESUMED_AS.get(state)
-        known = self.registry.take_back(agent.agent_id, agent.container_id, held) if held is not None else None
-        if known is None:
-            was = self.registry.get(agent.agent_id)
-            return agent, (
-                f"{agent.instance} re-attached {state.value} while this driver holds it "
-                f"{was.state.value if was is not None else 'nowhere'}: a command was lost with its stream"
-            )
-        batch = self.targets.batch
-        if batch is not None:
-            known.commands.put(pb.AgentCommand(target=batch))
-        log.warning(
-            "agent re-attached: %s (%s) after its stream was lost; its ring stands", known.instance, known.agent_id
-        )
-        return known, ""
 
     def admit(self, agent: AgentHandle, resume: pb.Resume | None) -> str:
         """Why a (re-)attaching agent is refused ('' when it is not), its state set from ``resume``
@@ -735,6 +704,11 @@ class JobDriver:
         self.adoption.await_reform(hvd_driver, adopted, self.incarnations[-1])
         self.targets.requeue_requested(REQUEUED)
 
+    def _opening(self, hosts: tuple[str, ...]) -> None:
+        """A ring of ``hosts`` is opening: recorded before any of them trains in it (:attr:`DriverState.ring`)."""
+        self.registry.ring = hosts
+        self._persist()
+
     def _persist_loop(self) -> None:
         while True:
             self._persist()
@@ -742,9 +716,11 @@ class JobDriver:
 
     def _persist(self) -> None:
         """Writes :class:`DriverState` when it changed (the next incarnation reads it)."""
-        if self._state_keeper is None:
-            return
-        state = DriverState(
+        if self._state_keeper is not None:
+            self._state_keeper.keep(self._state)
+
+    def _state(self) -> DriverState:
+        return DriverState(
             app=self._app,
             target=self.target,
             requested=self.requested,
@@ -757,8 +733,8 @@ class JobDriver:
             batch_timeline=tuple(self.targets.batch_timeline),
             version=self.targets.version,
             preempted_from=self.resizer.preempted_from or 0,
+            ring=self.registry.ring,
         )
-        self._state_keeper.keep(state)
 
     def _end(self, server: grpc.Server, rc: int) -> int:
         """Stops every agent stream and the server; logs the reason of a failure as the last line."""

@@ -95,6 +95,8 @@ class AgentRegistry(HostDiscovery):
         self._agents: dict[str, AgentHandle] = {}
         #: while set, Horovod is offered only adopted workers (a new incarnation re-forming their ring)
         self.adopting = False
+        #: the Horovod hosts of the last ring opened (:attr:`DriverState.ring`), by this driver or its predecessor
+        self.ring: tuple[str, ...] = ()
 
     def add(self, agent: AgentHandle) -> None:
         """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""

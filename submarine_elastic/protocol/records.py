@@ -11,6 +11,7 @@ their kind is refused with a message that names the fields. Both files are writt
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
@@ -102,7 +103,8 @@ class DriverState(_Record):
     resize queued when the driver died is taken up again), ``world_size`` the ring's size then, ``removing`` the
     instances a scale-in removes by name that YARN had not confirmed gone, ``version`` the last target version it
     gave (the next incarnation's targets go on from it), ``preempted_from`` the target before YARN's preemptions
-    that the job is growing back to (0: none).
+    that the job is growing back to (0: none), ``ring`` the Horovod hosts (agent ids) of the last ring it opened
+    a rendezvous for (empty before its first): only they hold the job's newest committed state.
     """
 
     app: str = ""
@@ -117,6 +119,7 @@ class DriverState(_Record):
     batch_timeline: tuple[Target, ...] = ()
     version: Count = 0
     preempted_from: Count = 0
+    ring: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None, app: str) -> DriverState | None:
@@ -135,23 +138,25 @@ class DriverState(_Record):
 
 class StateKeeper:
     """Keeps the driver's state file at ``path`` up to date: :meth:`keep` writes a state only when it differs from
-    the last one written. Not safe under concurrent calls: one thread keeps the file (the driver's persist loop,
-    then its end)."""
+    the last one written. Safe under concurrent calls (the driver's persist loop, a re-forming ring, its end)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._written = ""
+        self._lock = threading.Lock()
 
-    def keep(self, state: DriverState) -> None:
-        """Writes ``state`` if it changed; a file that cannot be written is logged (and tried again next time)."""
-        text = state.to_json()
-        if text == self._written:
-            return
-        try:
-            write_atomic(self.path, text)
-        except OSError as exc:
-            log.warning("cannot keep the driver's state in %s: %s", self.path, exc)
-        self._written = text
+    def keep(self, state_now: Callable[[], DriverState]) -> None:
+        """Writes the state ``state_now`` gives if it changed; a file that cannot be written is logged (and tried
+        again next time). The state is taken under the keeper's lock, so an older one never overwrites a newer."""
+        with self._lock:
+            text = state_now().to_json()
+            if text == self._written:
+                return
+            try:
+                write_atomic(self.path, text)
+            except OSError as exc:
+                log.warning("cannot keep the driver's state in %s: %s", self.path, exc)
+            self._written = text
 
 
 class JobOutcome(_Record):

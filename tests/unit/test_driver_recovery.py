@@ -346,3 +346,23 @@ def test_the_training_process_says_exiting_at_interpreter_exit(tmp_path: Path) -
         received += chunk
     messages = FrameReader(pb.FromTraining).feed(received)
     assert child.returncode == 0 and messages[-1] == pb.FromTraining(exiting=True)
+
+
+def test_a_ring_is_recorded_before_its_workers_may_rendezvous_in_it(tmp_path: Path) -> None:
+    """Horovod's driver opens each ring's rendezvous (``init``); the driver's state names that ring's hosts before
+    ``init`` returns, so a successor never adopts a worker the ring went on without (:class:`Adopter`)."""
+    from horovod.runner.common.util.hosts import SlotInfo
+
+    state_file = tmp_path / "job.driver.json"
+    driver = make_driver(state_file)
+    port = driver._rendezvous.start(host="127.0.0.1")
+    assert port > 0
+    try:
+        plan = [SlotInfo(h, r, 0, r, 2, 1, 2) for r, h in enumerate(["c1", "c0"])]
+        driver._rendezvous.init(plan)
+        assert json.loads(state_file.read_text())["ring"] == ["c0", "c1"]
+        driver._rendezvous.init(plan[:1])  # the ring re-formed without c0
+        assert json.loads(state_file.read_text())["ring"] == ["c1"]
+    finally:
+        driver._rendezvous.stop()
+    assert make_driver(state_file).registry.ring == ("c1",)

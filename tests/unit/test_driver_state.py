@@ -102,16 +102,16 @@ def test_the_keeper_writes_a_state_only_when_it_changed(tmp_path: Path, caplog: 
 
     path = tmp_path / "job.driver.json"
     keeper = StateKeeper(path)
-    keeper.keep(STATE)
+    keeper.keep(lambda: STATE)
     first = path.stat().st_mtime_ns
     path.write_text("changed behind its back")
-    keeper.keep(STATE)  # the same state: not written again
+    keeper.keep(lambda: STATE)  # the same state: not written again
     assert path.read_text() == "changed behind its back" and path.stat().st_mtime_ns >= first
-    keeper.keep(DriverState(app="a", target=1))
+    keeper.keep(lambda: DriverState(app="a", target=1))
     assert DriverState.load(path, "a") == DriverState(app="a", target=1)
     gone = StateKeeper(tmp_path / "no" / "such" / "dir.json")
     with caplog.at_level(logging.WARNING):
-        gone.keep(STATE)
+        gone.keep(lambda: STATE)
     assert "cannot keep the driver's state" in caplog.text
 
 
