@@ -28,6 +28,7 @@ import dataclasses
 import json
 import platform
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -66,9 +67,7 @@ def spread_plan(
     plan = plan_replay(str(path), time_scale=time_scale, nodes=nodes, gpus_per_node=GPUS_PER_NODE)
     last = max(j.arrival_s for j in plan.jobs)
     scale = ARRIVALS_WITHIN * seconds / last if last > 0 else 1.0
-    return plan_replay(
-        str(path), time_scale=time_scale, arrival_scale=scale, nodes=nodes, gpus_per_node=GPUS_PER_NODE
-    )
+    return plan_replay(str(path), time_scale=time_scale, arrival_scale=scale, nodes=nodes, gpus_per_node=GPUS_PER_NODE)
 
 
 def main() -> None:
@@ -97,6 +96,7 @@ def main() -> None:
         p.error("--minutes and --every must be above 0")
     if not 0 <= args.prod_share < 100:
         p.error(f"--prod-share must be 0..99 percent, got {args.prod_share}")
+    interruptible()
     queues = (QueueSpec("prod", args.prod_share), QueueSpec("research", 100 - args.prod_share))
     root = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
     nodes = args.hosts or 2
@@ -112,8 +112,8 @@ def main() -> None:
             hdfs=bool(args.hosts),
             queues=queues if args.prod_share else (),
         )
-        rm_url = cluster.up(spec, progress=lambda m: print(f"  {m}", flush=True))
         try:
+            rm_url = cluster.up(spec, progress=lambda m: print(f"  {m}", flush=True))
             replay = LiveReplay(
                 plan, args.policy, rm_url=rm_url, out=root / "run", say=lambda line: print(line, flush=True),
                 timeout_s=args.minutes * 60 + 1800, checkpoints=True, queue="research" if args.prod_share else None,
@@ -127,7 +127,18 @@ def main() -> None:
             cluster.down()
     machine = {**watch.as_dict(), "python": platform.python_version()}
     write(args, plan, result, machine, time.time() - started, root)
-    sys.exit(1 if result.violations else 0)
+    sys.exit(130 if result.interrupted_s is not None else 1 if result.violations else 0)
+
+
+def interruptible() -> None:
+    """^C and SIGTERM interrupt the run (KeyboardInterrupt): it heals, kills its jobs, writes what it got to and
+    tears the cluster down. A shell starts a background job with SIGINT ignored, which Python then keeps."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def write(
@@ -152,8 +163,12 @@ def write(
         "logs": str(root),
     }
     (args.out / "chaos.json").write_text(json.dumps(data, indent=2) + "\n")
+    ran = f"{args.minutes:g} minutes"
+    if result.interrupted_s is not None:
+        ran = f"{result.interrupted_s / 60:.1f} of {args.minutes:g} minutes (interrupted: not a complete run)"
+        print(f"interrupted after {result.interrupted_s:.0f} s: the table and the checks cover what ran")
     md = [
-        f"# Chaos: {len(result.faults)} faults in {args.minutes:g} minutes (seed {result.seed})",
+        f"# Chaos: {len(result.faults)} faults in {ran} (seed {result.seed})",
         "",
         f"{plan.describe()}; policy {result.policy}; a fault every {result.every_s:g} s on average. "
         f"Emulated GPUs. {finished} of {len(plan.jobs)} jobs SUCCEEDED. Peak memory "

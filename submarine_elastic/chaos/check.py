@@ -64,22 +64,37 @@ def cluster_unhealthy(cluster: LocalCluster) -> str:
     return ""
 
 
-def faults(injected: Iterable[Injected]) -> list[str]:
-    """A violation for each fault not recovered within its deadline, naming what was still wrong."""
+def faults(injected: Iterable[Injected], interrupted_s: float | None = None) -> list[str]:
+    """A violation for each fault not recovered when it was due (its deadline, or that of the last fault stacked
+    on it), naming what was still wrong; in a run interrupted ``interrupted_s`` after its start, only a fault due
+    by then."""
     return [
-        f"{f.kind} on {f.target} at +{f.at_s:.0f} s: not recovered within {f.deadline_s:.0f} s ({f.missing})"
+        f"{f.kind} on {f.target} at +{f.at_s:.0f} s: not recovered by +{f.due_s:.0f} s ({f.deadline_s:.0f} s"
+        f"{f', {f.stacked} later fault{_s(f.stacked)} stacked on it' if f.stacked else ''}): {f.missing}"
         for f in injected
-        if f.recovered_s is None
+        if f.recovered_s is None and (interrupted_s is None or f.due_s <= interrupted_s)
     ]
 
 
-def jobs(records: Sequence[JobRecord], log_dir: Callable[[ReplayJob], Path], ended_by_fault: set[str]) -> list[str]:
-    """A violation for each job that did not end as it should have, or whose step log or weights are wrong."""
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def jobs(
+    records: Sequence[JobRecord],
+    log_dir: Callable[[ReplayJob], Path],
+    ended_by_fault: set[str],
+    *,
+    interrupted: bool = False,
+) -> list[str]:
+    """A violation for each job that did not end as it should have, or whose step log or weights are wrong. In an
+    ``interrupted`` run, a job still running when it was (and so killed) is judged by its step log alone."""
     found: list[str] = []
     for record in records:
         name = record.service
-        meant = name in ended_by_fault
-        if record.ended_s is None:
+        cut_short = interrupted and record.ended_s is None
+        meant = name in ended_by_fault or cut_short
+        if record.ended_s is None and not cut_short:
             found.append(f"{name}: did not end")
         elif record.state != "SUCCEEDED" and not meant:
             outcome = load_outcome(name)

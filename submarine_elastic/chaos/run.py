@@ -79,15 +79,32 @@ class Injected:
     deadline_s: float
     #: the jobs it touched: those training when it came (every one for a daemon or the controller)
     touched: list[str] = field(default_factory=list)
+    #: it hits the whole cluster (a daemon, the controller, a host), not one job's process
+    cluster_wide: bool = False
+    #: when it must have recovered, after the run began: its deadline, or a later fault's that hit what it touched
+    #: before it recovered (the damage of stacked faults is judged at the deadline of the last of them)
+    due_s: float = 0.0
+    #: the later faults stacked on it (that moved :attr:`due_s`)
+    stacked: int = 0
     healed_s: float | None = None
     healed: str = ""
     recovered_s: float | None = None
     #: what was still not repaired at the deadline, when it did not recover
     missing: str = ""
 
+    def __post_init__(self) -> None:
+        self.due_s = self.due_s or round(self.at_s + self.deadline_s, 1)
+
     @property
     def recovery_s(self) -> float | None:
         return None if self.recovered_s is None else round(self.recovered_s - self.at_s, 1)
+
+    def stack(self, later: Injected) -> None:
+        """``later`` came before this fault recovered: when it hit what this one touched (or either hit the whole
+        cluster), this one is due no sooner than ``later``."""
+        overlaps = self.cluster_wide or later.cluster_wide or set(self.touched) & set(later.touched)
+        if self.recovered_s is None and not self.missing and overlaps and later.due_s > self.due_s:
+            self.due_s, self.stacked = later.due_s, self.stacked + 1
 
 
 @dataclass
@@ -103,6 +120,8 @@ class ChaosResult:
     violations: list[str]
     #: every job as the checker judged it: the replay's records, also where it did not complete
     records: list[JobRecord]
+    #: when the run was interrupted (^C, SIGTERM), in seconds after its start (None: it ran to its end)
+    interrupted_s: float | None = None
 
     @property
     def succeeded(self) -> int:
@@ -116,6 +135,7 @@ class ChaosResult:
             "duration_s": self.duration_s,
             "every_s": self.every_s,
             "wall_s": round(self.wall_s, 1),
+            "interrupted_s": self.interrupted_s,
             "faults": [{**asdict(f), "recovery_s": f.recovery_s} for f in self.faults],
             "violations": self.violations,
             "jobs": [
@@ -303,34 +323,42 @@ class ChaosRun:
 
     # --- the run -----------------------------------------------------------------------------------
     def run(self) -> ChaosResult:
-        """Replay the plan with faults; return what was injected and every violation the checker found."""
+        """Replay the plan with faults; return what was injected and every violation the checker found.
+
+        Interrupted (^C, or SIGTERM in the main thread), the replay kills its jobs, what a fault holds is healed
+        at once, and the checker judges what the run got to: the faults whose deadlines had passed, the step logs
+        of the jobs it cut short (:attr:`ChaosResult.interrupted_s`)."""
         self._t0 = time.time()
         injector = threading.Thread(target=self._inject_loop, name="chaos-injector", daemon=True)
         injector.start()
         run: LiveRun | None = None
         violations: list[str] = []
+        interrupted_s: float | None = None
         try:
             run = self.replay.run()
         except ReplayRunError as exc:
             violations.append(f"the replay did not complete: {exc}")
         except KeyboardInterrupt:
+            interrupted_s = round(time.time() - self._t0, 1)
             self._aborted.set()  # the replay killed its jobs; what a fault holds is healed now
-            raise
+            self.say(f"!{interrupted_s:6.0f} s  interrupted: healing what the faults hold; judging what ran")
         finally:
             self._stop.set()
             injector.join()
             for watcher in self._watchers:
                 watcher.join()
         records = run.records if run is not None else self.replay.records
-        violations += check.faults(self.faults)
-        violations += check.jobs(records, self.replay.log_dir, self.ended_by_fault)
+        violations += check.faults(self.faults, interrupted_s)
+        violations += check.jobs(
+            records, self.replay.log_dir, self.ended_by_fault, interrupted=interrupted_s is not None
+        )
         violations += self._controller_agrees(records)
         violations += check.leftovers(
             self.cluster, self.replay.rm_url, self._applications(), self._prod, self._job_files()
         )
         return ChaosResult(
             self.seed, self.replay.policy, self.duration_s, self.every_s, time.time() - self._t0, self.faults,
-            violations, list(records),
+            violations, list(records), interrupted_s,
         )  # fmt: skip
 
     def _job_files(self) -> HdfsJobFiles | None:
@@ -377,7 +405,9 @@ class ChaosRun:
         if target.service and target.role in PROCESS_ROLES:
             self._recovering.add(target.service)
         fault = Injected(kind.name, target.name, target.service, round(at - self._t0, 1), what, kind.deadline_s,
-                         touched)  # fmt: skip
+                         touched, cluster_wide=kind.cluster_wide)  # fmt: skip
+        for earlier in self.faults:
+            earlier.stack(fault)
         self.faults.append(fault)
         self.say(f"!{fault.at_s:6.0f} s  {kind.name} on {target.name}: {what}")
         watcher = threading.Thread(target=self._watch, args=(kind, target, fault, at), daemon=True)
@@ -407,7 +437,7 @@ class ChaosRun:
             if not missing:
                 fault.recovered_s = round(now - self._t0, 1)
                 break
-            if now >= at + kind.deadline_s or self._aborted.is_set():
+            if now >= self._t0 + fault.due_s or self._aborted.is_set():
                 fault.missing = missing
                 self.say(f"!{now - self._t0:6.0f} s  {kind.name} on {target.name}: not recovered: {missing}")
                 break

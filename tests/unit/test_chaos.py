@@ -160,6 +160,10 @@ def test_the_checker_names_each_job_that_ended_wrong(tmp_path: Path) -> None:
         "t-twice: no rank wrote its final weights",
         "t-running: did not end",
     ]
+    # An interrupted run killed the jobs still running: short of samples is no violation, a step trained twice is.
+    twice = "step 3: a rank logged it twice (a committed step trained twice)"
+    cut = [_record("cut", None, ["trained 10 of its 6400 samples"], False), _record("cut-twice", None, [twice], False)]
+    assert chaos_check.jobs(cut, lambda job: tmp_path / job.name, set(), interrupted=True) == [f"t-cut-twice: {twice}"]
 
 
 def test_the_checker_names_a_resize_the_controller_recorded_applied_that_no_driver_applied() -> None:
@@ -237,7 +241,7 @@ def test_the_table_counts_each_kind_and_fits_80_columns() -> None:
         Injected("kill-training", "j/c", "j", 50.0, "SIGKILL", 180, missing="j: no committed step since"),
     ]
     violations = [*chaos_check.faults(faults), "t-j: ended FAILED: lost"]
-    assert violations[0] == ("kill-training on j/c at +50 s: not recovered within 180 s (j: no committed step since)")
+    assert violations[0] == "kill-training on j/c at +50 s: not recovered by +230 s (180 s): j: no committed step since"
     shown = chaos_check.table(faults, violations)
     lines = shown.splitlines()
     assert max(map(len, lines)) <= 80
@@ -245,6 +249,25 @@ def test_the_table_counts_each_kind_and_fits_80_columns() -> None:
     assert lines[2].split() == ["kill-training", "1", "0", "-", "-", "1"]
     assert lines[3].split() == ["all", "faults", "3", "2", "1"]
     assert lines[4].split() == ["jobs,", "leftovers", "1"]
+
+
+def test_a_fault_is_due_at_the_deadline_of_the_last_fault_stacked_on_what_it_touched() -> None:
+    """A job re-forming after a killed agent, then the ResourceManager paused: the agent's fault is judged at the
+    pause's deadline, not its own. A later fault on another job's process moves nothing; a recovered fault stays."""
+    agent = Injected("kill-agent", "a/c1", "a", 100.0, "SIGKILL", 120, ["a"])
+    done = Injected("kill-agent", "b/c1", "b", 90.0, "SIGKILL", 120, ["b"], recovered_s=110.0)
+    for later in (Injected("kill-training", "c/c2", "c", 150.0, "SIGKILL", 180, ["c"]),
+                  Injected("stop-rm", "rm", None, 160.0, "SIGSTOP", 240, ["a", "b"], cluster_wide=True)):  # fmt: skip
+        agent.stack(later)
+        done.stack(later)
+    assert (agent.due_s, agent.stacked) == (400.0, 1)
+    assert (done.due_s, done.stacked) == (210.0, 0)
+    agent.missing = "a: YARN has 2 READY workers, its ring 3"
+    assert chaos_check.faults([agent]) == [
+        "kill-agent on a/c1 at +100 s: not recovered by +400 s (120 s, 1 later fault stacked on it): "
+        "a: YARN has 2 READY workers, its ring 3"
+    ]
+    assert chaos_check.faults([agent], interrupted_s=399.0) == []
 
 
 def test_a_chaos_run_refuses_a_replay_with_no_controller() -> None:
@@ -337,16 +360,20 @@ def test_a_heal_whose_daemon_started_while_another_died_is_done_and_one_that_did
 
 
 def test_an_interrupted_run_heals_what_it_holds_at_once_and_stops_watching(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C on a chaos run: it ends within seconds (not after its faults' holds and deadlines), and what a
-    fault holds (a killed daemon to start again) is healed first."""
+    """Ctrl-C (or SIGTERM) on a chaos run: it ends within seconds (not after its faults' holds and deadlines),
+    what a fault holds (a killed daemon to start again) is healed first, and what ran is judged: a fault whose
+    deadline had not passed is no violation."""
     rm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     healed = threading.Event()
 
     class Replay:
-        elastic, policy, records = True, "goodput+goodput", []
+        elastic, policy, records, rm_url = True, "goodput+goodput", [], ""
 
         def run(self) -> None:
             raise KeyboardInterrupt
+
+        def log_dir(self, job: ReplayJob) -> Path:
+            raise AssertionError("no job ran")
 
     cluster = OneRmCluster(rm, lambda name: healed.set())
     chaos = ChaosRun(Replay(), cluster, duration_s=600, every_s=300, seed=0, say=lambda line: None)  # type: ignore[arg-type]
@@ -355,11 +382,16 @@ def test_an_interrupted_run_heals_what_it_holds_at_once_and_stops_watching(monke
     kill_rm = dataclasses.replace(kill_rm, hold_s=300.0, deadline_s=600.0)
     try:
         chaos._inject(kill_rm, chaos.targets(DAEMON)[0])
+        monkeypatch.setattr(chaos, "_applications", dict)
+        monkeypatch.setattr(chaos, "_job_files", lambda: None)
+        monkeypatch.setattr(chaos, "_controller_agrees", lambda records: [])
+        monkeypatch.setattr(chaos_check, "leftovers", lambda *args: [])
         started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            chaos.run()
+        result = chaos.run()
         assert time.monotonic() - started < 15
         assert healed.is_set() and chaos.faults[0].recovered_s is None
+        assert result.interrupted_s is not None and result.violations == []
+        assert result.as_dict()["interrupted_s"] == result.interrupted_s
     finally:
         rm.kill()
 
