@@ -185,6 +185,7 @@ def main() -> None:
     rule = rules.BatchRule("fixed_global", args.global_batch, args.lr)
 
     import horovod.tensorflow as hvd
+    from horovod.common.exceptions import HostsUpdatedInterrupt
 
     from tf_hooks.elastic.state import ElasticState
     from tf_hooks.noise import GradientNoiseScale
@@ -283,16 +284,42 @@ def main() -> None:
     # by a failure is recomputed and logged once, so the log shows exactly what the model learned from.
     pending: list[str] = []
     state.register_reset_callbacks([pending.clear])
-    log = None
+    log = phases = None
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         log = (args.log_dir / f"steps-{os.getpid()}.jsonl").open("a", buffering=1)
+        # When this process's ring was interrupted (hosts updated at a commit, a peer failed), re-initialised
+        # (Horovod's rendezvous and Gloo's mesh: the reset callbacks run), and when it began its first step after
+        # that (the state synced): where a re-form's pause goes (benchmarks/bench_scale.py).
+        phases = (args.log_dir / f"phases-{os.getpid()}.jsonl").open("a", buffering=1)
+    resumed = [True]  # the next step is the first since this process joined a ring or its ring re-formed
+
+    def phase(name: str) -> None:
+        if phases is not None:
+            phases.write(json.dumps({"phase": name, "time": time.time()}) + "\n")
+
+    def reset() -> None:
+        phase("reset")
+        resumed[0] = True
+
+    state.register_reset_callbacks([reset])
+    restore = state.restore
+
+    def restore_after_failure() -> None:  # what Horovod's run wrapper calls on a HorovodInternalError
+        phase("failure")
+        restore()
+
+    state.restore = restore_after_failure  # type: ignore[method-assign]
 
     def commit() -> None:
         if log is not None:
             log.write("".join(pending))
             pending.clear()
-        state.commit()
+        try:
+            state.commit()
+        except HostsUpdatedInterrupt:
+            phase("interrupt")
+            raise
 
     @hvd.elastic.run
     def train(state: ElasticState) -> None:
@@ -307,6 +334,9 @@ def main() -> None:
                 lr = learning_rate()
                 if abs(float(opt.learning_rate) - lr) > 1e-12 * lr:
                     opt.learning_rate = lr
+                if resumed[0]:
+                    phase("synced")
+                    resumed[0] = False
                 started = time.perf_counter()
                 if micro == 1:
                     ids = edata.shard(perm, state.cursor, global_batch, rank, size)
