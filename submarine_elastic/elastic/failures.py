@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
-from submarine_elastic.elastic.ringhost import AgentHandle
+from submarine_elastic.elastic.ringhost import LOST_EXIT, AgentHandle
 from submarine_elastic.protocol.api import WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
 
@@ -108,3 +108,16 @@ def lost_on_the_way(failed: Mapping[str, int], finished: Collection[str]) -> boo
     code above 0: the script's). Horovod lists such a worker when its exit reaches it after the last worker
     finished (seen in a chaos run: a worker killed 2.6 s before rank 0 finished failed the job)."""
     return bool(failed) and bool(finished) and all(code < 0 for code in failed.values())
+
+
+def ended_by(error_message: str, failed: Mapping[str, int], lost: Sequence[str]) -> str:
+    """The job's reason when Horovod ended it and no process's failure says why: the workers lost with their
+    agents (``lost``, their instances, ended :data:`LOST_EXIT`) when every failed slot was one of those, else
+    Horovod's own words (``error_message``, else the ``failed`` slots and their exit codes)."""
+    if lost and failed and not error_message and all(code == LOST_EXIT for code in failed.values()):
+        them = "its agent" if len(lost) == 1 else "their agents"
+        return (
+            f"{', '.join(lost)} lost with {them} (no word past the re-attach grace: the agent killed, its container "
+            f"or host gone), and no worker of the ring was left to go on; Horovod ended the job ({dict(failed)})"
+        )
+    return f"Horovod ended the job: {error_message or dict(failed)}"

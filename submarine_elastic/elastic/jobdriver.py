@@ -39,7 +39,14 @@ import grpc
 from submarine_elastic import env
 from submarine_elastic.elastic.adoption import Adopter, restart_reason, stopped_run
 from submarine_elastic.elastic.driver_servicer import DriverServicer, control_plane_threads, serve_control_plane
-from submarine_elastic.elastic.failures import MAX_FAILURES, exit_failure, job_reason, lost_failure, lost_on_the_way
+from submarine_elastic.elastic.failures import (
+    MAX_FAILURES,
+    ended_by,
+    exit_failure,
+    job_reason,
+    lost_failure,
+    lost_on_the_way,
+)
 from submarine_elastic.elastic.horovod_adapter import (
     BoundRendezvousServer,
     ElasticDriver,
@@ -51,7 +58,7 @@ from submarine_elastic.elastic.horovod_adapter import (
 )
 from submarine_elastic.elastic.reconcile import REQUEUED, TargetBook, lost_agents
 from submarine_elastic.elastic.resizer import Resizer
-from submarine_elastic.elastic.ringhost import AgentHandle, AgentRegistry, rendezvous_address
+from submarine_elastic.elastic.ringhost import LOST_EXIT, AgentHandle, AgentRegistry, rendezvous_address
 from submarine_elastic.elastic.yarnsync import YarnSync, replaced_by_yarn
 from submarine_elastic.protocol.api import (
     DRIVER_COMPONENT,
@@ -661,8 +668,9 @@ class JobDriver:
             failed = {}  # the training finished in the ring; the workers lost on the way stay in the failures
         if results.error_message or failed or self._fatal.is_set():
             if not self.error:
-                horovod_said = f"Horovod ended the job: {results.error_message or failed}"
-                self.error = job_reason(self.failures[0]) if self.failures else horovod_said
+                lost = [a.instance for a in self.registry.snapshot() if a.exit_code == LOST_EXIT]
+                said = ended_by(results.error_message, failed, lost)
+                self.error = job_reason(self.failures[0]) if self.failures else said
             return self._end(server, 1)
         if not self.finished_workers:
             # Horovod stops without an error when it cannot form the next ring (no host of the last one left, every

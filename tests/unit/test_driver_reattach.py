@@ -14,7 +14,7 @@ import pytest
 
 from submarine_elastic.elastic import jobdriver
 from submarine_elastic.elastic.driver import JobDriver
-from submarine_elastic.elastic.failures import lost_on_the_way
+from submarine_elastic.elastic.failures import ended_by, lost_on_the_way
 from submarine_elastic.elastic.ringhost import LOST_EXIT, AgentHandle
 from submarine_elastic.protocol.api import AgentState, JobPhase, Limits, WorkerState
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
@@ -198,3 +198,14 @@ def test_a_driver_that_leaves_for_the_next_incarnation_cuts_its_agents_streams()
     assert stream.closed.wait(WITHIN_S)
     assert stream.ended is not None, "the stream ended cleanly: the agent would take it as the job's end"
     assert stream.ended.code() is not grpc.StatusCode.FAILED_PRECONDITION  # not a refusal: it looks for the next
+
+
+def test_a_job_whose_last_worker_went_with_its_agent_says_so() -> None:
+    """A one-worker job without checkpoints whose agent was killed: its reason named Horovod's slot and -9 alone
+    ("Horovod ended the job: {'c-0[0]': -9}"). It names the worker lost with its agent; other ends keep
+    Horovod's words."""
+    reason = ended_by("", {"container_1_01_000002-a1[0]": LOST_EXIT}, ["worker-0"])
+    assert reason.startswith("worker-0 lost with its agent (no word past the re-attach grace")
+    assert "no worker of the ring was left" in reason
+    assert ended_by("", {"c-0[0]": 1}, ["worker-0"]) == "Horovod ended the job: {'c-0[0]': 1}"
+    assert ended_by("gloo timeout", {}, []) == "Horovod ended the job: gloo timeout"
