@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _common import int_list
 
 from submarine_elastic.controller.api import ClusterApp, JobBackend, JobFootprint, NodeResources
 from submarine_elastic.controller.service import METRICS_JOBS, ControllerService, metrics_store
@@ -70,6 +71,10 @@ CONFIGURED = {
     "composite": "composite(policies=[convergence, scaling-efficiency])",
     "utility": "utility(price_per_worker_hour=1.0, value_per_sample=0.001)",
 }
+
+
+#: ``--jobs`` and ``--sim-jobs``: whole numbers of at least 2.
+JOB_COUNTS = int_list("job counts", 2)
 
 
 def builtin_pairs() -> list[str]:
@@ -312,22 +317,12 @@ def _growth_steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of job counts, got {text!r}") from None
-    if not counts or min(counts) < 2:
-        raise argparse.ArgumentTypeError(f"job counts must be at least 2, got {text!r}")
-    return counts
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=_counts, default=[10, 100, 250, 500, 1000], help="controller job counts")
+    parser.add_argument("--jobs", type=JOB_COUNTS, default=[10, 100, 250, 500, 1000], help="controller job counts")
     parser.add_argument("--rounds", type=int, default=30, help="controller rounds after the first")
     parser.add_argument("--policy", action="append", help="job-policy+arbiter (repeatable), or all")
-    parser.add_argument("--sim-jobs", type=_counts, default=[160, 320, 800, 1600], help="simulator job counts")
+    parser.add_argument("--sim-jobs", type=JOB_COUNTS, default=[160, 320, 800, 1600], help="simulator job counts")
     parser.add_argument("--quick", action="store_true", help="10 and 50 jobs, 160 and 320 in the simulator")
     parser.add_argument(
         "--part",

@@ -49,6 +49,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _common import write_results
+
 from submarine_elastic.cluster import ClusterSpec, LocalCluster
 from submarine_elastic.protocol.api import Limits
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
@@ -566,11 +568,7 @@ def main() -> None:
     results = run_parts(args, root)
     if args.only_horovod_example:
         results = {**json.loads((RESULTS / "elastic.json").read_text()), **results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "elastic.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = render(results)
-    (RESULTS / "elastic.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("elastic", results, render)
 
 
 if __name__ == "__main__":

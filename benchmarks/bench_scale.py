@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import psutil
+from _common import int_list, write_results
 from bench_elastic import SCRIPT_ARGS, step_times
 from bench_hosts import SSH_SHIM
 
@@ -57,7 +58,6 @@ from submarine_elastic.submit.service import submit
 from submarine_elastic.yarn import YarnServiceClient
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
 HOSTS = 3
 WORKER_MB = 512
 #: Seconds the ring trains at a size before the next change (its joiners warm meanwhile, for ours).
@@ -285,19 +285,10 @@ def render(results: dict[str, object]) -> list[str]:
     return lines
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of ring sizes, got {text!r}") from None
-    if not sizes or min(sizes) < 2:
-        raise argparse.ArgumentTypeError(f"ring sizes must be at least 2 (a kill leaves one), got {text!r}")
-    return sizes
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=_sizes, default=[2, 4, 8, 16], help="ring sizes (default 2,4,8,16)")
+    sizes = int_list("ring sizes", 2, " (a kill leaves one)")
+    parser.add_argument("--sizes", type=sizes, default=[2, 4, 8, 16], help="ring sizes (default 2,4,8,16)")
     parser.add_argument("--port-base", type=int, default=26000)
     parser.add_argument("--only", choices=("ours", "stock"), help="run one side only")
     args = parser.parse_args()
@@ -337,11 +328,7 @@ def main() -> None:
         "wall_s": round(time.time() - started, 1),
         "logs": str(root),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = render(results)
-    (RESULTS / "scale.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("scale", results, render)
 
 
 if __name__ == "__main__":
