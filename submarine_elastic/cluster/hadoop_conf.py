@@ -93,6 +93,11 @@ class HadoopConf:
             "yarn.scheduler.maximum-allocation-vcores": str(spec.node_vcores),
         }
         hdfs = self._hdfs_settings(name, spec, nn_host, placement) if spec.hdfs else {}
+        if spec.hdfs:
+            # Where the NameNode is, in core-site.xml too: a daemon loads hdfs-site.xml only once it first uses
+            # HDFS, and a ResourceManager just started names no NameNode in its /conf until then, where `job run`
+            # looks for one (seen in a chaos run: a job submitted a moment after an RM restart was refused).
+            core.update({k: f"{nn_host}:{p}" for k, p in spec.namenode_ports().items()})
         if node is not None and name.startswith("nm-"):
             nm_dir = self.cluster_dir / f"nm-{node}"
             yarn.update({k: f"{node_host}:{p}" for k, p in spec.nm_ports(node).items()})

@@ -102,6 +102,9 @@ def test_each_daemon_of_a_cluster_with_hdfs_is_configured_on_it(tmp_path: Path, 
         assert core["fs.defaultFS"] == "hdfs://10.77.0.2:21020", name
         assert hdfs["dfs.namenode.rpc-address"] == "10.77.0.2:21020"
         assert hdfs["dfs.namenode.http-address"] == "10.77.0.2:21070"
+        # In core-site.xml too, which a daemon loads from its start: a ResourceManager loads hdfs-site.xml only
+        # once it uses HDFS, and until then `job run` found no NameNode in its /conf.
+        assert core["dfs.namenode.http-address"] == "10.77.0.2:21070", name
         # The AM's jars and the Services API's files are on HDFS, for every NodeManager.
         assert yarn["yarn.service.framework.path"] == f"hdfs://10.77.0.2:21020{HDFS_FRAMEWORK}"
         assert yarn["yarn.service.base.path"] == HDFS_SERVICES
