@@ -257,15 +257,22 @@ class YarnJobBackend(JobBackend):
 
     def job_ended(self, job_id: str) -> None:
         """Closes the job's client and removes its files: the local ones, and its directory on the cluster's
-        HDFS (its token, keys and certificates), which nothing reads once its application ended; an HDFS away
-        leaves that directory, said in the log."""
+        HDFS (its token, keys and certificates), which nothing reads once its application ended. Safe to call
+        again.
+
+        Raises:
+            OSError: a file could not be removed; with HDFS away (down, in safe mode), its directory there.
+        """
         client = self._clients.pop(job_id, None)
         if client is not None:
             client.close()
+        stays = ""
         try:
             files = cluster_job_files(self.rm_url)
             if files is not None:
                 files.remove(job_id)
         except (JobFilesLookupError, WebHdfsError, YarnError) as exc:
-            log.warning("the files of job %s on HDFS stay: %s", job_id, exc)
+            stays = f"its files on HDFS: {exc}"
         forget_job(job_id)
+        if stays:
+            raise OSError(stays)

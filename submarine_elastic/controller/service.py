@@ -88,6 +88,10 @@ MISSING_ENDED_S = 300.0
 SETTLE_S = 10.0
 #: Rounds between full collections of the cycle collector (:meth:`ControllerService.collect_garbage`).
 FULL_COLLECTION_ROUNDS = 60
+#: Seconds between two tries at removing what an ended job left (its secrets on HDFS while HDFS is away); the
+#: jobs still to clean are kept in the controller's database under :data:`LEFT_KEY`, so a restart goes on.
+LEFT_RETRY_S = 15.0
+LEFT_KEY = "ended-jobs-left"
 
 
 class ControllerService(Controller):
@@ -141,6 +145,7 @@ class ControllerService(Controller):
         self._missing_since: dict[str, float] = {}  # job -> when its started application went missing (clock)
         self._stop = threading.Event()
         self._rounds = 0  # rounds the loop ran, for :meth:`collect_garbage`
+        self._left_tried = float("-inf")  # when :meth:`_clean_up_left` last tried
         self._thread: threading.Thread | None = None
         self.book = JobBook()
         self._observer = Observer(backend, store, self.metrics, settle=self.settle)
@@ -292,6 +297,7 @@ class ControllerService(Controller):
         """One round: sync the jobs with the cluster, observe, step, act. Returns the decisions recorded."""
         self._sync_cluster()
         now = self.clock()
+        self._clean_up_left(now)
         observation = self._observer.observe(self.store.jobs(live_only=True), now, self.capacity)
         for job in observation.ended:
             self._ended(job, forget=True, why="its service has ended")
@@ -452,7 +458,34 @@ class ControllerService(Controller):
         log.info("job %s left (%s)", job.job_id, why)
         self._wake.set()
         if forget:
-            try:
-                self.backend.job_ended(job.job_id)
-            except OSError as exc:
-                log.warning("job %s ended but what was kept for it stays: %s", job.job_id, exc)
+            self._clean_up(job.job_id)
+
+    def _clean_up(self, job_id: str) -> bool:
+        """Removes what was kept for an ended job (:meth:`JobBackend.job_ended`); what could not be (HDFS away)
+        is tried again every :data:`LEFT_RETRY_S` (:meth:`_clean_up_left`). True once nothing is left."""
+        left = set(self.store.get(LEFT_KEY, []))
+        try:
+            self.backend.job_ended(job_id)
+        except OSError as exc:
+            if job_id not in left:
+                log.warning("job %s ended but what was kept for it stays, tried again: %s", job_id, exc)
+                self.store.put(LEFT_KEY, sorted(left | {job_id}))
+            return False
+        if job_id in left:
+            log.info("what was kept for ended job %s is removed", job_id)
+            self.store.put(LEFT_KEY, sorted(left - {job_id}))
+        return True
+
+    def _clean_up_left(self, now: float) -> None:
+        """Tries again, at most every :data:`LEFT_RETRY_S`, to remove what ended jobs left; a job submitted
+        again since owns its files anew and is left alone."""
+        if now - self._left_tried < LEFT_RETRY_S:
+            return
+        self._left_tried = now
+        left = self.store.get(LEFT_KEY, [])
+        live = {job.job_id for job in self.store.jobs(live_only=True)} if left else set()
+        for job_id in left:
+            if job_id in live:
+                self.store.put(LEFT_KEY, sorted(set(self.store.get(LEFT_KEY, [])) - {job_id}))
+            else:
+                self._clean_up(job_id)

@@ -23,7 +23,14 @@ from submarine_elastic.controller.api import (
     NodeResources,
     UnknownJobError,
 )
-from submarine_elastic.controller.service import FULL_COLLECTION_ROUNDS, MISSING_ENDED_S, SENDERS, ControllerService
+from submarine_elastic.controller.service import (
+    FULL_COLLECTION_ROUNDS,
+    LEFT_KEY,
+    LEFT_RETRY_S,
+    MISSING_ENDED_S,
+    SENDERS,
+    ControllerService,
+)
 from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.policy import PolicyEngine, load_arbiter, load_job_policy
 from submarine_elastic.protocol.proto import elastic_pb2 as pb
@@ -304,6 +311,49 @@ def test_a_job_that_ended_on_its_own_leaves_and_its_secrets_go(tmp_path: Path):
     c.tick()
     assert c.store.job("big").state == "finished"
     assert cluster.ended == ["big"]
+
+
+class HdfsAway(Listing):
+    """A cluster whose HDFS refuses to remove an ended job's files until ``back`` (a NameNode in safe mode)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.back = False
+
+    def job_ended(self, job_id: str) -> None:
+        self.ended.append(job_id)
+        if not self.back:
+            raise OSError("its files on HDFS: Cannot delete: Name node is in safe mode")
+
+
+def test_an_ended_jobs_files_that_hdfs_kept_are_removed_once_it_is_back_also_after_a_restart(tmp_path: Path):
+    """Seen in a chaos run: a job ended while the NameNode was in safe mode, and its token, keys and
+    certificates stayed on HDFS for good. The controller tries again every LEFT_RETRY_S, a restarted one too;
+    a job submitted again since owns its files anew and is left alone."""
+    cluster, clock = HdfsAway(capacity=4), Clock()
+    c = controller(tmp_path, cluster, clock, policy="static")
+    for name in ("big", "again"):
+        c.job_submitted(name, 1, 4, 2)
+        cluster.apps[name] = ClusterApp(name, f"app-{name}", 2, started_at=clock.now + 2)
+    c.tick()
+    cluster.apps.clear()  # both ended
+    c.tick()
+    assert sorted(cluster.ended) == ["again", "big"]
+    c.job_submitted("again", 1, 4, 2)  # its next run
+    c.store.close()
+    c = controller(tmp_path, cluster, clock, policy="static")  # a restarted controller
+    cluster.ended.clear()
+    c.tick()
+    assert cluster.ended == ["big"]  # tried again at once; "again" is not touched
+    c.tick()
+    assert cluster.ended == ["big"]  # not before LEFT_RETRY_S
+    cluster.back = True
+    clock.now += LEFT_RETRY_S
+    c.tick()
+    clock.now += LEFT_RETRY_S
+    c.tick()
+    assert cluster.ended == ["big", "big"]  # removed, then not tried again
+    assert c.store.get(LEFT_KEY) == []
 
 
 class Recovering(Listing):

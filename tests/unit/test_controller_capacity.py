@@ -507,6 +507,9 @@ def test_the_backend_removes_the_secrets_of_a_job_that_ended(monkeypatch: pytest
     (tmp_path / "big").mkdir()
     (tmp_path / "big" / "job.token").write_text("secret")
     (tmp_path / "other").mkdir()
+    from submarine_elastic.controller import backend as controller_backend
+
+    monkeypatch.setattr(controller_backend, "cluster_job_files", lambda rm_url: None)  # a cluster without HDFS
     backend = YarnJobBackend(RM)
     backend.job_ended("big")
     backend.close()

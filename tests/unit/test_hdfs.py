@@ -323,7 +323,7 @@ def test_the_controller_removes_an_ended_jobs_files_on_hdfs_and_locally(
     jobs_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A job that ended (its application gone) leaves no token, key or certificate on HDFS; an HDFS away leaves
-    them (logged) but the local files go."""
+    them, said (the controller tries again), but the local files go."""
     from submarine_elastic.controller import backend as controller_backend
 
     hdfs = FakeHdfs()
@@ -340,7 +340,8 @@ def test_the_controller_removes_an_ended_jobs_files_on_hdfs_and_locally(
         raise WebHdfsError("WebHDFS DELETE: no answer")
 
     monkeypatch.setattr(controller_backend, "cluster_job_files", away)
-    yarn.job_ended("other")
+    with pytest.raises(OSError, match="its files on HDFS: WebHDFS DELETE: no answer"):
+        yarn.job_ended("other")
     assert hdfs.under("/submarine-jobs/alice/other") != {} and not (jobs_dir / "other").exists()
 
 
