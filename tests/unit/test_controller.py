@@ -313,6 +313,14 @@ def test_a_job_that_ended_on_its_own_leaves_and_its_secrets_go(tmp_path: Path):
     assert cluster.ended == ["big"]
 
 
+def running(c: ControllerService, cluster: Listing, clock: Clock, *names: str) -> None:
+    """Jobs ``names`` submitted, listed running by ``cluster``, and seen so by a round."""
+    for name in names:
+        c.job_submitted(name, 1, 4, 2)
+        cluster.apps[name] = ClusterApp(name, f"app-{name}", 2, started_at=clock.now + 2)
+    c.tick()
+
+
 class HdfsAway(Listing):
     """A cluster whose HDFS refuses to remove an ended job's files until ``back`` (a NameNode in safe mode)."""
 
@@ -332,10 +340,7 @@ def test_an_ended_jobs_files_that_hdfs_kept_are_removed_once_it_is_back_also_aft
     a job submitted again since owns its files anew and is left alone."""
     cluster, clock = HdfsAway(capacity=4), Clock()
     c = controller(tmp_path, cluster, clock, policy="static")
-    for name in ("big", "again"):
-        c.job_submitted(name, 1, 4, 2)
-        cluster.apps[name] = ClusterApp(name, f"app-{name}", 2, started_at=clock.now + 2)
-    c.tick()
+    running(c, cluster, clock, "big", "again")
     cluster.apps.clear()  # both ended
     c.tick()
     assert sorted(cluster.ended) == ["again", "big"]
@@ -375,10 +380,7 @@ def test_a_job_left_out_of_a_restarted_rms_listing_lives_on_while_the_rm_says_it
     unknown to the RM for MISSING_ENDED_S."""
     cluster, clock = Recovering(capacity=4), Clock()
     c = controller(tmp_path, cluster, clock, policy="static")
-    for name in ("big", "lost"):
-        c.job_submitted(name, 1, 4, 2)
-        cluster.apps[name] = ClusterApp(name, f"app-{name}", 2, started_at=clock.now + 2)
-    c.tick()
+    running(c, cluster, clock, "big", "lost")
     clock.now += 120
     cluster.apps.clear()  # the restarted RM lists nothing yet
     cluster.states = {"app-big": False, "app-lost": None}
