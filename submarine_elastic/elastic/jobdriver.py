@@ -283,7 +283,7 @@ class JobDriver:
                 if agent.state.ended:
                     raise IllegalTransitionError(agent.instance, agent.state, WorkerState.EXITED)
                 self._note_exit(agent, event.exited)
-                self.registry.end(agent, code)
+                self.registry.end(agent, code, asked=event.exited.leaving)
             elif kind == "preempted":
                 self.resizer.on_preempted(agent, event.preempted.reason)
         except IllegalTransitionError as exc:

@@ -126,11 +126,16 @@ class AgentRegistry(HostDiscovery):
         its process is lost to the job, ended as killed (:data:`LOST_EXIT`)."""
         self.end(agent, LOST_EXIT)
 
-    def end(self, agent: AgentHandle, exit_code: int) -> None:
-        """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it
-        was leaving, else EXITED; wakes whoever waits for it. Ending an ended agent changes nothing."""
+    def end(self, agent: AgentHandle, exit_code: int, *, asked: bool = False) -> None:
+        """Its training process ended with ``exit_code`` (kept if one was already known): LEFT when it was leaving,
+        or ``asked`` to end (its agent says so: told to leave or stop, by the driver or on its NodeManager's
+        SIGTERM, whether or not the driver heard of it first), else EXITED; wakes whoever waits for it. A process
+        that left on request never finished its training, whatever its exit code. Ending an ended agent changes
+        nothing."""
         with self._lock:
             if not agent.state.ended:
+                if asked and agent.state in (WorkerState.WARM, WorkerState.RUNNING):
+                    agent.state = advance(agent.instance, agent.state, WorkerState.LEAVING)
                 to = WorkerState.LEFT if agent.state is WorkerState.LEAVING else WorkerState.EXITED
                 agent.state = advance(agent.instance, agent.state, to)
             if agent.exit_code is None:

@@ -103,9 +103,12 @@ def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_
     assert job.resizer.preempted_from is None  # nothing grows back
 
 
-def decommissioned_job(discovery_lag: float | None = None) -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
+def decommissioned_job(
+    discovery_lag: float | None = None, *, heard: bool = True
+) -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
     """A job at 2 workers (limits 1..3) in a ring of Horovod's stand-in (its discovery read every
-    ``discovery_lag`` seconds, else when asked); worker-0 decommissioned through YARN."""
+    ``discovery_lag`` seconds, else when asked); worker-0 decommissioned through YARN, its agent's word of it
+    (``Preempted``) taken by the driver when ``heard``."""
     yarn = FlexedYarn(desired=1, decommissioned=("worker-0",))
     job = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
     job.phase = JobPhase.RUNNING
@@ -118,7 +121,8 @@ def decommissioned_job(discovery_lag: float | None = None) -> tuple[JobDriver, R
         agents.append(agent)
     ring = ReformingRing(["c-0", "c-1"], lambda: [a.agent_id for a in job.registry.available()], discovery_lag)
     job._hvd = ring  # type: ignore[assignment]
-    job.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
+    if heard:
+        job.resizer.on_preempted(agents[0], "SIGTERM from its NodeManager")
     return job, ring, agents
 
 
@@ -191,3 +195,25 @@ def test_a_withdrawn_worker_that_went_before_horovods_discovery_saw_it_go_gets_n
         assert not job.failures and not job._fatal.is_set()
     finally:
         ring.stop()
+
+
+def test_a_worker_that_left_on_request_unheard_by_the_driver_is_no_finished_training():
+    """YARN stops worker-0's container (a decommission) and its agent has the process leave at its next commit;
+    the agent's word of it (``Preempted``) never reached the driver (its stream was re-attaching), only the exit
+    (code 0, ``leaving``). A clean exit of a worker the ring still counts was the job's success to Horovod, and
+    "finished its training" to the driver: the job ended SUCCEEDED at the decommission. It is a leaver: it
+    leaves at the re-form, and the survivor trains on."""
+    job, ring, agents = decommissioned_job(heard=False)
+    left = pb.AgentEvent(exited=pb.Exited(exit_code=0, leaving=True, joined=True))
+    job.on_event(agents[0], left)
+    assert agents[0].state is WorkerState.LEFT
+    survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
+    survivor_reformed.start()
+    code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+    ring.handle_exit("c-0", code)
+    survivor_reformed.join(10)
+    assert not survivor_reformed.is_alive()
+    assert "SUCCESS" not in ring.states.values(), "a worker that left was told to Horovod as the job's success"
+    assert ring.assigned == {"c-1"}
+    assert not job.finished_workers
+    assert not job.failures and not job._fatal.is_set()
