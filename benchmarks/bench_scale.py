@@ -15,7 +15,8 @@ workers spread over the hosts. For each ring size N (``--sizes``), in one run:
   blacklists that host, so its ring goes on with the other hosts' slots.
 
 From the scripts' step logs: the pause, the last step at the old size -> the first step at the new size (for
-a kill, the first step at a smaller size). From their phase logs (``phases-<pid>.jsonl``), the latest time any
+a kill, the first step of the ring re-formed after it, whatever its size: YARN's relaunch of the killed worker
+may be warm before the ring noticed). From their phase logs (``phases-<pid>.jsonl``), the latest time any
 process of the new ring reached each point, the pause split into:
 
 - notice: -> the ring saw the change (the commit that reads the hosts' update; Gloo's error on a peer's death);
@@ -27,8 +28,10 @@ process of the new ring reached each point, the pause split into:
 Every process shares this machine's 2 CPUs: a ring of 16 trains far slower than one of 2, which is part of what
 the pauses measure here; the ratio ours / stock at each size is the figure to read.
 
-Prints the table and writes ``benchmarks/results/scale.json`` and ``scale.md``. Needs root (namespaces).
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 2,4,8,16] [--port-base 26000]``.
+Prints the table and writes ``benchmarks/results/scale.json`` and ``scale.md``. Needs root (namespaces). The
+sizes may be run in parts (each part a cluster of its own): ``--add`` keeps the results file's rows of the other
+sizes, and the table names each part's run (load, memory, time).
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 2,4,8,16] [--add] [--port-base 26000]``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import time
 from pathlib import Path
 
 import psutil
-from _common import int_list, write_results
+from _common import RESULTS, int_list, write_results
 from bench_elastic import SCRIPT_ARGS, step_times
 from bench_hosts import SSH_SHIM
 
@@ -81,14 +84,18 @@ def phases(log_dir: Path) -> list[tuple[float, str]]:
 
 
 def pause_of(log_dir: Path, since: float, old: int, new: int | None) -> dict[str, object]:
-    """The first re-form after ``since`` from a ring of ``old`` to one of ``new`` (None: any smaller): its pause
-    and where it went (:data:`PARTS`; a part the logs do not show is left out)."""
+    """The first re-form after ``since`` from a ring of ``old`` to one of ``new`` (None: the first ring any
+    process re-formed in after ``since``, whatever its size: after a kill, YARN's relaunch may be back in it):
+    its pause and where it went (:data:`PARTS`; a part the logs do not show is left out)."""
     steps = step_times(log_dir)
-    first = next(
-        ((t, size) for t, size, _ in steps if t > since and (size == new if new is not None else size < old)), None
-    )
+    if new is None:
+        reset = min((t for t, p in phases(log_dir) if t > since and p == "reset"), default=None)
+        first = None if reset is None else next(((t, size) for t, size, _ in steps if t > reset), None)
+    else:
+        first = next(((t, size) for t, size, _ in steps if t > since and size == new), None)
     if first is None:
-        raise RuntimeError(f"no step at {new or f'under {old}'} workers after the change (logs in {log_dir})")
+        raise RuntimeError(f"no step {f'at {new} workers' if new else 'of a re-formed ring'} after the change "
+                           f"(logs in {log_dir})")  # fmt: skip
     last = max((t for t, size, _ in steps if t < first[0] and size == old), default=None)
     if last is None:
         raise RuntimeError(f"no step at {old} workers before the change (logs in {log_dir})")
@@ -138,8 +145,8 @@ def kill_one(log_dir: Path, namespace: str | None = None) -> float:
     return at
 
 
-def run_ours(rm_url: str, work: Path, n: int) -> list[dict[str, object]]:
-    """The three re-forms of an elastic job of ``n`` workers; one row each."""
+def run_ours(rm_url: str, work: Path, n: int, rows: list[dict[str, object]]) -> None:
+    """The three re-forms of an elastic job of ``n`` workers; one row each, added to ``rows`` as measured."""
     log = work / "log"
     cmd = (
         f"{sys.executable} {REPO}/examples/train_elastic.py {SCRIPT_ARGS} --epochs 100000 "
@@ -153,7 +160,6 @@ def run_ours(rm_url: str, work: Path, n: int) -> list[dict[str, object]]:
         rm_url=rm_url,
         workdir=REPO,
     )
-    rows = []
     with YarnServiceClient(rm_url, poll_interval=0.5) as yarn:
         submit(yarn, req, replace=True)
         try:
@@ -174,11 +180,10 @@ def run_ours(rm_url: str, work: Path, n: int) -> list[dict[str, object]]:
                 print(f"  ours {n}: kill -9: {rows[-1]['pause_s']} s", flush=True)
         finally:
             yarn.destroy(req.name, missing_ok=True)
-    return rows
 
 
 def wait_pause(log_dir: Path, since: float, old: int) -> dict[str, object]:
-    """The re-form after a kill at ``since`` in a ring of ``old``: waits for a step at a smaller size."""
+    """The re-form after a kill at ``since`` in a ring of ``old``: waits for a step of the re-formed ring."""
     deadline = time.monotonic() + WAIT_S
     while True:
         try:
@@ -197,8 +202,9 @@ def spread(n: int, names: list[str]) -> dict[str, int]:
     return slots
 
 
-def run_stock(network: HostNetwork, work: Path, n: int) -> list[dict[str, object]]:
-    """The three re-forms of stock ``horovodrun`` elastic at ``n`` slots across the hosts; one row each."""
+def run_stock(network: HostNetwork, work: Path, n: int, rows: list[dict[str, object]]) -> None:
+    """The three re-forms of stock ``horovodrun`` elastic at ``n`` slots across the hosts; one row each, added
+    to ``rows`` as measured."""
     log = work / "log"
     shim_dir = work / "bin"
     shim_dir.mkdir(parents=True)
@@ -226,7 +232,6 @@ def run_stock(network: HostNetwork, work: Path, n: int) -> list[dict[str, object
         "--epochs", "100000", "--until-file", str(work / "stop"), "--log-dir", str(log),
     ]  # fmt: skip
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
-    rows = []
     with (work / "horovodrun.out").open("w") as out:
         proc = subprocess.Popen(
             network.host(0).command(horovodrun), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
@@ -251,7 +256,6 @@ def run_stock(network: HostNetwork, work: Path, n: int) -> list[dict[str, object
                 os.killpg(proc.pid, signal.SIGKILL)
             for left in training_processes(log):  # workers Horovod left behind on a host
                 left.kill()
-    return rows
 
 
 def render(results: dict[str, object]) -> list[str]:
@@ -259,11 +263,18 @@ def render(results: dict[str, object]) -> list[str]:
     rows = results["rows"]
     assert isinstance(rows, list)
     lines = [
-        "# Rings at scale: re-form pauses, ours vs stock horovodrun on the same 3 hosts (one run)",
+        "# Rings at scale: re-form pauses, ours vs stock horovodrun on the same 3 hosts",
         "",
-        f"`examples/train_elastic.py {SCRIPT_ARGS}` on 3 hosts (network namespaces) sharing 2 CPUs; sizes "
-        f"{results['sizes']}. Peak memory {results['peak_memory_mb']} MB, load mean {results['load_mean']}, "
-        f"{results['wall_s']} s.",
+        f"`examples/train_elastic.py {SCRIPT_ARGS}` on 3 hosts (network namespaces) sharing 2 CPUs, CPU training "
+        "(nothing emulated). Each size's ours and stock ran one after the other on one cluster:",
+        "",
+    ]
+    for part in results["parts"]:  # type: ignore[attr-defined]
+        lines.append(
+            f"- sizes {part['sizes']}: peak memory {part['peak_memory_mb']} MB, load mean {part['load_mean']}, "
+            f"{part['wall_s']} s ({part['at']})"
+        )
+    lines += [
         "",
         "| event | workers | ours s | stock s | ours / stock |",
         "|---|---|---|---|---|",
@@ -272,9 +283,8 @@ def render(results: dict[str, object]) -> list[str]:
         for n in results["sizes"]:  # type: ignore[attr-defined]
             ours = next((r for r in rows if r["who"] == "ours" and r["n"] == n and r["event"] == event), None)
             stock = next((r for r in rows if r["who"] == "stock" and r["n"] == n and r["event"] == event), None)
-            o = f"{ours['pause_s']:.2f} ({ours['from']}->{ours['to']})" if ours else "-"
-            s = f"{stock['pause_s']:.2f} ({stock['from']}->{stock['to']})" if stock else "-"
-            ratio = f"{ours['pause_s'] / stock['pause_s']:.2f}" if ours and stock and stock["pause_s"] else "-"
+            o, s = cell(ours), cell(stock)
+            ratio = f"{ours['pause_s'] / stock['pause_s']:.2f}" if ours and stock and measured(ours, stock) else "-"
             lines.append(f"| {event} | {n} | {o} | {s} | {ratio} |")
     parts = [p for p, _ in PARTS] + ["first step"]
     lines += ["", "Where the pause went (s):", "", "| who | event | workers | " + " | ".join(parts) + " |"]
@@ -282,7 +292,25 @@ def render(results: dict[str, object]) -> list[str]:
     for r in rows:
         cells = [f"{r[f'{p}_s']:.2f}" if f"{p}_s" in r else "-" for p in parts]
         lines.append(f"| {r['who']} | {r['event']} | {r['n']} | " + " | ".join(cells) + " |")
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {r['who']} {r['n']}, {r['event']}: {r['error']}" for r in errors]
     return lines
+
+
+def measured(*rows: dict[str, object] | None) -> bool:
+    """Whether every one of ``rows`` has a pause (run, and measured)."""
+    return all(row is not None and bool(row.get("pause_s")) for row in rows)
+
+
+def cell(row: dict[str, object] | None) -> str:
+    """A pause and its sizes (``1.20 (8->9)``); ``n/m`` where it was not measured, ``-`` where not run."""
+    if row is None:
+        return "-"
+    if "error" in row:
+        return "n/m"
+    return f"{row['pause_s']:.2f} ({row['from']}->{row['to']})"
 
 
 def main() -> None:
@@ -291,6 +319,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=sizes, default=[2, 4, 8, 16], help="ring sizes (default 2,4,8,16)")
     parser.add_argument("--port-base", type=int, default=26000)
     parser.add_argument("--only", choices=("ours", "stock"), help="run one side only")
+    parser.add_argument("--add", action="store_true", help="keep the results file's rows of the other sizes")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_scale: making network namespaces needs root")
@@ -310,25 +339,57 @@ def main() -> None:
             network = cluster.network(spec)
             assert network is not None
             for n in args.sizes:
-                if args.only != "stock":
-                    rows += [{"who": "ours", "n": n, **r} for r in run_ours(rm_url, root / f"ours-{n}", n)]
-                if args.only != "ours":
-                    rows += [{"who": "stock", "n": n, **r} for r in run_stock(network, root / f"stock-{n}", n)]
+                for who in ("ours", "stock"):
+                    if args.only in (None, who):
+                        rows += measure(who, n, rm_url, network, root)
         finally:
             cluster.down()
     machine = watch.as_dict()
-    results = {
-        "benchmark": "bench_scale",
-        "accelerators": "none (CPU training)",
+    part = {
         "sizes": args.sizes,
-        "script_args": SCRIPT_ARGS,
-        "rows": rows,
         "peak_memory_mb": machine["peak_memory_mb"],
         "load_mean": machine["load_mean"],
         "wall_s": round(time.time() - started, 1),
+        "at": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "logs": str(root),
     }
-    write_results("scale", results, render)
+    write_results("scale", merged(rows, part, RESULTS / "scale.json" if args.add else None), render)
+
+
+def measure(who: str, n: int, rm_url: str, network: HostNetwork, root: Path) -> list[dict[str, object]]:
+    """``who``'s rows at ``n`` workers; an event that could not be measured (a ring that never re-formed, say)
+    is a row with its ``error``, and the events after it are not run."""
+    rows: list[dict[str, object]] = []
+    try:
+        if who == "ours":
+            run_ours(rm_url, root / f"ours-{n}", n, rows)
+        else:
+            run_stock(network, root / f"stock-{n}", n, rows)
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        event = EVENTS[len(rows)] if len(rows) < len(EVENTS) else "after the events"
+        print(f"  {who} {n}: {event}: not measured: {exc}", flush=True)
+        rows.append({"event": event, "error": str(exc)})
+    return [{"who": who, "n": n, **r} for r in rows]
+
+
+def merged(rows: list[dict[str, object]], part: dict[str, object], earlier: Path | None) -> dict[str, object]:
+    """The results of this run (``rows``, measured in ``part``) with, from ``earlier`` (a results file, when
+    given and there), the rows and parts of the sizes this run did not measure."""
+    parts, kept = [part], []
+    if earlier is not None and earlier.exists():
+        old = json.loads(earlier.read_text())
+        ran = set(part["sizes"])  # type: ignore[call-overload]
+        kept = [r for r in old["rows"] if r["n"] not in ran]
+        parts = [p for p in old["parts"] if set(p["sizes"]) - ran] + parts
+    rows = sorted(kept + rows, key=lambda r: (r["n"], r["who"] != "ours"))
+    return {
+        "benchmark": "bench_scale",
+        "accelerators": "none (CPU training)",
+        "sizes": sorted({r["n"] for r in rows}),  # type: ignore[type-var]
+        "script_args": SCRIPT_ARGS,
+        "rows": rows,
+        "parts": parts,
+    }
 
 
 if __name__ == "__main__":
