@@ -330,8 +330,8 @@ class JobRecord:
     requested: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state", JobState(self.state))
-        object.__setattr__(self, "source", JobSource(self.source))
+        object.__setattr__(self, "state", self.state if type(self.state) is JobState else JobState(self.state))
+        object.__setattr__(self, "source", self.source if type(self.source) is JobSource else JobSource(self.source))
 
     @property
     def live(self) -> bool:

@@ -164,13 +164,9 @@ class MetricsReader:
             wanted = max(SERIES_WINDOW, min(LOSS_WINDOW * summary.world_size, LOSS_POINTS))
             points = self.metrics.recent(job_id, wanted)
             losses = self._loss_window(job_id, points)
-            points = points[-SERIES_WINDOW:]
-            for p in points:
-                if p.step_time_seconds is not None and p.instance:
-                    step_times.setdefault(p.instance, []).append(p.step_time_seconds)
+            step_times, batch_size = series(points[-SERIES_WINDOW:], summary.world_size)
             if summary.noise is not None:
                 noise_scale = summary.noise.gradient_noise_scale
-            batch_size = global_batch(points, summary.world_size)
             resize_cost = summary.resize_pause_s
             # Nodes are not in the points: every configuration counts as one node until they are.
             configurations = tuple(
@@ -221,16 +217,35 @@ def global_batch(points: list[RecentPoint], world_size: int) -> int | None:
 
     One step's batches, never one rank's older batch beside another's newer one (a step just after a batch
     change would otherwise add up to neither); and the usual sum, not a short last step of an epoch."""
+    return series(points, world_size)[1]
+
+
+def series(points: list[RecentPoint], world_size: int) -> tuple[dict[str, list[float]], int | None]:
+    """What a round reads of a job's recent ``points`` in one pass: each worker instance's step times, oldest first
+    (in the order the instances first appear), and the job's :func:`global_batch` at ``world_size``."""
+    step_times: dict[str, list[float]] = {}
     by_step: dict[int, dict[int, int]] = {}
-    newest: tuple[int, int] | None = None  # (step, batch) of the newest report
-    for p in points:
-        if p.world_size == world_size and p.batch_size is not None:
-            by_step.setdefault(p.step, {})[p.rank] = p.batch_size
-            if newest is None or p.step >= newest[0]:
-                newest = (p.step, p.batch_size)
-    sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
-    if sums:
-        counts = collections.Counter(sums)
-        most = max(counts.values())
-        return next(total for total in reversed(sums) if counts[total] == most)
-    return newest[1] * world_size if newest is not None else None
+    newest_step, newest_batch = 0, None  # the newest report's step and batch
+    for instance, rank, size, step, _, seconds, batch in points:
+        if seconds is not None and instance:
+            times = step_times.get(instance)
+            if times is None:
+                step_times[instance] = [seconds]
+            else:
+                times.append(seconds)
+        if size == world_size and batch is not None:
+            ranks = by_step.get(step)
+            if ranks is None:
+                by_step[step] = {rank: batch}
+            else:
+                ranks[rank] = batch
+            if newest_batch is None or step >= newest_step:
+                newest_step, newest_batch = step, batch
+    sums = [sum(by_step[step].values()) for step in sorted(by_step) if len(by_step[step]) == world_size]
+    if not sums:
+        return step_times, newest_batch * world_size if newest_batch is not None else None
+    if sums.count(sums[0]) == len(sums):
+        return step_times, sums[0]
+    counts = collections.Counter(sums)
+    most = max(counts.values())
+    return step_times, next(total for total in reversed(sums) if counts[total] == most)

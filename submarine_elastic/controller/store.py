@@ -27,6 +27,7 @@ from submarine_elastic.controller.api import (
     DecisionState,
     IllegalTransitionError,
     JobRecord,
+    JobSource,
     JobState,
     UnknownJobError,
 )
@@ -249,15 +250,22 @@ class ControllerStore:
     def job(self, job_id: str) -> JobRecord:
         """Raises: UnknownJobError."""
         with self._lock:
-            row = self._db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            row = self._tuples().execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id=?", (job_id,)).fetchone()  # noqa: S608
         if row is None:
             raise UnknownJobError(f"no job named {job_id!r}")
         return _job(row)
 
     def jobs(self, *, live_only: bool = False) -> list[JobRecord]:
-        query = "SELECT * FROM jobs" + (" WHERE state != 'finished'" if live_only else "") + " ORDER BY submitted_at"
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs" + (" WHERE state != 'finished'" if live_only else "")  # noqa: S608
         with self._lock:
-            return [_job(r) for r in self._db.execute(query).fetchall()]
+            return [_job(r) for r in self._tuples().execute(query + " ORDER BY submitted_at").fetchall()]
+
+    def _tuples(self) -> sqlite3.Cursor:
+        """A cursor whose rows are plain tuples (a round reads every live job: names looked up in a
+        ``sqlite3.Row`` cost a third of it)."""
+        cursor = self._db.cursor()
+        cursor.row_factory = None
+        return cursor
 
     # ------------------------------------------------------------------ decisions
 
@@ -429,24 +437,39 @@ class SavedState(ControllerView):
         return self._store.decisions(job_id, all_runs=all_runs)
 
 
-def _job(row: sqlite3.Row) -> JobRecord:
+#: The columns of a job's row that :func:`_job` reads, in its order.
+_JOB_COLUMNS = (
+    "job_id, min_workers, max_workers, workers, target, elastic, state, submitted_at, source, run, app_id,"
+    " observed_at, policy, last_resize_at, queue, requested"
+)
+_STATES = {state.value: state for state in JobState}
+_SOURCES = {source.value: source for source in JobSource}
+
+
+def _job(row: tuple[Any, ...]) -> JobRecord:
+    """The job of a row of :data:`_JOB_COLUMNS`.
+
+    Raises:
+        ValueError: a state or source that is none of :class:`JobState`'s or :class:`JobSource`'s."""
+    (job_id, low, high, workers, target, elastic, state, submitted_at, source, run, app_id, observed_at, policy,
+     last_resize_at, queue, requested) = row  # fmt: skip
     return JobRecord(
-        job_id=row["job_id"],
-        min_workers=row["min_workers"],
-        max_workers=row["max_workers"],
-        workers=row["workers"],
-        target=row["target"],
-        elastic=bool(row["elastic"]),
-        state=JobState(row["state"]),
-        submitted_at=row["submitted_at"],
-        source=row["source"],
-        run=row["run"],
-        app_id=row["app_id"],
-        observed_at=row["observed_at"],
-        policy=row["policy"],
-        last_resize_at=row["last_resize_at"],
-        queue=row["queue"],
-        requested=row["requested"],
+        job_id=job_id,
+        min_workers=low,
+        max_workers=high,
+        workers=workers,
+        target=target,
+        elastic=bool(elastic),
+        state=_STATES.get(state) or JobState(state),
+        submitted_at=submitted_at,
+        source=_SOURCES.get(source) or JobSource(source),
+        run=run,
+        app_id=app_id,
+        observed_at=observed_at,
+        policy=policy,
+        last_resize_at=last_resize_at,
+        queue=queue,
+        requested=requested,
     )
 
 

@@ -6,8 +6,11 @@ an isinstance against an abstract class costs several times a type comparison.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
+
+from submarine_elastic.limits import INSTANCE
 
 
 def is_int(value: object) -> bool:
@@ -48,3 +51,14 @@ def finite_floats(values: tuple[object, ...]) -> bool:
     """Every value a float and their sum finite (so each is): the usual case, checked at once before any value
     is checked alone; False may still be a valid sequence (ints, a sum that overflows)."""
     return set(map(type, values)) <= {float} and math.isfinite(sum(values))  # type: ignore[arg-type]
+
+
+def is_instance_name(value: object) -> bool:
+    """:data:`~submarine_elastic.limits.INSTANCE` matches ``value``. A job's few instance names come back every
+    round: the least recently used 4,096 strings are remembered rather than matched again."""
+    return _instance_name(value) if type(value) is str else INSTANCE.matches(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _instance_name(name: str) -> bool:
+    return INSTANCE.matches(name)

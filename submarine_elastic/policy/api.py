@@ -35,6 +35,7 @@ from submarine_elastic.policy._checks import (
     check_count,
     check_finite,
     finite_floats,
+    is_instance_name,
     is_mapping,
     is_number,
     is_sequence,
@@ -243,14 +244,16 @@ class JobMetrics:
             raise InvalidSnapshotError(f"step_times must map instance name to times, got {self.step_times!r}")
         step_times: dict[str, tuple[float, ...]] = {}
         for name, times in self.step_times.items():
-            if not INSTANCE.matches(name):
+            if not is_instance_name(name):
                 raise InvalidSnapshotError(f"step_times key must be a worker instance name, got {name!r}")
             if not is_sequence(times):
                 raise InvalidSnapshotError(f"step_times[{name!r}] must be a sequence of seconds, got {times!r}")
             values = tuple(times)
-            if not (finite_floats(values) and min(values, default=0.0) >= 0):
-                for t in values:
-                    check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
+            if finite_floats(values) and min(values, default=0.0) >= 0:
+                step_times[name] = values  # floats already
+                continue
+            for t in values:
+                check_finite(InvalidSnapshotError, f"step_times[{name!r}] entry", t)
             step_times[name] = tuple(map(float, values))
         object.__setattr__(self, "step_times", dict(sorted(step_times.items())))
         if not is_sequence(self.loss_window):
@@ -260,7 +263,8 @@ class JobMetrics:
             for loss in losses:
                 if not is_number(loss) or not math.isfinite(loss):
                     raise InvalidSnapshotError(f"loss_window entries must be finite numbers, got {loss!r}")
-        object.__setattr__(self, "loss_window", tuple(map(float, losses)))
+            losses = tuple(map(float, losses))
+        object.__setattr__(self, "loss_window", losses)
         if self.gradient_noise_scale is not None:
             check_finite(InvalidSnapshotError, "gradient_noise_scale", self.gradient_noise_scale)
         if self.batch_size is not None:
@@ -413,7 +417,7 @@ class JobView:
         if not is_sequence(self.instances):
             raise InvalidSnapshotError(f"{self.job_id}: instances must be a sequence of names, got {self.instances!r}")
         for name in self.instances:
-            if not INSTANCE.matches(name):
+            if not is_instance_name(name):
                 raise InvalidSnapshotError(f"{self.job_id}: bad instance name {name!r}")
         object.__setattr__(self, "instances", tuple(self.instances))
         if not isinstance(self.metrics, JobMetrics):

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -189,8 +190,9 @@ class _Table:
 #: What goodput models already gave, by everything it depends on: the best configurations at every count (a round
 #: asks for each job's twice, and most jobs' inputs do not change between rounds), and the configuration where a job
 #: runs spread wider than packed (the same, round after round, until it moves or is measured anew). A cache, not
-#: state: cleared when it grows past :data:`_CACHE_SIZE`.
-_model_cache: dict[tuple[Any, ...], Any] = {}
+#: state: past :data:`_CACHE_SIZE` entries the least recently used goes (emptied at once, it had every job's models
+#: made again in the round after, at 1,000 jobs some 40 ms more).
+_model_cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
@@ -204,11 +206,13 @@ def _model_key(job: JobView, measured: tuple[StepTime, ...], slots: int | None, 
 
 def _cached(key: tuple[Any, ...], make: Callable[[], _M]) -> _M:
     found: _M | None = _model_cache.get(key)
-    if found is None:
-        if len(_model_cache) >= _CACHE_SIZE:
-            _model_cache.clear()
-        found = _model_cache[key] = make()
-    return found
+    if found is not None:
+        _model_cache.move_to_end(key)
+        return found
+    made = _model_cache[key] = make()
+    if len(_model_cache) > _CACHE_SIZE:
+        _model_cache.popitem(last=False)
+    return made
 
 
 def _best(job: JobView, measured: tuple[StepTime, ...], slots: int | None, cap: int, explore: bool) -> BestConfigs:
@@ -226,8 +230,11 @@ def _at(
 
 #: The last tables made, by the identity of the job's view (held, so the id is not reused) and what else they
 #: depend on: a round asks for each job's twice (its job policy's proposal, then the arbiter; two instances
-#: where both are goodput), on the same view. A cache, not state: cleared past :data:`_CACHE_SIZE`.
-_table_cache: dict[tuple[int, int | None, int, bool], tuple[JobView, tuple[StepTime, ...], _Table]] = {}
+#: where both are goodput), on the same view. A cache, not state: the least recently used goes past
+#: :data:`_CACHE_SIZE` (emptied at once, it lost the tables of the round being decided).
+_table_cache: OrderedDict[tuple[int, int | None, int, bool], tuple[JobView, tuple[StepTime, ...], _Table]] = (
+    OrderedDict()
+)
 
 
 def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initial: int, explore: bool) -> _Table:
@@ -236,11 +243,13 @@ def _table(job: JobView, measured: Sequence[StepTime], slots: int | None, initia
     key = (id(job), slots, initial, explore)
     hit = _table_cache.get(key)
     if hit is not None and hit[0] is job and hit[1] == measured:
+        _table_cache.move_to_end(key)
         return hit[2]
-    if len(_table_cache) >= _CACHE_SIZE:
-        _table_cache.clear()
     table = _made_table(job, measured, slots, initial, explore)
     _table_cache[key] = (job, measured, table)
+    _table_cache.move_to_end(key)
+    if len(_table_cache) > _CACHE_SIZE:
+        _table_cache.popitem(last=False)
     return table
 
 

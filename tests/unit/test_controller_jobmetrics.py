@@ -3,13 +3,15 @@ made afresh from the same points gives, and never a stale one after new points, 
 
 from __future__ import annotations
 
+import collections
 import random
 from pathlib import Path
 
 import pytest
 
-from submarine_elastic.controller.jobmetrics import LossWindow, MetricsReader, metrics_store
+from submarine_elastic.controller.jobmetrics import LossWindow, MetricsReader, global_batch, metrics_store, series
 from submarine_elastic.controller.store import ControllerStore
+from submarine_elastic.metrics.api import RecentPoint
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
 from submarine_elastic.policy import loss_window
@@ -140,3 +142,51 @@ def test_the_reader_forgets_the_windows_of_jobs_gone(
     kept.keep_only({"job-b"})
     assert kept.read("job-b").metrics.loss_window == (2.0,)
     assert kept.read("job-a").metrics.loss_window == (1.0,)
+
+
+def _step_times_point_by_point(points: list[RecentPoint]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
+    for p in points:
+        if p.step_time_seconds is not None and p.instance:
+            times.setdefault(p.instance, []).append(p.step_time_seconds)
+    return times
+
+
+def _global_batch_point_by_point(points: list[RecentPoint], world_size: int) -> int | None:
+    by_step: dict[int, dict[int, int]] = {}
+    newest: tuple[int, int] | None = None
+    for p in points:
+        if p.world_size == world_size and p.batch_size is not None:
+            by_step.setdefault(p.step, {})[p.rank] = p.batch_size
+            if newest is None or p.step >= newest[0]:
+                newest = (p.step, p.batch_size)
+    sums = [sum(ranks.values()) for _, ranks in sorted(by_step.items()) if len(ranks) == world_size]
+    if sums:
+        counts = collections.Counter(sums)
+        most = max(counts.values())
+        return next(total for total in reversed(sums) if counts[total] == most)
+    return newest[1] * world_size if newest is not None else None
+
+
+def test_one_pass_over_the_points_gives_the_step_times_and_global_batch_point_by_point() -> None:
+    """Random recent points, ranks missing and repeated, rings of mixed sizes, fields left out, batches that tie:
+    :func:`series` gives each instance's step times and the global batch that the straightforward reads give."""
+    rng = random.Random(11)
+    for _ in range(500):
+        points = [
+            RecentPoint(
+                rng.choice(["worker-0", "worker-1", "worker-2", ""]),
+                rng.randrange(3),
+                rng.choice([2, 3]),
+                rng.randrange(6),
+                None,
+                rng.choice([None, 0.1, 0.25, rng.random()]),
+                rng.choice([None, 16, 32, 33]),
+            )
+            for _ in range(rng.randrange(0, 41))
+        ]
+        world_size = rng.choice([2, 3])
+        step_times, batch = series(points, world_size)
+        assert step_times == _step_times_point_by_point(points)
+        assert list(step_times) == list(_step_times_point_by_point(points))
+        assert batch == _global_batch_point_by_point(points, world_size) == global_batch(points, world_size)
