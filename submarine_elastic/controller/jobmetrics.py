@@ -19,7 +19,8 @@ from submarine_elastic.metrics.api import MAX_JOBS, MAX_POINTS_PER_REPLY, Metric
 from submarine_elastic.metrics.api import UnknownJobError as NoMetricsError
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.policy import LOSS_WINDOW, JobMetrics, StepTime, Throughput
+from submarine_elastic.policy import LOSS_WINDOW, JobMetrics, StepTime
+from submarine_elastic.policy import _trusted as trusted
 from submarine_elastic.policy.losses import step_mean
 
 SERIES_WINDOW = 40  # recent points per job per round that give the step times per worker and the global batch
@@ -170,19 +171,21 @@ class MetricsReader:
             resize_cost = summary.resize_pause_s
             # Nodes are not in the points: every configuration counts as one node until they are.
             configurations = tuple(
-                StepTime(c.world_size, 1, c.batch_size, 0, c.median_step_time_seconds, steps=c.steps)
+                trusted.step_time(c.world_size, c.batch_size, c.median_step_time_seconds, c.steps)
                 for c in summary.configurations
                 if c.batch_size > 0 and c.median_step_time_seconds > 0
             )
-        job_metrics = JobMetrics(
-            step=step,
-            throughput={ws: Throughput(samples_per_second=sps, steps=n) for ws, (sps, n) in history.items()},
-            loss_window=losses,
-            step_times={name: tuple(times) for name, times in step_times.items()},
-            gradient_noise_scale=noise_scale,
-            batch_size=batch_size,
-            configurations=configurations,
-            resize_cost_s=resize_cost,
+        # Every value was checked as it came into the metrics store (or the controller's API) and is given in the
+        # form JobMetrics' constructor leaves it: not checked again, for every job every round.
+        job_metrics = trusted.job_metrics(
+            step,
+            {ws: trusted.throughput(*history[ws]) for ws in sorted(history)},
+            {name: tuple(step_times[name]) for name in sorted(step_times)},
+            losses,
+            noise_scale,
+            batch_size,
+            configurations,
+            resize_cost,
         )
         return ReadMetrics(job_metrics, tuple(updates))
 

@@ -4,6 +4,7 @@ made afresh from the same points gives, and never a stale one after new points, 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from submarine_elastic.controller.store import ControllerStore
 from submarine_elastic.metrics.api import RecentPoint
 from submarine_elastic.metrics.proto import metrics_pb2
 from submarine_elastic.metrics.store import InMemoryStore
-from submarine_elastic.policy import loss_window
+from submarine_elastic.policy import JobMetrics, loss_window
 
 
 class Ranks:
@@ -190,3 +191,57 @@ def test_one_pass_over_the_points_gives_the_step_times_and_global_batch_point_by
         assert step_times == _step_times_point_by_point(points)
         assert list(step_times) == list(_step_times_point_by_point(points))
         assert batch == _global_batch_point_by_point(points, world_size) == global_batch(points, world_size)
+
+
+def _checked(metrics: JobMetrics) -> JobMetrics:
+    """The same metrics through the constructor, which checks every value and normalizes its form."""
+    return JobMetrics(**{f.name: getattr(metrics, f.name) for f in dataclasses.fields(metrics)})
+
+
+def test_the_metrics_read_are_what_the_checking_constructor_makes_of_them(
+    reader: tuple[MetricsReader, InMemoryStore, ControllerStore],
+) -> None:
+    """The reader builds each job's metrics without checking them again: random rounds of random reports (losses,
+    step times and batches left out or not, noise scales, resizes, steps out of order) give metrics the checking
+    constructor makes the very same of, field for field, in the same types and order."""
+    kept, metrics, store = reader
+    rng = random.Random(17)
+    for job in ("job-a", "job-b"):
+        size, seq = 2, 0
+        for rnd in range(60):
+            if rnd % 11 == 10:
+                size = rng.randint(1, 8)
+            for rank in range(size):
+                seq += 1
+                point = metrics_pb2.StepPoint(
+                    seq=seq, step=max(0, rnd - rng.randint(0, 1)), wall_time=1.7e9 + rnd + rank / 10
+                )
+                if rng.random() < 0.8:
+                    point.loss = rng.uniform(-5, 5)
+                if rng.random() < 0.8:
+                    point.step_time_seconds = rng.choice([0.1, rng.uniform(0.001, 3)])
+                if rng.random() < 0.8:
+                    point.batch_size = rng.choice([16, 32, 33])
+                if rng.random() < 0.8:
+                    point.examples_per_second = rng.uniform(0, 500)
+                if rng.random() < 0.3:
+                    point.gradient_noise_scale = rng.uniform(0, 1000)
+                    point.grad_sq_norm = 1.0
+                    point.grad_variance = rng.uniform(0, 10)
+                metrics.ingest(
+                    metrics_pb2.ReportBatch(
+                        job_id=job,
+                        worker=metrics_pb2.WorkerRef(instance=f"worker-{rank}", rank=rank),
+                        incarnation=f"inc-{seq}",
+                        world_size=size,
+                        points=[point],
+                    )
+                )
+            read = kept.read(job)
+            store.record_throughputs(list(read.history))
+            got = read.metrics
+            assert repr(got) == repr(_checked(got))
+            assert got == _checked(got)
+            assert list(got.throughput) == sorted(got.throughput)
+            assert list(got.step_times) == sorted(got.step_times)
+    assert kept.read("job-none").metrics == JobMetrics()
