@@ -19,6 +19,7 @@ fewest nodes it can (whole free nodes first, best fit for the rest), and the job
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -121,6 +122,12 @@ class _Job:
         self.preemptions = 0
         self.peak_workers = 0
         self.throughput: dict[int, float] = {}
+        # what views give of the job's throughput and placement, made again when they change (in reconfigure)
+        self.throughput_view: Mapping[int, float] = MappingProxyType({})
+        self.placed: tuple[int, ...] = ()
+        # the view's values that follow from the batch and the epoch alone, by (batch, epoch)
+        self._epoch_key: tuple[float, int] | None = None
+        self._epoch_values: tuple[float | None, tuple[float, ...], float, float | None] = (None, (), 1.0, None)
         self.iter_s = 0.0
         self.steps = 0.0
         self.steps_at: dict[int, float] = {}
@@ -132,6 +139,16 @@ class _Job:
         # the configurations last given, and whether any but the newest changed since (a reconfiguration)
         self._measured_given: tuple[MeasuredStep, ...] = ()
         self._reshaped = True
+
+    @functools.cached_property
+    def target_progress(self) -> float:
+        """The application's progress at which the job is done (read every round: kept)."""
+        return self.app.target_progress
+
+    @functools.cached_property
+    def higher_is_better(self) -> bool:
+        """Whether the application's validation metric rises as training goes on (read every round: kept)."""
+        return self.app.metric_higher_is_better
 
     def measured_steps(self) -> tuple[MeasuredStep, ...]:
         """The configurations measured so far, oldest first (each built again only when it changed). Between
@@ -158,6 +175,22 @@ class _Job:
 
     def placement(self) -> tuple[int, ...]:
         return tuple(sorted(self.nodes.values(), reverse=True))
+
+    def epoch_values(self) -> tuple[float | None, tuple[float, ...], float, float | None]:
+        """The validation metric after the last epoch (None before the first), the metric after each of the last
+        :data:`LOSS_WINDOW` epochs, the statistical efficiency and the noise scale: made once per batch and epoch."""
+        key = (self.batch, self.epoch)
+        if key != self._epoch_key:
+            app, epoch = self.app, self.epoch
+            metrics = app.metrics(self.batch)
+            self._epoch_values = (
+                float(metrics[epoch - 1]) if epoch > 0 else None,
+                tuple(metrics[max(0, epoch - LOSS_WINDOW) : epoch].tolist()),
+                app.efficiency(self.batch, epoch),
+                app.noise_scale(self.batch, epoch),
+            )
+            self._epoch_key = key
+        return self._epoch_values
 
     def advance(self, t: float) -> None:
         """Move progress to time ``t`` at the current allocation."""
@@ -191,10 +224,10 @@ class _Job:
     def reconfigure(self, batch: float) -> None:
         """Recompute the per-epoch goodput for the current placement and ``batch``."""
         self.batch = batch
+        placement = self.placed = self.placement()
         if not self.workers:
             self.rates = np.zeros(self.app.epochs)
             return
-        placement = self.placement()
         cost = self.app.iteration(placement, batch)
         seconds = cost.seconds
         self.iter_s = seconds
@@ -206,6 +239,7 @@ class _Job:
         while len(self.measured) > MEASURED_CONFIGURATIONS:
             del self.measured[next(iter(self.measured))]
         self.throughput[self.workers] = self.app.clamp_batch(batch) / seconds
+        self.throughput_view = MappingProxyType(dict(self.throughput))
         self.rates = self.app.gains(batch) / seconds
         widths = np.diff(self.app.epoch_progress, prepend=0.0)
         durations = widths / self.rates
@@ -441,6 +475,7 @@ class Simulator:
     # --- one round -------------------------------------------------------------------------------
     def _view(self, job: _Job, now: float) -> JobView:
         app = job.app
+        metric, history, efficiency, noise_scale = job.epoch_values()
         return JobView(
             name=job.spec.name,
             application=job.spec.application,
@@ -451,26 +486,26 @@ class Simulator:
             max_replicas=job.max_replicas,
             workers=job.workers,
             batch_size=job.batch,
-            progress=job.progress / app.target_progress,
+            progress=job.progress / job.target_progress,
             attained_gpu_s=job.gpu_s,
             run_s=job.run_s,
             epoch=job.epoch,
-            metric=float(app.metrics(job.batch)[job.epoch - 1]) if job.epoch > 0 else None,
-            throughput=MappingProxyType(dict(job.throughput)),
-            efficiency=app.efficiency(job.batch, job.epoch),
+            metric=metric,
+            throughput=job.throughput_view,
+            efficiency=efficiency,
             resizing=job.workers > 0 and job.pause_until > now,
             last_resize_s=job.last_resize_s,
             steps=int(job.steps),
             steps_at=MappingProxyType({k: int(v) for k, v in job.steps_at.items()}),
-            metric_history=tuple(app.metrics(job.batch)[max(0, job.epoch - LOSS_WINDOW) : job.epoch].tolist()),
-            metric_higher_is_better=app.metric_higher_is_better,
-            noise_scale=app.noise_scale(job.batch, job.epoch),
-            remaining_examples=(app.target_progress - job.progress) * app.init_batch_size,
+            metric_history=history,
+            metric_higher_is_better=job.higher_is_better,
+            noise_scale=noise_scale,
+            remaining_examples=(job.target_progress - job.progress) * app.init_batch_size,
             min_batch_size=app.init_batch_size,
             max_batch_size=app.max_batch_size,
             max_local_batch=max(1, int(app.max_local_bsz)),
             configurations=job.measured_steps(),
-            placement=job.placement(),
+            placement=job.placed,
             queue=job.spec.queue,
         )
 

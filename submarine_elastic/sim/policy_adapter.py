@@ -75,22 +75,44 @@ def _step_time(m: MeasuredStep) -> StepTime:
 
 
 #: Each job's configurations last converted, by its name, with the StepTimes they became: most of a job's are the
-#: same objects round after round (the simulator rebuilds the one it runs in), and converting every one again
-#: hashed each (a cache: cleared past :data:`_STEP_TIME_CACHE` jobs).
+#: same objects round after round (the simulator rebuilds only the one it runs in, the last), and converting every
+#: one again hashed each (a cache: cleared past :data:`_STEP_TIME_CACHE` jobs).
 _converted: dict[str, tuple[tuple[MeasuredStep, ...], tuple[StepTime, ...]]] = {}
 
 
 def _configurations(name: str, given: tuple[MeasuredStep, ...]) -> tuple[StepTime, ...]:
     last = _converted.get(name)
-    if last is not None and len(last[0]) == len(given):
-        out = tuple(
-            known if m is seen else _step_time(m) for m, seen, known in zip(given, last[0], last[1], strict=True)
-        )
+    if last is not None and last[0] is given:
+        return last[1]
+    if last is not None and given and len(last[0]) == len(given) and given[:-1] == last[0][:-1]:
+        # all but the newest as last converted: those StepTimes again (equal ones, where the MeasuredSteps are)
+        newest = last[1][-1] if given[-1] is last[0][-1] else _step_time(given[-1])
+        out = (*last[1][:-1], newest)
     else:
         out = tuple(_step_time(m) for m in given)
     if len(_converted) >= _STEP_TIME_CACHE:
         _converted.clear()
     _converted[name] = (given, out)
+    return out
+
+
+#: Each job's throughput by world size last given, by its name: a round changes the iterations of the size it runs
+#: at, the others are the same Throughput again (a cache: cleared past :data:`_STEP_TIME_CACHE` jobs).
+_throughputs: dict[str, dict[int, Throughput]] = {}
+
+
+def _throughput(name: str, rates: Mapping[int, float], steps_at: Mapping[int, int]) -> dict[int, Throughput]:
+    known = _throughputs.get(name, {})
+    out = {}
+    for size, rate in rates.items():
+        steps = steps_at.get(size, 0)
+        found = known.get(size)
+        if found is None or found.samples_per_second != rate or found.steps != steps:
+            found = Throughput(rate, steps)
+        out[size] = found
+    if len(_throughputs) >= _STEP_TIME_CACHE:
+        _throughputs.clear()
+    _throughputs[name] = out
     return out
 
 
@@ -138,7 +160,7 @@ def _job(job: JobView, view: ClusterView, elastic: bool, first_queue: str | None
     configurations = _configurations(job.name, job.configurations)
     metrics = JobMetrics(
         step=job.steps,
-        throughput={k: Throughput(v, job.steps_at.get(k, 0)) for k, v in job.throughput.items()},
+        throughput=_throughput(job.name, job.throughput, job.steps_at),
         loss_window=_loss_window(job.metric_history, job.metric_higher_is_better),
         gradient_noise_scale=job.noise_scale,
         batch_size=max(1, round(job.batch_size)),
