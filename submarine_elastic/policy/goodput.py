@@ -50,6 +50,7 @@ exploration cap, with the batch of that count.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -322,6 +323,22 @@ def _batch_changes(job: JobView, table: _Table, k: int, stays: bool = False) -> 
     return batch, accum
 
 
+def _packs(k: int, min_workers: int, max_workers: int, holding: int, slots: int | None) -> bool:
+    """:meth:`GoodputArbiter._fits` of a job with these limits holding ``holding``."""
+    if slots is None or k in (min_workers, max_workers, holding):
+        return True
+    return (slots % k == 0) if k < slots else (k % slots == 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _packing_counts(
+    low: int, top: int, min_workers: int, max_workers: int, holding: int, slots: int | None
+) -> tuple[int, ...]:
+    """The counts from ``low`` to ``top`` that :func:`_packs`, made once per job's limits: the arbiter asks for every
+    job's each round."""
+    return tuple(k for k in range(low, top + 1) if _packs(k, min_workers, max_workers, holding, slots))
+
+
 # --------------------------------------------------------------------------------------- job policy
 
 
@@ -585,9 +602,12 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
     def _fits(k: int, job: JobView, slots: int | None) -> bool:
         """Whether ``k`` workers pack without leaving pieces of nodes no other job fits: a divisor of a node's
         slots or whole nodes (and the job's limits and what it holds, whatever they are)."""
-        if slots is None or k in (job.min_workers, job.max_workers, job.holding):
-            return True
-        return (slots % k == 0) if k < slots else (k % slots == 0)
+        return _packs(k, job.min_workers, job.max_workers, job.holding, slots)
+
+    @staticmethod
+    def _fitting(low: int, top: int, job: JobView, slots: int | None) -> list[int]:
+        """The counts from ``low`` to ``top`` that :meth:`_fits`."""
+        return list(_packing_counts(low, top, job.min_workers, job.max_workers, job.holding, slots))
 
     def _reach(self, request: Request, table: _Table, slots: int | None) -> int:
         """The most workers the job may be given: what it asked for, rounded up to the next count that packs
@@ -616,12 +636,10 @@ class GoodputArbiter(GoodputPolicy, ClusterArbiter):
             ks = [holding, job.min_workers] if job.waiting else [holding]
         elif request.settled and not job.waiting:
             shrinks = preempt and self._preemptible(request)
-            ks = [k for k in range(job.min_workers, holding + 1) if self._fits(k, job, slots)] if shrinks else [holding]
+            ks = self._fitting(job.min_workers, holding, job, slots) if shrinks else [holding]
         else:
             top = self._reach(request, table, slots)
-            ks = ([holding] if job.waiting else []) + [
-                k for k in range(job.min_workers, top + 1) if self._fits(k, job, slots)
-            ]
+            ks = ([holding] if job.waiting else []) + self._fitting(job.min_workers, top, job, slots)
         keep = self._paid(job, table, now) * (1.0 - self.hysteresis)
         movable = job.elastic and not request.settled
         values = []

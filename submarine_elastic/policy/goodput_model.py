@@ -221,6 +221,26 @@ class BestConfigs:
         return result
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """The candidates of :meth:`GoodputModel._evaluate` for some rows (worker counts on node counts), one column per
+    batch: each batch, its accumulation, samples per second (``batch / seconds``), whether it may be chosen (allowed
+    and trusted), per row the allowed one closest to what was measured, and the current batch's column (None when it
+    is not a candidate)."""
+
+    batch: Floats
+    accum: Floats
+    rate: Floats
+    usable: NDArray[np.bool_]
+    nearest: NDArray[np.intp]
+    current_at: int | None
+
+
+#: Layouts already made, by everything they depend on (a cache: the oldest is dropped past :data:`_LAYOUT_CACHE`).
+_layouts: dict[tuple[object, ...], _Layout] = {}
+_LAYOUT_CACHE = 256
+
+
 @functools.lru_cache(maxsize=1024)
 def _batch_grid(low: int, high: int) -> Floats:
     """The candidate global batches from ``low`` to ``high`` (geometric, rounded), made once per range: read-only."""
@@ -304,7 +324,7 @@ class GoodputModel:
                 np.zeros(size + 1, dtype=np.int64),
             )
         workers = np.arange(1, size + 1, dtype=float)
-        goodput, batch, accum = self._evaluate(self.throughput, workers, self.nodes_for(workers))
+        goodput, batch, accum = self._evaluate(self.throughput, workers, self.nodes_for(workers), ("best", size))
         return BestConfigs(
             np.concatenate(([0.0], goodput)),
             np.concatenate(([0], batch)),
@@ -316,17 +336,47 @@ class GoodputModel:
         nodes (the placement a job has, where it is not packed). Zero goodput with nothing measured."""
         if self.throughput is None:
             return 0.0, self.job.metrics.batch_size or self.batch_range[0], 0
-        goodput, batch, accum = self._evaluate(self.throughput, np.array([float(workers)]), np.array([float(nodes)]))
+        goodput, batch, accum = self._evaluate(
+            self.throughput, np.array([float(workers)]), np.array([float(nodes)]), ("at", workers, nodes)
+        )
         return float(goodput[0]), int(batch[0]), int(accum[0])
 
     def _evaluate(
-        self, model: ThroughputModel, workers: Floats, nodes: Floats
+        self, model: ThroughputModel, workers: Floats, nodes: Floats, rows_key: tuple[object, ...]
     ) -> tuple[Floats, NDArray[np.int64], NDArray[np.int64]]:
-        """Per row (a worker count on a node count): the best goodput, its batch and its accumulation."""
+        """Per row (a worker count on a node count, ``rows_key`` naming them): the best goodput, its batch and its
+        accumulation."""
+        layout = self._layout(model, workers, nodes, rows_key)
+        modelled = layout.rate * self.efficiency(layout.batch)
+        goodput = np.where(layout.usable, modelled, -np.inf)
+        pick = np.argmax(goodput, axis=1)
+        rows = np.arange(len(workers))
+        best = goodput[rows, pick]
+        if layout.current_at is not None:
+            # keep the current batch wherever the best is not BATCH_HYSTERESIS better
+            at = layout.current_at
+            keep = np.isfinite(goodput[:, at]) & (goodput[:, at] * (1.0 + BATCH_HYSTERESIS) >= best)
+            pick = np.where(keep, at, pick)
+            best = goodput[rows, pick]
+        # no trusted batch at some count: the allowed one closest to what was measured, at its goodput
+        untrusted = ~np.isfinite(best)
+        pick = np.where(untrusted, layout.nearest, pick)
+        best = np.where(untrusted, modelled[rows, pick], best)
+        return best, layout.batch[rows, pick].astype(np.int64), layout.accum[rows, pick].astype(np.int64)
+
+    def _layout(self, model: ThroughputModel, workers: Floats, nodes: Floats, rows_key: tuple[object, ...]) -> _Layout:
+        """What :meth:`_evaluate` reads that the noise scale does not change, made once per everything it depends
+        on: a job's noise scale changes every epoch, its configurations and batch far less often."""
+        locals_ = np.unique([m.local_batch for m in self.measured])
+        current = self.job.metrics.batch_size
+        key: tuple[object, ...] = (model, tuple(locals_.tolist()), self.batch_range, current, self.job.max_local_batch)
+        key += (self.explore, self.slots_per_node, rows_key)
+        found = _layouts.get(key)
+        if found is not None:
+            return found
         low, high = self.batch_range
         grid = self._candidates()
         k = workers[:, None]
-        locals_ = np.unique([m.local_batch for m in self.measured])
         batch = np.concatenate((np.broadcast_to(grid, (len(workers), len(grid))), np.round(k * locals_)), axis=1)
         allowed = (batch >= low) & (batch <= high)
         per_worker = batch / k
@@ -337,25 +387,20 @@ class GoodputModel:
             accum = np.zeros_like(per_worker)
         local = per_worker / (accum + 1)
         seconds = model.step_seconds(k, nodes[:, None], local, accum)
-        modelled = batch / seconds * self.efficiency(batch)
-        goodput = np.where(allowed & self._trusted(local), modelled, -np.inf)
-        pick = np.argmax(goodput, axis=1)
-        rows = np.arange(len(workers))
-        best = goodput[rows, pick]
-        current = self.job.metrics.batch_size
+        current_at = None
         if current is not None and len(grid) > 1 and float(current) in grid:
-            # keep the current batch wherever the best is not BATCH_HYSTERESIS better
-            at = int(np.flatnonzero(grid == float(current))[0])
-            keep = np.isfinite(goodput[:, at]) & (goodput[:, at] * (1.0 + BATCH_HYSTERESIS) >= best)
-            pick = np.where(keep, at, pick)
-            best = goodput[rows, pick]
-        # no trusted batch at some count: the allowed one closest to what was measured, at its goodput
+            current_at = int(np.flatnonzero(grid == float(current))[0])
         mid = self._measured_local_mid()
         distance = np.where(allowed, np.abs(np.log(np.where(allowed, local, mid) / mid)), np.inf)
-        untrusted = ~np.isfinite(best)
-        pick = np.where(untrusted, np.argmin(distance, axis=1), pick)
-        best = np.where(untrusted, modelled[rows, pick], best)
-        return best, batch[rows, pick].astype(np.int64), accum[rows, pick].astype(np.int64)
+        found = _Layout(
+            batch, accum, batch / seconds, allowed & self._trusted(local), np.argmin(distance, axis=1), current_at
+        )
+        for array in (found.batch, found.accum, found.rate, found.usable, found.nearest):
+            array.setflags(write=False)  # shared by every model that finds it
+        if len(_layouts) >= _LAYOUT_CACHE:
+            del _layouts[next(iter(_layouts))]
+        _layouts[key] = found
+        return found
 
     def _measured_local_mid(self) -> float:
         sizes = [m.local_batch for m in self.measured]
