@@ -126,6 +126,18 @@ def decommissioned_job(
     return job, ring, agents
 
 
+def reform_after_the_exit_of_worker_0(job: JobDriver, ring: ReformingRing) -> None:
+    """The survivor (c-1) comes to the re-form at its next commit and waits there for every slot of its ring,
+    while worker-0's exit is told to Horovod as the driver reports it (Horovod records it, or ignores a host no
+    longer in the ring); returns once the ring re-formed."""
+    survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
+    survivor_reformed.start()
+    code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
+    ring.handle_exit("c-0", code)
+    survivor_reformed.join(10)
+    assert not survivor_reformed.is_alive(), "the ring did not re-form"
+
+
 def test_a_decommissioned_worker_stopped_while_it_waited_for_its_slot_is_not_recorded_twice():
     # Its process asked for its slot in the next ring (recorded ready), then YARN's SIGKILL took the container.
     # Recorded again, it would fill the survivor's place at the re-form, which would go ahead without it.
@@ -159,12 +171,7 @@ def test_a_decommissioned_worker_whose_agent_went_before_the_re_form_leaves_with
     assert decommissioned.state is WorkerState.LEAVING and not decommissioned.preempted
     job.detach(decommissioned)  # gone without a word, its process never asked for a slot in the next ring
     # The survivor comes to the re-form at its next commit, and waits there for every slot of its ring.
-    survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
-    survivor_reformed.start()
-    code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
-    ring.handle_exit("c-0", code)  # what Horovod does with the exit it is told
-    survivor_reformed.join(10)
-    assert not survivor_reformed.is_alive()
+    reform_after_the_exit_of_worker_0(job, ring)
     assert ring.states == {"c-0": "READY", "c-1": "READY"}  # no failure, no success: Horovod blacklists nothing
     assert ring.assigned == {"c-1"}  # the new ring: the survivor alone
     assert not job.failures and not job._fatal.is_set() and not job.error
@@ -184,12 +191,7 @@ def test_a_withdrawn_worker_that_went_before_horovods_discovery_saw_it_go_gets_n
     job, ring, (decommissioned, _) = decommissioned_job(discovery_lag=1.0)  # Horovod's period
     try:
         job.detach(decommissioned)
-        survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
-        survivor_reformed.start()
-        code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
-        ring.handle_exit("c-0", code)
-        survivor_reformed.join(10)
-        assert not survivor_reformed.is_alive()
+        reform_after_the_exit_of_worker_0(job, ring)
         assert ring.assigned == {"c-1"}, "the next ring kept a place for the worker that went"
         assert ring.states == {"c-0": "READY", "c-1": "READY"}
         assert not job.failures and not job._fatal.is_set()
@@ -207,12 +209,7 @@ def test_a_worker_that_left_on_request_unheard_by_the_driver_is_no_finished_trai
     left = pb.AgentEvent(exited=pb.Exited(exit_code=0, leaving=True, joined=True))
     job.on_event(agents[0], left)
     assert agents[0].state is WorkerState.LEFT
-    survivor_reformed = threading.Thread(target=ring.record_ready, args=("c-1", 0))
-    survivor_reformed.start()
-    code, _ = job._create_worker(SlotInfo("c-0", 0, 0, 0, 2, 1, 2), [threading.Event()])
-    ring.handle_exit("c-0", code)
-    survivor_reformed.join(10)
-    assert not survivor_reformed.is_alive()
+    reform_after_the_exit_of_worker_0(job, ring)
     assert "SUCCESS" not in ring.states.values(), "a worker that left was told to Horovod as the job's success"
     assert ring.assigned == {"c-1"}
     assert not job.finished_workers
