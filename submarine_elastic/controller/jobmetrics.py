@@ -213,19 +213,15 @@ def report_batch(report: MetricsReport, seq: int, now: float) -> metrics_pb2.Rep
     )
 
 
-def global_batch(points: list[RecentPoint], world_size: int) -> int | None:
-    """The job's global batch now, from the steps every rank at ``world_size`` reported among ``points``: the
-    sum of the ranks' batches that most of those steps add up to (the newest such sum on a tie); else (no step
-    has every rank's report yet) the newest step's batch times ``world_size``; None without one.
-
-    One step's batches, never one rank's older batch beside another's newer one (a step just after a batch
-    change would otherwise add up to neither); and the usual sum, not a short last step of an epoch."""
-    return series(points, world_size)[1]
-
-
 def series(points: list[RecentPoint], world_size: int) -> tuple[dict[str, list[float]], int | None]:
     """What a round reads of a job's recent ``points`` in one pass: each worker instance's step times, oldest first
-    (in the order the instances first appear), and the job's :func:`global_batch` at ``world_size``."""
+    (in the order the instances first appear), and the job's global batch now at ``world_size``.
+
+    The global batch comes from the steps every rank at ``world_size`` reported: the sum of the ranks' batches that
+    most of those steps add up to (the newest such sum on a tie); else (no step has every rank's report yet) the
+    newest step's batch times ``world_size``; None without one. One step's batches, never one rank's older batch
+    beside another's newer one (a step just after a batch change would otherwise add up to neither); and the usual
+    sum, not a short last step of an epoch."""
     step_times: dict[str, list[float]] = {}
     by_step: dict[int, dict[int, int]] = {}
     newest_step, newest_batch = 0, None  # the newest report's step and batch
