@@ -94,7 +94,7 @@ class Resizer:
             if target is not None:
                 self.resize(target)
             if self._sync.reconciling:
-                self._sync.reconcile()
+                self._sync.reconcile(give_way=lambda: self._targets.pending > 0)
 
     def resize(self, target: pb.Target) -> None:
         """Carries out :func:`plan_resize`: the leavers out of the ring (waiting for them to go), then YARN's new

@@ -41,7 +41,9 @@ from submarine_elastic.yarn.api import TERMINAL_SERVICE_STATES
 
 log = logging.getLogger("submarine_elastic.driver")
 
-#: The longest one reconciliation with YARN holds the resizer before it looks for a new resize.
+#: The longest one reconciliation with YARN holds the resizer before it looks for a new resize; it gives way at
+#: once when one comes (a scale-in asked while YARN lacked the scale-out before it waited for the rest of the
+#: slice: 9.1 s from request to ring, against 3.0 s once YARN had it).
 RECONCILE_SLICE_S = 10.0
 #: Pause between reconciliations while YARN lacks the target: doubled after each one that did not get
 #: there, up to the maximum, so a job waiting for capacity does not poll the ResourceManager all the time.
@@ -155,10 +157,11 @@ class YarnSync:
             attempt.attempt_number = self._misses + 1
         return float(wait_exponential(multiplier=RECONCILE_PAUSE_S, max=RECONCILE_PAUSE_MAX_S)(attempt))
 
-    def reconcile(self) -> ReconcileResult:
-        """One slice of reconciliation (at most :data:`RECONCILE_SLICE_S`, blocking the caller that long); its
-        result is kept for :meth:`ready` and :meth:`lag`. Failures come back in the result, never raised."""
-        result = self._yarn.reconcile(self._job, WORKER_COMPONENT, timeout=RECONCILE_SLICE_S)
+    def reconcile(self, give_way: Callable[[], bool] | None = None) -> ReconcileResult:
+        """One slice of reconciliation (at most :data:`RECONCILE_SLICE_S`, blocking the caller that long, or until
+        ``give_way()`` says a new resize waits: asked after each read of YARN); its result is kept for
+        :meth:`ready` and :meth:`lag`. Failures come back in the result, never raised."""
+        result = self._yarn.reconcile(self._job, WORKER_COMPONENT, timeout=RECONCILE_SLICE_S, give_way=give_way)
         gone = isinstance(result.error, ServiceNotFoundError | ComponentNotFoundError) or (
             result.service_state in TERMINAL_SERVICE_STATES
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -727,9 +727,18 @@ class ServiceBackend(ABC):
         """The target last recorded for ``component``, or None."""
 
     @abstractmethod
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
+    def reconcile(
+        self,
+        name: str,
+        component: str,
+        n: int | None = None,
+        *,
+        timeout: float,
+        give_way: Callable[[], bool] | None = None,
+    ) -> ReconcileResult:
         """Drive ``component`` towards its target (``n`` READY instances when given) and report; blocks at
-        most ``timeout`` seconds.
+        most ``timeout`` seconds, or until ``give_way()`` (asked after each read) says the caller has something
+        else to do: the result is then that of a reconciliation out of time, as of that read.
 
         Never raises :class:`YarnError`: failures are returned in :attr:`ReconcileResult.error`.
 

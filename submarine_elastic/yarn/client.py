@@ -38,7 +38,7 @@ from __future__ import annotations
 import builtins
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -439,9 +439,18 @@ class YarnServiceClient(RmClient, ServiceBackend):
         with self._lock:
             return self._targets.get((name, component))
 
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float = 300.0) -> ReconcileResult:
-        """Read the state back until ``component`` matches its target, for at most ``timeout`` s, acting
-        when the RM's state differs from it.
+    def reconcile(
+        self,
+        name: str,
+        component: str,
+        n: int | None = None,
+        *,
+        timeout: float = 300.0,
+        give_way: Callable[[], bool] | None = None,
+    ) -> ReconcileResult:
+        """Read the state back until ``component`` matches its target, for at most ``timeout`` s (or until
+        ``give_way()``, asked after each read that did not end it, is true: the result is then that of a
+        reconciliation out of time), acting when the RM's state differs from it.
 
         ``n`` defaults to the recorded target (and, when given, becomes it, removing nothing by name).
         While the service runs: a ``remove`` instance that is still listed and not yet decommissioned
@@ -475,8 +484,15 @@ class YarnServiceClient(RmClient, ServiceBackend):
             raise ValueError(f"no target for {name}/{component}: pass n or call set_target first")
         run = Reconciliation(self, name, component, target, self._clock)
         self._deadline.at = self._clock() + timeout
+
+        def step() -> ReconcileResult | None:
+            done = run.step()
+            if done is None and give_way is not None and give_way():
+                return run.timed_out()
+            return done
+
         try:
-            return self._poll(run.step, timeout, run.timed_out)
+            return self._poll(step, timeout, run.timed_out)
         finally:
             self._deadline.at = None
 

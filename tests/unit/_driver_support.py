@@ -43,7 +43,9 @@ class RecordingYarn:
     def target(self, name: str, component: str) -> ComponentTarget | None:
         return ComponentTarget(*self.targets[-1]) if self.targets else None
 
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
+    def reconcile(
+        self, name: str, component: str, n: int | None = None, *, timeout: float, give_way: object = None
+    ) -> ReconcileResult:
         self.reconciled += 1
         n = self.targets[-1][0] if self.targets else 0
         names = tuple(f"worker-{i}" for i in range(n))

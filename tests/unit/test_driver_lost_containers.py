@@ -62,7 +62,9 @@ class StandInYarn(ServiceBackend):
     def target(self, name: str, component: str) -> ComponentTarget | None:
         return None
 
-    def reconcile(self, name: str, component: str, n: int | None = None, *, timeout: float) -> ReconcileResult:
+    def reconcile(
+        self, name: str, component: str, n: int | None = None, *, timeout: float, give_way: object = None
+    ) -> ReconcileResult:
         raise AssertionError("the eviction reconciles nothing")
 
     def ready_instances(self, name: str, component: str) -> list[ContainerStatus]:

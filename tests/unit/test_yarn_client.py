@@ -1058,3 +1058,22 @@ def test_refused_connection_is_rm_unreachable(clock: FakeClock) -> None:
     with make_client(clock, url=f"http://127.0.0.1:{port}") as client, pytest.raises(RMUnreachableError) as info:
         client.status("job")
     assert f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_a_reconciliation_gives_way_after_a_read_when_asked_and_keeps_the_target(
+    client: YarnServiceClient, rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    """A driver's resizer reconciling a scale-out while a scale-in comes: it stops after the read in which it is
+    asked to (not at its timeout), as a reconciliation out of time, and the target stays recorded."""
+    rsps.get(f"{SVC}/job", json=service_json("STABLE", TWO_READY))
+    rsps.put(FLEX_URL, json={"diagnostics": "Updating component (worker) size from 2 to 3"})
+    rsps.get(f"{SVC}/job", json=service_json("FLEX", [*TWO_READY, ("worker-2", "RUNNING_BUT_UNREADY")], desired=3))
+    asked = iter([False, True])
+
+    result = client.reconcile("job", "worker", 3, timeout=30, give_way=lambda: next(asked))
+
+    assert [c.request.method for c in rsps.calls] == ["GET", "PUT", "GET"]
+    assert not result.converged and isinstance(result.error, YarnTimeoutError)
+    assert (result.desired, result.ready) == (3, 2) and result.flexed
+    assert result.elapsed_s < 30
+    assert client.target("job", "worker") == ComponentTarget(3)
