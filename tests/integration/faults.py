@@ -652,6 +652,20 @@ def all_on_home_node(cluster: LocalCluster, yarn: YarnServiceClient, name: str) 
         eventually(placed, f"job {name}'s driver and workers to get containers on {HOME_NODE}", 180)
 
 
+def lost_window(run: FaultRun) -> tuple[float, float, float]:
+    """The RM's NodeManager expiry bound and when, in seconds after a NodeManager is silenced, the RM may declare
+    it LOST: it checks its NodeManagers every third of the bound, so LOST comes 1 to 4/3 bounds after the last
+    heartbeat, which came up to a heartbeat interval before the fault (29.84 s after it was seen in CI, bound
+    30 s). Noted in ``run.notes`` as ``expiry_bound_s``, ``lost_earliest_s`` and ``lost_latest_s``."""
+    bound_ms = run.yarn.config_value("yarn.nm.liveness-monitor.expiry-interval-ms")
+    assert bound_ms is not None, "the RM does not set yarn.nm.liveness-monitor.expiry-interval-ms"
+    beat_ms = run.yarn.config_value("yarn.resourcemanager.nodemanagers.heartbeat-interval-ms") or "1000"
+    bound = int(bound_ms) / 1000
+    earliest, latest = bound - int(beat_ms) / 1000, bound * 4 / 3 + 5
+    run.notes.update(expiry_bound_s=bound, lost_earliest_s=earliest, lost_latest_s=latest)
+    return bound, earliest, latest
+
+
 def lose_node_manager(run: FaultRun) -> int:
     """kill -9 of a NodeManager holding a worker (and neither the job's driver nor its ApplicationMaster), left
     dead: the ring trains on; the ResourceManager declares the node LOST once it was silent for its expiry
@@ -682,10 +696,7 @@ def lose_node_manager(run: FaultRun) -> int:
     assert lost, f"no worker on {victim}: {workers}, {nodes}"
     run.notes["node"] = victim
     run.notes["workers_on_node"] = sorted(lost)
-    bound_ms = run.yarn.config_value("yarn.nm.liveness-monitor.expiry-interval-ms")
-    assert bound_ms is not None, "the RM does not set yarn.nm.liveness-monitor.expiry-interval-ms"
-    bound = int(bound_ms) / 1000
-    run.notes["expiry_bound_s"] = bound
+    bound, earliest, latest = lost_window(run)
     port = run.spec.nm_ports(int(victim.removeprefix("nm-")))["yarn.nodemanager.address"]
     nm = daemon(run.cluster, victim)
     run.inject()
@@ -698,10 +709,6 @@ def lose_node_manager(run: FaultRun) -> int:
 
     eventually(node_lost, f"the ResourceManager to declare {victim} LOST", bound * 4 / 3 + 30, 0.2)
     lost_s = run.mark("nm_lost_s")
-    # The RM checks its NodeManagers every third of the bound: LOST 1 to 4/3 bounds after the last heartbeat,
-    # which came up to a heartbeat interval before the kill (29.84 s after it was seen in CI, bound 30 s).
-    beat_ms = run.yarn.config_value("yarn.resourcemanager.nodemanagers.heartbeat-interval-ms") or "1000"
-    earliest, latest = bound - int(beat_ms) / 1000, bound * 4 / 3 + 5
     assert earliest <= lost_s <= latest, f"{victim} was declared LOST {lost_s} s after the kill, bound {bound} s"
 
     moved = wait_relaunched(run, lost)

@@ -38,6 +38,7 @@ from tests.integration.faults import (
     container_nodes,
     driver_pids,
     flex_to_three,
+    lost_window,
     recorded,
     restore,
     ring,
@@ -169,12 +170,6 @@ def node_state(run: FaultRun, node: str) -> str:
     return found[0] if found else ""
 
 
-def expiry_bound_s(run: FaultRun) -> float:
-    bound_ms = run.yarn.config_value("yarn.nm.liveness-monitor.expiry-interval-ms")
-    assert bound_ms is not None, "the RM does not set yarn.nm.liveness-monitor.expiry-interval-ms"
-    return int(bound_ms) / 1000
-
-
 def ring_without(run: FaultRun, size: int, what: str) -> float:
     """Blocks until a step is committed by a ring of ``size`` after the fault; marks and returns the seconds."""
     run.wait_steps(1, after=run.injected_at, size=size, timeout=120)
@@ -185,12 +180,11 @@ def ring_without(run: FaultRun, size: int, what: str) -> float:
 
 def declared_lost(run: FaultRun, node: str) -> float:
     """Blocks until the ResourceManager counts ``node`` LOST; marks and returns the seconds since the fault,
-    which must lie within the RM's expiry bound (1 to 4/3 of it: it checks every third)."""
-    bound = expiry_bound_s(run)
-    run.notes["expiry_bound_s"] = bound
+    which must lie within the RM's expiry window (:func:`~tests.integration.faults.lost_window`)."""
+    bound, earliest, latest = lost_window(run)
     eventually(lambda: node_state(run, node) == "LOST", f"the ResourceManager to declare {node} LOST", bound * 2 + 30)
     lost_s = run.mark("nm_lost_s")
-    assert bound - 1 <= lost_s <= bound * 4 / 3 + 5, f"{node} was declared LOST {lost_s} s after the fault"
+    assert earliest <= lost_s <= latest, f"{node} was declared LOST {lost_s} s after the fault, bound {bound} s"
     return lost_s
 
 
