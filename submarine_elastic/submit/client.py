@@ -20,9 +20,14 @@ from submarine_elastic.submit.store import (
 from submarine_elastic.yarn import YarnServiceClient
 
 if TYPE_CHECKING:
+    import grpc
     from tenacity import RetryCallState
 
     from submarine_elastic.protocol.proto import elastic_pb2 as pb
+
+
+#: How long a failed call's error waits to see whether the channel to the driver is connected.
+CONNECTED_WITHIN_S = 1.0
 
 
 class JobClient:
@@ -99,7 +104,7 @@ class JobClient:
                 pb.StatusRequest(), metadata=self._metadata, timeout=self.timeout, wait_for_ready=True
             )
         except grpc.RpcError as exc:
-            raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
+            raise self._unreachable(exc) from exc
 
     def set_target(self, target: pb.Target) -> pb.FlexReply:
         """Give the job's driver a new target (worker count, instances to remove, and optionally a batch: global
@@ -118,7 +123,23 @@ class JobClient:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise FlexRefusedError(exc.details()) from exc
-            raise DriverUnreachableError(f"driver of {self.job}: {exc.code().name}: {exc.details()}") from exc
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: grpc.RpcError) -> DriverUnreachableError:
+        """The error of a call that failed with ``exc``. Past its deadline it says which side it waited for: a
+        connection to the driver that never came (``wait_for_ready`` waits through reconnects), or a driver
+        that took the call and did not answer."""
+        import grpc
+
+        why = f"{exc.code().name}: {exc.details()}"
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            try:
+                grpc.channel_ready_future(self._channel).result(timeout=CONNECTED_WITHIN_S)
+            except grpc.FutureTimeoutError:
+                why += f"; no connection to {self.address} within {self.timeout:g} s"
+            else:
+                why += f"; connected to {self.address}, the driver did not answer within {self.timeout:g} s"
+        return DriverUnreachableError(f"driver of {self.job}: {why}")
 
     def wait_for_size(
         self, workers: int, timeout: float, poll: float = 0.5, *, sleep: Callable[[float], None] = time.sleep

@@ -56,6 +56,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = [item for item in items if item not in down] + down
 
 
+#: What a failed test's report shows of each job driver that logged during it: its last lines, from so many.
+DRIVER_LOG_TAIL_LINES = 40
+DRIVER_LOGS_SHOWN = 3
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the tail of every job driver's log written to while it ran (the
+    containers' ``stderr.txt`` under the session's clusters): what the driver saw is gone with the cluster."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if call.when != "call" or not report.failed:
+        return
+    base = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    logs = [
+        path
+        for path in base.glob("*/**/logs/application_*/container_*/stderr.txt")
+        if path.stat().st_mtime >= call.start and " driver " in path.read_text(errors="replace")
+    ]
+    for path in sorted(logs, key=lambda p: p.stat().st_mtime)[-DRIVER_LOGS_SHOWN:]:
+        tail = path.read_text(errors="replace").splitlines()[-DRIVER_LOG_TAIL_LINES:]
+        report.sections.append((f"driver log {path.parent.name} (last {len(tail)} lines)", "\n".join(tail)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadscope``: a worker runs a whole module, and the modules on hosts as one unit."""
