@@ -42,7 +42,7 @@ from submarine_elastic.chaos import ChaosResult, ChaosRun, catalogue  # noqa: E4
 from submarine_elastic.chaos.check import table  # noqa: E402
 from submarine_elastic.cluster import LocalCluster, QueueSpec  # noqa: E402
 from submarine_elastic.replay.plan import ReplayPlan, fitting_sample, plan_replay  # noqa: E402
-from submarine_elastic.replay.runner import LiveReplay, replay_cluster_spec  # noqa: E402
+from submarine_elastic.replay.runner import LiveReplay, interrupted_by, replay_cluster_spec  # noqa: E402
 from submarine_elastic.replay.watch import MachineWatch  # noqa: E402
 
 #: The arrivals end this far into the run, so that jobs train under faults until its end (with 0.7 and 16 jobs of
@@ -96,7 +96,12 @@ def main() -> None:
         p.error("--minutes and --every must be above 0")
     if not 0 <= args.prod_share < 100:
         p.error(f"--prod-share must be 0..99 percent, got {args.prod_share}")
-    interruptible()
+    # ^C and SIGTERM interrupt the run: it heals, kills its jobs, writes what it got to and tears the cluster down.
+    with interrupted_by(signal.SIGINT, signal.SIGTERM):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     queues = (QueueSpec("prod", args.prod_share), QueueSpec("research", 100 - args.prod_share))
     root = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
     nodes = args.hosts or 2
@@ -128,17 +133,6 @@ def main() -> None:
     machine = {**watch.as_dict(), "python": platform.python_version()}
     write(args, plan, result, machine, time.time() - started, root)
     sys.exit(130 if result.interrupted_s is not None else 1 if result.violations else 0)
-
-
-def interruptible() -> None:
-    """^C and SIGTERM interrupt the run (KeyboardInterrupt): it heals, kills its jobs, writes what it got to and
-    tears the cluster down. A shell starts a background job with SIGINT ignored, which Python then keeps."""
-
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
 
 
 def write(

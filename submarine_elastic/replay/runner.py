@@ -20,6 +20,7 @@ exactly-once checks of its step log. Interrupted, it kills every job it submitte
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import secrets
 import signal
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -160,13 +161,10 @@ class LiveReplay:
         t0 = self._t0 = time.time()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay-submit")
         pending: dict[str, concurrent.futures.Future[None]] = {}
-        previous = _terminate_as_interrupt()
         try:
-            with YarnServiceClient(self.rm_url) as yarn:
+            with interrupted_by(signal.SIGTERM), YarnServiceClient(self.rm_url) as yarn:
                 self._loop(yarn, t0, pool, pending)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
             for future in pending.values():
                 future.cancel()
             pool.shutdown(wait=True)
@@ -596,16 +594,25 @@ def check_policy(policy: str) -> None:
         raise ReplayRunError(f"policy {policy!r}: {exc}") from None
 
 
-def _terminate_as_interrupt() -> Callable[..., object] | int | None:
-    """SIGTERM raises KeyboardInterrupt in the main thread, so a run stopped by it kills what it submitted as
-    one interrupted by ^C does; returns the handler it replaced (None off the main thread: nothing changed)."""
+@contextlib.contextmanager
+def interrupted_by(*signums: signal.Signals) -> Iterator[None]:
+    """While the block runs, each of ``signums`` raises KeyboardInterrupt (naming it) in the main thread, so a run
+    stopped by one cleans up (kills what it submitted, writes what it got to) as one interrupted by ^C does. A
+    shell starts a background job with SIGINT ignored, which Python keeps: name SIGINT to have ^C back. The
+    handlers it replaced come back after; off the main thread it changes nothing."""
 
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM")
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, interrupt)
+        yield
+        return
+    previous = {signum: signal.signal(signum, interrupt) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def emulated_application(raw: Mapping[str, object]) -> str | None:

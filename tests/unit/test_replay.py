@@ -265,3 +265,16 @@ def test_a_runs_results_file_gives_back_the_same_figures(tmp_path: Path) -> None
     assert measured_costs([again]).describe() == measured_costs([run]).describe()
     with pytest.raises(ReplayRunError, match="not in the plan"):
         load_runs(path, plan(tmp_path, "z,0,cifar10,2,512\n"))
+
+
+def test_a_signal_named_interrupts_the_block_like_ctrl_c_and_its_old_handler_comes_back() -> None:
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        with runner.interrupted_by(signal.SIGTERM, signal.SIGUSR2):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted: the handler raises
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
