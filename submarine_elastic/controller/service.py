@@ -460,32 +460,40 @@ class ControllerService(Controller):
         if forget:
             self._clean_up(job.job_id)
 
-    def _clean_up(self, job_id: str) -> bool:
+    def _clean_up(self, job_id: str) -> None:
         """Removes what was kept for an ended job (:meth:`JobBackend.job_ended`); what could not be (HDFS away)
-        is tried again every :data:`LEFT_RETRY_S` (:meth:`_clean_up_left`). True once nothing is left."""
+        is tried again every :data:`LEFT_RETRY_S` (:meth:`_clean_up_left`)."""
         left = set(self.store.get(LEFT_KEY, []))
+        kept = job_id in left
+        removed = self._removed(job_id, kept=kept)
+        if removed and kept:
+            self.store.put(LEFT_KEY, sorted(left - {job_id}))
+        elif not removed and not kept:
+            self.store.put(LEFT_KEY, sorted(left | {job_id}))
+
+    def _removed(self, job_id: str, *, kept: bool) -> bool:
+        """Whether what was kept for ended ``job_id`` is removed now; the first failure is logged, and the
+        removal of what was ``kept`` (listed under :data:`LEFT_KEY`)."""
         try:
             self.backend.job_ended(job_id)
         except OSError as exc:
-            if job_id not in left:
+            if not kept:
                 log.warning("job %s ended but what was kept for it stays, tried again: %s", job_id, exc)
-                self.store.put(LEFT_KEY, sorted(left | {job_id}))
             return False
-        if job_id in left:
+        if kept:
             log.info("what was kept for ended job %s is removed", job_id)
-            self.store.put(LEFT_KEY, sorted(left - {job_id}))
         return True
 
     def _clean_up_left(self, now: float) -> None:
         """Tries again, at most every :data:`LEFT_RETRY_S`, to remove what ended jobs left; a job submitted
-        again since owns its files anew and is left alone."""
+        again since owns its files anew and is left alone. One read of the list, one write when it changed."""
         if now - self._left_tried < LEFT_RETRY_S:
             return
         self._left_tried = now
         left = self.store.get(LEFT_KEY, [])
-        live = {job.job_id for job in self.store.jobs(live_only=True)} if left else set()
-        for job_id in left:
-            if job_id in live:
-                self.store.put(LEFT_KEY, sorted(set(self.store.get(LEFT_KEY, [])) - {job_id}))
-            else:
-                self._clean_up(job_id)
+        if not left:
+            return
+        live = {job.job_id for job in self.store.jobs(live_only=True)}
+        still = [job_id for job_id in left if job_id not in live and not self._removed(job_id, kept=True)]
+        if still != left:
+            self.store.put(LEFT_KEY, still)
