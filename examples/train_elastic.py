@@ -303,13 +303,7 @@ def main() -> None:
         resumed[0] = True
 
     state.register_reset_callbacks([reset])
-    restore = state.restore
-
-    def restore_after_failure() -> None:  # what Horovod's run wrapper calls on a HorovodInternalError
-        phase("failure")
-        restore()
-
-    state.restore = restore_after_failure  # type: ignore[method-assign]
+    state.register_restore_callbacks([lambda: phase("failure")])  # a peer failed: back to the last commit
 
     def commit() -> None:
         if log is not None:

@@ -98,6 +98,22 @@ class Job:
         assert self.state.checkpointer.wait(60), "the checkpoint writer did not finish in 60 s"
 
 
+def test_a_rollback_tells_its_restore_callbacks_first_then_brings_back_the_committed_weights() -> None:
+    """What Horovod's run wrapper does after a peer failed: ``state.restore()``. A script's callback (a log of
+    when its ring failed) runs before the weights go back to their last commit."""
+    job = Job(checkpoint=False)
+    job.train(until_commit=2)
+    committed = [v.numpy() for v in job.state.variables]
+    seen: list[list[np.ndarray]] = []
+    job.state.register_restore_callbacks([lambda: seen.append([v.numpy() for v in job.state.variables])])
+    for v in job.state.variables:
+        v.assign_add(tf.ones_like(v))  # a step that was never committed
+    job.state.restore()
+    assert len(seen) == 1
+    assert all(np.array_equal(got, want + 1) for got, want in zip(seen[0], committed, strict=True))
+    assert all(np.array_equal(v.numpy(), want) for v, want in zip(job.state.variables, committed, strict=True))
+
+
 def test_a_new_job_resumes_from_the_last_checkpoint_with_its_weights_and_data_position(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):

@@ -101,12 +101,18 @@ class ElasticState(ObjectState):
         #: rank 0's latest batch setting, as its last broadcast carried it (the same on every rank)
         self._offered: BatchSetting | None = None
         self._batch_callbacks: list[BatchCallback] = []
+        self._restore_callbacks: list[Callable[[], None]] = []
         super().__init__(bcast_object=self._broadcast, get_rank=hvd.rank, **{COMMITS: 0, BATCH: None}, **attrs)
 
     def register_batch_callbacks(self, callbacks: Sequence[BatchCallback]) -> None:
         """Calls each of ``callbacks`` with (previous setting, new setting) whenever the state takes a batch
         setting: on every rank at the same commit (or right after a re-form's sync)."""
         self._batch_callbacks.extend(callbacks)
+
+    def register_restore_callbacks(self, callbacks: Sequence[Callable[[], None]]) -> None:
+        """Calls each of ``callbacks`` whenever the state rolls back to its last commit (Horovod's ``run``
+        wrapper does after a peer failed, before the ring re-forms), before it does."""
+        self._restore_callbacks.extend(callbacks)
 
     def _broadcast(self, obj: Any) -> Any:
         """Horovod's ``broadcast_object`` of ``obj`` from rank 0, carrying rank 0's latest batch setting along."""
@@ -145,6 +151,8 @@ class ElasticState(ObjectState):
             self.checkpointer.submit(self.commits, self._values, self._saved_state)
 
     def restore(self) -> None:
+        for callback in self._restore_callbacks:
+            callback()
         for var, value in zip(self.variables, self._values, strict=True):
             var.assign(value)
         super().restore()
