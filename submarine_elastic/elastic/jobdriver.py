@@ -172,6 +172,7 @@ class JobDriver:
         self.sync = YarnSync(yarn, job, removing=previous.removing if previous else (), count=count)
         #: the job's targets: taken from clients (SetTarget), numbered, applied by the resizer in order
         self.targets = TargetBook.resumed(limits.num, previous) if previous else TargetBook(count)
+        self.registry.target = lambda: self.targets.workers
         if previous is not None:
             self.failures = list(previous.failures)
             log.warning(

@@ -97,6 +97,8 @@ class AgentRegistry(HostDiscovery):
         self.adopting = False
         #: the Horovod hosts of the last ring opened (:attr:`DriverState.ring`), by this driver or its predecessor
         self.ring: tuple[str, ...] = ()
+        #: the job's worker target as the resizer applies it (None: no cap): no warm worker beyond it is offered
+        self.target: Callable[[], int] | None = None
 
     def add(self, agent: AgentHandle) -> None:
         """Register a new agent; earlier, disconnected incarnations of its instance are forgotten."""
@@ -260,7 +262,19 @@ class AgentRegistry(HostDiscovery):
         return time.monotonic() - placed_at
 
     def find_available_hosts_and_slots(self) -> dict[str, int]:
-        return {a.agent_id: 1 for a in self.available()}
+        """Horovod's hosts: every worker in the ring (RUNNING), and warm ones up to :attr:`target` in the order
+        they attached. A warm worker beyond it (a container YARN started late for an instance a scale-in
+        removes, before YARN stops it) waits out of the ring rather than have it re-form twice. Workers leave
+        the ring only as the driver withdraws them (LEAVING), never by this cap."""
+        usable = self.available()
+        if self.target is not None:
+            running = [a for a in usable if a.state is WorkerState.RUNNING]
+            room = max(0, self.target() - len(running))
+            warm = [a for a in usable if a.state is not WorkerState.RUNNING]
+            if len(warm) > room:
+                held = {a.agent_id for a in warm[room:]}
+                usable = [a for a in usable if a.agent_id not in held]
+        return {a.agent_id: 1 for a in usable}
 
 
 def rendezvous_address(iface: str, advertised: str) -> str:

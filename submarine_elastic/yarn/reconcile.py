@@ -1,9 +1,12 @@
 """The YARN client's reconciliation of one component with its target: desired vs observed in, actions out.
 
 What YARN is asked (a flex to the target count, a decommission of named instances) is sent at the first read
-and again after :data:`REFLEX_AFTER_POLLS` reads without effect (a lost PUT, an AM restart); one that failed is
-sent again at the next read. Converged means desired == READY == listed containers == target, with no
-instance to remove listed.
+that needs it and again after :data:`REFLEX_AFTER_POLLS` reads without effect (a lost PUT, an AM restart); one
+that failed is sent again at the next read. A flex that a decommission's effect calls for goes at the read that
+shows it: the ResourceManager counts a decommissioned instance out of the desired count as it lists it (one
+transition), so the flex cannot overtake the decommission and remove an instance of its own choosing.
+
+Converged means desired == READY == listed containers == target, with no instance to remove listed.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ class Reconciliation:
         self.transient: YarnError | None = None
         self.flexed = False
         self.decommissioned: tuple[str, ...] = ()
-        self.reads_since_sent = REFLEX_AFTER_POLLS  # the first read may act at once
+        self.sent: tuple[str, int | tuple[str, ...]] | None = None  # the last request sent, as (call, argument)
+        self.reads_since_sent = 0
 
     def step(self) -> ReconcileResult | None:
         """Read the state once and act on it; the result when reconciliation is over, else None."""
@@ -85,16 +89,24 @@ class Reconciliation:
             if not going and comp.number_of_containers == count == comp.ready_count == len(comp.containers):
                 return self.result(True, None)
             self.reads_since_sent += 1
-            if self.last.state in RUNNING_STATES and self.reads_since_sent >= REFLEX_AFTER_POLLS:
-                undecided = [i for i in going if i not in comp.decommissioned]
+            undecided = tuple(i for i in going if i not in comp.decommissioned)
+            needed: tuple[str, int | tuple[str, ...]] | None = (
+                ("decommission", undecided) if undecided
+                else ("flex", count) if comp.number_of_containers != count
+                else None
+            )  # fmt: skip
+            if (
+                needed is not None
+                and self.last.state in RUNNING_STATES
+                and (needed != self.sent or self.reads_since_sent >= REFLEX_AFTER_POLLS)
+            ):
                 if undecided:
                     self.client.decommission(self.name, self.component, undecided)
                     self.decommissioned = tuple(dict.fromkeys((*self.decommissioned, *undecided)))
-                    self.reads_since_sent = 0
-                elif comp.number_of_containers != count:
+                else:
                     self.client.flex(self.name, self.component, count)
                     self.flexed = True
-                    self.reads_since_sent = 0
+                self.sent, self.reads_since_sent = needed, 0
         except _TRANSIENT as exc:
             self.transient = exc
         except YarnError as exc:

@@ -195,6 +195,23 @@ def test_a_scale_in_that_keeps_a_lower_instance_removes_the_leaver_by_name(
     assert driver.sync.result is not None and driver.sync.result.converged
 
 
+def test_horovod_is_offered_no_warm_worker_beyond_the_target_and_never_loses_a_ring_member_to_it(
+    driver: JobDriver,
+) -> None:
+    """Seen in CI: after a scale-in to 2, a container YARN started late for a removed instance warmed up and was
+    offered to Horovod, which re-formed the ring at 3 and, once YARN stopped it, at 2 again."""
+    ring = [warm(driver, f"worker-{i}") for i in (0, 2)]
+    for agent in ring:
+        driver.registry.move(agent.agent_id, WorkerState.RUNNING)
+    late = warm(driver, "worker-4")
+    driver.targets.applied(2, "scale-in")
+    assert driver.registry.find_available_hosts_and_slots() == {"c-worker-0": 1, "c-worker-2": 1}
+    driver.targets.applied(3, "scale-out")  # wanted again: it joins
+    assert driver.registry.find_available_hosts_and_slots() == {"c-worker-0": 1, "c-worker-2": 1, late.agent_id: 1}
+    driver.targets.applied(1, "scale-in")  # before the resizer withdraws a leaver, the ring stays as it is
+    assert driver.registry.find_available_hosts_and_slots() == {"c-worker-0": 1, "c-worker-2": 1}
+
+
 def test_a_job_whose_service_is_gone_stops_reconciling(driver: JobDriver, rsps: responses.RequestsMock) -> None:
     driver.resizer.resize(pb.Target(workers=3, reason="test"))
     rsps.get(SERVICE, status=404, json={"diagnostics": "Service job not found"})

@@ -78,6 +78,27 @@ def test_a_listed_instance_to_remove_is_decommissioned_once_before_any_flex():
     assert reconciliation.timed_out().decommissioned == ("worker-1",)
 
 
+def test_the_flex_a_decommission_leaves_to_do_goes_at_the_read_that_shows_it_taken():
+    """Seen in CI: a scale-in 5 -> 2 of a ring of 4 while a fifth instance waited for a GPU. The decommission of
+    two ring workers left the RM at 3 and freed their GPUs; waiting reads before the flex to 2 let the fifth
+    start and join the ring, which then re-formed twice (to 3, back to 2)."""
+    ring = [(f"worker-{i}", "READY") for i in range(4)]
+    taken = service_json("STABLE", ring, desired=3, decommissioned=["worker-1", "worker-3"])
+    done = service_json(
+        "STABLE", [("worker-0", "READY"), ("worker-2", "READY")], decommissioned=["worker-1", "worker-3"]
+    )
+    rm = FakeRm(service_json("STABLE", ring, desired=5), service_json("STABLE", ring, desired=5), taken, done)
+    reconciliation = run(rm, 2, remove=("worker-1", "worker-3"))
+    assert reconciliation.step() is None
+    assert reconciliation.step() is None  # not taken yet: not sent again so soon
+    assert rm.sent == [("decommission", "job", "worker", ("worker-1", "worker-3"))]
+    assert reconciliation.step() is None
+    assert rm.sent[1:] == [("flex", "job", "worker", 2)]
+    result = reconciliation.step()
+    assert result is not None and result.converged and result.ready_instances == ("worker-0", "worker-2")
+    assert len(rm.sent) == 2
+
+
 def test_nothing_is_sent_to_a_service_that_is_not_running_yet():
     rm = FakeRm(service_json("ACCEPTED", []))
     assert run(rm, 2).step() is None
