@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -110,6 +112,56 @@ def warm_to_ring(log_dir: Path, resizes: list[tuple[float, int, int]]) -> list[d
         ring = next((t for t, size, _ in steps if t > warm and size == new), None)
         if ring is not None:
             out.append({"from": old, "to": new, "warm_to_ring_s": ring - warm})
+    return out
+
+
+#: Driver log lines that mark a scale-out's phases: YARN given the count, a joiner's agent attached, warm.
+_DRIVER_EVENT = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) driver INFO "
+    r"(?:(?P<flexed>flexed \S+/worker to \d+)|agent attached: (?P<attached>worker-\d+)|(?P<warm>worker-\d+) warm after)"
+)
+
+
+def driver_log(cluster_dir: Path, job: str) -> str:
+    """The text of ``job``'s driver log (its container's stderr) in a cluster's NodeManager logs ('' if none)."""
+    for path in cluster_dir.glob("**/logs/application_*/container_*/stderr.txt"):
+        text = path.read_text(errors="replace")
+        if f"driver of job {job} listening" in text:
+            return text
+    return ""
+
+
+def scale_out_phases(driver_text: str, log_dir: Path, resizes: list[tuple[float, int, int]]) -> list[dict]:
+    """Where each scale-out's request -> capacity goes, from the driver's log and the step log (s): the driver
+    gives YARN the count (``yarn_asked_s``), YARN allocates, localizes and starts the joiners' containers and
+    their agents attach (``containers_s``, to the last joiner's), the joiners import TensorFlow, build the model
+    and trace their step (``warm_up_s``, to the last one warm), and the ring re-forms with them and trains its
+    first step (``re_form_s``)."""
+    events: list[tuple[float, str]] = []
+    for line in driver_text.splitlines():
+        found = _DRIVER_EVENT.match(line)
+        if found:
+            at = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            events.append((at, "flexed" if found["flexed"] else "attached" if found["attached"] else "warm"))
+    steps = step_times(log_dir)
+    out = []
+    for requested, old, new in resizes:
+        if new <= old:
+            continue
+        after = [(t, kind) for t, kind in events if t >= requested]
+        flexed = next((t for t, kind in after if kind == "flexed"), None)
+        attached = [t for t, kind in after if kind == "attached"][: new - old]
+        warm = [t for t, kind in after if kind == "warm"][: new - old]
+        ring = next((t for t, size, _ in steps if t > requested and size == new), None)
+        if flexed is None or len(attached) < new - old or len(warm) < new - old or ring is None:
+            continue
+        out.append({
+            "from": old, "to": new,
+            "yarn_asked_s": round(flexed - requested, 2),
+            "containers_s": round(attached[-1] - flexed, 2),
+            "warm_up_s": round(warm[-1] - attached[-1], 2),
+            "re_form_s": round(ring - warm[-1], 2),
+        })  # fmt: skip
     return out
 
 

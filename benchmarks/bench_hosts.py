@@ -26,12 +26,13 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench_elastic import PLAN, SCRIPT_ARGS, drive_stock, pauses, run_plan, summarise
+from bench_elastic import PLAN, SCRIPT_ARGS, drive_stock, driver_log, pauses, run_plan, scale_out_phases, summarise
 
 from submarine_elastic import env
 from submarine_elastic.cluster import ClusterSpec, HostNetwork, LocalCluster
@@ -154,6 +155,19 @@ def table(rows: dict[str, dict[str, dict[str, float]]], key: str) -> list[str]:
     return out
 
 
+def phase_table(phases: dict[str, list[dict]]) -> list[str]:
+    """One row per scale-out and cluster: the median of each phase over the rounds."""
+    out = []
+    keys = ("yarn_asked_s", "containers_s", "warm_up_s", "re_form_s")
+    for resize in sorted({(p["from"], p["to"]) for rows in phases.values() for p in rows}):
+        for label, rows in phases.items():
+            same = [p for p in rows if (p["from"], p["to"]) == resize]
+            if same:
+                cells = [f"{statistics.median(p[k] for p in same):.2f}" for k in keys]
+                out.append(f"| {resize[0]}->{resize[1]} | {label} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1)
@@ -191,7 +205,16 @@ def main() -> None:
         cluster.down()
 
     rows = {label: summarise(pauses(root / label / "log", resizes[label])) for label in resizes}
-    results = {"plan": [1, *PLAN], "rounds": args.rounds, "script_args": SCRIPT_ARGS, "worker_mb": WORKER_MB, **rows}
+    phases = {
+        label: scale_out_phases(
+            driver_log(root / f"cluster-{label}", f"bench-{label}"), root / label / "log", resizes[label]
+        )
+        for label in ("hosts", "loopback")
+    }
+    results = {
+        "plan": [1, *PLAN], "rounds": args.rounds, "script_args": SCRIPT_ARGS, "worker_mb": WORKER_MB, **rows,
+        "scale_out_phases": phases,
+    }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "hosts.json").write_text(json.dumps(results, indent=2) + "\n")
     labels = " | ".join(rows)
@@ -214,6 +237,15 @@ def main() -> None:
         *table(rows, "decision_to_capacity_median_s"),
         "",
         NOTE,
+        "",
+        "Where ours' scale-out request -> capacity goes (s, medians; from the driver's log and the step log):",
+        "the driver gives YARN the count; YARN allocates, localizes and starts the joiner's container and its",
+        "agent attaches; the joiner warms up (TensorFlow's import, the model, its traced step); the ring re-forms",
+        "with it and trains its first step.",
+        "",
+        "| resize | cluster | YARN asked | container + agent | warm-up | re-form + first step |",
+        "|---|---|---|---|---|---|",
+        *phase_table(phases),
     ]
     (RESULTS / "hosts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
