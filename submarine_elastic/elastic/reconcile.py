@@ -394,6 +394,8 @@ class YarnChange:
     target: pb.Target | None = None
     refused: str = ""
     put_back: int = 0
+    #: YARN named the instances it removes (a decommission), rather than only lowering its count
+    by_name: bool = False
 
 
 def yarn_change(
@@ -427,7 +429,9 @@ def yarn_change(
             else f"below the job's --min_workers {limits.min}"
         )
         why = f"YARN was given {desired} workers ({how} {THROUGH_YARN}): {desired} is {bound}"
-        return YarnChange(desired, refused=f"{why}; refused, YARN put back to {ours}", put_back=ours)
+        return YarnChange(
+            desired, refused=f"{why}; refused, YARN put back to {ours}", put_back=ours, by_name=bool(named)
+        )
     reason = f"{how} {THROUGH_YARN}: {ours} -> {desired} workers"
     leavers = named or sorted(stopped_by_the_scale_in(live, desired, ()))
-    return YarnChange(desired, target=pb.Target(workers=desired, remove=leavers, reason=reason))
+    return YarnChange(desired, target=pb.Target(workers=desired, remove=leavers, reason=reason), by_name=bool(named))

@@ -41,6 +41,11 @@ log = logging.getLogger("submarine_elastic.driver")
 
 #: How long a scale-in waits for its leavers' processes to end before YARN is told all the same.
 LEAVE_TIMEOUT_S = 300.0
+#: How long the driver waits before it reads YARN again to confirm a count lowered with no instance named. The
+#: ResourceManager's ApplicationMaster writes its service out while a decommission changes it: one read caught
+#: the count lowered before the instance was listed decommissioned, and took it for a flex down (whose leaver is
+#: another worker than the one YARN stops).
+CONFIRM_FLEX_DOWN_S = 0.2
 #: The states of a worker that is the job's (attached, warm or in the ring) and not on its way out.
 LIVE_STATES = frozenset({WorkerState.ATTACHED, WorkerState.WARM, WorkerState.RUNNING})
 
@@ -224,14 +229,21 @@ class Resizer:
             log.error("cannot grow back to %d workers: %s", target, exc)
 
     def on_yarn(
-        self, worker: ComponentStatus | None, generation: int, *, live: Sequence[Member] | None = None
+        self,
+        worker: ComponentStatus | None,
+        generation: int,
+        *,
+        live: Sequence[Member] | None = None,
+        confirmed: bool = False,
     ) -> YarnChange | None:
         """YARN's worker component as read at ``generation`` (:meth:`YarnSync.worker`): when its desired count is
         not the one the driver gave it, and the driver neither reconciles nor gave YARN a count since the read,
         someone else changed it. Within the job's limits it is the operator's target (taken like a client's, with
         the instances YARN stops named as the leavers); outside, it is refused, kept in the timeline with why, and
-        YARN put back. ``live``: the job's live workers as they were before a worker YARN stops was withdrawn
-        (default: as they are). Returns what was done (None: nothing to do)."""
+        YARN put back. A count lowered with no instance named is read again after :data:`CONFIRM_FLEX_DOWN_S`
+        first (unless ``confirmed``), and the second read is acted on. ``live``: the job's live workers as they
+        were before a worker YARN stops was withdrawn (default: as they are). Returns what was done (None:
+        nothing to do)."""
         if worker is None:
             return None
         with self._yarn_lock:
@@ -251,24 +263,31 @@ class Resizer:
             )
             if change is None:
                 return None
-            if change.target is None:
-                log.warning("%s", change.refused)
-                self._targets.noted(change.desired, change.put_back, change.refused)
-                self._sync.adopt(change.desired)  # what YARN has now; the resizer puts it back
-                self._targets.put_back(change.refused)
+            if confirmed or change.by_name or change.desired > ours:
+                self._take_yarn_change(change, ours)
                 return change
-            log.warning("taking the operator's target: %s", change.target.reason)
-            self._sync.adopt(change.desired)
-            self._yarn_leavers = set(change.target.remove)
-            self.forget_preemption()
-            try:
-                self._targets.take(
-                    change.target, self._limits, self._batch_limits, (a.instance for a in self._registry.snapshot())
-                )
-            except FlexRefusedError as exc:
-                refused = f"{change.target.reason}: refused ({exc}), YARN put back to {ours}"
-                log.error("%s", refused)
-                self._yarn_leavers = set()
-                self._targets.noted(change.desired, ours, refused)
-                self._targets.put_back(refused)
-            return change
+        time.sleep(CONFIRM_FLEX_DOWN_S)
+        return self.on_yarn(*self._sync.worker(), live=live, confirmed=True)
+
+    def _take_yarn_change(self, change: YarnChange, ours: int) -> None:
+        """Carries out :meth:`on_yarn`'s ``change`` of YARN's count from ``ours``; under the YARN lock."""
+        if change.target is None:
+            log.warning("%s", change.refused)
+            self._targets.noted(change.desired, change.put_back, change.refused)
+            self._sync.adopt(change.desired)  # what YARN has now; the resizer puts it back
+            self._targets.put_back(change.refused)
+            return
+        log.warning("taking the operator's target: %s", change.target.reason)
+        self._sync.adopt(change.desired)
+        self._yarn_leavers = set(change.target.remove)
+        self.forget_preemption()
+        try:
+            self._targets.take(
+                change.target, self._limits, self._batch_limits, (a.instance for a in self._registry.snapshot())
+            )
+        except FlexRefusedError as exc:
+            refused = f"{change.target.reason}: refused ({exc}), YARN put back to {ours}"
+            log.error("%s", refused)
+            self._yarn_leavers = set()
+            self._targets.noted(change.desired, ours, refused)
+            self._targets.put_back(refused)

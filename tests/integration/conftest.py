@@ -70,10 +70,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when != "call" or not report.failed:
         return
     base = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    found = {path.resolve() for path in base.glob("*/**/logs/application_*/container_*/stderr.txt")}  # no links
     logs = [
-        path
-        for path in base.glob("*/**/logs/application_*/container_*/stderr.txt")
-        if path.stat().st_mtime >= call.start and " driver " in path.read_text(errors="replace")
+        path for path in found if path.stat().st_mtime >= call.start and " driver " in path.read_text(errors="replace")
     ]
     for path in sorted(logs, key=lambda p: p.stat().st_mtime)[-DRIVER_LOGS_SHOWN:]:
         tail = path.read_text(errors="replace").splitlines()[-DRIVER_LOG_TAIL_LINES:]

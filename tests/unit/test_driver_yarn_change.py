@@ -103,6 +103,28 @@ def test_a_worker_yarn_stops_for_an_operators_flex_down_leaves_as_on_a_scale_in_
     assert job.resizer.preempted_from is None  # nothing grows back
 
 
+def test_a_read_that_caught_a_decommission_half_written_is_read_again_before_it_is_taken():
+    """Seen in CI: ``yarn app -decommission JOB -instances worker-0`` on a job at 2; the driver's read caught YARN's
+    count lowered to 1 before worker-0 was listed decommissioned, took it for a flex down (whose leaver is
+    worker-1, YARN's highest instance) while YARN stopped worker-0, and called worker-0 preempted. A count
+    lowered with no instance named is read again first."""
+    yarn = FlexedYarn(desired=1, decommissioned=("worker-0",))  # what YARN says once the decommission is written
+    job = JobDriver("job", Limits(2, 1, 3), yarn, token=None, iface="lo", elastic_timeout=60)  # type: ignore[arg-type]
+    job.phase = JobPhase.RUNNING
+    for i in range(2):
+        agent = AgentHandle(f"c-{i}", f"worker-{i}", f"container-{i}", "127.0.0.1")
+        job.registry.add(agent)
+        job.registry.move(agent.agent_id, WorkerState.WARM)
+        job.registry.move(agent.agent_id, WorkerState.RUNNING)
+    half_written = worker(1)  # the count lowered, worker-0 not yet listed
+    change = job.resizer.on_yarn(half_written, job.sync.generation)
+    assert change is not None and change.target is not None
+    target = job.targets.next(0)
+    assert target is not None
+    assert (target.workers, list(target.remove)) == (1, ["worker-0"])
+    assert target.reason == "decommission of worker-0 through YARN: 2 -> 1 workers"
+
+
 def decommissioned_job(
     discovery_lag: float | None = None, *, heard: bool = True
 ) -> tuple[JobDriver, ReformingRing, list[AgentHandle]]:
